@@ -1,0 +1,386 @@
+"""CPU bit-packing kernels of the IBP row format (docs/format.md), compiled with numba.
+
+Each kernel exists twice: a parallel build for the main process and a serial build for
+DataLoader workers (one core each, no threading layer, no locks). ``parallel_ok()``
+decides which one a call uses.
+"""
+from __future__ import annotations
+
+import sys
+
+import llvmlite.binding as llvm
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import njit, prange
+from numba.core import cgutils, types
+from numba.extending import intrinsic
+
+from .base import PAYLOAD_TAIL
+
+_U8 = np.uint64(8)
+_FF = np.uint64(0xFF)
+_ONE = np.uint64(1)
+_ZERO = np.uint64(0)
+_ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+#: below this many rows a call runs the serial build (thread start-up would dominate).
+PARALLEL_MIN_ROWS = 2048
+
+
+def parallel_ok(n_rows: int) -> bool:
+    """Whether to use the parallel kernels: enough rows, >1 thread, not inside a DataLoader worker."""
+    if n_rows < PARALLEL_MIN_ROWS or numba.get_num_threads() < 2:
+        return False
+    try:
+        from torch.utils.data import get_worker_info
+    except ImportError:  # pragma: no cover - torch is a dependency
+        return True
+    return get_worker_info() is None
+
+
+if sys.byteorder != "little":  # pragma: no cover - the format is little-endian
+    raise ImportError("ibp_graph.codec.bitpack needs a little-endian machine")
+
+
+# --------------------------------------------------------------------------- helpers
+@intrinsic
+def _ld64(typingctx, addr):
+    """Unaligned little-endian uint64 load from an integer address (no bounds check)."""
+    sig = types.uint64(addr)
+
+    def codegen(context, builder, signature, args):
+        ptr = builder.inttoptr(args[0], ir.IntType(64).as_pointer())
+        return builder.load(ptr, align=1)
+
+    return sig, codegen
+
+
+@intrinsic
+def _st64(typingctx, addr, val):
+    """Unaligned little-endian uint64 store to an integer address (no bounds check)."""
+    sig = types.void(addr, val)
+
+    def codegen(context, builder, signature, args):
+        ptr = builder.inttoptr(args[0], ir.IntType(64).as_pointer())
+        builder.store(args[1], ptr, align=1)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+def _bmi2_intrinsic(name: str, doc: str):
+    @intrinsic
+    def op(typingctx, x, m):
+        sig = types.uint64(types.uint64, types.uint64)
+
+        def codegen(context, builder, signature, args):
+            fnty = ir.FunctionType(ir.IntType(64), [ir.IntType(64), ir.IntType(64)])
+            fn = cgutils.get_or_insert_function(builder.module, fnty, name)
+            return builder.call(fn, args)
+
+        return sig, codegen
+
+    op.__doc__ = doc
+    return op
+
+
+@njit(inline="always")
+def _pdep_sw(c, m):
+    """Deposit the low bits of c at the set bits of m, ascending (portable loop)."""
+    x = _ZERO
+    while m != _ZERO:
+        low = m & (~m + _ONE)
+        if c & _ONE:
+            x |= low
+        c >>= _ONE
+        m ^= low
+    return x
+
+
+@njit(inline="always")
+def _pext_sw(x, m):
+    """Gather the bits of x at the set bits of m into the low bits, ascending (portable loop)."""
+    c = _ZERO
+    k = 0
+    while m != _ZERO:
+        low = m & (~m + _ONE)
+        if x & low:
+            c |= _ONE << np.uint64(k)
+        k += 1
+        m ^= low
+    return c
+
+
+#: x86 BMI2 has pdep/pext as single instructions; elsewhere a bit loop stands in.
+HAVE_BMI2 = bool(llvm.get_host_cpu_features().get("bmi2", False))
+if HAVE_BMI2:
+    _pdep = _bmi2_intrinsic("llvm.x86.bmi.pdep.64", "pdep(c, m) in one instruction")
+    _pext = _bmi2_intrinsic("llvm.x86.bmi.pext.64", "pext(x, m) in one instruction")
+else:  # pragma: no cover - every x86-64 since 2013 has BMI2
+    _pdep, _pext = _pdep_sw, _pext_sw
+
+
+@njit(inline="always")
+def _put(op, acc, nacc, v, n):
+    """Append the n low bits of v (0 <= n <= 64, v < 2**n) to the stream; flush whole 64-bit words to address op."""
+    acc |= v << np.uint64(nacc)
+    if nacc + n >= 64:
+        _st64(op, acc)
+        op += 8
+        if nacc == 0:
+            acc = _ZERO
+        else:
+            acc = v >> np.uint64(64 - nacc)
+        nacc = nacc + n - 64
+    else:
+        nacc += n
+    return op, acc, nacc
+
+
+@njit(inline="always")
+def _get(row, p, n):
+    """n bits (1..64) at bit p of the stream starting at address row (reads up to 16 bytes)."""
+    b = row + (p >> 3)
+    s = p & 7
+    w = _ld64(b) >> np.uint64(s)
+    if s + n > 64:
+        w |= _ld64(b + 8) << np.uint64(64 - s)
+    if n < 64:
+        w &= (_ONE << np.uint64(n)) - _ONE
+    return w
+
+
+# --------------------------------------------------------------------------- kernels
+def _bit_counts_impl(words, W):
+    """ones[j, b]: how many rows have bit b of word j set."""
+    n, n_words = words.shape
+    counts = np.zeros((n_words, W), dtype=np.int64)
+    for j in prange(n_words):
+        local = np.zeros(W, dtype=np.int64)
+        for i in range(n):
+            x = np.uint64(words[i, j])
+            for b in range(W):
+                local[b] += np.int64((x >> np.uint64(b)) & _ONE)
+        counts[j, :] = local
+    return counts
+
+
+def _row_lengths_impl(words, W, row_nbytes, mask, bitval, free_bits, header_bits):
+    """Stored bytes of each row under (mask, bitval), raw fallback included."""
+    n, n_words = words.shape
+    out = np.empty(n, dtype=np.int64)
+    for i in prange(n):
+        bits = header_bits
+        for j in range(n_words):
+            x = np.uint64(words[i, j])
+            if (x & mask[j]) == bitval[j]:
+                bits += free_bits[j]
+            else:
+                bits += W
+        L = (bits + 7) >> 3
+        out[i] = row_nbytes if L >= row_nbytes else L
+    return out
+
+
+def _encode_impl(words, rows, W, row_nbytes, mask, bitval, free_bits, header_bits, free_mask,
+                 offsets, out):
+    """Write every row at out[offsets[i]:offsets[i+1]] (raw when that length is row_nbytes)."""
+    n, n_words = words.shape
+    base = np.int64(out.ctypes.data)
+    for i in prange(n):
+        L = offsets[i + 1] - offsets[i]
+        if L == row_nbytes:
+            r = rows[i]
+            o = offsets[i]
+            for k in range(row_nbytes):
+                out[o + k] = r[k]
+            continue
+        row = base + offsets[i]
+        hbase = offsets[i]
+        # body first, streamed from bit header_bits (a whole number of bytes); the
+        # participation bits of each 64-word chunk are written once the chunk is done
+        op = row + (header_bits >> 3)
+        acc = _ZERO
+        nacc = 0
+        hb = _ZERO
+        for j in range(n_words):
+            x = np.uint64(words[i, j])
+            part = (x & mask[j]) == bitval[j]
+            hb |= np.uint64(part) << np.uint64(j & 63)
+            # a participating word stores pext(x, free_mask) (x itself when nothing is
+            # invariant, nothing when everything is); an exception stores all W bits
+            v = _pext(x, free_mask[j]) if part else x
+            op, acc, nacc = _put(op, acc, nacc, v, free_bits[j] if part else W)
+            if (j & 63) == 63 or j == n_words - 1:
+                # header bytes of this chunk: 8, or what is left of header_bits
+                hb_bytes = min(8, (header_bits >> 3) - ((j >> 6) << 3))
+                h0 = hbase + ((j >> 6) << 3)
+                for k in range(hb_bytes):
+                    out[h0 + k] = np.uint8((hb >> np.uint64(8 * k)) & _FF)
+                hb = _ZERO
+        k = op - base
+        while nacc > 0:
+            out[k] = np.uint8(acc & _FF)
+            acc >>= _U8
+            nacc -= 8
+            k += 1
+
+
+def _decode_impl(payload, offsets, words, rows, W, row_nbytes, bitval, free_bits, header_bits,
+                 free_mask):
+    """Decode every row of payload into words (rows, n_words); rows is its byte view."""
+    n, n_words = words.shape
+    base = np.int64(payload.ctypes.data)
+    for i in prange(n):
+        start = offsets[i]
+        L = offsets[i + 1] - start
+        row = base + start
+        if L == row_nbytes:
+            r = rows[i]
+            for k in range(row_nbytes):
+                r[k] = payload[start + k]
+            continue
+        p = header_bits
+        hb = _ZERO
+        for j in range(n_words):
+            if (j & 63) == 0:
+                hb = _get(row, j, min(64, n_words - j))
+            if (hb >> np.uint64(j & 63)) & _ONE:
+                fb = free_bits[j]
+                if fb == W:
+                    x = _get(row, p, W)
+                elif fb > 0:
+                    x = _pdep(_get(row, p, fb), free_mask[j]) | bitval[j]
+                else:
+                    x = bitval[j]
+                p += fb
+            else:
+                x = _get(row, p, W)
+                p += W
+            words[i, j] = x
+
+
+def _gather_impl(payload, offsets, idx, new_offsets, out):
+    """Copy rows idx[k] of (payload, offsets) to out at new_offsets[k]."""
+    for k in prange(idx.shape[0]):
+        s = offsets[idx[k]]
+        L = offsets[idx[k] + 1] - s
+        d = new_offsets[k]
+        for b in range(L):
+            out[d + b] = payload[s + b]
+
+
+def _build(fn):
+    return (njit(parallel=True, cache=True, nogil=True)(fn), njit(cache=True, nogil=True)(fn))
+
+
+_bit_counts = _build(_bit_counts_impl)
+_row_lengths = _build(_row_lengths_impl)
+_encode = _build(_encode_impl)
+_decode = _build(_decode_impl)
+_gather = _build(_gather_impl)
+
+
+def _pick(kernels, n_rows):
+    return kernels[0] if parallel_ok(n_rows) else kernels[1]
+
+
+# --------------------------------------------------------------------------- API
+_WORD_DTYPE = {32: np.uint32, 64: np.uint64}
+
+
+def word_view(rows: np.ndarray, W: int) -> np.ndarray:
+    """(rows, n_words) W-bit words of a (rows, row_nbytes) uint8 array.
+
+    A view when row_nbytes is a whole number of words; otherwise a zero-padded copy
+    (the format pads the last word with zeros).
+    """
+    wb = W // 8
+    n, nb = rows.shape
+    if nb % wb == 0:
+        return rows.view(_WORD_DTYPE[W])
+    words = np.zeros((n, -(-nb // wb)), dtype=_WORD_DTYPE[W])
+    words.view(np.uint8)[:, :nb] = rows
+    return words
+
+
+def bit_counts(rows: np.ndarray, W: int) -> np.ndarray:
+    """(n_words, W) int64 counts of set bits over the rows of a (rows, row_nbytes) uint8 array."""
+    words = word_view(rows, W)
+    return _pick(_bit_counts, words.size // 8)(words, W)
+
+
+def row_lengths(rows: np.ndarray, tables: "BitTables") -> np.ndarray:
+    """Stored bytes of every row under the codec tables (raw rows report row_nbytes)."""
+    t = tables
+    return _pick(_row_lengths, rows.shape[0])(word_view(rows, t.W), t.W, t.row_nbytes, t.mask,
+                                              t.bitval, t.free_bits, t.header_bits)
+
+
+def offsets_from_lengths(lengths: np.ndarray) -> tuple[np.ndarray, int]:
+    """Row offsets (int32 below 2 GiB of rows, else int64) and the padded payload size."""
+    total = int(lengths.sum()) if lengths.size else 0
+    dtype = np.int32 if total < 2**31 else np.int64
+    offsets = np.zeros(lengths.shape[0] + 1, dtype=dtype)
+    np.cumsum(lengths, out=offsets[1:])
+    padded = (total + PAYLOAD_TAIL + 7) // 8 * 8
+    return offsets, padded
+
+
+def encode_rows(rows: np.ndarray, tables: "BitTables") -> tuple[np.ndarray, np.ndarray]:
+    """(payload, offsets) of a (rows, row_nbytes) uint8 array in the IBP row format."""
+    t = tables
+    words = word_view(rows, t.W)
+    lengths = _pick(_row_lengths, rows.shape[0])(words, t.W, t.row_nbytes, t.mask, t.bitval,
+                                                 t.free_bits, t.header_bits)
+    offsets, padded = offsets_from_lengths(lengths)
+    out = np.zeros(padded, dtype=np.uint8)
+    _pick(_encode, rows.shape[0])(words, rows, t.W, t.row_nbytes, t.mask, t.bitval,
+                                  t.free_bits, t.header_bits, t.free_mask, offsets, out)
+    return out, offsets
+
+
+def decode_rows(payload: np.ndarray, offsets: np.ndarray, out: np.ndarray,
+                tables: "BitTables") -> None:
+    """Decode into out, a (rows, row_nbytes) uint8 array."""
+    t = tables
+    wb = t.W // 8
+    if out.shape[1] % wb == 0:
+        words, rows = out.view(_WORD_DTYPE[t.W]), out
+    else:
+        words = np.empty((out.shape[0], t.n_words), dtype=_WORD_DTYPE[t.W])
+        rows = words.view(np.uint8)
+    _pick(_decode, out.shape[0])(payload, offsets, words, rows, t.W, t.row_nbytes, t.bitval,
+                                 t.free_bits, t.header_bits, t.free_mask)
+    if rows is not out:
+        out[:] = rows[:, : out.shape[1]]
+
+
+def gather_rows(payload: np.ndarray, offsets: np.ndarray, idx: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Compressed rows idx of (payload, offsets) as a new (payload, offsets), without decoding."""
+    o = offsets.astype(np.int64, copy=False)
+    lengths = o[idx + 1] - o[idx]
+    new_offsets, padded = offsets_from_lengths(lengths)
+    out = np.zeros(padded, dtype=np.uint8)
+    _pick(_gather, idx.shape[0])(payload, offsets, idx, new_offsets, out)
+    return out, new_offsets
+
+
+class BitTables:
+    """Per-column tables the CPU kernels need: mask, bitval, free-bit mask and count."""
+
+    __slots__ = ("W", "n_words", "row_nbytes", "mask", "bitval", "free_mask", "free_bits",
+                 "header_bits")
+
+    def __init__(self, W: int, row_nbytes: int, mask: np.ndarray, bitval: np.ndarray):
+        self.W = int(W)
+        self.row_nbytes = int(row_nbytes)
+        self.n_words = int(mask.shape[0])
+        self.mask = np.ascontiguousarray(mask, dtype=np.uint64)
+        self.bitval = np.ascontiguousarray(bitval, dtype=np.uint64)
+        word = np.uint64(2**W - 1)
+        self.free_mask = ~self.mask & word
+        self.free_bits = np.array([bin(int(m)).count("1") for m in self.free_mask], dtype=np.int64)
+        self.header_bits = -(-self.n_words // W) * W

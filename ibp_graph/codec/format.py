@@ -1,0 +1,127 @@
+"""Serialized layout of compressed tensors and codec state: magic, version, JSON meta, sections, CRC32."""
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+
+import numpy as np
+import torch
+
+from .base import CompressedTensor, CorruptPayloadError, dtype_from_name, dtype_name
+
+#: bumped whenever docs/format.md changes.
+FORMAT_VERSION = 1
+MAGIC = b"IBPG"
+KIND_TENSOR = 1
+KIND_STATE = 2
+_HEAD = struct.Struct("<4sHHI")  # magic, version, kind, meta length
+_CRC = struct.Struct("<I")
+
+
+def _pack(kind: int, meta: dict, sections: list[np.ndarray]) -> bytes:
+    meta = dict(meta, sections=[[a.dtype.str, int(a.nbytes)] for a in sections])
+    mb = json.dumps(meta, sort_keys=True).encode()
+    parts = [_HEAD.pack(MAGIC, FORMAT_VERSION, kind, len(mb)), mb]
+    parts += [np.ascontiguousarray(a).tobytes() for a in sections]
+    body = b"".join(parts)
+    return body + _CRC.pack(zlib.crc32(body))
+
+
+def _unpack(blob: bytes, kind: int, what: str) -> tuple[dict, list[np.ndarray]]:
+    if not isinstance(blob, (bytes, bytearray, memoryview)):
+        raise TypeError(f"blob must be bytes, got {type(blob).__name__}")
+    blob = memoryview(blob)
+    if len(blob) < _HEAD.size + _CRC.size:
+        raise CorruptPayloadError(f"{what} blob is truncated: {len(blob)} bytes, a header alone "
+                                  f"takes {_HEAD.size + _CRC.size}")
+    magic, version, got_kind, meta_len = _HEAD.unpack_from(blob, 0)
+    if magic != MAGIC:
+        raise CorruptPayloadError(f"{what} blob starts with {bytes(magic)!r}, expected {MAGIC!r}: "
+                                  "not an ibp-graph blob")
+    if version != FORMAT_VERSION:
+        raise CorruptPayloadError(f"{what} blob has format version {version}; this ibp-graph reads "
+                                  f"version {FORMAT_VERSION}. Re-encode with this version.")
+    if got_kind != kind:
+        raise CorruptPayloadError(f"blob holds kind {got_kind}, expected {kind} ({what})")
+    (crc,) = _CRC.unpack_from(blob, len(blob) - _CRC.size)
+    if zlib.crc32(blob[:-_CRC.size]) != crc:
+        raise CorruptPayloadError(f"{what} blob fails its CRC32 checksum ({len(blob)} bytes): it "
+                                  "is corrupted or truncated")
+    pos = _HEAD.size
+    try:
+        meta = json.loads(bytes(blob[pos:pos + meta_len]))
+        pos += meta_len
+        sections = []
+        for dt, nb in meta["sections"]:
+            if pos + nb > len(blob) - _CRC.size:
+                raise CorruptPayloadError(f"{what} blob is truncated inside a section")
+            sections.append(np.frombuffer(blob[pos:pos + nb], dtype=np.dtype(dt)).copy())
+            pos += nb
+    except (ValueError, KeyError, TypeError) as e:
+        if isinstance(e, CorruptPayloadError):
+            raise
+        raise CorruptPayloadError(f"{what} blob metadata is unreadable: {e}") from None
+    if pos != len(blob) - _CRC.size:
+        raise CorruptPayloadError(f"{what} blob has {len(blob) - _CRC.size - pos} stray bytes")
+    return meta, sections
+
+
+def compressed_to_bytes(ct: CompressedTensor) -> bytes:
+    """Serialize a CPU CompressedTensor."""
+    payload = ct.payload.detach().cpu().numpy()
+    sections = [payload] + ([] if ct.offsets is None else [ct.offsets.detach().cpu().numpy()])
+    meta = {"shape": list(ct.shape), "dtype": dtype_name(ct.dtype), "codec": ct.codec,
+            "fingerprint": ct.fingerprint, "has_offsets": ct.offsets is not None}
+    return _pack(KIND_TENSOR, meta, sections)
+
+
+def compressed_from_bytes(blob: bytes) -> CompressedTensor:
+    """Parse compressed_to_bytes output; CorruptPayloadError on any damage."""
+    meta, sections = _unpack(blob, KIND_TENSOR, "CompressedTensor")
+    try:
+        payload = torch.from_numpy(sections[0])
+        offsets = torch.from_numpy(sections[1]) if meta["has_offsets"] else None
+        ct = CompressedTensor(payload=payload, offsets=offsets, shape=tuple(meta["shape"]),
+                              dtype=dtype_from_name(meta["dtype"]), codec=meta["codec"],
+                              fingerprint=int(meta["fingerprint"]))
+    except (KeyError, IndexError) as e:
+        raise CorruptPayloadError(f"CompressedTensor blob lacks {e}") from None
+    if offsets is not None and offsets.numel() != ct.n_rows + 1:
+        raise CorruptPayloadError(f"CompressedTensor blob has {offsets.numel()} offsets for "
+                                  f"{ct.n_rows} rows")
+    return ct
+
+
+def check_state_header(state: dict, codec: str) -> None:
+    """Refuse a state_dict of another codec or another format version, naming both."""
+    if not isinstance(state, dict):
+        raise TypeError(f"state must be a dict made by state_dict(), got {type(state).__name__}")
+    version = state.get("format_version")
+    if version != FORMAT_VERSION:
+        raise CorruptPayloadError(f"state_dict has format_version={version!r}; this ibp-graph "
+                                  f"reads {FORMAT_VERSION}")
+    if state.get("codec") != codec:
+        raise CorruptPayloadError(f"state_dict is for codec {state.get('codec')!r}, not {codec!r}")
+
+
+def state_to_bytes(state: dict) -> bytes:
+    """Serialize a codec state_dict (tensor values become sections)."""
+    meta, sections = {}, []
+    for k, v in state.items():
+        if isinstance(v, torch.Tensor):
+            meta[k] = {"section": len(sections)}
+            sections.append(v.detach().cpu().numpy())
+        else:
+            meta[k] = {"value": v}
+    return _pack(KIND_STATE, {"state": meta}, sections)
+
+
+def state_from_bytes(blob: bytes) -> dict:
+    """Parse state_to_bytes output back into a state_dict."""
+    meta, sections = _unpack(blob, KIND_STATE, "codec state")
+    try:
+        return {k: (torch.from_numpy(sections[v["section"]]) if "section" in v else v["value"])
+                for k, v in meta["state"].items()}
+    except (KeyError, IndexError, TypeError) as e:
+        raise CorruptPayloadError(f"codec state blob is malformed: {e}") from None

@@ -1,0 +1,316 @@
+"""IBPCodec: Invariant Bit Packing fitted on a row group, encoding and decoding on the CPU."""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+
+from . import bitpack
+from .base import (
+    PAYLOAD_TAIL,
+    CodecMismatchError,
+    CompressedTensor,
+    CorruptPayloadError,
+    Device,
+    as_row_bytes,
+    check_compressed,
+    check_rows_tensor,
+    dtype_from_name,
+    dtype_name,
+    from_row_bytes,
+    itemsize,
+)
+
+#: thresholds swept by fit() when none is given (the paper's sweep).
+THRESHOLDS: tuple[float, ...] = (0.70, 0.75, 0.80, 0.85, 0.90, 0.95)
+#: word widths tried by fit() when none is given.
+WORD_BITS: tuple[int, ...] = (32, 64)
+#: rows fit() reads when sample_rows is not given.
+DEFAULT_SAMPLE_ROWS = 65536
+
+
+def invariant_bits(counts: np.ndarray, n_rows: int, threshold: float
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """(mask, bitval) per column from per-bit one-counts, by the paper's threshold rule."""
+    W = counts.shape[1]
+    ones = counts > threshold * n_rows
+    zeros = counts < (1.0 - threshold) * n_rows
+    weights = np.uint64(1) << np.arange(W, dtype=np.uint64)
+    mask = ((ones | zeros).astype(np.uint64) * weights).sum(axis=1, dtype=np.uint64)
+    bitval = (ones.astype(np.uint64) * weights).sum(axis=1, dtype=np.uint64)
+    return mask, bitval
+
+
+class IBPCodec:
+    """Invariant Bit Packing for rows of one dtype and trailing shape (docs/format.md)."""
+
+    name = "ibp"
+
+    def __init__(self, *, dtype: torch.dtype, row_shape: Sequence[int], word_bits: int,
+                 mask: np.ndarray, bitval: np.ndarray, threshold: Optional[float] = None):
+        dtype_name(dtype)
+        if word_bits not in WORD_BITS:
+            raise ValueError(f"word_bits={word_bits!r} is not accepted; use one of {WORD_BITS}")
+        self.dtype = dtype
+        self.row_shape = tuple(int(s) for s in row_shape)
+        self.row_nbytes = math.prod(self.row_shape) * itemsize(dtype)
+        self.word_bits = int(word_bits)
+        n_words = -(-self.row_nbytes // (word_bits // 8))
+        mask = np.asarray(mask, dtype=np.uint64).reshape(-1)
+        bitval = np.asarray(bitval, dtype=np.uint64).reshape(-1)
+        if mask.shape != (n_words,) or bitval.shape != (n_words,):
+            raise ValueError(f"mask and bitval need {n_words} entries for rows of {self.row_nbytes} "
+                             f"bytes in {word_bits}-bit words; got {mask.shape[0]} and {bitval.shape[0]}")
+        if word_bits == 32 and ((mask >> np.uint64(32)).any() or (bitval >> np.uint64(32)).any()):
+            raise ValueError("mask/bitval have bits above bit 31 with word_bits=32")
+        if (bitval & ~mask).any():
+            raise ValueError("bitval has bits set outside mask")
+        self.threshold = threshold
+        self._tables = bitpack.BitTables(word_bits, self.row_nbytes, mask, bitval)
+
+    # ---- fitted state ------------------------------------------------------
+    @property
+    def n_words(self) -> int:
+        """W-bit words per row (the last one zero-padded)."""
+        return self._tables.n_words
+
+    @property
+    def mask(self) -> np.ndarray:
+        """Invariant bits of each word column (uint64)."""
+        return self._tables.mask
+
+    @property
+    def bitval(self) -> np.ndarray:
+        """The usual value of the invariant bits of each column (uint64)."""
+        return self._tables.bitval
+
+    @property
+    def free_bits(self) -> np.ndarray:
+        """Bits stored for a participating word of each column."""
+        return self._tables.free_bits
+
+    @property
+    def header_bits(self) -> int:
+        """Participation-bit header of a row, rounded up to the word."""
+        return self._tables.header_bits
+
+    @property
+    def tables(self) -> bitpack.BitTables:
+        """The decoder tables (mask, bitval, free bits, pdep runs)."""
+        return self._tables
+
+    @property
+    def state_nbytes(self) -> int:
+        """Bytes of state a decoder keeps: mask and bitval, one word each per column."""
+        return 2 * self.n_words * self.word_bits // 8
+
+    @property
+    def fingerprint(self) -> int:
+        """63-bit hash of the state; CompressedTensors carry it to catch codec mix-ups."""
+        try:
+            return self._fingerprint
+        except AttributeError:
+            h = hashlib.blake2b(digest_size=8)
+            h.update(json.dumps([dtype_name(self.dtype), list(self.row_shape),
+                                 self.word_bits]).encode())
+            h.update(self.mask.tobytes())
+            h.update(self.bitval.tobytes())
+            self._fingerprint = int.from_bytes(h.digest(), "little") & (2**63 - 1)
+            return self._fingerprint
+
+    def __repr__(self) -> str:
+        return (f"IBPCodec(dtype={self.dtype}, row_shape={self.row_shape}, "
+                f"word_bits={self.word_bits}, threshold={self.threshold}, "
+                f"invariant_bits={int(self.word_bits * self.n_words - self.free_bits.sum())}"
+                f"/{self.word_bits * self.n_words})")
+
+    # ---- fit -----------------------------------------------------------------
+    @classmethod
+    def fit(cls, tensor: torch.Tensor, *, word_bits: Optional[int] = None,
+            threshold: Optional[float] = None, sample_rows: Optional[int] = None,
+            seed: int = 0) -> "IBPCodec":
+        """Learn mask and bitval on (a random sample of) the rows of `tensor`.
+
+        Sweeps the threshold over THRESHOLDS and the word width over WORD_BITS when they
+        are not given, keeping the combination with the fewest encoded bytes on the sample.
+        At most `sample_rows` rows are read (default DEFAULT_SAMPLE_ROWS, chosen with `seed`),
+        so fitting a memory-mapped 57 GB table touches only those rows.
+        """
+        check_rows_tensor(tensor)
+        if tensor.device.type != "cpu":
+            raise ValueError(f"tensor is on {tensor.device}; fit runs on CPU tensors")
+        if word_bits is not None and word_bits not in WORD_BITS:
+            raise ValueError(f"word_bits={word_bits!r} is not accepted; use None or one of {WORD_BITS}")
+        if threshold is not None and not (0.5 <= float(threshold) <= 1.0):
+            raise ValueError(f"threshold={threshold!r} is not accepted; use None or a number in [0.5, 1]")
+        if sample_rows is not None and (not isinstance(sample_rows, int) or sample_rows < 1):
+            raise ValueError(f"sample_rows={sample_rows!r} is not accepted; use None or an int >= 1")
+        limit = DEFAULT_SAMPLE_ROWS if sample_rows is None else sample_rows
+        n = tensor.shape[0]
+        if n > limit:
+            gen = torch.Generator().manual_seed(seed)
+            pick = torch.randperm(n, generator=gen)[:limit].sort().values
+            sample = tensor.index_select(0, pick)
+        else:
+            sample = tensor
+        rows = as_row_bytes(sample)
+        row_shape = tuple(tensor.shape[1:])
+        best = None
+        for W in (WORD_BITS if word_bits is None else (word_bits,)):
+            counts = bitpack.bit_counts(rows, W)
+            for t in (THRESHOLDS if threshold is None else (float(threshold),)):
+                mask, bitval = invariant_bits(counts, rows.shape[0], t)
+                cand = cls(dtype=tensor.dtype, row_shape=row_shape, word_bits=W, mask=mask,
+                           bitval=bitval, threshold=t)
+                size = int(bitpack.row_lengths(rows, cand.tables).sum())
+                if best is None or size < best[0]:
+                    best = (size, cand)
+        return best[1]
+
+    # ---- encode / decode -----------------------------------------------------
+    def _check_input(self, tensor: torch.Tensor, argname: str = "tensor") -> None:
+        check_rows_tensor(tensor, argname)
+        if tensor.dtype != self.dtype:
+            raise TypeError(f"{argname} has dtype={tensor.dtype}; this codec was fitted on "
+                            f"{self.dtype}. Nothing is converted silently: fit a codec for it.")
+        if tuple(tensor.shape[1:]) != self.row_shape:
+            raise ValueError(f"{argname} rows have shape {tuple(tensor.shape[1:])}; this codec "
+                             f"was fitted on rows of shape {self.row_shape}")
+
+    def encode(self, tensor: torch.Tensor) -> CompressedTensor:
+        """Compress a CPU tensor of rows (first dimension) into a CompressedTensor."""
+        self._check_input(tensor)
+        if tensor.device.type != "cpu":
+            raise ValueError(f"tensor is on {tensor.device}; encode runs on CPU tensors "
+                             "(encoding belongs in the CPU workers)")
+        payload, offsets = bitpack.encode_rows(as_row_bytes(tensor), self._tables)
+        return CompressedTensor(payload=torch.from_numpy(payload),
+                                offsets=torch.from_numpy(offsets), shape=tuple(tensor.shape),
+                                dtype=self.dtype, codec=self.name, fingerprint=self.fingerprint)
+
+    def check(self, ct: CompressedTensor, argname: str = "ct") -> None:
+        """Raise unless `ct` was encoded by this codec and its offsets are consistent."""
+        check_compressed(ct, codec=self.name, fingerprint=self.fingerprint, argname=argname)
+        if ct.dtype != self.dtype or ct.row_shape != self.row_shape:
+            raise CodecMismatchError(f"{argname} holds rows of {ct.dtype} {ct.row_shape}; this "
+                                     f"codec decodes {self.dtype} {self.row_shape}")
+        if ct.offsets is None or ct.offsets.numel() != ct.n_rows + 1:
+            raise CorruptPayloadError(f"{argname}.offsets must have n_rows + 1 = {ct.n_rows + 1} "
+                                      f"entries, has {None if ct.offsets is None else ct.offsets.numel()}")
+
+    def decode(self, ct: CompressedTensor, *, device: Device = None,
+               out: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Rebuild the exact tensor from `ct` on `device` (default: where `ct` is)."""
+        self.check(ct)
+        target = torch.device(device) if device is not None else ct.device
+        if target.type == "cuda":
+            from ..cuda.decode import decode_ibp
+
+            if ct.device.type != "cuda":
+                ct = ct.to(target, non_blocking=ct.is_pinned())
+            return decode_ibp(self, ct, out=out)
+        if target.type != "cpu":
+            raise ValueError(f"device={device!r} is not supported; use 'cpu' or a CUDA device")
+        if ct.device.type != "cpu":
+            ct = ct.to("cpu")
+        out = _check_out(out, ct.shape, self.dtype, torch.device("cpu"))
+        if ct.n_rows and self.row_nbytes:
+            _check_offsets(ct)
+            bitpack.decode_rows(ct.payload.numpy(), ct.offsets.numpy(), as_row_bytes(out),
+                                self._tables)
+        return out
+
+    def fetch(self, table: CompressedTensor, index: torch.Tensor, *,
+              out: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Gather rows `index` of a pinned host table and decode them on the GPU in one kernel."""
+        self.check(table, "table")
+        from ..cuda.decode import fetch_ibp
+
+        return fetch_ibp(self, table, index, out=out)
+
+    # ---- state ------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Everything needed to rebuild this codec (tensors and plain values)."""
+        from .format import FORMAT_VERSION
+
+        return {
+            "format_version": FORMAT_VERSION,
+            "codec": self.name,
+            "dtype": dtype_name(self.dtype),
+            "row_shape": list(self.row_shape),
+            "word_bits": self.word_bits,
+            "threshold": self.threshold,
+            "mask": torch.from_numpy(self.mask.view(np.int64).copy()),
+            "bitval": torch.from_numpy(self.bitval.view(np.int64).copy()),
+        }
+
+    @classmethod
+    def from_state_dict(cls, state: dict) -> "IBPCodec":
+        """Rebuild a codec from state_dict(); refuse other codecs and format versions."""
+        from .format import check_state_header
+
+        check_state_header(state, cls.name)
+        try:
+            return cls(dtype=dtype_from_name(state["dtype"]), row_shape=state["row_shape"],
+                       word_bits=int(state["word_bits"]),
+                       mask=np.asarray(state["mask"]).view(np.uint64),
+                       bitval=np.asarray(state["bitval"]).view(np.uint64),
+                       threshold=state.get("threshold"))
+        except KeyError as e:
+            raise CorruptPayloadError(f"state_dict lacks the key {e.args[0]!r}") from None
+
+    def load_state_dict(self, state: dict) -> None:
+        """Replace this codec's state with `state` (as made by state_dict())."""
+        other = IBPCodec.from_state_dict(state)
+        self.__dict__.clear()
+        self.__dict__.update(other.__dict__)
+
+    def to_bytes(self) -> bytes:
+        """The state as a checksummed, versioned blob."""
+        from .format import state_to_bytes
+
+        return state_to_bytes(self.state_dict())
+
+    @classmethod
+    def from_bytes(cls, blob: bytes) -> "IBPCodec":
+        """Rebuild a codec from to_bytes()."""
+        from .format import state_from_bytes
+
+        return cls.from_state_dict(state_from_bytes(blob))
+
+
+def _check_out(out: Optional[torch.Tensor], shape, dtype, device) -> torch.Tensor:
+    """Validate a caller's output buffer, or allocate one."""
+    if out is None:
+        return torch.empty(shape, dtype=dtype, device=device)
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
+    if out.dtype != dtype:
+        raise TypeError(f"out has dtype={out.dtype}; the decoded tensor is {dtype}")
+    if tuple(out.shape) != tuple(shape):
+        raise ValueError(f"out has shape {tuple(out.shape)}; the decoded tensor has shape {tuple(shape)}")
+    if out.device != device:
+        raise ValueError(f"out is on {out.device}; decoding writes to {device}")
+    if not out.is_contiguous():
+        raise ValueError("out is not contiguous; pass a contiguous buffer")
+    return out
+
+
+def _check_offsets(ct: CompressedTensor) -> None:
+    """Refuse offsets that would read outside the payload or are not non-decreasing."""
+    o = ct.offsets.numpy()
+    if o[0] != 0:
+        raise CorruptPayloadError(f"ct.offsets[0] is {int(o[0])}, must be 0")
+    d = np.diff(o.astype(np.int64))
+    if (d < 0).any() or (d > ct.row_nbytes).any():
+        i = int(np.flatnonzero((d < 0) | (d > ct.row_nbytes))[0])
+        raise CorruptPayloadError(f"ct row {i} has length {int(d[i])}; lengths must lie in "
+                                  f"[0, row_nbytes={ct.row_nbytes}]")
+    need = int(o[-1]) + PAYLOAD_TAIL
+    if ct.payload.numel() < need:
+        raise CorruptPayloadError(f"ct.payload has {ct.payload.numel()} bytes; its offsets need "
+                                  f"at least {need} (rows plus {PAYLOAD_TAIL} bytes of tail padding)")

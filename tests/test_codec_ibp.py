@@ -1,0 +1,386 @@
+"""IBPCodec: bit-exact round trips (property-based), the row format, sizes, state, bad input."""
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ibp_graph.codec import (
+    CodecMismatchError,
+    CompressedTensor,
+    CorruptPayloadError,
+    IBPCodec,
+    IdentityCodec,
+    SUPPORTED_DTYPES,
+)
+from ibp_graph.codec import bitpack
+from ibp_graph.codec.base import PAYLOAD_TAIL
+
+DTYPES = list(SUPPORTED_DTYPES.values())
+
+
+def as_bytes(t: torch.Tensor) -> bytes:
+    """The exact bits of a tensor (bool and bfloat16 included)."""
+    flat = t.contiguous().reshape(-1)
+    if flat.dtype == torch.bool:
+        flat = flat.view(torch.uint8)
+    return flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
+
+
+def from_bytes(raw: bytes, shape, dtype) -> torch.Tensor:
+    buf = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
+    if dtype == torch.bool:
+        return buf.view(torch.bool).reshape(shape)
+    return buf.view(dtype).reshape(shape) if buf.numel() else torch.empty(shape, dtype=dtype)
+
+
+# A float's adversarial bit patterns: NaN payloads, +-0, +-inf, subnormals, extremes.
+SPECIAL_BITS = {
+    torch.float32: [0x7FC00001, 0xFFC12345, 0x7F800001, 0x80000000, 0x00000000, 0x7F800000,
+                    0xFF800000, 0x00000001, 0x807FFFFF, 0x7F7FFFFF],
+    torch.float64: [0x7FF8000000000001, 0xFFF0000000000001, 0x8000000000000000, 0x7FF0000000000000,
+                    0xFFF0000000000000, 0x0000000000000001, 0x800FFFFFFFFFFFFF],
+    torch.float16: [0x7E01, 0xFC01, 0x8000, 0x7C00, 0xFC00, 0x0001, 0x83FF],
+    torch.bfloat16: [0x7FC1, 0xFF81, 0x8000, 0x7F80, 0xFF80, 0x0001, 0x807F],
+}
+
+
+@st.composite
+def row_tensors(draw, dtype=None):
+    """A tensor of rows: any supported dtype, odd shapes, structured + random + special bits."""
+    dtype = dtype or draw(st.sampled_from(DTYPES))
+    n = draw(st.integers(0, 40))
+    trailing = draw(st.sampled_from([(), (1,), (3,), (7,), (16,), (33,), (2, 5), (65,), (0,)]))
+    shape = (n,) + trailing
+    size = math.prod(shape)
+    item = torch.empty((), dtype=dtype).element_size()
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    kind = draw(st.sampled_from(["random", "structured", "special", "constant"]))
+    if kind == "random":
+        raw = rng.integers(0, 256, size * item, dtype=np.uint8)
+    elif kind == "constant":
+        raw = np.tile(rng.integers(0, 256, item, dtype=np.uint8), size)
+    else:
+        # low-entropy values (the compressible case): small ints / narrow floats
+        if dtype.is_floating_point:
+            vals = torch.from_numpy(rng.normal(0, 0.1, size)).to(dtype)
+        elif dtype == torch.bool:
+            vals = torch.from_numpy(rng.random(size) < 0.2)
+        else:
+            vals = torch.from_numpy(rng.integers(0, 8, size)).to(dtype)
+        raw = np.frombuffer(as_bytes(vals), dtype=np.uint8).copy()
+        if kind == "special" and dtype in SPECIAL_BITS and size:
+            words = raw.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[item])
+            where = rng.random(size) < 0.3
+            words[where] = rng.choice(np.array(SPECIAL_BITS[dtype], dtype=words.dtype), where.sum())
+    if dtype == torch.bool:
+        raw = (raw & 1).astype(np.uint8)  # torch bools hold 0/1
+    return from_bytes(raw.tobytes(), shape, dtype)
+
+
+def roundtrip(codec, x):
+    ct = codec.encode(x)
+    y = codec.decode(ct)
+    assert y.dtype == x.dtype and tuple(y.shape) == tuple(x.shape)
+    assert as_bytes(y) == as_bytes(x)
+    return ct
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(x=row_tensors(), word_bits=st.sampled_from([None, 32, 64]),
+       threshold=st.sampled_from([None, 0.7, 0.95, 1.0, 0.5]))
+def test_roundtrip_bit_exact_fitted_on_same_data(x, word_bits, threshold):
+    codec = IBPCodec.fit(x, word_bits=word_bits, threshold=threshold)
+    roundtrip(codec, x)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), dtype=st.sampled_from(DTYPES), word_bits=st.sampled_from([32, 64]))
+def test_roundtrip_bit_exact_on_data_the_codec_never_saw(data, dtype, word_bits):
+    """A codec fitted on one group stays lossless on adversarial rows of the same shape."""
+    fit_on = data.draw(row_tensors(dtype=dtype))
+    other = data.draw(row_tensors(dtype=dtype))
+    other = other.reshape((-1,) + tuple(fit_on.shape[1:])) if (
+        other.numel() and fit_on[0:1].numel() and other.numel() % max(1, fit_on[0:1].numel()) == 0
+    ) else torch.zeros((3,) + tuple(fit_on.shape[1:]), dtype=dtype)
+    codec = IBPCodec.fit(fit_on, word_bits=word_bits)
+    roundtrip(codec, other.contiguous())
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_dtype_all_special_values(dtype):
+    rng = np.random.default_rng(1)
+    x = torch.from_numpy(rng.normal(0, 1, (257, 9))).to(dtype) if dtype.is_floating_point \
+        else torch.from_numpy(rng.integers(0, 100, (257, 9))).to(dtype)
+    if dtype in SPECIAL_BITS:
+        item = x.element_size()
+        bits = x.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[item])
+        specials = torch.tensor(np.array(SPECIAL_BITS[dtype], dtype=np.uint64).astype(np.int64))
+        bits.view(-1)[: len(specials)] = specials.to(bits.dtype)
+    for W in (32, 64):
+        roundtrip(IBPCodec.fit(x, word_bits=W), x)
+
+
+def test_format_worked_example():
+    """One row worked by hand from docs/format.md, so every decoder shares the same bits."""
+    # two uint32 words per row, W=32; column 0: top 24 bits invariant = 0; column 1: none
+    mask = np.array([0xFFFFFF00, 0x00000000], dtype=np.uint64)
+    bitval = np.array([0, 0], dtype=np.uint64)
+    codec = IBPCodec(dtype=torch.int32, row_shape=(2,), word_bits=32, mask=mask, bitval=bitval)
+    x = torch.tensor([[0x000000AB, 0x12345678],   # word 0 participates: 8 bits stored
+                      [0x010000AB, 0x12345678]],  # word 0 is an exception: 32 bits stored
+                     dtype=torch.int32)
+    ct = codec.encode(x)
+    # row 0: header 32 bits = 0b11 (both participate), then 0xAB (8 bits), then 0x12345678
+    # -> 32 + 8 + 32 = 72 bits = 9 bytes < 8 raw bytes? no: 9 >= 8, so row 0 is stored raw.
+    # row 1: header 0b10, 32 bits of word 0, 32 bits of word 1 -> 96 bits: raw too.
+    assert ct.row_lengths().tolist() == [8, 8]
+    # widen the rows so the header pays off: 4 words, columns 0..3 as column 0 above
+    mask4 = np.array([0xFFFFFF00] * 4, dtype=np.uint64)
+    codec4 = IBPCodec(dtype=torch.int32, row_shape=(4,), word_bits=32, mask=mask4,
+                      bitval=np.zeros(4, dtype=np.uint64))
+    y = torch.tensor([[0xAB, 0xCD, 0x01, 0x7FFFFFFF]], dtype=torch.int32)
+    ct4 = codec4.encode(y)
+    # header: words 0,1,2 participate (bits 0..2 set), word 3 does not -> 0b0111
+    # body: 0xAB, 0xCD, 0x01 as 8 bits each, then 0x7FFFFFFF as 32 bits
+    # -> 32 + 24 + 32 = 88 bits = 11 bytes
+    expected = bytes([0x07, 0, 0, 0, 0xAB, 0xCD, 0x01, 0xFF, 0xFF, 0xFF, 0x7F])
+    assert ct4.row_lengths().tolist() == [11]
+    assert ct4.payload[:11].numpy().tobytes() == expected
+    assert ct4.payload.numel() % 8 == 0 and ct4.payload.numel() >= 11 + PAYLOAD_TAIL
+    assert ct4.offsets.tolist() == [0, 11] and ct4.offsets.dtype == torch.int32
+    assert as_bytes(codec4.decode(ct4)) == as_bytes(y)
+
+
+def test_pdep_pext_match_bit_loop():
+    rng = np.random.default_rng(7)
+    masks = [0, 2**64 - 1, 0xAAAAAAAAAAAAAAAA, 0x5555555555555555, 0x8000000000000001, 0xFF00FF0]
+    masks += [int(v) for v in rng.integers(0, 2**63, 50, dtype=np.int64)]
+    for m in masks:
+        x = int(rng.integers(0, 2**63, dtype=np.int64)) * 2 + 1
+        positions = [b for b in range(64) if (m >> b) & 1]
+        c = sum(((x >> b) & 1) << k for k, b in enumerate(positions))
+        assert int(_pext(np.uint64(x), np.uint64(m))) == c
+        assert int(_pdep(np.uint64(c), np.uint64(m))) == x & m
+
+
+from numba import njit  # noqa: E402
+
+
+@njit
+def _pext(x, m):
+    return bitpack._pext(x, m)
+
+
+@njit
+def _pdep(x, m):
+    return bitpack._pdep(x, m)
+
+
+def test_random_bits_cost_at_most_documented_overhead():
+    """Incompressible rows are stored raw: payload + 4 bytes/row + 4 + at most 23 bytes."""
+    rng = np.random.default_rng(3)
+    x = torch.from_numpy(rng.integers(0, 2**32, (5000, 128), dtype=np.uint32).view(np.float32))
+    codec = IBPCodec.fit(x)
+    ct = roundtrip(codec, x)
+    assert ct.nbytes <= ct.raw_nbytes + 4 * (ct.n_rows + 1) + PAYLOAD_TAIL + 7
+    assert (ct.row_lengths() == ct.row_nbytes).all()  # every row raw
+
+
+def test_compressible_rows_shrink():
+    rng = np.random.default_rng(4)
+    x = torch.from_numpy(rng.normal(0, 0.05, (4000, 128)).astype(np.float32))
+    ct = roundtrip(IBPCodec.fit(x), x)
+    assert ct.fraction < 0.95
+
+
+def test_fit_picks_smallest_over_the_sweep():
+    rng = np.random.default_rng(5)
+    x = torch.from_numpy(rng.normal(0, 0.05, (3000, 64)).astype(np.float32))
+    best = IBPCodec.fit(x)
+    for W in (32, 64):
+        for t in (0.7, 0.8, 0.9, 0.95):
+            other = IBPCodec.fit(x, word_bits=W, threshold=t)
+            assert best.encode(x).payload.numel() <= other.encode(x).payload.numel() + 8
+
+
+def test_fit_reads_only_the_sample(monkeypatch):
+    x = torch.randn(20000, 16)
+    seen = []
+    real = bitpack.bit_counts
+
+    def spy(rows, W):
+        seen.append(rows.shape[0])
+        return real(rows, W)
+
+    monkeypatch.setattr(bitpack, "bit_counts", spy)
+    codec = IBPCodec.fit(x, sample_rows=500)
+    assert seen and all(n == 500 for n in seen)
+    roundtrip(codec, x)
+    # deterministic: the same seed gives the same state
+    assert IBPCodec.fit(x, sample_rows=500).fingerprint == codec.fingerprint
+
+
+def test_parallel_and_serial_kernels_agree(monkeypatch):
+    rng = np.random.default_rng(6)
+    x = torch.from_numpy(rng.normal(0, 0.1, (9000, 37)).astype(np.float32))
+    codec = IBPCodec.fit(x)
+    monkeypatch.setattr(bitpack, "PARALLEL_MIN_ROWS", 1)
+    par = codec.encode(x)
+    monkeypatch.setattr(bitpack, "PARALLEL_MIN_ROWS", 10**9)
+    ser = codec.encode(x)
+    assert torch.equal(par.payload, ser.payload) and torch.equal(par.offsets, ser.offsets)
+    assert as_bytes(codec.decode(par)) == as_bytes(x)
+
+
+@pytest.mark.parametrize("shape", [(0, 5), (5, 0), (0,), (0, 0)])
+def test_empty_tensors_work(shape):
+    x = torch.empty(shape)
+    codec = IBPCodec.fit(x)
+    ct = roundtrip(codec, x)
+    assert ct.n_rows == shape[0]
+
+
+def test_index_select_gathers_without_decoding():
+    rng = np.random.default_rng(8)
+    x = torch.from_numpy(rng.normal(0, 0.1, (500, 24)).astype(np.float32))
+    x[::7] = torch.from_numpy(rng.integers(0, 2**32, (72, 24), dtype=np.uint32).view(np.float32))
+    codec = IBPCodec.fit(x)
+    ct = codec.encode(x)
+    rows = torch.tensor([3, 7, 7, 499, 0, 14, 250])
+    sub = ct.index_select(rows)
+    assert sub.shape == (7, 24)
+    assert as_bytes(codec.decode(sub)) == as_bytes(x[rows])
+    assert sub.nbytes < 7 * 24 * 4 + 4 * 8 + 64
+    empty = ct.index_select(torch.empty(0, dtype=torch.int64))
+    assert codec.decode(empty).shape == (0, 24)
+    with pytest.raises(IndexError, match="rows contains 500"):
+        ct.index_select(torch.tensor([1, 500]))
+    with pytest.raises(IndexError, match="rows contains -1"):
+        ct.index_select(torch.tensor([-1]))
+    with pytest.raises(TypeError, match="rows must be a 1-d integer tensor"):
+        ct.index_select(torch.tensor([1.0]))
+
+
+def test_serialized_roundtrip_and_corruption():
+    x = torch.randn(100, 10)
+    codec = IBPCodec.fit(x)
+    ct = codec.encode(x)
+    blob = ct.to_bytes()
+    back = CompressedTensor.from_bytes(blob)
+    assert as_bytes(codec.decode(back)) == as_bytes(x)
+    broken = bytearray(blob)
+    broken[len(blob) // 2] ^= 0x10
+    with pytest.raises(CorruptPayloadError, match="checksum"):
+        CompressedTensor.from_bytes(bytes(broken))
+    with pytest.raises(CorruptPayloadError, match="checksum|truncated"):
+        CompressedTensor.from_bytes(blob[:-7])
+    with pytest.raises(CorruptPayloadError, match="truncated"):
+        CompressedTensor.from_bytes(blob[:5])
+    with pytest.raises(CorruptPayloadError, match="expected b'IBPG'"):
+        CompressedTensor.from_bytes(b"XXXX" + blob[4:])
+    newer = bytearray(blob)
+    newer[4] = 99
+    with pytest.raises(CorruptPayloadError, match="format version 99"):
+        CompressedTensor.from_bytes(bytes(newer))
+
+
+def test_corrupted_offsets_refused_not_decoded():
+    x = torch.randn(50, 10)
+    codec = IBPCodec.fit(x)
+    ct = codec.encode(x)
+    bad = ct.offsets.clone()
+    bad[10] = bad[11] + 1  # a negative length
+    from dataclasses import replace
+
+    with pytest.raises(CorruptPayloadError, match="row 9|row 10"):
+        codec.decode(replace(ct, offsets=bad))
+    with pytest.raises(CorruptPayloadError, match="payload has"):
+        codec.decode(replace(ct, payload=ct.payload[: int(ct.offsets[-1])]))
+
+
+def test_state_dict_and_blob_roundtrip():
+    x = torch.randn(300, 12, dtype=torch.float64)
+    codec = IBPCodec.fit(x)
+    ct = codec.encode(x)
+    for again in (IBPCodec.from_state_dict(codec.state_dict()), IBPCodec.from_bytes(codec.to_bytes())):
+        assert again.fingerprint == codec.fingerprint
+        assert as_bytes(again.decode(ct)) == as_bytes(x)
+    fresh = IBPCodec.fit(torch.randn(10, 12, dtype=torch.float64) * 1e6)
+    fresh.load_state_dict(codec.state_dict())
+    assert as_bytes(fresh.decode(ct)) == as_bytes(x)
+    assert codec.state_nbytes == 2 * codec.n_words * codec.word_bits // 8
+    old = codec.state_dict()
+    old["format_version"] = 0
+    with pytest.raises(CorruptPayloadError, match="format_version=0"):
+        IBPCodec.from_state_dict(old)
+    with pytest.raises(CorruptPayloadError, match="codec 'identity'"):
+        IBPCodec.from_state_dict(IdentityCodec.fit(x).state_dict())
+
+
+def test_mismatched_codec_refused():
+    x = torch.randn(100, 8)
+    a = IBPCodec.fit(x)
+    b = IBPCodec.fit(x * 1000)
+    ct = a.encode(x)
+    assert a.fingerprint != b.fingerprint
+    with pytest.raises(CodecMismatchError, match="fingerprint"):
+        b.decode(ct)
+    with pytest.raises(CodecMismatchError, match="'ibp'"):
+        IdentityCodec.fit(x).decode(ct)
+
+
+def test_bad_input_names_argument_value_and_accepted():
+    x = torch.randn(10, 4)
+    with pytest.raises(TypeError, match=r"dtype=torch.complex64 is not supported; accepted: float32"):
+        IBPCodec.fit(torch.zeros(3, 2, dtype=torch.complex64))
+    with pytest.raises(ValueError, match="0-d"):
+        IBPCodec.fit(torch.tensor(1.0))
+    with pytest.raises(ValueError, match="not contiguous"):
+        IBPCodec.fit(torch.randn(4, 6).t())
+    codec = IBPCodec.fit(x)
+    with pytest.raises(ValueError, match="not contiguous"):
+        codec.encode(torch.randn(4, 10).t())
+    with pytest.raises(TypeError, match="dtype=torch.float64; this codec was fitted on torch.float32"):
+        codec.encode(x.double())
+    with pytest.raises(ValueError, match=r"rows have shape \(5,\); .* \(4,\)"):
+        codec.encode(torch.randn(3, 5))
+    with pytest.raises(ValueError, match="word_bits=16"):
+        IBPCodec.fit(x, word_bits=16)
+    with pytest.raises(ValueError, match="threshold=1.5"):
+        IBPCodec.fit(x, threshold=1.5)
+    with pytest.raises(ValueError, match="sample_rows=0"):
+        IBPCodec.fit(x, sample_rows=0)
+    ct = codec.encode(x)
+    with pytest.raises(TypeError, match="out has dtype=torch.float64"):
+        codec.decode(ct, out=torch.empty(10, 4, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"out has shape \(10, 5\)"):
+        codec.decode(ct, out=torch.empty(10, 5))
+    out = torch.empty(10, 4)
+    assert codec.decode(ct, out=out) is out and torch.equal(out, x)
+
+
+def test_compressed_tensor_movement_and_sizes():
+    x = torch.randn(64, 16)
+    codec = IBPCodec.fit(x)
+    ct = codec.encode(x)
+    assert ct.nbytes == ct.payload.numel() + 4 * 65
+    assert ct.raw_nbytes == x.numel() * 4
+    shared = ct.share_memory_()
+    assert shared.payload.is_shared() and shared.offsets.is_shared()
+    moved = ct.to("cpu")
+    assert as_bytes(codec.decode(moved)) == as_bytes(x)
+
+
+def test_identity_codec_roundtrip_and_view():
+    x = torch.randn(20, 3, 2).to(torch.bfloat16)
+    codec = IdentityCodec.fit(x)
+    ct = codec.encode(x)
+    assert ct.offsets is None and ct.nbytes == ct.raw_nbytes
+    assert as_bytes(codec.decode(ct)) == as_bytes(x)
+    sub = ct.index_select(torch.tensor([4, 0, 19]))
+    assert as_bytes(codec.decode(sub)) == as_bytes(x[[4, 0, 19]])
+    assert IdentityCodec.from_state_dict(codec.state_dict()).fingerprint == codec.fingerprint
