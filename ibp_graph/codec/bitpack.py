@@ -6,6 +6,7 @@ decides which one a call uses.
 """
 from __future__ import annotations
 
+import os
 import sys
 
 import llvmlite.binding as llvm
@@ -38,6 +39,12 @@ def parallel_ok(n_rows: int) -> bool:
         return True
     return get_worker_info() is None
 
+
+# DataLoader workers are forked; numba's GNU OpenMP layer kills a child forked after it
+# ran. Unless the user chose a layer, use one that survives fork (TBB, or numba's own
+# workqueue). This must happen before the first parallel kernel runs.
+if "NUMBA_THREADING_LAYER" not in os.environ and numba.config.THREADING_LAYER == "default":
+    numba.config.THREADING_LAYER = "forksafe"
 
 if sys.byteorder != "little":  # pragma: no cover - the format is little-endian
     raise ImportError("ibp_graph.codec.bitpack needs a little-endian machine")

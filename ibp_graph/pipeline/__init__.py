@@ -1,0 +1,1 @@
+"""From seeds to a decoded batch: grouping, worker-side encode, main-side decode, stats."""

@@ -1,0 +1,104 @@
+"""Which codec each group of a batch gets: fitted once in the main process, shared with workers."""
+from __future__ import annotations
+
+from typing import Mapping, Union
+
+import numpy as np
+import torch
+
+from ..codec import IBPCodec, IdentityCodec
+from ..codec.base import Codec
+from .grouping import SCALAR_BLOCK, group_key, key_string
+
+CodecSpec = Union[str, Codec]
+CODEC_NAMES = ("ibp", "identity")
+#: rows of a table read to fit its group's codec.
+FIT_SAMPLE_ROWS = 65536
+
+
+def value_range_codec(dtype: torch.dtype, max_value: int) -> IBPCodec:
+    """IBP for non-negative integers below `max_value`: the high zero bits are invariant.
+
+    Values outside [0, max_value) are still exact: they become exceptions (all 64 bits).
+    """
+    bits = max(1, int(max_value - 1).bit_length()) if max_value > 1 else 1
+    W = 64 if torch.empty((), dtype=dtype).element_size() == 8 else 32
+    item_bits = 8 * torch.empty((), dtype=dtype).element_size()
+    per_word = W // item_bits
+    keep = (1 << min(bits, item_bits)) - 1
+    word_free = sum(keep << (item_bits * k) for k in range(per_word))
+    n_words = SCALAR_BLOCK * item_bits // W
+    mask = np.full(n_words, (~word_free) & (2**W - 1), dtype=np.uint64)
+    return IBPCodec(dtype=dtype, row_shape=(SCALAR_BLOCK,), word_bits=W, mask=mask,
+                    bitval=np.zeros(n_words, dtype=np.uint64), threshold=None)
+
+
+def _sample_rows(tables: list[torch.Tensor], limit: int, seed: int = 0) -> torch.Tensor:
+    """Random rows from each table (at most `limit` in all), concatenated."""
+    gen = torch.Generator().manual_seed(seed)
+    per = max(1, limit // len(tables))
+    parts = []
+    for t in tables:
+        n = t.shape[0]
+        pick = torch.randperm(n, generator=gen)[:per].sort().values if n > per else torch.arange(n)
+        parts.append(t.index_select(0, pick))
+    return torch.cat(parts).contiguous()
+
+
+def build_codecs(node_attrs: Mapping[str, torch.Tensor], edge_attrs: Mapping[str, torch.Tensor],
+                 *, num_nodes: int, num_edges: int, codec: CodecSpec = "ibp") -> dict[str, Codec]:
+    """One codec per group key of the batches a loader will produce.
+
+    `codec` is "ibp" (fitted on a sample of each table), "identity" (no compression), or a
+    fitted codec object, used for the row group whose dtype and row shape it matches.
+    """
+    if isinstance(codec, str) and codec not in CODEC_NAMES:
+        raise ValueError(f"codec={codec!r} is not accepted; use one of {CODEC_NAMES} or a codec object")
+    if not isinstance(codec, str) and not all(hasattr(codec, a) for a in ("encode", "decode", "fingerprint")):
+        raise TypeError(f"codec must be one of {CODEC_NAMES} or a codec object "
+                        f"(encode/decode/fingerprint), got {type(codec).__name__}")
+    tables: dict[str, list[torch.Tensor]] = {}
+    for name, t in list(node_attrs.items()) + list(edge_attrs.items()):
+        dtype, row_shape, scalar = group_key(name, t)
+        tables.setdefault(key_string(dtype, row_shape, scalar), []).append(t)
+    # the index group always exists: n_id, e_id, input_id and edge_index are int64
+    int64_key = key_string("int64", (), True)
+    tables.setdefault(int64_key, [])
+
+    codecs: dict[str, Codec] = {}
+    used_custom = False
+    for key, members in tables.items():
+        scalar = key.endswith("[*]")
+        dtype = members[0].dtype if members else torch.int64
+        row_shape = (SCALAR_BLOCK,) if scalar else tuple(members[0].shape[1:])
+        if codec == "identity":
+            codecs[key] = IdentityCodec(dtype=dtype, row_shape=row_shape)
+        elif not isinstance(codec, str) and not scalar and codec.dtype == dtype \
+                and tuple(codec.row_shape) == row_shape:
+            codecs[key] = codec
+            used_custom = True
+        elif key == int64_key:
+            # ids are below max(num_nodes, num_edges); labels and other int64 attributes
+            # are usually far smaller; anything else is stored exactly as an exception
+            top = max(num_nodes, num_edges, *[int(t.max()) + 1 for t in members if t.numel()])
+            codecs[key] = value_range_codec(torch.int64, top)
+        elif scalar:
+            flat = torch.cat([t.reshape(-1)[:FIT_SAMPLE_ROWS * SCALAR_BLOCK] for t in members])
+            n = flat.numel() // SCALAR_BLOCK
+            sample = flat[: n * SCALAR_BLOCK].reshape(n, SCALAR_BLOCK) if n else \
+                torch.zeros(1, SCALAR_BLOCK, dtype=dtype)
+            codecs[key] = IBPCodec.fit(sample.contiguous())
+        else:
+            codecs[key] = IBPCodec.fit(_sample_rows(members, FIT_SAMPLE_ROWS))
+    if not isinstance(codec, str) and not used_custom:
+        raise ValueError(f"codec {codec!r} matches no group of this data (dtype {codec.dtype}, rows "
+                         f"{tuple(codec.row_shape)}); groups: {sorted(tables)}")
+    return codecs
+
+
+def describe(codecs: Mapping[str, Codec]) -> str:
+    """One line per group: its codec."""
+    return "\n".join(f"{k}: {c!r}" for k, c in sorted(codecs.items()))
+
+
+__all__ = ["build_codecs", "value_range_codec", "describe", "CODEC_NAMES"]

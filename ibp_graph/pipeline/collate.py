@@ -1,0 +1,103 @@
+"""Main side: copy each encoded batch to the device and decode it, `prefetch` batches ahead.
+
+On a CUDA device the copy (from pinned memory) and the decode kernels run on a side
+stream, so they overlap the training step running on the current stream; each yielded
+tensor is handed over with an event wait and `record_stream`. Without a GPU the same
+stage decodes on the CPU.
+"""
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Iterator, Mapping, Optional
+
+import torch
+
+from ..codec.base import Codec
+from .stats import LoaderStats
+from .worker import EncodedBatch
+
+
+class DecodedBatch(dict):
+    """Named, decoded tensors of one batch plus its metadata (batch_size, sampled counts)."""
+
+    def __init__(self, tensors: Mapping[str, torch.Tensor], source: EncodedBatch):
+        super().__init__(tensors)
+        self.batch_size = source.batch_size
+        self.num_sampled_nodes = source.num_sampled_nodes
+        self.num_sampled_edges = source.num_sampled_edges
+
+
+class DecodeStage:
+    """Turns an iterator of EncodedBatches into DecodedBatches on `device`."""
+
+    def __init__(self, codecs: Mapping[str, Codec], device: torch.device, *, prefetch: int = 2,
+                 stats: Optional[LoaderStats] = None):
+        if not isinstance(prefetch, int) or prefetch < 0:
+            raise ValueError(f"prefetch={prefetch!r} is not accepted; use an int >= 0 (batches in flight)")
+        self.codecs = dict(codecs)
+        self.device = torch.device(device)
+        self.prefetch = prefetch
+        self.stats = stats if stats is not None else LoaderStats()
+        self._stream = None
+
+    def _count(self, batch: EncodedBatch) -> None:
+        self.stats.batches += 1
+        for key, ct in batch.groups.items():
+            self.stats.add_group(key, ct.raw_nbytes, ct.nbytes)
+        for stage, sec in batch.seconds.items():
+            self.stats.add_time(stage, sec)
+
+    def _split(self, batch: EncodedBatch, decoded: Mapping[str, torch.Tensor]) -> DecodedBatch:
+        tensors = {}
+        for key, t in decoded.items():
+            tensors.update(batch.layouts[key].split(t))
+        return DecodedBatch(tensors, batch)
+
+    # ---- CPU ------------------------------------------------------------------
+    def _cpu(self, batches: Iterator[EncodedBatch]) -> Iterator[DecodedBatch]:
+        for batch in batches:
+            self._count(batch)
+            t = time.perf_counter()
+            decoded = {k: self.codecs[k].decode(ct, device="cpu") for k, ct in batch.groups.items()}
+            self.stats.add_time("decode", time.perf_counter() - t)
+            yield self._split(batch, decoded)
+
+    # ---- CUDA -----------------------------------------------------------------
+    def _launch(self, batch: EncodedBatch):
+        """Queue copy + decode of one batch on the side stream; return what finishing needs."""
+        start, copied, done = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+        with torch.cuda.stream(self._stream):
+            start.record()
+            on_device = {k: ct.to(self.device, non_blocking=True) for k, ct in batch.groups.items()}
+            copied.record()
+            decoded = {k: self.codecs[k].decode(ct) for k, ct in on_device.items()}
+            done.record()
+        return batch, decoded, (start, copied, done)
+
+    def _finish(self, item) -> DecodedBatch:
+        batch, decoded, (start, copied, done) = item
+        current = torch.cuda.current_stream(self.device)
+        current.wait_event(done)
+        for t in decoded.values():
+            t.record_stream(current)
+        done.synchronize()  # event timing needs the batch finished; it is, or the step waits anyway
+        self.stats.add_time("copy", start.elapsed_time(copied) / 1e3)
+        self.stats.add_time("decode", copied.elapsed_time(done) / 1e3)
+        return self._split(batch, decoded)
+
+    def _cuda(self, batches: Iterator[EncodedBatch]) -> Iterator[DecodedBatch]:
+        if self._stream is None:
+            self._stream = torch.cuda.Stream(self.device)
+        pending: deque = deque()
+        for batch in batches:
+            self._count(batch)
+            pending.append(self._launch(batch))
+            if len(pending) > self.prefetch:
+                yield self._finish(pending.popleft())
+        while pending:
+            yield self._finish(pending.popleft())
+
+    def __call__(self, batches: Iterator[EncodedBatch]) -> Iterator[DecodedBatch]:
+        """Decode the batches, in order."""
+        return self._cuda(batches) if self.device.type == "cuda" else self._cpu(batches)

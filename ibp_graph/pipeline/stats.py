@@ -1,0 +1,79 @@
+"""Bytes and stage times of a loader: per group raw vs sent bytes, seconds per pipeline stage."""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from ..benchmarks.report import format_table
+
+#: pipeline stages in data-flow order; worker stages first.
+STAGES = ("sample", "gather", "encode", "copy", "decode")
+
+
+@dataclass
+class LoaderStats:
+    """Running totals over the batches a loader has produced (reset with reset())."""
+
+    batches: int = 0
+    raw_bytes: dict = field(default_factory=lambda: defaultdict(int))
+    sent_bytes: dict = field(default_factory=lambda: defaultdict(int))
+    seconds: dict = field(default_factory=lambda: defaultdict(float))
+
+    def add_group(self, key: str, raw: int, sent: int) -> None:
+        """Count one group of one batch."""
+        self.raw_bytes[key] += raw
+        self.sent_bytes[key] += sent
+
+    def add_time(self, stage: str, seconds: float) -> None:
+        """Add time spent in a stage (worker stages are summed over workers)."""
+        if stage not in STAGES:
+            raise ValueError(f"stage={stage!r} is unknown; stages: {STAGES}")
+        self.seconds[stage] += seconds
+
+    def reset(self) -> None:
+        """Forget everything counted so far."""
+        self.batches = 0
+        self.raw_bytes.clear()
+        self.sent_bytes.clear()
+        self.seconds.clear()
+
+    @property
+    def total_raw_bytes(self) -> int:
+        """Bytes the batches would have moved uncompressed."""
+        return sum(self.raw_bytes.values())
+
+    @property
+    def total_sent_bytes(self) -> int:
+        """Bytes the batches moved (payload plus per-row metadata)."""
+        return sum(self.sent_bytes.values())
+
+    @property
+    def fraction(self) -> float:
+        """Sent / raw over all groups (1.0 before the first batch)."""
+        raw = self.total_raw_bytes
+        return self.total_sent_bytes / raw if raw else 1.0
+
+    def as_dict(self) -> dict:
+        """Plain values for JSON."""
+        return {"batches": self.batches, "raw_bytes": dict(self.raw_bytes),
+                "sent_bytes": dict(self.sent_bytes), "seconds": dict(self.seconds),
+                "fraction": self.fraction}
+
+    def table(self) -> str:
+        """Two tables: bytes per group, and seconds per stage."""
+        rows = [{"group": k, "raw_mb": self.raw_bytes[k] / 1e6, "sent_mb": self.sent_bytes[k] / 1e6,
+                 "fraction": self.sent_bytes[k] / self.raw_bytes[k] if self.raw_bytes[k] else 1.0}
+                for k in sorted(self.raw_bytes)]
+        rows.append({"group": "total", "raw_mb": self.total_raw_bytes / 1e6,
+                     "sent_mb": self.total_sent_bytes / 1e6, "fraction": self.fraction})
+        bytes_t = format_table(rows, [("group", "group", "s"), ("raw_mb", "raw MB", ".2f"),
+                                      ("sent_mb", "sent MB", ".2f"), ("fraction", "fraction", ".4f")])
+        n = max(self.batches, 1)
+        times = [{"stage": s, "total": self.seconds.get(s, 0.0), "per_batch": self.seconds.get(s, 0.0) / n * 1e3}
+                 for s in STAGES]
+        time_t = format_table(times, [("stage", "stage", "s"), ("total", "seconds", ".3f"),
+                                      ("per_batch", "ms/batch", ".2f")])
+        return f"{self.batches} batches\n{bytes_t}\n\n{time_t}"
+
+    def __str__(self) -> str:
+        return self.table()

@@ -1,0 +1,208 @@
+"""CompressedNeighborLoader: PyG's NeighborLoader, with node features compressed on the way to the GPU."""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator, List, Optional, Union
+
+import torch
+from torch.utils.data import DataLoader
+
+from ibp_graph.codec.base import Codec
+from ibp_graph.pipeline.codecs import CodecSpec, build_codecs
+from ibp_graph.pipeline.collate import DecodeStage, DecodedBatch
+from ibp_graph.pipeline.stats import LoaderStats
+from ibp_graph.pipeline.worker import BatchProducer, BatchRequests
+from ibp_graph.sampling.graph import CSCGraph
+from ibp_graph.sampling.neighbor import NeighborSampler
+
+try:
+    from torch_geometric.data import Data
+except ImportError as e:  # pragma: no cover - exercised only without torch_geometric
+    raise ImportError("ibp_graph.loaders.pyg needs torch_geometric: pip install 'ibp-graph[pyg]'") from e
+
+#: DataLoader arguments the loader sets itself.
+_OWN_KWARGS = ("batch_size", "shuffle", "drop_last", "generator")
+_REFUSED_KWARGS = ("sampler", "batch_sampler", "collate_fn")
+
+
+class CompressedNeighborLoader(DataLoader):
+    """Drop-in for torch_geometric.loader.NeighborLoader that sends compressed rows to the device.
+
+    Arguments up to `directed` are NeighborLoader's, in its order; `codec`, `device` and
+    `prefetch` are ours. Options NeighborLoader has but this loader cannot honour raise
+    NotImplementedError naming them. Remaining keyword arguments go to DataLoader
+    (`batch_size`, `shuffle`, `drop_last`, `num_workers`, `persistent_workers`,
+    `pin_memory`, `prefetch_factor`, `timeout`, ...).
+    """
+
+    def __init__(
+        self,
+        data: Data,
+        num_neighbors: List[int],
+        input_nodes: Optional[torch.Tensor] = None,
+        input_time: Optional[torch.Tensor] = None,
+        replace: bool = False,
+        subgraph_type: str = "directional",
+        disjoint: bool = False,
+        temporal_strategy: str = "uniform",
+        time_attr: Optional[str] = None,
+        weight_attr: Optional[str] = None,
+        transform: Optional[Callable] = None,
+        transform_sampler_output: Optional[Callable] = None,
+        is_sorted: bool = False,
+        filter_per_worker: Optional[bool] = None,
+        neighbor_sampler: Optional[Any] = None,
+        directed: bool = True,
+        *,
+        codec: CodecSpec = "ibp",
+        device: Union[str, torch.device, None] = None,
+        prefetch: int = 2,
+        **kwargs: Any,
+    ):
+        unsupported = {
+            "input_time": input_time is not None, "subgraph_type": str(subgraph_type) != "directional"
+            and getattr(subgraph_type, "value", None) != "directional",
+            "disjoint": bool(disjoint), "temporal_strategy": temporal_strategy != "uniform",
+            "time_attr": time_attr is not None, "weight_attr": weight_attr is not None,
+            "transform_sampler_output": transform_sampler_output is not None,
+            "filter_per_worker": filter_per_worker is False, "neighbor_sampler": neighbor_sampler is not None,
+            "directed": directed is not True,
+        }
+        bad = [k for k, v in unsupported.items() if v]
+        if bad:
+            raise NotImplementedError(
+                f"CompressedNeighborLoader does not support {', '.join(bad)} (given "
+                f"{', '.join(f'{k}={locals()[k]!r}' for k in bad)}); it samples homogeneous graphs "
+                "uniformly with the directional subgraph, filtering in the workers")
+        for k in _REFUSED_KWARGS:
+            if k in kwargs:
+                raise NotImplementedError(f"{k}= is not supported: the loader builds its own batches "
+                                          "(pass batch_size, shuffle, drop_last, generator)")
+        if not isinstance(data, Data):
+            raise TypeError(f"data must be a torch_geometric.data.Data (homogeneous graph), got "
+                            f"{type(data).__name__}")
+        if data.edge_index is None:
+            raise ValueError("data.edge_index is missing; the loader samples from it")
+
+        batch_size = kwargs.pop("batch_size", 1)
+        shuffle = kwargs.pop("shuffle", False)
+        drop_last = kwargs.pop("drop_last", False)
+        generator = kwargs.pop("generator", None)
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size={batch_size!r} is not accepted; use an int >= 1")
+
+        num_nodes = int(data.num_nodes)
+        self.graph = CSCGraph.from_edge_index(data.edge_index, num_nodes)
+        self.sampler = NeighborSampler(self.graph, num_neighbors, replace=replace)
+        self.input_nodes = _input_nodes(input_nodes, num_nodes)
+        self.device = _device(device)
+        self.transform = transform
+        node_attrs, edge_attrs = _split_attrs(data, num_nodes)
+        self.codecs: dict[str, Codec] = build_codecs(node_attrs, edge_attrs, num_nodes=num_nodes,
+                                                      num_edges=self.graph.num_edges, codec=codec)
+        self.stats = LoaderStats()
+        self._stage = DecodeStage(self.codecs, self.device, prefetch=prefetch, stats=self.stats)
+        producer = BatchProducer(self.sampler, self.input_nodes, node_attrs, edge_attrs, self.codecs)
+
+        rank, world = 0, 1
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+        self.requests = BatchRequests(self.input_nodes.numel(), batch_size, shuffle=shuffle,
+                                      drop_last=drop_last, generator=generator, rank=rank,
+                                      world_size=world)
+        kwargs.setdefault("pin_memory", self.device.type == "cuda")
+        if kwargs.get("num_workers", 0) == 0:
+            kwargs.pop("persistent_workers", None) if not kwargs.get("persistent_workers") else None
+        self._warm_up(producer)
+        super().__init__(producer, batch_size=None, sampler=self.requests,
+                         collate_fn=_identity, **kwargs)
+
+    def _warm_up(self, producer: BatchProducer) -> None:
+        """Compile the kernels once here, so forked workers inherit them instead of each compiling."""
+        if self.input_nodes.numel():
+            from ibp_graph.pipeline.worker import BatchRequest
+
+            producer[BatchRequest(index=torch.arange(min(2, self.input_nodes.numel())), seed=0)]
+
+    def set_epoch(self, epoch: int) -> None:
+        """Distributed runs: a new shuffle of the input nodes, the same on every rank."""
+        self.requests.set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[Data]:
+        for batch in self._stage(_worker_errors(super().__iter__())):
+            yield self._to_data(batch)
+
+    def _to_data(self, batch: DecodedBatch) -> Data:
+        data = Data(**batch)
+        data.batch_size = batch.batch_size
+        data.num_sampled_nodes = batch.num_sampled_nodes
+        data.num_sampled_edges = batch.num_sampled_edges
+        return self.transform(data) if self.transform is not None else data
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(num_neighbors={self.sampler.num_neighbors}, "
+                f"batches={len(self)}, codecs={ {k: c.name for k, c in self.codecs.items()} }, "
+                f"device={self.device})")
+
+
+def _identity(batch):
+    return batch
+
+
+def _worker_errors(it: Iterator) -> Iterator:
+    """Re-raise DataLoader worker failures with the stage that failed named."""
+    try:
+        yield from it
+    except RuntimeError as e:
+        if "DataLoader worker" in str(e) and "exited unexpectedly" in str(e):
+            raise RuntimeError(f"CompressedNeighborLoader: a worker process died while sampling, "
+                               f"gathering or encoding a batch ({e})") from e
+        raise
+
+
+def _device(device) -> torch.device:
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"device={device!r} is not accepted; use 'cpu', 'cuda' or 'cuda:N'")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r} but torch sees no CUDA device; use device='cpu'")
+    return dev
+
+
+def _input_nodes(input_nodes, num_nodes: int) -> torch.Tensor:
+    """Seed node ids as int64: all nodes for None, the True positions of a boolean mask."""
+    if input_nodes is None:
+        return torch.arange(num_nodes)
+    if isinstance(input_nodes, (tuple, str)):
+        raise NotImplementedError(f"input_nodes={input_nodes!r}: heterogeneous node types are not supported")
+    t = torch.as_tensor(input_nodes)
+    if t.dtype == torch.bool:
+        if t.numel() != num_nodes:
+            raise ValueError(f"input_nodes is a boolean mask of {t.numel()} entries; the graph has "
+                             f"{num_nodes} nodes")
+        return t.nonzero().view(-1)
+    if t.dim() != 1 or t.dtype.is_floating_point:
+        raise TypeError(f"input_nodes must be None, a boolean mask or a 1-d tensor of node ids, got "
+                        f"dtype={t.dtype} shape={tuple(t.shape)}")
+    t = t.to(torch.int64)
+    if t.numel() and (int(t.min()) < 0 or int(t.max()) >= num_nodes):
+        bad = int(t.min()) if int(t.min()) < 0 else int(t.max())
+        raise IndexError(f"input_nodes contains node {bad}, outside [0, {num_nodes})")
+    return t.contiguous()
+
+
+def _split_attrs(data: Data, num_nodes: int) -> tuple[dict, dict]:
+    """Node-level and edge-level tensor attributes (everything but edge_index), contiguous, on CPU."""
+    num_edges = int(data.edge_index.shape[1])
+    node, edge = {}, {}
+    for key, value in data.items():
+        if key == "edge_index" or not isinstance(value, torch.Tensor) or value.dim() == 0:
+            continue
+        if value.device.type != "cpu":
+            raise ValueError(f"data.{key} is on {value.device}; the loader reads features from host memory")
+        if data.is_node_attr(key) and value.shape[0] == num_nodes:
+            node[key] = value.contiguous()
+        elif data.is_edge_attr(key) and value.shape[0] == num_edges:
+            edge[key] = value.contiguous()
+    return node, edge
