@@ -14,16 +14,18 @@ def _demo(argv: Sequence[str]) -> int:
 
 def _bench(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(prog="ibp-graph bench")
-    p.add_argument("what", choices=["codec"], help="which benchmark")
+    p.add_argument("what", choices=["codec", "loader"], help="which benchmark")
     a, rest = p.parse_known_args(argv)
-    from .benchmarks.codec import main
-
+    if a.what == "codec":
+        from .benchmarks.codec import main
+    else:
+        from .benchmarks.loader import main
     return main(rest)
 
 
 COMMANDS = {
     "demo": (_demo, "encode and decode a generated papers100M-like feature table; print fraction and speed"),
-    "bench": (_bench, "run a benchmark (codec): prints a table, writes JSON"),
+    "bench": (_bench, "run a benchmark (codec, loader): prints a table, writes JSON"),
 }
 
 

@@ -7,6 +7,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from ibp_graph.codec.base import Codec
+from ibp_graph.data.store import EncodedTable
 from ibp_graph.pipeline.codecs import CodecSpec, build_codecs
 from ibp_graph.pipeline.collate import DecodeStage, DecodedBatch
 from ibp_graph.pipeline.stats import LoaderStats
@@ -26,6 +27,10 @@ _REFUSED_KWARGS = ("sampler", "batch_sampler", "collate_fn")
 
 class CompressedNeighborLoader(DataLoader):
     """Drop-in for torch_geometric.loader.NeighborLoader that sends compressed rows to the device.
+
+    `data` is a homogeneous `Data` (node attributes may be tensors or pre-encoded
+    `EncodedTable`s), or a tuple `(features, graph)`: a dict of node attributes (tensors
+    or EncodedTables) and a `CSCGraph`, e.g. a prepared data set read from disk.
 
     Arguments up to `directed` are NeighborLoader's, in its order; `codec`, `device` and
     `prefetch` are ours. Options NeighborLoader has but this loader cannot honour raise
@@ -58,30 +63,28 @@ class CompressedNeighborLoader(DataLoader):
         prefetch: int = 2,
         **kwargs: Any,
     ):
-        unsupported = {
-            "input_time": input_time is not None, "subgraph_type": str(subgraph_type) != "directional"
-            and getattr(subgraph_type, "value", None) != "directional",
-            "disjoint": bool(disjoint), "temporal_strategy": temporal_strategy != "uniform",
-            "time_attr": time_attr is not None, "weight_attr": weight_attr is not None,
-            "transform_sampler_output": transform_sampler_output is not None,
-            "filter_per_worker": filter_per_worker is False, "neighbor_sampler": neighbor_sampler is not None,
-            "directed": directed is not True,
-        }
-        bad = [k for k, v in unsupported.items() if v]
+        given = {"input_time": input_time, "subgraph_type": subgraph_type, "disjoint": disjoint,
+                 "temporal_strategy": temporal_strategy, "time_attr": time_attr,
+                 "weight_attr": weight_attr, "transform_sampler_output": transform_sampler_output,
+                 "filter_per_worker": filter_per_worker, "neighbor_sampler": neighbor_sampler,
+                 "directed": directed}
+        honoured = {"input_time": None, "subgraph_type": "directional", "disjoint": False,
+                    "temporal_strategy": "uniform", "time_attr": None, "weight_attr": None,
+                    "transform_sampler_output": None, "neighbor_sampler": None, "directed": True}
+        bad = [k for k, v in honoured.items()
+               if getattr(given[k], "value", given[k]) != v and given[k] is not v]
+        if filter_per_worker is False:
+            bad.append("filter_per_worker")
         if bad:
             raise NotImplementedError(
-                f"CompressedNeighborLoader does not support {', '.join(bad)} (given "
-                f"{', '.join(f'{k}={locals()[k]!r}' for k in bad)}); it samples homogeneous graphs "
+                f"CompressedNeighborLoader does not support "
+                f"{', '.join(f'{k}={given[k]!r}' for k in bad)}; it samples homogeneous graphs "
                 "uniformly with the directional subgraph, filtering in the workers")
         for k in _REFUSED_KWARGS:
             if k in kwargs:
                 raise NotImplementedError(f"{k}= is not supported: the loader builds its own batches "
                                           "(pass batch_size, shuffle, drop_last, generator)")
-        if not isinstance(data, Data):
-            raise TypeError(f"data must be a torch_geometric.data.Data (homogeneous graph), got "
-                            f"{type(data).__name__}")
-        if data.edge_index is None:
-            raise ValueError("data.edge_index is missing; the loader samples from it")
+        graph, node_attrs, edge_attrs = _graph_and_attrs(data)
 
         batch_size = kwargs.pop("batch_size", 1)
         shuffle = kwargs.pop("shuffle", False)
@@ -90,13 +93,12 @@ class CompressedNeighborLoader(DataLoader):
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size={batch_size!r} is not accepted; use an int >= 1")
 
-        num_nodes = int(data.num_nodes)
-        self.graph = CSCGraph.from_edge_index(data.edge_index, num_nodes)
+        num_nodes = graph.num_nodes
+        self.graph = graph
         self.sampler = NeighborSampler(self.graph, num_neighbors, replace=replace)
         self.input_nodes = _input_nodes(input_nodes, num_nodes)
         self.device = _device(device)
         self.transform = transform
-        node_attrs, edge_attrs = _split_attrs(data, num_nodes)
         self.codecs: dict[str, Codec] = build_codecs(node_attrs, edge_attrs, num_nodes=num_nodes,
                                                       num_edges=self.graph.num_edges, codec=codec)
         self.stats = LoaderStats()
@@ -192,11 +194,32 @@ def _input_nodes(input_nodes, num_nodes: int) -> torch.Tensor:
     return t.contiguous()
 
 
-def _split_attrs(data: Data, num_nodes: int) -> tuple[dict, dict]:
-    """Node-level and edge-level tensor attributes (everything but edge_index), contiguous, on CPU."""
+def _graph_and_attrs(data) -> tuple[CSCGraph, dict, dict]:
+    """The graph to sample from, and node- and edge-level attributes (contiguous, on the CPU)."""
+    if isinstance(data, tuple):
+        if len(data) != 2 or not isinstance(data[1], CSCGraph) or not hasattr(data[0], "items"):
+            raise TypeError("data as a tuple must be (features: dict of node attributes, graph: CSCGraph), "
+                            f"got {tuple(type(d).__name__ for d in data)}")
+        graph = data[1]
+        node = {}
+        for key, value in data[0].items():
+            _check_attr(key, value, graph.num_nodes)
+            node[key] = value if isinstance(value, EncodedTable) else value.contiguous()
+        return graph, node, {}
+    if not isinstance(data, Data):
+        raise TypeError(f"data must be a torch_geometric.data.Data (homogeneous graph) or a "
+                        f"(features, CSCGraph) tuple, got {type(data).__name__}")
+    if data.edge_index is None:
+        raise ValueError("data.edge_index is missing; the loader samples from it")
+    num_nodes = int(data.num_nodes)
     num_edges = int(data.edge_index.shape[1])
+    graph = CSCGraph.from_edge_index(data.edge_index, num_nodes)
     node, edge = {}, {}
     for key, value in data.items():
+        if isinstance(value, EncodedTable):
+            _check_attr(key, value, num_nodes)
+            node[key] = value
+            continue
         if key == "edge_index" or not isinstance(value, torch.Tensor) or value.dim() == 0:
             continue
         if value.device.type != "cpu":
@@ -205,4 +228,14 @@ def _split_attrs(data: Data, num_nodes: int) -> tuple[dict, dict]:
             node[key] = value.contiguous()
         elif data.is_edge_attr(key) and value.shape[0] == num_edges:
             edge[key] = value.contiguous()
-    return node, edge
+    return graph, node, edge
+
+
+def _check_attr(key: str, value, num_nodes: int) -> None:
+    """A node attribute must be a CPU tensor or an EncodedTable with one row per node."""
+    if not isinstance(value, (torch.Tensor, EncodedTable)):
+        raise TypeError(f"features[{key!r}] must be a tensor or an EncodedTable, got {type(value).__name__}")
+    if isinstance(value, torch.Tensor) and value.device.type != "cpu":
+        raise ValueError(f"features[{key!r}] is on {value.device}; the loader reads features from host memory")
+    if value.shape[0] != num_nodes:
+        raise ValueError(f"features[{key!r}] has {value.shape[0]} rows; the graph has {num_nodes} nodes")

@@ -51,21 +51,28 @@ def build_codecs(node_attrs: Mapping[str, torch.Tensor], edge_attrs: Mapping[str
 
     `codec` is "ibp" (fitted on a sample of each table), "identity" (no compression), or a
     fitted codec object, used for the row group whose dtype and row shape it matches.
+    Attributes given as EncodedTables keep the codec they were encoded with.
     """
     if isinstance(codec, str) and codec not in CODEC_NAMES:
         raise ValueError(f"codec={codec!r} is not accepted; use one of {CODEC_NAMES} or a codec object")
     if not isinstance(codec, str) and not all(hasattr(codec, a) for a in ("encode", "decode", "fingerprint")):
         raise TypeError(f"codec must be one of {CODEC_NAMES} or a codec object "
                         f"(encode/decode/fingerprint), got {type(codec).__name__}")
+    from ..data.store import EncodedTable
+    from .worker import store_key
+
     tables: dict[str, list[torch.Tensor]] = {}
+    codecs: dict[str, Codec] = {}
     for name, t in list(node_attrs.items()) + list(edge_attrs.items()):
+        if isinstance(t, EncodedTable):
+            codecs[store_key(name)] = t.codec  # encoded once, with its own codec
+            continue
         dtype, row_shape, scalar = group_key(name, t)
         tables.setdefault(key_string(dtype, row_shape, scalar), []).append(t)
     # the index group always exists: n_id, e_id, input_id and edge_index are int64
     int64_key = key_string("int64", (), True)
     tables.setdefault(int64_key, [])
 
-    codecs: dict[str, Codec] = {}
     used_custom = False
     for key, members in tables.items():
         scalar = key.endswith("[*]")

@@ -12,9 +12,15 @@ from typing import Mapping, Optional
 import numpy as np
 import torch
 
-from ..codec.base import Codec, CompressedTensor
+from ..codec.base import Codec, CompressedTensor, dtype_name
+from ..data.store import EncodedTable
 from ..sampling.neighbor import NeighborSampler
-from .grouping import GroupLayout, group_tensors
+from .grouping import GroupLayout, Member, group_tensors
+
+
+def store_key(name: str) -> str:
+    """Group key of a node attribute served from a pre-encoded EncodedTable."""
+    return f"{name}@store"
 
 
 @dataclass(frozen=True)
@@ -70,13 +76,18 @@ class BatchProducer(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return int(self.input_nodes.numel())
 
-    def gather(self, req: BatchRequest) -> tuple[dict[str, torch.Tensor], dict, dict[str, float]]:
-        """The batch's uncompressed tensors (NeighborLoader's fields), metadata and stage times."""
+    def gather(self, req: BatchRequest):
+        """The batch's tensors (NeighborLoader's fields), rows of pre-encoded tables, metadata, times."""
         t0 = time.perf_counter()
         seeds = self.input_nodes[req.index]
         out = self.sampler.sample(seeds, seed=req.seed)
         t1 = time.perf_counter()
-        tensors = {name: table.index_select(0, out.node) for name, table in self.node_attrs.items()}
+        tensors, stored = {}, {}
+        for name, table in self.node_attrs.items():
+            if isinstance(table, EncodedTable):
+                stored[name] = table.index_select(out.node)  # compressed rows, no encode
+            else:
+                tensors[name] = table.index_select(0, out.node)
         tensors.update({name: table.index_select(0, out.edge) for name, table in self.edge_attrs.items()})
         tensors["edge_index"] = torch.stack([out.row, out.col])
         tensors["n_id"] = out.node
@@ -85,12 +96,17 @@ class BatchProducer(torch.utils.data.Dataset):
         t2 = time.perf_counter()
         meta = {"batch_size": int(req.index.numel()), "num_sampled_nodes": list(out.num_sampled_nodes),
                 "num_sampled_edges": list(out.num_sampled_edges)}
-        return tensors, meta, {"sample": t1 - t0, "gather": t2 - t1}
+        return tensors, stored, meta, {"sample": t1 - t0, "gather": t2 - t1}
 
     def __getitem__(self, req: BatchRequest) -> EncodedBatch:
-        tensors, meta, seconds = self.gather(req)
+        tensors, stored, meta, seconds = self.gather(req)
         t = time.perf_counter()
         groups, layouts = {}, {}
+        for name, ct in stored.items():
+            key = store_key(name)
+            groups[key] = ct
+            layouts[key] = GroupLayout(key, dtype_name(ct.dtype), ct.row_shape, False,
+                                       (Member(name, tuple(ct.shape), 0),))
         for key, (layout, data) in group_tensors(tensors).items():
             codec = self.codecs.get(key)
             if codec is None:

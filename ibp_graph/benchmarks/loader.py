@@ -1,0 +1,117 @@
+"""Loader benchmark: batches/s, bytes per batch and stage times, ibp vs identity vs pre-encoded store.
+
+All variants run in one process on the same generated graph, the same seeds and the
+same worker count, so their ratios are meaningful on a shared machine.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+
+from ..data.store import EncodedTable
+from ..data.synthetic import make_family
+from .report import format_table, write_json
+
+VARIANTS = ("identity", "ibp", "ibp-store")
+COLUMNS = [
+    ("variant", "variant", "s"), ("batches_per_s", "batches/s", ".2f"),
+    ("speedup", "vs identity", ".3f"), ("mb_per_batch", "MB sent/batch", ".2f"),
+    ("raw_mb_per_batch", "MB raw/batch", ".2f"), ("fraction", "fraction", ".4f"),
+    ("sample_ms", "sample ms", ".1f"), ("gather_ms", "gather ms", ".1f"),
+    ("encode_ms", "encode ms", ".1f"), ("copy_ms", "copy ms", ".2f"), ("decode_ms", "decode ms", ".1f"),
+]
+
+
+def power_law_graph(num_nodes: int, avg_degree: int, seed: int = 0) -> torch.Tensor:
+    """edge_index with Zipf-like source popularity (a few hubs, many leaves), uniform targets."""
+    rng = np.random.default_rng(seed)
+    e = num_nodes * avg_degree
+    src = (rng.pareto(1.2, e) * num_nodes / 50).astype(np.int64) % num_nodes
+    dst = rng.integers(0, num_nodes, e)
+    return torch.from_numpy(np.stack([src, dst]))
+
+
+def run(*, num_nodes: int = 200_000, avg_degree: int = 15, batch_size: int = 512,
+        num_neighbors: Sequence[int] = (10, 5), batches: int = 30, num_workers: int = 1,
+        device: str = "cpu", out: Optional[str] = "bench_out/loader.json", quiet: bool = False) -> list[dict]:
+    """Time `batches` batches of each variant; print the table, write JSON."""
+    from torch_geometric.data import Data
+
+    from ..loaders.pyg import CompressedNeighborLoader
+
+    t = time.perf_counter()
+    x = make_family("embedding_f32", num_nodes)
+    y = torch.randint(0, 172, (num_nodes,), generator=torch.Generator().manual_seed(0))
+    edge_index = power_law_graph(num_nodes, avg_degree)
+    store = EncodedTable.encode(x, progress=False)
+    if not quiet:
+        print(f"graph: {num_nodes:,} nodes, {edge_index.shape[1]:,} edges, x {tuple(x.shape)} float32 "
+              f"(store fraction {store.fraction:.4f}); built in {time.perf_counter() - t:.1f} s", flush=True)
+    rows = []
+    for variant in VARIANTS:
+        data = Data(x=store if variant == "ibp-store" else x, y=y, edge_index=edge_index, num_nodes=num_nodes)
+        codec = "identity" if variant == "identity" else "ibp"
+        torch.manual_seed(0)
+        loader = CompressedNeighborLoader(data, list(num_neighbors), batch_size=batch_size, shuffle=True,
+                                          num_workers=num_workers, codec=codec, device=device,
+                                          persistent_workers=num_workers > 0)
+        it = iter(loader)
+        next(it)  # start workers, first batch
+        loader.stats.reset()
+        t = time.perf_counter()
+        n = 0
+        for _ in range(batches):
+            batch = next(it, None)
+            if batch is None:
+                break
+            n += 1
+        if device != "cpu":
+            torch.cuda.synchronize()
+        wall = time.perf_counter() - t
+        del it
+        s = loader.stats
+        per = max(s.batches, 1)
+        rows.append({
+            "variant": variant, "batches": n, "seconds": wall, "batches_per_s": n / wall,
+            "mb_per_batch": s.total_sent_bytes / per / 1e6, "raw_mb_per_batch": s.total_raw_bytes / per / 1e6,
+            "fraction": s.fraction, **{f"{k}_ms": s.seconds.get(k, 0.0) / per * 1e3
+                                       for k in ("sample", "gather", "encode", "copy", "decode")},
+        })
+        if not quiet:
+            print(f"  {variant}: {n / wall:.2f} batches/s", flush=True)
+    base = rows[0]["batches_per_s"]
+    for r in rows:
+        r["speedup"] = r["batches_per_s"] / base
+    if not quiet:
+        print(f"\nCompressedNeighborLoader, batch {batch_size}, fan-out {list(num_neighbors)}, "
+              f"{num_workers} worker(s), device {device}; worker stage times are per batch per worker")
+        print(format_table(rows, COLUMNS))
+    if out:
+        path = write_json(out, {"benchmark": "loader", "num_nodes": num_nodes, "avg_degree": avg_degree,
+                                "batch_size": batch_size, "num_neighbors": list(num_neighbors),
+                                "num_workers": num_workers, "device": device, "results": rows})
+        if not quiet:
+            print(f"\nwrote {path}")
+    return rows
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Command line of `ibp-graph bench loader` and scripts/bench_loader.py."""
+    p = argparse.ArgumentParser(prog="ibp-graph bench loader", description=__doc__)
+    p.add_argument("--num-nodes", type=int, default=200_000)
+    p.add_argument("--avg-degree", type=int, default=15)
+    p.add_argument("--batch-size", type=int, default=512)
+    p.add_argument("--num-neighbors", type=int, nargs="+", default=[10, 5])
+    p.add_argument("--batches", type=int, default=30, help="timed batches per variant")
+    p.add_argument("--num-workers", type=int, default=1)
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--out", default="bench_out/loader.json")
+    a = p.parse_args(argv)
+    run(num_nodes=a.num_nodes, avg_degree=a.avg_degree, batch_size=a.batch_size,
+        num_neighbors=a.num_neighbors, batches=a.batches, num_workers=a.num_workers,
+        device=a.device, out=a.out)
+    return 0

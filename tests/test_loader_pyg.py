@@ -1,0 +1,268 @@
+"""CompressedNeighborLoader: PyG semantics, lossless batches, workers, faults, training parity."""
+import os
+import signal
+
+import numpy as np
+import pytest
+import torch
+from torch_geometric.data import Data
+
+from ibp_graph.codec import IBPCodec
+from ibp_graph.loaders.pyg import CompressedNeighborLoader
+from ibp_graph.pipeline.worker import BatchRequests
+
+
+def make_graph(num_nodes=3000, num_edges=30000, dim=24, seed=0):
+    """A random graph whose features name their node: x[i] is i (float32, exact below 2**24)."""
+    g = torch.Generator().manual_seed(seed)
+    edge_index = torch.randint(0, num_nodes, (2, num_edges), generator=g)
+    x = torch.arange(num_nodes, dtype=torch.float32).unsqueeze(1).repeat(1, dim)
+    x[:, 1:] += torch.randn(num_nodes, dim - 1, generator=g) * 0.1  # compressible noise
+    y = torch.randint(0, 7, (num_nodes,), generator=g)
+    edge_attr = torch.randn(num_edges, 3, generator=g)
+    return Data(x=x, y=y, edge_index=edge_index, edge_attr=edge_attr, num_nodes=num_nodes)
+
+
+def check_batch(batch, data, input_nodes):
+    assert torch.equal(batch.x, data.x[batch.n_id])  # bit for bit
+    assert torch.equal(batch.x[:, 0].long(), batch.n_id)  # the features name their node
+    assert torch.equal(batch.y, data.y[batch.n_id])
+    assert torch.equal(batch.n_id[: batch.batch_size], input_nodes[batch.input_id])
+    src, dst = batch.n_id[batch.edge_index[0]], batch.n_id[batch.edge_index[1]]
+    assert torch.equal(data.edge_index[:, batch.e_id], torch.stack([src, dst]))
+    assert torch.equal(batch.edge_attr, data.edge_attr[batch.e_id])
+    assert sum(batch.num_sampled_nodes) == batch.n_id.numel()
+    assert sum(batch.num_sampled_edges) == batch.e_id.numel()
+    assert batch.num_sampled_nodes[0] == batch.batch_size
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_batches_are_exact_and_follow_pyg_semantics(num_workers):
+    data = make_graph()
+    input_nodes = torch.arange(0, 3000, 3)
+    loader = CompressedNeighborLoader(data, [5, 3], input_nodes=input_nodes, batch_size=128,
+                                      shuffle=True, num_workers=num_workers)
+    seen = []
+    for batch in loader:
+        check_batch(batch, data, input_nodes)
+        assert batch.x.device.type == "cpu"
+        seen.append(batch.input_id)
+    assert len(seen) == len(loader) == 8
+    assert torch.equal(torch.cat(seen).sort().values, torch.arange(1000))  # every seed once
+    assert loader.stats.batches == 8
+    assert loader.stats.fraction < 1.0
+    assert set(loader.stats.sent_bytes) == {"float32[24]", "float32[3]", "int64[*]"}
+    assert "sample" in loader.stats.table() and "int64[*]" in str(loader.stats)
+
+
+def test_ibp_and_identity_give_identical_batches():
+    data = make_graph()
+    out = {}
+    for codec in ("ibp", "identity"):
+        torch.manual_seed(42)
+        loader = CompressedNeighborLoader(data, [4, 4], batch_size=200, shuffle=True, codec=codec)
+        out[codec] = list(loader)
+        assert loader.stats.fraction == pytest.approx(1.0, abs=0.02) if codec == "identity" else True
+    assert len(out["ibp"]) == len(out["identity"])
+    for a, b in zip(out["ibp"], out["identity"]):
+        for key in ("x", "y", "n_id", "e_id", "edge_index", "input_id", "edge_attr"):
+            assert torch.equal(a[key], b[key]), key
+    # another seed samples differently
+    torch.manual_seed(7)
+    other = next(iter(CompressedNeighborLoader(data, [4, 4], batch_size=200, shuffle=True)))
+    assert not torch.equal(other.n_id, out["ibp"][0].n_id)
+
+
+def test_fanout_all_and_boolean_mask_input():
+    data = make_graph(num_nodes=500, num_edges=3000)
+    mask = torch.zeros(500, dtype=torch.bool)
+    mask[::5] = True
+    loader = CompressedNeighborLoader(data, [-1], input_nodes=mask, batch_size=50)
+    for batch in loader:
+        check_batch(batch, data, mask.nonzero().view(-1))
+        seeds = batch.n_id[: batch.batch_size]
+        indeg = torch.bincount(data.edge_index[1], minlength=500)
+        assert batch.num_sampled_edges[0] == int(indeg[seeds].sum())
+
+
+def test_persistent_workers_and_breaking_out_of_an_epoch():
+    data = make_graph()
+    loader = CompressedNeighborLoader(data, [3], batch_size=100, shuffle=True, num_workers=2,
+                                      persistent_workers=True)
+    for i, batch in enumerate(loader):
+        if i == 2:
+            break
+    count = 0
+    for batch in loader:
+        check_batch(batch, data, torch.arange(3000))
+        count += 1
+    assert count == len(loader) == 30
+
+
+def test_unsupported_options_raise_naming_them():
+    data = make_graph(num_nodes=100, num_edges=500)
+    with pytest.raises(NotImplementedError, match="disjoint"):
+        CompressedNeighborLoader(data, [2], disjoint=True)
+    with pytest.raises(NotImplementedError, match="time_attr"):
+        CompressedNeighborLoader(data, [2], time_attr="t")
+    with pytest.raises(NotImplementedError, match="subgraph_type"):
+        CompressedNeighborLoader(data, [2], subgraph_type="induced")
+    with pytest.raises(NotImplementedError, match="collate_fn"):
+        CompressedNeighborLoader(data, [2], collate_fn=lambda b: b)
+    with pytest.raises(ValueError, match="codec='zstd' is not accepted"):
+        CompressedNeighborLoader(data, [2], codec="zstd")
+    with pytest.raises(IndexError, match="input_nodes contains node 100"):
+        CompressedNeighborLoader(data, [2], input_nodes=torch.tensor([1, 100]))
+    with pytest.raises(ValueError, match="batch_size=0"):
+        CompressedNeighborLoader(data, [2], batch_size=0)
+    with pytest.raises(ValueError, match="prefetch=-1"):
+        CompressedNeighborLoader(data, [2], prefetch=-1)
+
+
+class FailingCodec(IBPCodec):
+    """Raises (or kills its process) when asked to encode inside a worker."""
+
+    mode = "raise"
+
+    def encode(self, tensor):
+        if torch.utils.data.get_worker_info() is not None:
+            if self.mode == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            raise ValueError("encoder exploded on purpose")
+        return super().encode(tensor)
+
+
+def failing_codec(data, mode):
+    base = IBPCodec.fit(data.x)
+    codec = FailingCodec.from_state_dict(base.state_dict())
+    codec.mode = mode
+    return codec
+
+
+def test_worker_exception_reaches_main_with_traceback():
+    data = make_graph(num_nodes=400, num_edges=2000)
+    loader = CompressedNeighborLoader(data, [2], batch_size=50, num_workers=1,
+                                      codec=failing_codec(data, "raise"))
+    with pytest.raises(ValueError, match="encoder exploded on purpose") as info:
+        next(iter(loader))
+    assert "DataLoader worker process" in str(info.value)
+    assert "in encode" in str(info.value)  # the worker's traceback travels with it
+
+
+def test_killed_worker_gives_clear_error_without_hanging():
+    data = make_graph(num_nodes=400, num_edges=2000)
+    loader = CompressedNeighborLoader(data, [2], batch_size=50, num_workers=1, timeout=120,
+                                      codec=failing_codec(data, "kill"))
+    with pytest.raises(RuntimeError, match="worker process died"):
+        next(iter(loader))
+
+
+def _shm_state():
+    shm = len(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else 0
+    fds = len(os.listdir(f"/proc/{os.getpid()}/fd"))
+    return shm, fds
+
+
+@pytest.mark.slow
+def test_no_shared_memory_leak_over_1000_batches():
+    data = make_graph(num_nodes=2000, num_edges=10000, dim=8)
+    loader = CompressedNeighborLoader(data, [2], batch_size=2, num_workers=2, shuffle=True,
+                                      input_nodes=torch.arange(2000))
+    shm0, fds0 = _shm_state()
+    n = 0
+    for batch in loader:
+        n += 1
+    del batch
+    shm1, fds1 = _shm_state()
+    assert n == 1000
+    assert shm1 <= shm0 and fds1 <= fds0 + 4, (shm0, shm1, fds0, fds1)
+
+
+def test_requests_split_across_ranks():
+    ranks = [list(BatchRequests(103, 10, shuffle=True, drop_last=False, rank=r, world_size=3))
+             for r in range(3)]
+    ids = [torch.cat([q.index for q in reqs]) for reqs in ranks]
+    assert all(t.numel() == 34 for t in ids)
+    joined = torch.cat(ids)
+    assert joined.unique().numel() == joined.numel()  # disjoint
+    again = list(BatchRequests(103, 10, shuffle=True, drop_last=False, rank=1, world_size=3))
+    assert torch.equal(torch.cat([q.index for q in again]), ids[1])  # same order on every call
+
+
+def train_losses(codec, epochs=2):
+    from torch_geometric.nn import SAGEConv
+
+    data = make_graph(num_nodes=1500, num_edges=12000, dim=16, seed=3)
+    data.x = data.x / 1500.0
+    torch.manual_seed(0)
+
+    class SAGE(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1 = SAGEConv(16, 32)
+            self.c2 = SAGEConv(32, 7)
+
+        def forward(self, x, edge_index):
+            return self.c2(self.c1(x, edge_index).relu(), edge_index)
+
+    model = SAGE()
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    loader = CompressedNeighborLoader(data, [5, 5], batch_size=150, shuffle=True, codec=codec)
+    losses = []
+    for _ in range(epochs):
+        for batch in loader:
+            opt.zero_grad()
+            out = model(batch.x, batch.edge_index)[: batch.batch_size]
+            loss = torch.nn.functional.cross_entropy(out, batch.y[: batch.batch_size])
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    return losses
+
+
+def test_training_losses_identical_with_and_without_compression():
+    torch.use_deterministic_algorithms(True)
+    try:
+        with_ibp = train_losses("ibp")
+        without = train_losses("identity")
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert len(with_ibp) == 20
+    assert with_ibp == without  # exactly, not approximately
+    assert np.mean(with_ibp[-5:]) < np.mean(with_ibp[:5])  # it does learn something
+
+
+def test_pre_encoded_store_gives_the_same_batches_without_encoding():
+    from ibp_graph.data.store import EncodedTable
+    from ibp_graph.sampling.graph import CSCGraph
+
+    data = make_graph()
+    table = EncodedTable.encode(data.x)
+    torch.manual_seed(3)
+    plain = list(CompressedNeighborLoader(data, [4, 2], batch_size=300, shuffle=True))
+    graph = CSCGraph.from_edge_index(data.edge_index, data.num_nodes)
+    for source in ((({"x": table, "y": data.y}), graph),
+                   Data(x=table, y=data.y, edge_index=data.edge_index, edge_attr=data.edge_attr,
+                        num_nodes=data.num_nodes)):
+        torch.manual_seed(3)
+        loader = CompressedNeighborLoader(source, [4, 2], batch_size=300, shuffle=True, num_workers=1)
+        stored = list(loader)
+        assert len(stored) == len(plain)
+        for a, b in zip(plain, stored):
+            for key in ("x", "y", "n_id", "e_id", "edge_index", "input_id"):
+                assert torch.equal(a[key], b[key]), key
+        assert "x@store" in loader.stats.sent_bytes
+        assert loader.codecs["x@store"] is table.codec
+
+
+def test_bad_feature_store_input():
+    from ibp_graph.sampling.graph import CSCGraph
+
+    data = make_graph(num_nodes=100, num_edges=400)
+    graph = CSCGraph.from_edge_index(data.edge_index, 100)
+    with pytest.raises(ValueError, match=r"features\['x'\] has 99 rows; the graph has 100 nodes"):
+        CompressedNeighborLoader(({"x": data.x[:99]}, graph), [2])
+    with pytest.raises(TypeError, match=r"features\['x'\] must be a tensor or an EncodedTable"):
+        CompressedNeighborLoader(({"x": [1, 2]}, graph), [2])
+    with pytest.raises(TypeError, match="data must be a torch_geometric.data.Data"):
+        CompressedNeighborLoader("graph.pt", [2])
