@@ -1,0 +1,1 @@
+"""Feature tables: synthetic generators and data set loaders."""
