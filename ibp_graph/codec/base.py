@@ -239,6 +239,25 @@ class CompressedTensor:
                 f"nbytes={self.nbytes}, raw_nbytes={self.raw_nbytes}, device={self.device})")
 
 
+def check_out(out: Optional[torch.Tensor], shape: Sequence[int], dtype: torch.dtype,
+              device: torch.device) -> torch.Tensor:
+    """Validate a caller's output buffer for a decoded tensor, or allocate one."""
+    if out is None:
+        return torch.empty(tuple(shape), dtype=dtype, device=device)
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
+    if out.dtype != dtype:
+        raise TypeError(f"out has dtype={out.dtype}; accepted: {dtype} (the decoded dtype)")
+    if tuple(out.shape) != tuple(shape):
+        raise ValueError(f"out has shape {tuple(out.shape)}; accepted: {tuple(shape)}")
+    if out.device != torch.device(device):
+        raise ValueError(f"out is on {out.device}; accepted: a tensor on {device}")
+    if not out.is_contiguous():
+        raise ValueError(f"out is not contiguous (strides {tuple(out.stride())}); accepted: a "
+                         "contiguous tensor")
+    return out
+
+
 def _check_index(rows, n_rows: int, argname: str) -> np.ndarray:
     """Validate a 1-d integer row index against n_rows; return it as int64 numpy."""
     if isinstance(rows, np.ndarray):

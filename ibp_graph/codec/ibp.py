@@ -18,6 +18,7 @@ from .base import (
     Device,
     as_row_bytes,
     check_compressed,
+    check_out,
     check_rows_tensor,
     dtype_from_name,
     dtype_name,
@@ -217,7 +218,7 @@ class IBPCodec:
             raise ValueError(f"device={device!r} is not supported; use 'cpu' or a CUDA device")
         if ct.device.type != "cpu":
             ct = ct.to("cpu")
-        out = _check_out(out, ct.shape, self.dtype, torch.device("cpu"))
+        out = check_out(out, ct.shape, self.dtype, torch.device("cpu"))
         if ct.n_rows and self.row_nbytes:
             _check_offsets(ct)
             bitpack.decode_rows(ct.payload.numpy(), ct.offsets.numpy(), as_row_bytes(out),
@@ -281,23 +282,6 @@ class IBPCodec:
         from .format import state_from_bytes
 
         return cls.from_state_dict(state_from_bytes(blob))
-
-
-def _check_out(out: Optional[torch.Tensor], shape, dtype, device) -> torch.Tensor:
-    """Validate a caller's output buffer, or allocate one."""
-    if out is None:
-        return torch.empty(shape, dtype=dtype, device=device)
-    if not isinstance(out, torch.Tensor):
-        raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
-    if out.dtype != dtype:
-        raise TypeError(f"out has dtype={out.dtype}; the decoded tensor is {dtype}")
-    if tuple(out.shape) != tuple(shape):
-        raise ValueError(f"out has shape {tuple(out.shape)}; the decoded tensor has shape {tuple(shape)}")
-    if out.device != device:
-        raise ValueError(f"out is on {out.device}; decoding writes to {device}")
-    if not out.is_contiguous():
-        raise ValueError("out is not contiguous; pass a contiguous buffer")
-    return out
 
 
 def _check_offsets(ct: CompressedTensor) -> None:

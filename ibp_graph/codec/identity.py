@@ -13,6 +13,7 @@ from .base import (
     CorruptPayloadError,
     Device,
     check_compressed,
+    check_out,
     check_rows_tensor,
     dtype_from_name,
     dtype_name,
@@ -82,9 +83,7 @@ class IdentityCodec:
         result = from_row_bytes(payload, ct.shape, self.dtype)
         if out is None:
             return result
-        from .ibp import _check_out
-
-        _check_out(out, ct.shape, self.dtype, target).copy_(result)
+        check_out(out, ct.shape, self.dtype, target).copy_(result)
         return out
 
     def fetch(self, table: CompressedTensor, index: torch.Tensor, *,
@@ -92,14 +91,12 @@ class IdentityCodec:
         """Zero-copy gather of raw rows `index` from a pinned host table into GPU memory."""
         self.check(table, "table")
         from ..cuda.decode import gather_rows
-        from .ibp import _check_out
-
         rows = table.payload[: table.raw_nbytes].view(table.n_rows, table.row_nbytes)
         got = gather_rows(rows, index)
         result = from_row_bytes(got.reshape(-1), (got.shape[0],) + self.row_shape, self.dtype)
         if out is None:
             return result
-        _check_out(out, result.shape, self.dtype, result.device).copy_(result)
+        check_out(out, result.shape, self.dtype, result.device).copy_(result)
         return out
 
     def state_dict(self) -> dict:

@@ -24,6 +24,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from ..codec.base import check_out
 from . import runtime as rt
 from .runtime import I32, I64, PTR
 
@@ -135,6 +136,16 @@ def _describe(t: torch.Tensor) -> str:
     return f"dtype={t.dtype}, shape={tuple(t.shape)}, device={t.device}{pinned}"
 
 
+def _index_on(index: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """The index, contiguous, on the kernel's device (a CPU index is copied over)."""
+    if index.device != device:
+        if index.is_cuda:
+            raise ValueError(f"index is on {index.device} but the kernel runs on {device}; "
+                             f"accepted: {device} or the CPU")
+        index = index.to(device, non_blocking=index.is_pinned())
+    return index.contiguous()
+
+
 def _need_tensor(t, argname: str) -> torch.Tensor:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{argname} must be a torch.Tensor, got {type(t).__name__}")
@@ -192,22 +203,6 @@ def _target_device(index: torch.Tensor, out: Optional[torch.Tensor], *others) ->
         raise rt.CudaUnavailableError("no CUDA device is available (torch.cuda.is_available() "
                                       "is False); GPU decoding needs one")
     return torch.device("cuda", torch.cuda.current_device())
-
-
-def _check_out(out, shape: tuple, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    if out is None:
-        return torch.empty(shape, dtype=dtype, device=device)
-    out = _need_tensor(out, "out")
-    if out.dtype != dtype:
-        raise TypeError(f"out has dtype={out.dtype}; accepted: {dtype} (the decoded dtype)")
-    if tuple(out.shape) != tuple(shape):
-        raise ValueError(f"out has shape {tuple(out.shape)}; accepted: {tuple(shape)}")
-    if out.device != device:
-        raise ValueError(f"out is on {out.device}; accepted: a tensor on {device}")
-    if not out.is_contiguous():
-        raise ValueError(f"out is not contiguous (strides {tuple(out.stride())}); accepted: a "
-                         "contiguous tensor")
-    return out
 
 
 def _operand_pointer(t: torch.Tensor, argname: str, device: torch.device) -> int:
@@ -321,7 +316,7 @@ def decode_ibp(codec, ct, out: Optional[torch.Tensor] = None, *, check: bool = T
     if ct.offsets.device != device:
         raise ValueError(f"ct.offsets is on {ct.offsets.device} but ct.payload on {device}; "
                          "accepted: both on the same GPU")
-    out = _check_out(out, tuple(ct.shape), codec.dtype, device)
+    out = check_out(out, tuple(ct.shape), codec.dtype, device)
     if ct.n_rows == 0 or codec.row_nbytes == 0:
         return out
     err = _error_slots(device)
@@ -347,14 +342,9 @@ def fetch_ibp(codec, table, index: torch.Tensor, out: Optional[torch.Tensor] = N
     device = _target_device(index, out, table.payload, table.offsets)
     payload_ptr = _operand_pointer(table.payload, "table.payload", device)
     offsets_ptr = _operand_pointer(table.offsets, "table.offsets", device)
-    if index.device != device:
-        if index.is_cuda:
-            raise ValueError(f"index is on {index.device} but the kernel runs on {device}; "
-                             f"accepted: {device} or the CPU")
-        index = index.to(device, non_blocking=index.is_pinned())
-    index = index.contiguous()
+    index = _index_on(index, device)
     n_out = index.shape[0]
-    out = _check_out(out, (n_out,) + tuple(codec.row_shape), codec.dtype, device)
+    out = check_out(out, (n_out,) + tuple(codec.row_shape), codec.dtype, device)
     if n_out == 0 or codec.row_nbytes == 0:
         if check and n_out and table.n_rows == 0:
             raise IndexError(f"index[0] = {int(index[0])} is out of range for table with 0 rows")
@@ -381,15 +371,10 @@ def gather_rows(table: torch.Tensor, index: torch.Tensor, out: Optional[torch.Te
     index = _check_index(index)
     device = _target_device(index, out, table)
     table_ptr = _operand_pointer(table, "table", device)
-    if index.device != device:
-        if index.is_cuda:
-            raise ValueError(f"index is on {index.device} but the kernel runs on {device}; "
-                             f"accepted: {device} or the CPU")
-        index = index.to(device, non_blocking=index.is_pinned())
-    index = index.contiguous()
+    index = _index_on(index, device)
     n_out = index.shape[0]
     row_shape = tuple(table.shape[1:])
-    out = _check_out(out, (n_out,) + row_shape, table.dtype, device)
+    out = check_out(out, (n_out,) + row_shape, table.dtype, device)
     row_nbytes = math.prod(row_shape) * table.element_size()
     n_rows = table.shape[0]
     if n_out == 0 or row_nbytes == 0:
