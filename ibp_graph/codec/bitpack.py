@@ -6,7 +6,6 @@ decides which one a call uses.
 """
 from __future__ import annotations
 
-import os
 import sys
 
 import llvmlite.binding as llvm
@@ -17,6 +16,7 @@ from numba import njit, prange
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
+from ..threads import use_parallel
 from .base import PAYLOAD_TAIL
 
 _U8 = np.uint64(8)
@@ -30,21 +30,9 @@ PARALLEL_MIN_ROWS = 2048
 
 
 def parallel_ok(n_rows: int) -> bool:
-    """Whether to use the parallel kernels: enough rows, >1 thread, not inside a DataLoader worker."""
-    if n_rows < PARALLEL_MIN_ROWS or numba.get_num_threads() < 2:
-        return False
-    try:
-        from torch.utils.data import get_worker_info
-    except ImportError:  # pragma: no cover - torch is a dependency
-        return True
-    return get_worker_info() is None
+    """Whether to use the parallel kernels (see ibp_graph.threads)."""
+    return use_parallel(n_rows, PARALLEL_MIN_ROWS)
 
-
-# DataLoader workers are forked; numba's GNU OpenMP layer kills a child forked after it
-# ran. Unless the user chose a layer, use one that survives fork (TBB, or numba's own
-# workqueue). This must happen before the first parallel kernel runs.
-if "NUMBA_THREADING_LAYER" not in os.environ and numba.config.THREADING_LAYER == "default":
-    numba.config.THREADING_LAYER = "forksafe"
 
 if sys.byteorder != "little":  # pragma: no cover - the format is little-endian
     raise ImportError("ibp_graph.codec.bitpack needs a little-endian machine")

@@ -1,0 +1,169 @@
+"""Compressed sparse column (CSC) graph: the in-edges of every node, for neighbour sampling."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Union
+
+import numba
+import numpy as np
+import torch
+
+__all__ = ["CSCGraph"]
+
+ArrayLike = Union[torch.Tensor, np.ndarray]
+
+_FORMAT = "ibp_graph.csc"
+_FORMAT_VERSION = 1
+_FILES = ("indptr", "indices", "e_id")
+
+
+@numba.njit(cache=True, nogil=True)
+def _counting_sort_by_dst(src, dst, num_nodes):
+    """Stable counting sort of edges by destination: returns (indptr, indices, e_id)."""
+    num_edges = dst.shape[0]
+    indptr = np.zeros(num_nodes + 1, dtype=np.int64)
+    for e in range(num_edges):
+        indptr[dst[e] + 1] += 1
+    for v in range(num_nodes):
+        indptr[v + 1] += indptr[v]
+    fill = indptr[:-1].copy()
+    indices = np.empty(num_edges, dtype=np.int64)
+    e_id = np.empty(num_edges, dtype=np.int64)
+    for e in range(num_edges):
+        p = fill[dst[e]]
+        fill[dst[e]] = p + 1
+        indices[p] = src[e]
+        e_id[p] = e
+    return indptr, indices, e_id
+
+
+def _as_numpy(name: str, value: ArrayLike) -> np.ndarray:
+    if isinstance(value, torch.Tensor):
+        if value.device.type != "cpu":
+            raise ValueError(f"{name} must be on the CPU, got device {value.device}")
+        return value.detach().numpy()
+    if isinstance(value, np.ndarray):
+        return value
+    raise TypeError(
+        f"{name} must be a torch.Tensor or numpy.ndarray, got {type(value).__name__}")
+
+
+def _check_int(name: str, value: object, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int >= {minimum}, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value}")
+    return int(value)
+
+
+@dataclass(frozen=True, eq=False)
+class CSCGraph:
+    """A directed graph stored by destination, so a node's in-neighbours are one slice.
+
+    ``indices[indptr[v]:indptr[v + 1]]`` are the sources of the edges pointing to ``v``
+    (PyG's ``edge_index[0]`` where ``edge_index[1] == v``, in original edge order) and
+    ``e_id`` holds, for each CSC position, the edge's column in the original
+    ``edge_index``. All three are int64 numpy arrays (possibly read-only memory maps).
+    """
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    e_id: np.ndarray
+
+    def __post_init__(self) -> None:
+        for name in _FILES:
+            arr = getattr(self, name)
+            if not isinstance(arr, np.ndarray) or arr.dtype != np.int64 or arr.ndim != 1:
+                raise TypeError(
+                    f"{name} must be a 1-d int64 numpy array, got "
+                    f"{type(arr).__name__} {getattr(arr, 'dtype', '')} "
+                    f"{getattr(arr, 'shape', '')}")
+        if self.indptr.shape[0] < 1:
+            raise ValueError("indptr must have num_nodes + 1 >= 1 entries, got 0")
+        if self.e_id.shape != self.indices.shape:
+            raise ValueError(
+                f"e_id must have one entry per edge ({self.indices.shape[0]}), "
+                f"got {self.e_id.shape[0]}")
+        first, last = int(self.indptr[0]), int(self.indptr[-1])
+        if first != 0 or last != self.indices.shape[0]:
+            raise ValueError(
+                f"indptr must start at 0 and end at num_edges={self.indices.shape[0]}, "
+                f"got indptr[0]={first}, indptr[-1]={last}")
+
+    @property
+    def num_nodes(self) -> int:
+        return self.indptr.shape[0] - 1
+
+    @property
+    def num_edges(self) -> int:
+        return self.indices.shape[0]
+
+    def in_degree(self) -> np.ndarray:
+        """Number of in-edges of every node (int64, length ``num_nodes``)."""
+        return np.diff(self.indptr)
+
+    @classmethod
+    def from_edge_index(cls, edge_index: ArrayLike, num_nodes: int) -> "CSCGraph":
+        """Build from PyG's ``2 x E`` ``edge_index`` (row 0 = source, row 1 = destination)."""
+        num_nodes = _check_int("num_nodes", num_nodes, minimum=0)
+        ei = _as_numpy("edge_index", edge_index)
+        if ei.dtype == np.bool_ or not np.issubdtype(ei.dtype, np.integer):
+            raise TypeError(
+                f"edge_index must have an integer dtype (int32 or int64), got {ei.dtype}")
+        if ei.ndim != 2 or ei.shape[0] != 2:
+            raise ValueError(
+                f"edge_index must have shape (2, num_edges), got {tuple(ei.shape)}")
+        src = np.ascontiguousarray(ei[0], dtype=np.int64)
+        dst = np.ascontiguousarray(ei[1], dtype=np.int64)
+        if src.size:
+            lo = int(min(src.min(), dst.min()))
+            hi = int(max(src.max(), dst.max()))
+            if lo < 0 or hi >= num_nodes:
+                bad = lo if lo < 0 else hi
+                raise ValueError(
+                    f"edge_index contains node id {bad}, outside the valid range "
+                    f"[0, {num_nodes}) for num_nodes={num_nodes}")
+        indptr, indices, e_id = _counting_sort_by_dst(src, dst, num_nodes)
+        return cls(indptr, indices, e_id)
+
+    def save(self, directory: Union[str, os.PathLike]) -> Path:
+        """Write ``indptr.npy``, ``indices.npy``, ``e_id.npy`` and ``meta.json`` to a folder."""
+        path = Path(directory)
+        path.mkdir(parents=True, exist_ok=True)
+        for name in _FILES:
+            np.save(path / f"{name}.npy", np.ascontiguousarray(getattr(self, name)))
+        meta = {"format": _FORMAT, "version": _FORMAT_VERSION,
+                "num_nodes": self.num_nodes, "num_edges": self.num_edges}
+        (path / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, directory: Union[str, os.PathLike], *, mmap: bool = True) -> "CSCGraph":
+        """Read a folder written by :meth:`save`; ``mmap=True`` maps the arrays read-only."""
+        path = Path(directory)
+        meta_path = path / "meta.json"
+        if not meta_path.is_file():
+            raise FileNotFoundError(
+                f"directory {str(path)!r} holds no meta.json; expected a folder written "
+                f"by CSCGraph.save")
+        meta = json.loads(meta_path.read_text())
+        if meta.get("format") != _FORMAT or meta.get("version") != _FORMAT_VERSION:
+            raise ValueError(
+                f"directory {str(path)!r} has format {meta.get('format')!r} version "
+                f"{meta.get('version')!r}; expected {_FORMAT!r} version {_FORMAT_VERSION}")
+        arrays = {name: np.load(path / f"{name}.npy", mmap_mode="r" if mmap else None,
+                                allow_pickle=False)
+                  for name in _FILES}
+        graph = cls(**arrays)
+        if graph.num_nodes != meta["num_nodes"] or graph.num_edges != meta["num_edges"]:
+            raise ValueError(
+                f"directory {str(path)!r}: arrays hold {graph.num_nodes} nodes and "
+                f"{graph.num_edges} edges, meta.json says {meta['num_nodes']} and "
+                f"{meta['num_edges']}")
+        return graph
+
+    def __repr__(self) -> str:
+        return f"CSCGraph(num_nodes={self.num_nodes}, num_edges={self.num_edges})"

@@ -1,0 +1,429 @@
+"""Multi-hop uniform neighbour sampling with the node/edge layout of PyG's NeighborLoader.
+
+Layout of one :class:`SamplerOutput` (that of pyg-lib's ``neighbor_sample`` with
+``csc=True``, directed, non-disjoint, which PyG's NeighborLoader uses by default):
+
+* ``node`` lists the seeds first, exactly as given (duplicates kept, so
+  ``node[:len(seeds)] == seeds`` and ``batch_size == len(seeds)``), then, hop by hop,
+  every node seen for the first time, in the order of the edges that reach it.
+* Each frontier position is sampled on its own. A seed given twice is therefore sampled
+  twice, independently, and each copy is the destination (``col``) of its own edges,
+  as in pyg-lib. A sampled neighbour equal to a repeated seed maps to the seed's
+  *first* position (pyg-lib picks the first or the last depending on graph size).
+* Edges are listed hop by hop, frontier position by frontier position, and within one
+  position in CSC order (increasing edge id for a graph from
+  ``CSCGraph.from_edge_index``), whether sampled or taken whole; pyg-lib leaves sampled
+  edges in draw order. ``row`` is the local source (the sampled in-neighbour), ``col``
+  the local destination (the frontier node), ``edge`` the column in ``edge_index``.
+
+Randomness is a counter-based hash of (seed, hop, frontier position), so the output
+depends only on ``seed`` and the inputs, never on the number of numba threads.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Union
+
+import numba
+import numpy as np
+import torch
+from numba import prange
+
+from ..threads import use_parallel
+from .graph import CSCGraph
+
+__all__ = ["NeighborSampler", "SamplerOutput"]
+
+_MASK64 = (1 << 64) - 1
+_GOLDEN_INT = 0x9E3779B97F4A7C15
+_GOLDEN = np.uint64(_GOLDEN_INT)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
+
+# Frontier nodes handled by one parallel task; results do not depend on it.
+_CHUNK = 64
+# Up to this many draws, Floyd's algorithm checks repeats by a linear scan;
+# above it, by a per-task open-addressing hash set.
+_SCAN_MAX_K = 32
+
+
+# ----------------------------------------------------------------------------------
+# Random numbers: splitmix64 finaliser used as a counter-based generator.
+
+def _mix64_py(z: int) -> int:
+    z &= _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+def _hop_key(seed: int, hop: int) -> np.uint64:
+    return np.uint64(_mix64_py(_mix64_py(seed) ^ _mix64_py((hop + 1) * _GOLDEN_INT)))
+
+
+@numba.njit(cache=True, inline="always")
+def _mix64(z):
+    z = (z ^ (z >> _S30)) * _M1
+    z = (z ^ (z >> _S27)) * _M2
+    return z ^ (z >> _S31)
+
+
+@numba.njit(cache=True, inline="always")
+def _draw(state, bound):
+    """Advance a splitmix64 state; return (new state, integer uniform in [0, bound))."""
+    state = state + _GOLDEN
+    return state, np.int64(_mix64(state) % np.uint64(bound))
+
+
+# ----------------------------------------------------------------------------------
+# Kernels.
+
+@numba.njit(cache=True, inline="always")
+def _slot(u, shift):
+    """Fibonacci hashing: the top (64 - shift) bits of u * golden ratio."""
+    return np.int64((np.uint64(u) * _GOLDEN) >> np.uint64(shift))
+
+
+@numba.njit(cache=True, inline="always")
+def _set_add(table, mask, shift, r):
+    """Add r >= 0 to an open-addressing set (-1 = empty); False if it was there."""
+    h = _slot(r, shift)
+    while table[h] != -1:
+        if table[h] == r:
+            return False
+        h = (h + 1) & mask
+    table[h] = r
+    return True
+
+
+@numba.njit(cache=True, inline="always")
+def _sort_range(a, lo, hi):
+    """Sort a[lo:hi] in place (insertion sort for the short ranges of a fan-out)."""
+    if hi - lo > _SCAN_MAX_K:
+        a[lo:hi].sort()
+        return
+    for i in range(lo + 1, hi):
+        x = a[i]
+        j = i - 1
+        while j >= lo and a[j] > x:
+            a[j + 1] = a[j]
+            j -= 1
+        a[j + 1] = x
+
+
+@numba.njit(cache=True, nogil=True)
+def _sample_range(indptr, indices, e_id, frontier, offsets, k, replace, hop_key, pos0,
+                  src_out, eid_out, lo, hi):
+    """Sample the in-edges of frontier[lo:hi] into their slices of src_out / eid_out.
+
+    The node at frontier index i (local id pos0 + i) gets its own random stream, so the
+    result does not depend on how the frontier is split among threads.
+    """
+    use_hash = (not replace) and k > _SCAN_MAX_K
+    table_bits = 0
+    if use_hash:
+        while (1 << table_bits) < 2 * k:
+            table_bits += 1
+    table = np.empty(1 << table_bits, dtype=np.int64)
+    table_mask = (1 << table_bits) - 1
+    table_shift = 64 - table_bits
+    for i in range(lo, hi):
+        o = offsets[i]
+        cnt = offsets[i + 1] - o
+        if cnt == 0:
+            continue
+        v = frontier[i]
+        start = indptr[v]
+        deg = indptr[v + 1] - start
+        if k < 0 or ((not replace) and k >= deg):
+            for j in range(deg):                   # whole neighbourhood, CSC order
+                src_out[o + j] = j
+        else:
+            state = _mix64(hop_key + np.uint64(pos0 + i) * _GOLDEN)
+            if replace:
+                for j in range(cnt):
+                    state, r = _draw(state, deg)
+                    src_out[o + j] = r
+            elif not use_hash:                     # Floyd, repeats by linear scan
+                m = 0
+                for j in range(deg - k, deg):
+                    state, r = _draw(state, j + 1)
+                    for q in range(m):
+                        if src_out[o + q] == r:
+                            r = j
+                            break
+                    src_out[o + m] = r
+                    m += 1
+            else:                                  # Floyd, repeats by hash set
+                table[:] = -1
+                m = 0
+                for j in range(deg - k, deg):
+                    state, r = _draw(state, j + 1)
+                    if not _set_add(table, table_mask, table_shift, r):
+                        r = j                      # j is never in the set yet
+                        _set_add(table, table_mask, table_shift, r)
+                    src_out[o + m] = r
+                    m += 1
+            _sort_range(src_out, o, o + cnt)       # canonical order: CSC order
+        for q in range(cnt):                       # relative position -> ids
+            p = start + src_out[o + q]
+            src_out[o + q] = indices[p]
+            eid_out[o + q] = e_id[p]
+
+
+@numba.njit(cache=True, parallel=True, nogil=True)
+def _sample_hop_parallel(indptr, indices, e_id, frontier, offsets, k, replace, hop_key,
+                         pos0, src_out, eid_out):
+    n = frontier.shape[0]
+    for c in prange((n + _CHUNK - 1) // _CHUNK):
+        _sample_range(indptr, indices, e_id, frontier, offsets, k, replace, hop_key, pos0,
+                      src_out, eid_out, c * _CHUNK, min(n, (c + 1) * _CHUNK))
+
+
+@numba.njit(cache=True, nogil=True)
+def _sample_hop_serial(indptr, indices, e_id, frontier, offsets, k, replace, hop_key,
+                       pos0, src_out, eid_out):
+    _sample_range(indptr, indices, e_id, frontier, offsets, k, replace, hop_key, pos0,
+                  src_out, eid_out, 0, frontier.shape[0])
+
+
+# Global id -> local id: open addressing with linear probing in one int64 array of
+# (key, value) pairs, key -1 = empty; kept at most half full by doubling.
+
+@numba.njit(cache=True, nogil=True)
+def _table_new(min_entries):
+    bits = 4
+    while (1 << bits) < 2 * min_entries:
+        bits += 1
+    return np.full(2 << bits, -1, dtype=np.int64), 64 - bits
+
+
+@numba.njit(cache=True, nogil=True)
+def _table_grow(table, shift):
+    size = table.shape[0] // 2
+    new, new_shift = _table_new(size)
+    mask = new.shape[0] // 2 - 1
+    for s in range(size):
+        key = table[2 * s]
+        if key != -1:
+            h = _slot(key, new_shift)
+            while new[2 * h] != -1:
+                h = (h + 1) & mask
+            new[2 * h] = key
+            new[2 * h + 1] = table[2 * s + 1]
+    return new, new_shift
+
+
+@numba.njit(cache=True, nogil=True)
+def _table_put_seeds(seeds):
+    """A table mapping each seed to its position (the first one, for a repeated seed)."""
+    table, shift = _table_new(max(16, 4 * seeds.shape[0]))
+    mask = table.shape[0] // 2 - 1
+    count = 0
+    for i in range(seeds.shape[0]):
+        u = seeds[i]
+        h = _slot(u, shift)
+        while table[2 * h] != -1 and table[2 * h] != u:
+            h = (h + 1) & mask
+        if table[2 * h] == -1:
+            table[2 * h] = u
+            table[2 * h + 1] = i
+            count += 1
+    return table, shift, count
+
+
+@numba.njit(cache=True, nogil=True)
+def _table_insert(table, shift, count, nodes, first_local, row_out, new_out):
+    """Look up nodes[i] (global ids); an unseen id gets the next local id, from first_local.
+
+    row_out[i] receives the local id of nodes[i]; unseen ids are appended to new_out in
+    order. Returns (table, shift, count, number of new ids).
+    """
+    n_new = 0
+    mask = table.shape[0] // 2 - 1
+    for j in range(nodes.shape[0]):
+        if 2 * (count + 1) > mask + 1:
+            table, shift = _table_grow(table, shift)
+            mask = table.shape[0] // 2 - 1
+        u = nodes[j]
+        h = _slot(u, shift)
+        while True:
+            key = table[2 * h]
+            if key == u:
+                row_out[j] = table[2 * h + 1]
+                break
+            if key == -1:
+                table[2 * h] = u
+                table[2 * h + 1] = first_local + n_new
+                row_out[j] = first_local + n_new
+                new_out[n_new] = u
+                n_new += 1
+                count += 1
+                break
+            h = (h + 1) & mask
+    return table, shift, count, n_new
+
+
+# ----------------------------------------------------------------------------------
+# Public API.
+
+@dataclass
+class SamplerOutput:
+    """One sampled subgraph, laid out like ``torch_geometric.sampler.SamplerOutput``.
+
+    ``node``: global ids (int64), seeds first. ``row``/``col``: local source/destination
+    indices into ``node`` (``edge_index = stack([row, col])``). ``edge``: global edge
+    ids. ``num_sampled_nodes``: seeds, then new nodes per hop (``len == hops + 1``).
+    ``num_sampled_edges``: edges per hop (``len == hops``).
+    """
+
+    node: torch.Tensor
+    row: torch.Tensor
+    col: torch.Tensor
+    edge: torch.Tensor
+    num_sampled_nodes: List[int]
+    num_sampled_edges: List[int]
+
+
+def _readonly(arr: np.ndarray) -> np.ndarray:
+    view = arr.view(np.ndarray)
+    view.flags.writeable = False
+    return view
+
+
+def _check_num_neighbors(num_neighbors: Sequence[int]) -> List[int]:
+    if not isinstance(num_neighbors, (list, tuple)) or len(num_neighbors) == 0:
+        raise ValueError(
+            f"num_neighbors must be a non-empty list of ints >= -1 (one per hop), "
+            f"got {num_neighbors!r}")
+    out = []
+    for hop, k in enumerate(num_neighbors):
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < -1:
+            raise ValueError(
+                f"num_neighbors[{hop}] must be an int >= -1 (-1 = all neighbours), "
+                f"got {k!r}")
+        out.append(int(k))
+    return out
+
+
+class NeighborSampler:
+    """Uniform multi-hop in-neighbour sampler for a :class:`CSCGraph` (PyG semantics).
+
+    ``num_neighbors[h]`` in-neighbours are drawn per frontier node at hop ``h``
+    (``-1``: all of them); without replacement a node with fewer in-neighbours keeps
+    them all, with ``replace=True`` exactly ``k`` draws are made (none if it has none).
+    ``parallel=True`` spreads the draws over numba's threads; ``parallel=False`` stays on
+    the calling thread and gives the same output; ``None`` (default) decides per call:
+    parallel in the main process, serial inside DataLoader workers (ibp_graph.threads).
+    """
+
+    def __init__(self, graph: CSCGraph, num_neighbors: Sequence[int], *,
+                 replace: bool = False, parallel: Optional[bool] = None) -> None:
+        if not isinstance(graph, CSCGraph):
+            raise TypeError(f"graph must be a CSCGraph, got {type(graph).__name__}")
+        if not isinstance(replace, bool):
+            raise TypeError(f"replace must be a bool, got {replace!r}")
+        if parallel is not None and not isinstance(parallel, bool):
+            raise TypeError(f"parallel must be None or a bool, got {parallel!r}")
+        self.graph = graph
+        # Read-only views: in-memory and memory-mapped graphs share one compiled kernel.
+        self._csc = tuple(_readonly(a) for a in (graph.indptr, graph.indices, graph.e_id))
+        self.num_neighbors = _check_num_neighbors(num_neighbors)
+        self.replace = replace
+        self.parallel = parallel
+
+    def _sample_hop(self, *args):
+        parallel = use_parallel(2, 2) if self.parallel is None else self.parallel
+        return (_sample_hop_parallel if parallel else _sample_hop_serial)(*args)
+
+    def __repr__(self) -> str:
+        return (f"NeighborSampler({self.graph!r}, num_neighbors={self.num_neighbors}, "
+                f"replace={self.replace}, parallel={self.parallel})")
+
+    def _check_seeds(self, seeds: Union[torch.Tensor, np.ndarray]) -> np.ndarray:
+        if isinstance(seeds, torch.Tensor):
+            if seeds.device.type != "cpu":
+                raise ValueError(f"seeds must be on the CPU, got device {seeds.device}")
+            if seeds.dtype == torch.bool or seeds.dtype.is_floating_point \
+                    or seeds.dtype.is_complex:
+                raise TypeError(f"seeds must have an integer dtype, got {seeds.dtype}")
+            arr = seeds.detach().numpy()
+        elif isinstance(seeds, np.ndarray):
+            if seeds.dtype == np.bool_ or not np.issubdtype(seeds.dtype, np.integer):
+                raise TypeError(f"seeds must have an integer dtype, got {seeds.dtype}")
+            arr = seeds
+        else:
+            raise TypeError(
+                f"seeds must be a 1-d integer torch.Tensor, got {type(seeds).__name__}")
+        if arr.ndim != 1:
+            raise ValueError(f"seeds must be 1-d, got shape {tuple(arr.shape)}")
+        arr = np.ascontiguousarray(arr, dtype=np.int64)
+        n = self.graph.num_nodes
+        if arr.size:
+            lo, hi = int(arr.min()), int(arr.max())
+            if lo < 0 or hi >= n:
+                raise ValueError(
+                    f"seeds contains node id {lo if lo < 0 else hi}, outside the valid "
+                    f"range [0, {n}) of the graph")
+        return arr
+
+    def sample(self, seeds: Union[torch.Tensor, np.ndarray], *, seed: int) -> SamplerOutput:
+        """Sample the multi-hop in-neighbourhood of ``seeds``; same ``seed``, same output."""
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+            raise TypeError(f"seed must be an int, got {seed!r}")
+        # Kernels only see read-only arrays: one compiled version whatever comes in.
+        seeds_np = _readonly(self._check_seeds(seeds))
+        indptr, indices, e_id = self._csc
+
+        nodes: List[np.ndarray] = [seeds_np]
+        rows: List[np.ndarray] = []
+        cols: List[np.ndarray] = []
+        edges: List[np.ndarray] = []
+        num_sampled_nodes = [int(seeds_np.shape[0])]
+        num_sampled_edges: List[int] = []
+        n_nodes = int(seeds_np.shape[0])
+        # Seeds keep their positions; a repeated seed's id maps to its first position.
+        table, shift, count = _table_put_seeds(seeds_np)
+        frontier, begin = seeds_np, 0
+        for hop, k in enumerate(self.num_neighbors):
+            deg = indptr[frontier + 1] - indptr[frontier]
+            if k < 0:
+                counts = deg
+            elif self.replace:
+                counts = np.where(deg > 0, k, 0).astype(np.int64)
+            else:
+                counts = np.minimum(deg, k)
+            offsets = np.zeros(frontier.shape[0] + 1, dtype=np.int64)
+            np.cumsum(counts, out=offsets[1:])
+            m = int(offsets[-1])
+            src = np.empty(m, dtype=np.int64)
+            eid = np.empty(m, dtype=np.int64)
+            if m:
+                self._sample_hop(indptr, indices, e_id, frontier, offsets, np.int64(k),
+                                 self.replace, _hop_key(int(seed), hop), np.int64(begin),
+                                 src, eid)
+            col = np.repeat(np.arange(begin, begin + frontier.shape[0], dtype=np.int64),
+                            counts)
+            row = np.empty(m, dtype=np.int64)
+            new = np.empty(m, dtype=np.int64)
+            table, shift, count, n_new = _table_insert(table, shift, count, src,
+                                                       np.int64(n_nodes), row, new)
+            new = new[:n_new]
+            nodes.append(new)
+            rows.append(row)
+            cols.append(col)
+            edges.append(eid)
+            num_sampled_nodes.append(int(n_new))
+            num_sampled_edges.append(m)
+            frontier, begin = _readonly(new), n_nodes
+            n_nodes += int(n_new)
+
+        return SamplerOutput(
+            node=torch.from_numpy(np.concatenate(nodes)),
+            row=torch.from_numpy(np.concatenate(rows)),
+            col=torch.from_numpy(np.concatenate(cols)),
+            edge=torch.from_numpy(np.concatenate(edges)),
+            num_sampled_nodes=num_sampled_nodes,
+            num_sampled_edges=num_sampled_edges,
+        )

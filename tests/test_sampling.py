@@ -1,0 +1,432 @@
+"""Neighbour sampler: checked edge by edge against a brute-force reference."""
+from __future__ import annotations
+
+import itertools
+import math
+import multiprocessing as mp
+from collections import Counter
+
+import numba
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ibp_graph.sampling import CSCGraph, NeighborSampler, SamplerOutput
+
+
+# ----------------------------------------------------------------------------------
+# Reference
+
+
+def random_edge_index(rng: np.random.Generator, num_nodes: int, num_edges: int) -> torch.Tensor:
+    """Random multigraph (self-loops and parallel edges allowed), skewed degrees."""
+    if num_nodes == 0:
+        return torch.empty(2, 0, dtype=torch.int64)
+    weights = rng.pareto(1.5, num_nodes) + 0.05
+    dst = rng.choice(num_nodes, num_edges, p=weights / weights.sum())
+    src = rng.integers(0, num_nodes, num_edges)
+    return torch.from_numpy(np.stack([src, dst]).astype(np.int64))
+
+
+def in_edges(edge_index: torch.Tensor, num_nodes: int) -> list[list[int]]:
+    """Edge ids pointing to each node, in original order (brute force)."""
+    out: list[list[int]] = [[] for _ in range(num_nodes)]
+    for e, v in enumerate(edge_index[1].tolist()):
+        out[v].append(e)
+    return out
+
+
+def check_output(out: SamplerOutput, edge_index: torch.Tensor, num_nodes: int,
+                 seeds: list[int], num_neighbors: list[int], replace: bool) -> None:
+    """Assert every property of a sample that does not depend on the random draws."""
+    src_of, dst_of = edge_index[0].tolist(), edge_index[1].tolist()
+    ins = in_edges(edge_index, num_nodes)
+    node, row, col, edge = (out.node.tolist(), out.row.tolist(), out.col.tolist(),
+                            out.edge.tolist())
+    for t in (out.node, out.row, out.col, out.edge):
+        assert t.dtype == torch.int64 and t.dim() == 1
+    assert len(row) == len(col) == len(edge)
+    assert len(out.num_sampled_nodes) == len(num_neighbors) + 1
+    assert len(out.num_sampled_edges) == len(num_neighbors)
+    assert sum(out.num_sampled_nodes) == len(node)
+    assert sum(out.num_sampled_edges) == len(edge)
+    assert out.num_sampled_nodes[0] == len(seeds)
+    assert node[:len(seeds)] == seeds
+
+    # Local ids: seeds keep their positions; a repeated global id maps to its first one.
+    local: dict[int, int] = {}
+    for i, s in enumerate(seeds):
+        local.setdefault(s, i)
+    n_nodes = len(seeds)
+    begin, end = 0, len(seeds)
+    e0 = 0
+    for hop, k in enumerate(num_neighbors):
+        n_edges = out.num_sampled_edges[hop]
+        hop_cols = col[e0:e0 + n_edges]
+        assert hop_cols == sorted(hop_cols), "edges must be grouped by frontier position"
+        per_dst: dict[int, list[int]] = {p: [] for p in range(begin, end)}
+        for i in range(e0, e0 + n_edges):
+            assert begin <= col[i] < end, (hop, col[i], begin, end)
+            per_dst[col[i]].append(i)
+        for p, idx in per_dst.items():
+            v = node[p]
+            deg = len(ins[v])
+            eids = [edge[i] for i in idx]
+            for i, e in zip(idx, eids):
+                assert 0 <= e < len(src_of)
+                assert dst_of[e] == v, f"edge {e} does not point to node {v}"
+                assert node[row[i]] == src_of[e], f"row of edge {e} is not its source"
+            assert eids == sorted(eids), "a node's edges must come in CSC order"
+            if k == -1 or (not replace and deg <= k):
+                assert eids == ins[v], "full neighbourhood must be taken in edge order"
+            elif replace:
+                assert len(eids) == (k if deg > 0 else 0)
+            else:
+                assert len(eids) == k
+                assert len(set(eids)) == k, "duplicate edge without replacement"
+        # Relabelling in first-discovery order (frontier order, then sample order).
+        for i in range(e0, e0 + n_edges):
+            s = src_of[edge[i]]
+            if s not in local:
+                local[s] = n_nodes
+                assert node[n_nodes] == s, "new nodes must follow first-discovery order"
+                n_nodes += 1
+            assert row[i] == local[s]
+        assert n_nodes - end == out.num_sampled_nodes[hop + 1]
+        begin, end = end, n_nodes
+        e0 += n_edges
+    assert n_nodes == len(node)
+    assert len(set(node[len(seeds):])) == len(node) - len(seeds)
+    assert not set(node[len(seeds):]) & set(seeds)
+
+
+def sample_edges_equal(a: SamplerOutput, b: SamplerOutput) -> bool:
+    return (torch.equal(a.node, b.node) and torch.equal(a.row, b.row)
+            and torch.equal(a.col, b.col) and torch.equal(a.edge, b.edge)
+            and a.num_sampled_nodes == b.num_sampled_nodes
+            and a.num_sampled_edges == b.num_sampled_edges)
+
+
+# ----------------------------------------------------------------------------------
+# CSC graph
+
+
+def test_csc_matches_brute_force():
+    rng = np.random.default_rng(0)
+    ei = random_edge_index(rng, 50, 400)
+    g = CSCGraph.from_edge_index(ei.to(torch.int32), 50)
+    assert (g.num_nodes, g.num_edges) == (50, 400)
+    assert g.indptr.dtype == g.indices.dtype == g.e_id.dtype == np.int64
+    for v, eids in enumerate(in_edges(ei, 50)):
+        sl = slice(g.indptr[v], g.indptr[v + 1])
+        assert g.e_id[sl].tolist() == eids
+        assert g.indices[sl].tolist() == ei[0, eids].tolist()
+    assert g.in_degree().tolist() == [len(x) for x in in_edges(ei, 50)]
+
+
+def test_csc_empty_graph():
+    g = CSCGraph.from_edge_index(torch.empty(2, 0, dtype=torch.int64), 3)
+    assert (g.num_nodes, g.num_edges) == (3, 0)
+    assert g.indptr.tolist() == [0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("mmap", [True, False])
+def test_save_load_round_trip(tmp_path, mmap):
+    rng = np.random.default_rng(1)
+    ei = random_edge_index(rng, 200, 2000)
+    g = CSCGraph.from_edge_index(ei, 200)
+    g.save(tmp_path / "g")
+    h = CSCGraph.load(tmp_path / "g", mmap=mmap)
+    for name in ("indptr", "indices", "e_id"):
+        arr = getattr(h, name)
+        assert isinstance(arr, np.memmap) == mmap
+        np.testing.assert_array_equal(arr, getattr(g, name))
+    seeds = torch.arange(0, 200, 7)
+    a = NeighborSampler(g, [4, 3]).sample(seeds, seed=5)
+    b = NeighborSampler(h, [4, 3]).sample(seeds, seed=5)
+    assert sample_edges_equal(a, b)
+
+
+def test_load_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="meta.json"):
+        CSCGraph.load(tmp_path)
+    g = CSCGraph.from_edge_index(torch.tensor([[0, 1], [1, 2]]), 3)
+    g.save(tmp_path)
+    np.save(tmp_path / "e_id.npy", np.zeros(5, dtype=np.int64))
+    with pytest.raises(ValueError, match="e_id"):
+        CSCGraph.load(tmp_path)
+
+
+@pytest.mark.parametrize("edge_index, num_nodes, exc, pattern", [
+    (torch.tensor([[0, 1, 2]]), 3, ValueError, r"edge_index.*shape \(2, num_edges\).*\(1, 3\)"),
+    (torch.zeros(3, 2, dtype=torch.int64), 3, ValueError, r"edge_index.*\(3, 2\)"),
+    (torch.zeros(2, 2), 3, TypeError, r"edge_index.*integer.*float32"),
+    (torch.tensor([[0, 7], [1, 2]]), 5, ValueError, r"edge_index.*7.*\[0, 5\)"),
+    (torch.tensor([[0, 1], [-3, 2]]), 5, ValueError, r"edge_index.*-3.*\[0, 5\)"),
+    (torch.tensor([[0], [0]]), -1, ValueError, r"num_nodes.*>= 0.*-1"),
+    (torch.tensor([[0], [0]]), 2.0, TypeError, r"num_nodes"),
+    ([[0], [0]], 2, TypeError, r"edge_index.*list"),
+])
+def test_graph_errors(edge_index, num_nodes, exc, pattern):
+    with pytest.raises(exc, match=pattern):
+        CSCGraph.from_edge_index(edge_index, num_nodes)
+
+
+# ----------------------------------------------------------------------------------
+# Sampling semantics
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    num_nodes=st.integers(1, 25),
+    num_edges=st.integers(0, 150),
+    graph_seed=st.integers(0, 2**32 - 1),
+    seed_picks=st.lists(st.integers(0, 10**6), min_size=0, max_size=12),
+    num_neighbors=st.lists(st.integers(-1, 6), min_size=1, max_size=3),
+    replace=st.booleans(),
+    seed=st.integers(-2**63, 2**64 - 1),
+)
+def test_sample_matches_reference(num_nodes, num_edges, graph_seed, seed_picks,
+                                  num_neighbors, replace, seed):
+    ei = random_edge_index(np.random.default_rng(graph_seed), num_nodes, num_edges)
+    seeds = [p % num_nodes for p in seed_picks]         # duplicates allowed
+    g = CSCGraph.from_edge_index(ei, num_nodes)
+    out = NeighborSampler(g, num_neighbors, replace=replace).sample(
+        torch.tensor(seeds, dtype=torch.int64), seed=seed)
+    check_output(out, ei, num_nodes, seeds, num_neighbors, replace)
+
+
+@pytest.mark.parametrize("replace", [False, True])
+@pytest.mark.parametrize("k", [5, 40, 150])
+def test_high_degree_paths(k, replace):
+    """k above the linear-scan limit (hash-set Floyd) and k close to the degree."""
+    rng = np.random.default_rng(k)
+    ei = random_edge_index(rng, 300, 30000)
+    g = CSCGraph.from_edge_index(ei, 300)
+    seeds = rng.integers(0, 300, 64).tolist()
+    out = NeighborSampler(g, [k, 3], replace=replace).sample(torch.tensor(seeds), seed=11)
+    check_output(out, ei, 300, seeds, [k, 3], replace)
+
+
+def test_one_seed_reaches_most_of_the_graph():
+    """Thousands of nodes discovered from one seed (the id table grows many times)."""
+    rng = np.random.default_rng(4)
+    ei = random_edge_index(rng, 3000, 15000)
+    g = CSCGraph.from_edge_index(ei, 3000)
+    out = NeighborSampler(g, [-1, -1, 8, -1]).sample(torch.tensor([int(ei[1, 0])]), seed=1)
+    assert out.node.numel() > 1000
+    check_output(out, ei, 3000, [int(ei[1, 0])], [-1, -1, 8, -1], False)
+
+
+def test_all_neighbours_node_set_matches_pyg_k_hop_subgraph():
+    """Independent check against PyG: with -1 everywhere, nodes = k-hop in-neighbourhood."""
+    pyg_utils = pytest.importorskip("torch_geometric.utils")
+    rng = np.random.default_rng(5)
+    ei = random_edge_index(rng, 400, 1200)
+    seeds = torch.from_numpy(rng.choice(400, 6, replace=False))
+    out = NeighborSampler(CSCGraph.from_edge_index(ei, 400), [-1, -1, -1]).sample(
+        seeds, seed=0)
+    subset, _, _, _ = pyg_utils.k_hop_subgraph(seeds, 3, ei, num_nodes=400,
+                                               flow="source_to_target")
+    assert set(out.node.tolist()) == set(subset.tolist())
+    # Every in-edge of every node closer than 3 hops, each exactly once.
+    x = torch.arange(400) * 10                           # features that name their node
+    assert torch.equal(x[out.node][:len(seeds)], seeds * 10)
+    dst_within = out.node[: sum(out.num_sampled_nodes[:3])]
+    expected = torch.isin(ei[1], dst_within).nonzero().flatten()
+    assert sorted(out.edge.tolist()) == expected.tolist()
+
+
+def test_minus_one_takes_all_in_neighbours():
+    ei = torch.tensor([[1, 2, 3, 0, 4, 4], [0, 0, 0, 1, 1, 0]])
+    g = CSCGraph.from_edge_index(ei, 5)
+    out = NeighborSampler(g, [-1, -1]).sample(torch.tensor([0]), seed=0)
+    assert out.edge.tolist() == [0, 1, 2, 5, 3, 4]
+    assert out.node.tolist() == [0, 1, 2, 3, 4]
+    assert out.row.tolist() == [1, 2, 3, 4, 0, 4]
+    assert out.col.tolist() == [0, 0, 0, 0, 1, 1]
+    assert out.num_sampled_nodes == [1, 4, 0]
+    assert out.num_sampled_edges == [4, 2]
+
+
+def test_duplicate_seeds_kept_and_sampled_separately():
+    """Like pyg-lib: node[:n] == seeds; each copy is a frontier position of its own."""
+    ei = torch.stack([torch.arange(1, 21), torch.zeros(20, dtype=torch.int64)])
+    g = CSCGraph.from_edge_index(ei, 21)
+    out = NeighborSampler(g, [3]).sample(torch.tensor([0, 5, 0]), seed=2)
+    check_output(out, ei, 21, [0, 5, 0], [3], False)
+    assert out.node[:3].tolist() == [0, 5, 0]
+    assert out.col.tolist() == [0, 0, 0, 2, 2, 2]         # node 5 has no in-edges
+    # A sampled neighbour equal to a seed maps to that seed's position.
+    assert (out.row[out.edge == 4] == 1).all()
+
+
+def test_empty_seeds_and_zero_fanout():
+    ei = torch.tensor([[1, 2], [0, 0]])
+    g = CSCGraph.from_edge_index(ei, 3)
+    out = NeighborSampler(g, [2, 2]).sample(torch.empty(0, dtype=torch.int64), seed=0)
+    assert out.node.numel() == out.row.numel() == 0
+    assert out.num_sampled_nodes == [0, 0, 0] and out.num_sampled_edges == [0, 0]
+    out = NeighborSampler(g, [0, 2]).sample(torch.tensor([0]), seed=0)
+    assert out.node.tolist() == [0] and out.num_sampled_edges == [0, 0]
+
+
+# ----------------------------------------------------------------------------------
+# Determinism and randomness
+
+
+def _medium_graph():
+    rng = np.random.default_rng(3)
+    ei = random_edge_index(rng, 3000, 60000)
+    return CSCGraph.from_edge_index(ei, 3000), torch.from_numpy(rng.integers(0, 3000, 500))
+
+
+@pytest.mark.parametrize("replace", [False, True])
+def test_deterministic_under_seed(replace):
+    g, seeds = _medium_graph()
+    s = NeighborSampler(g, [10, 5, 40], replace=replace)
+    a, b = s.sample(seeds, seed=42), s.sample(seeds, seed=42)
+    assert sample_edges_equal(a, b)
+    c = s.sample(seeds, seed=43)
+    assert not torch.equal(a.edge, c.edge)
+
+
+def test_independent_of_thread_count():
+    g, seeds = _medium_graph()
+    s = NeighborSampler(g, [10, 5, 40])
+    before = numba.get_num_threads()
+    outs = []
+    try:
+        for n in sorted({1, min(2, numba.config.NUMBA_NUM_THREADS),
+                         numba.config.NUMBA_NUM_THREADS}):
+            numba.set_num_threads(n)
+            outs.append(s.sample(seeds, seed=7))
+    finally:
+        numba.set_num_threads(before)
+    assert len(outs) >= 2 or numba.config.NUMBA_NUM_THREADS == 1
+    outs.append(NeighborSampler(g, [10, 5, 40], parallel=False).sample(seeds, seed=7))
+    for o in outs[1:]:
+        assert sample_edges_equal(outs[0], o)
+
+
+def _sample_in_child(queue, graph, seeds):
+    out = NeighborSampler(graph, [10, 5], parallel=False).sample(seeds, seed=3)
+    queue.put(out.edge.tolist())
+
+
+@pytest.mark.skipif("fork" not in mp.get_all_start_methods(), reason="needs fork")
+def test_serial_sampler_works_in_forked_child():
+    """parallel=False is safe in a forked DataLoader worker after parallel use here."""
+    g, seeds = _medium_graph()
+    parent = NeighborSampler(g, [10, 5]).sample(seeds, seed=3)   # parallel, pool started
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_sample_in_child, args=(queue, g, seeds))
+    proc.start()
+    try:
+        child_edges = queue.get(timeout=60)
+    finally:
+        proc.join(60)
+    assert proc.exitcode == 0
+    assert child_edges == parent.edge.tolist()
+
+
+def chi_square(counts: list[int], expected: float) -> float:
+    return sum((c - expected) ** 2 / expected for c in counts)
+
+
+# Upper tail of the chi-square distribution at p = 1e-6 (computed once with mpmath;
+# scipy is not a dependency): a fair sampler fails once in a million runs, a biased one every time.
+CHI2_1E6 = {19: 63.7, 99: 180.8}
+
+
+@pytest.mark.parametrize("degree, k, replace", [(20, 5, False), (20, 5, True),
+                                                (100, 40, False)])
+def test_uniform_over_in_neighbours(degree, k, replace):
+    """Star: node 0 has `degree` in-neighbours; each copy of seed 0 draws k of them."""
+    ei = torch.stack([torch.arange(1, degree + 1),
+                      torch.zeros(degree, dtype=torch.int64)])
+    g = CSCGraph.from_edge_index(ei, degree + 1)
+    copies = 4000
+    out = NeighborSampler(g, [k], replace=replace).sample(
+        torch.zeros(copies, dtype=torch.int64), seed=123)
+    assert out.edge.numel() == copies * k
+    hits = Counter(out.edge.tolist())
+    stat = chi_square([hits.get(e, 0) for e in range(degree)], copies * k / degree)
+    assert stat < CHI2_1E6[degree - 1], stat
+    # Copies of the same seed draw independently: distinct draws (as sorted tuples)
+    # against their expected number.
+    distinct = len({tuple(r) for r in out.edge.view(copies, k).tolist()})
+    expected = expected_distinct_draws(degree, k, replace, copies)
+    assert distinct > 0.95 * expected, (distinct, expected)
+
+
+def expected_distinct_draws(n: int, k: int, replace: bool, copies: int) -> float:
+    """Expected number of distinct k-draws among `copies` independent uniform draws."""
+    if not replace:
+        space = math.comb(n, k)
+        return space * (1 - (1 - 1 / space) ** copies)
+    total = 0.0
+    for multiset in itertools.combinations_with_replacement(range(n), k):
+        ways = math.factorial(k)
+        for c in Counter(multiset).values():
+            ways //= math.factorial(c)
+        total += 1 - (1 - ways / n ** k) ** copies
+    return total
+
+
+# ----------------------------------------------------------------------------------
+# Errors
+
+
+@pytest.fixture(scope="module")
+def small_sampler():
+    g = CSCGraph.from_edge_index(torch.tensor([[1, 2], [0, 0]]), 4)
+    return NeighborSampler(g, [2])
+
+
+@pytest.mark.parametrize("seeds, exc, pattern", [
+    (torch.tensor([0.0, 1.0]), TypeError, r"seeds.*integer.*float32"),
+    (torch.tensor([True]), TypeError, r"seeds.*integer.*bool"),
+    (torch.tensor([[0, 1]]), ValueError, r"seeds.*1-d.*\(1, 2\)"),
+    (torch.tensor([0, 4]), ValueError, r"seeds.*\b4\b.*\[0, 4\)"),
+    (torch.tensor([-1, 2]), ValueError, r"seeds.*-1.*\[0, 4\)"),
+    ([0, 1], TypeError, r"seeds.*list"),
+])
+def test_seed_errors(small_sampler, seeds, exc, pattern):
+    with pytest.raises(exc, match=pattern):
+        small_sampler.sample(seeds, seed=0)
+
+
+@pytest.mark.parametrize("bad_seed", [None, 1.5, True, "1"])
+def test_rng_seed_errors(small_sampler, bad_seed):
+    with pytest.raises(TypeError, match="seed must be an int"):
+        small_sampler.sample(torch.tensor([0]), seed=bad_seed)
+
+
+@pytest.mark.parametrize("num_neighbors, pattern", [
+    ([], r"num_neighbors.*non-empty"),
+    (5, r"num_neighbors.*list.*5"),
+    ([3, -2], r"num_neighbors\[1\].*>= -1.*-2"),
+    ([2.5], r"num_neighbors\[0\].*2\.5"),
+    ([True], r"num_neighbors\[0\].*True"),
+])
+def test_num_neighbors_errors(num_neighbors, pattern):
+    g = CSCGraph.from_edge_index(torch.tensor([[1], [0]]), 2)
+    with pytest.raises(ValueError, match=pattern):
+        NeighborSampler(g, num_neighbors)
+
+
+def test_flag_type_errors():
+    g = CSCGraph.from_edge_index(torch.tensor([[1], [0]]), 2)
+    with pytest.raises(TypeError, match="replace must be a bool.*1"):
+        NeighborSampler(g, [1], replace=1)
+    with pytest.raises(TypeError, match="parallel must be None or a bool.*'yes'"):
+        NeighborSampler(g, [1], parallel="yes")
+
+
+def test_graph_type_error():
+    with pytest.raises(TypeError, match="graph must be a CSCGraph.*Tensor"):
+        NeighborSampler(torch.zeros(2, 2), [1])
