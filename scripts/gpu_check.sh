@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One command for the GPU machine: install ibp-graph into its python3, run the GPU tests,
-# then the GPU benchmark. Writes pytest_gpu.txt, bench_gpu.txt and bench_gpu.json to
+# then the GPU benchmarks (decode kernels, then the loader). Writes pytest_gpu.txt,
+# bench_gpu.{txt,json} and bench_loader_gpu.{txt,json} to
 # ${OUT:-bench_out}; exits non-zero if any step fails (every step runs regardless, so one
 # device session yields all the evidence).
 #
@@ -56,6 +57,13 @@ timeout "$BENCH_TIMEOUT" "$PY" scripts/bench_gpu.py --out "$OUT_DIR/bench_gpu.js
     ${BENCH_ARGS:-} 2>&1 | tee "$OUT_DIR/bench_gpu.txt"
 rc=${PIPESTATUS[0]}
 [ "$rc" -eq 0 ] || { echo "GPU benchmark FAILED (exit $rc)"; status=1; }
+
+echo "== GPU loader benchmark (ibp vs identity vs store vs features resident on the GPU)"
+timeout "$BENCH_TIMEOUT" "$PY" scripts/bench_loader.py --device cuda --num-workers 4 \
+    --num-nodes 2000000 --batch-size 1024 --num-neighbors 15 10 --batches 40 \
+    --out "$OUT_DIR/bench_loader_gpu.json" 2>&1 | tee "$OUT_DIR/bench_loader_gpu.txt"
+rc=${PIPESTATUS[0]}
+[ "$rc" -eq 0 ] || { echo "GPU loader benchmark FAILED (exit $rc)"; status=1; }
 
 echo "== gpu_check: $([ $status -eq 0 ] && echo OK || echo FAILED); outputs in $OUT_DIR/"
 exit $status
