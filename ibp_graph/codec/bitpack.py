@@ -64,6 +64,19 @@ def _st64(typingctx, addr, val):
     return sig, codegen
 
 
+@intrinsic
+def _st32(typingctx, addr, val):
+    """Unaligned little-endian store of the low 32 bits of val to an integer address."""
+    sig = types.void(addr, val)
+
+    def codegen(context, builder, signature, args):
+        ptr = builder.inttoptr(args[0], ir.IntType(32).as_pointer())
+        builder.store(builder.trunc(args[1], ir.IntType(32)), ptr, align=1)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 def _bmi2_intrinsic(name: str, doc: str):
     @intrinsic
     def op(typingctx, x, m):
@@ -117,20 +130,22 @@ else:  # pragma: no cover - every x86-64 since 2013 has BMI2
 
 
 @njit(inline="always")
-def _put(op, acc, nacc, v, n):
-    """Append the n low bits of v (0 <= n <= 64, v < 2**n) to the stream; flush whole 64-bit words to address op."""
+def _put(op, acc, nacc, v, n, limit):
+    """Append the n low bits of v (0 <= n <= 64, v < 2**n) to the stream at address op.
+
+    Branch-free: the 64-bit accumulator is stored at op on every call (when 8 bytes fit
+    below `limit`, the row's end, so a row never touches its neighbour's bytes) and op
+    advances by 8 once the accumulator is full; the bits of v that did not fit carry over.
+    """
     acc |= v << np.uint64(nacc)
-    if nacc + n >= 64:
+    if op + 8 <= limit:
         _st64(op, acc)
-        op += 8
-        if nacc == 0:
-            acc = _ZERO
-        else:
-            acc = v >> np.uint64(64 - nacc)
-        nacc = nacc + n - 64
-    else:
-        nacc += n
-    return op, acc, nacc
+    total = nacc + n
+    full = total >> 6
+    spill = (v >> _ONE) >> np.uint64(63 - nacc)  # v >> (64 - nacc), 0 when nacc == 0
+    acc = spill if full else acc  # a full accumulator's 8 bytes lie inside the row: stored above
+    op += full << 3
+    return op, acc, total & 63
 
 
 @njit(inline="always")
@@ -178,11 +193,13 @@ def _row_lengths_impl(words, W, row_nbytes, mask, bitval, free_bits, header_bits
     return out
 
 
-def _encode_impl(words, rows, W, row_nbytes, mask, bitval, free_bits, header_bits, free_mask,
+def _encode_impl(words, rows, row_nbytes, mask, bitval, free_bits, header_bits, free_mask,
                  offsets, out):
     """Write every row at out[offsets[i]:offsets[i+1]] (raw when that length is row_nbytes)."""
+    W = words.itemsize * 8  # a compile-time constant per word dtype
     n, n_words = words.shape
     base = np.int64(out.ctypes.data)
+    header_bytes = header_bits >> 3
     for i in prange(n):
         L = offsets[i + 1] - offsets[i]
         if L == row_nbytes:
@@ -192,28 +209,26 @@ def _encode_impl(words, rows, W, row_nbytes, mask, bitval, free_bits, header_bit
                 out[o + k] = r[k]
             continue
         row = base + offsets[i]
-        hbase = offsets[i]
-        # body first, streamed from bit header_bits (a whole number of bytes); the
-        # participation bits of each 64-word chunk are written once the chunk is done
-        op = row + (header_bits >> 3)
+        limit = base + offsets[i + 1]
+        # the body streams from byte header_bytes; each 64-word chunk's participation bits
+        # are stored (one 8- or 4-byte store) when the chunk is done
+        op = row + header_bytes
         acc = _ZERO
         nacc = 0
-        hb = _ZERO
-        for j in range(n_words):
-            x = np.uint64(words[i, j])
-            part = (x & mask[j]) == bitval[j]
-            hb |= np.uint64(part) << np.uint64(j & 63)
-            # a participating word stores pext(x, free_mask) (x itself when nothing is
-            # invariant, nothing when everything is); an exception stores all W bits
-            v = _pext(x, free_mask[j]) if part else x
-            op, acc, nacc = _put(op, acc, nacc, v, free_bits[j] if part else W)
-            if (j & 63) == 63 or j == n_words - 1:
-                # header bytes of this chunk: 8, or what is left of header_bits
-                hb_bytes = min(8, (header_bits >> 3) - ((j >> 6) << 3))
-                h0 = hbase + ((j >> 6) << 3)
-                for k in range(hb_bytes):
-                    out[h0 + k] = np.uint8((hb >> np.uint64(8 * k)) & _FF)
-                hb = _ZERO
+        for c0 in range(0, n_words, 64):
+            hb = _ZERO
+            for j in range(c0, min(c0 + 64, n_words)):
+                x = np.uint64(words[i, j])
+                part = (x & mask[j]) == bitval[j]
+                hb |= np.uint64(part) << np.uint64(j - c0)
+                # a participating word stores pext(x, free_mask) (x itself when nothing
+                # is invariant, nothing when everything is); an exception all W bits
+                v = _pext(x, free_mask[j]) if part else x
+                op, acc, nacc = _put(op, acc, nacc, v, free_bits[j] if part else W, limit)
+            if header_bytes - (c0 >> 3) >= 8:
+                _st64(row + (c0 >> 3), hb)
+            else:
+                _st32(row + (c0 >> 3), hb)
         k = op - base
         while nacc > 0:
             out[k] = np.uint8(acc & _FF)
@@ -222,9 +237,10 @@ def _encode_impl(words, rows, W, row_nbytes, mask, bitval, free_bits, header_bit
             k += 1
 
 
-def _decode_impl(payload, offsets, words, rows, W, row_nbytes, bitval, free_bits, header_bits,
+def _decode_impl(payload, offsets, words, rows, row_nbytes, bitval, free_bits, header_bits,
                  free_mask):
     """Decode every row of payload into words (rows, n_words); rows is its byte view."""
+    W = words.itemsize * 8
     n, n_words = words.shape
     base = np.int64(payload.ctypes.data)
     for i in prange(n):
@@ -237,23 +253,16 @@ def _decode_impl(payload, offsets, words, rows, W, row_nbytes, bitval, free_bits
                 r[k] = payload[start + k]
             continue
         p = header_bits
-        hb = _ZERO
-        for j in range(n_words):
-            if (j & 63) == 0:
-                hb = _get(row, j, min(64, n_words - j))
-            if (hb >> np.uint64(j & 63)) & _ONE:
-                fb = free_bits[j]
-                if fb == W:
-                    x = _get(row, p, W)
-                elif fb > 0:
-                    x = _pdep(_get(row, p, fb), free_mask[j]) | bitval[j]
-                else:
-                    x = bitval[j]
-                p += fb
-            else:
-                x = _get(row, p, W)
-                p += W
-            words[i, j] = x
+        for c0 in range(0, n_words, 64):
+            c1 = min(c0 + 64, n_words)
+            hb = _get(row, c0, c1 - c0)
+            for j in range(c0, c1):
+                part = (hb >> np.uint64(j - c0)) & _ONE
+                # one read of the word's stored width; participating words get bitval back
+                nb = free_bits[j] if part else W
+                c = _get(row, p, nb)
+                p += nb
+                words[i, j] = (_pdep(c, free_mask[j]) | bitval[j]) if part else c
 
 
 def _gather_impl(payload, offsets, idx, new_offsets, out):
@@ -331,8 +340,8 @@ def encode_rows(rows: np.ndarray, tables: "BitTables") -> tuple[np.ndarray, np.n
                                                  t.free_bits, t.header_bits)
     offsets, padded = offsets_from_lengths(lengths)
     out = np.zeros(padded, dtype=np.uint8)
-    _pick(_encode, rows.shape[0])(words, rows, t.W, t.row_nbytes, t.mask, t.bitval,
-                                  t.free_bits, t.header_bits, t.free_mask, offsets, out)
+    _pick(_encode, rows.shape[0])(words, rows, t.row_nbytes, t.mask, t.bitval, t.free_bits,
+                                  t.header_bits, t.free_mask, offsets, out)
     return out, offsets
 
 
@@ -346,7 +355,7 @@ def decode_rows(payload: np.ndarray, offsets: np.ndarray, out: np.ndarray,
     else:
         words = np.empty((out.shape[0], t.n_words), dtype=_WORD_DTYPE[t.W])
         rows = words.view(np.uint8)
-    _pick(_decode, out.shape[0])(payload, offsets, words, rows, t.W, t.row_nbytes, t.bitval,
+    _pick(_decode, out.shape[0])(payload, offsets, words, rows, t.row_nbytes, t.bitval,
                                  t.free_bits, t.header_bits, t.free_mask)
     if rows is not out:
         out[:] = rows[:, : out.shape[1]]
