@@ -65,6 +65,18 @@ def _st64(typingctx, addr, val):
 
 
 @intrinsic
+def _ld32(typingctx, addr):
+    """Unaligned little-endian uint32 load from an integer address, zero-extended to uint64."""
+    sig = types.uint64(addr)
+
+    def codegen(context, builder, signature, args):
+        ptr = builder.inttoptr(args[0], ir.IntType(32).as_pointer())
+        return builder.zext(builder.load(ptr, align=1), ir.IntType(64))
+
+    return sig, codegen
+
+
+@intrinsic
 def _st32(typingctx, addr, val):
     """Unaligned little-endian store of the low 32 bits of val to an integer address."""
     sig = types.void(addr, val)
@@ -193,12 +205,18 @@ def _row_lengths_impl(words, W, row_nbytes, mask, bitval, free_bits, header_bits
     return out
 
 
-def _encode_impl(words, rows, row_nbytes, mask, bitval, free_bits, header_bits, free_mask,
-                 offsets, out):
+#: columns of BitTables.cols, the per-column table the kernels read through one pointer
+_MASK, _BITVAL, _FREE_MASK, _FREE_BITS = 0, 8, 16, 24
+_COL_BYTES = 32
+
+
+def _encode_impl(words, rows, row_nbytes, cols, header_bits, offsets, out):
     """Write every row at out[offsets[i]:offsets[i+1]] (raw when that length is row_nbytes)."""
     W = words.itemsize * 8  # a compile-time constant per word dtype
     n, n_words = words.shape
     base = np.int64(out.ctypes.data)
+    src = np.int64(words.ctypes.data)
+    col = np.int64(cols.ctypes.data)
     header_bytes = header_bits >> 3
     for i in prange(n):
         L = offsets[i + 1] - offsets[i]
@@ -210,6 +228,7 @@ def _encode_impl(words, rows, row_nbytes, mask, bitval, free_bits, header_bits, 
             continue
         row = base + offsets[i]
         limit = base + offsets[i + 1]
+        wrow = src + i * n_words * (W // 8)
         # the body streams from byte header_bytes; each 64-word chunk's participation bits
         # are stored (one 8- or 4-byte store) when the chunk is done
         op = row + header_bytes
@@ -218,13 +237,15 @@ def _encode_impl(words, rows, row_nbytes, mask, bitval, free_bits, header_bits, 
         for c0 in range(0, n_words, 64):
             hb = _ZERO
             for j in range(c0, min(c0 + 64, n_words)):
-                x = np.uint64(words[i, j])
-                part = (x & mask[j]) == bitval[j]
+                x = _ld64(wrow + 8 * j) if W == 64 else _ld32(wrow + 4 * j)
+                c = col + j * _COL_BYTES
+                part = (x & _ld64(c + _MASK)) == _ld64(c + _BITVAL)
                 hb |= np.uint64(part) << np.uint64(j - c0)
                 # a participating word stores pext(x, free_mask) (x itself when nothing
                 # is invariant, nothing when everything is); an exception all W bits
-                v = _pext(x, free_mask[j]) if part else x
-                op, acc, nacc = _put(op, acc, nacc, v, free_bits[j] if part else W, limit)
+                v = _pext(x, _ld64(c + _FREE_MASK)) if part else x
+                nb = np.int64(_ld64(c + _FREE_BITS)) if part else W
+                op, acc, nacc = _put(op, acc, nacc, v, nb, limit)
             if header_bytes - (c0 >> 3) >= 8:
                 _st64(row + (c0 >> 3), hb)
             else:
@@ -237,12 +258,13 @@ def _encode_impl(words, rows, row_nbytes, mask, bitval, free_bits, header_bits, 
             k += 1
 
 
-def _decode_impl(payload, offsets, words, rows, row_nbytes, bitval, free_bits, header_bits,
-                 free_mask):
+def _decode_impl(payload, offsets, words, rows, row_nbytes, cols, header_bits):
     """Decode every row of payload into words (rows, n_words); rows is its byte view."""
     W = words.itemsize * 8
     n, n_words = words.shape
     base = np.int64(payload.ctypes.data)
+    dst = np.int64(words.ctypes.data)
+    col = np.int64(cols.ctypes.data)
     for i in prange(n):
         start = offsets[i]
         L = offsets[i + 1] - start
@@ -252,17 +274,23 @@ def _decode_impl(payload, offsets, words, rows, row_nbytes, bitval, free_bits, h
             for k in range(row_nbytes):
                 r[k] = payload[start + k]
             continue
+        wrow = dst + i * n_words * (W // 8)
         p = header_bits
         for c0 in range(0, n_words, 64):
             c1 = min(c0 + 64, n_words)
             hb = _get(row, c0, c1 - c0)
             for j in range(c0, c1):
+                c = col + j * _COL_BYTES
                 part = (hb >> np.uint64(j - c0)) & _ONE
                 # one read of the word's stored width; participating words get bitval back
-                nb = free_bits[j] if part else W
-                c = _get(row, p, nb)
+                nb = np.int64(_ld64(c + _FREE_BITS)) if part else W
+                v = _get(row, p, nb)
                 p += nb
-                words[i, j] = (_pdep(c, free_mask[j]) | bitval[j]) if part else c
+                x = (_pdep(v, _ld64(c + _FREE_MASK)) | _ld64(c + _BITVAL)) if part else v
+                if W == 64:
+                    _st64(wrow + 8 * j, x)
+                else:
+                    _st32(wrow + 4 * j, x)
 
 
 def _gather_impl(payload, offsets, idx, new_offsets, out):
@@ -340,8 +368,8 @@ def encode_rows(rows: np.ndarray, tables: "BitTables") -> tuple[np.ndarray, np.n
                                                  t.free_bits, t.header_bits)
     offsets, padded = offsets_from_lengths(lengths)
     out = np.zeros(padded, dtype=np.uint8)
-    _pick(_encode, rows.shape[0])(words, rows, t.row_nbytes, t.mask, t.bitval, t.free_bits,
-                                  t.header_bits, t.free_mask, offsets, out)
+    _pick(_encode, rows.shape[0])(np.ascontiguousarray(words), rows, t.row_nbytes, t.cols,
+                                  t.header_bits, offsets, out)
     return out, offsets
 
 
@@ -355,8 +383,8 @@ def decode_rows(payload: np.ndarray, offsets: np.ndarray, out: np.ndarray,
     else:
         words = np.empty((out.shape[0], t.n_words), dtype=_WORD_DTYPE[t.W])
         rows = words.view(np.uint8)
-    _pick(_decode, out.shape[0])(payload, offsets, words, rows, t.row_nbytes, t.bitval,
-                                 t.free_bits, t.header_bits, t.free_mask)
+    _pick(_decode, out.shape[0])(payload, offsets, words, rows, t.row_nbytes, t.cols,
+                                 t.header_bits)
     if rows is not out:
         out[:] = rows[:, : out.shape[1]]
 
@@ -376,7 +404,7 @@ class BitTables:
     """Per-column tables the CPU kernels need: mask, bitval, free-bit mask and count."""
 
     __slots__ = ("W", "n_words", "row_nbytes", "mask", "bitval", "free_mask", "free_bits",
-                 "header_bits")
+                 "header_bits", "cols")
 
     def __init__(self, W: int, row_nbytes: int, mask: np.ndarray, bitval: np.ndarray):
         self.W = int(W)
@@ -388,3 +416,6 @@ class BitTables:
         self.free_mask = ~self.mask & word
         self.free_bits = np.array([bin(int(m)).count("1") for m in self.free_mask], dtype=np.int64)
         self.header_bits = -(-self.n_words // W) * W
+        # one row of 4 words per column: mask, bitval, free_mask, free_bits (see _COL_BYTES)
+        self.cols = np.stack([self.mask, self.bitval, self.free_mask,
+                              self.free_bits.astype(np.uint64)], axis=1).copy()
