@@ -210,6 +210,26 @@ _MASK, _BITVAL, _FREE_MASK, _FREE_BITS = 0, 8, 16, 24
 _COL_BYTES = 32
 
 
+_LOW32 = np.uint64(0xFFFFFFFF)
+
+
+@njit(inline="always")
+def _encode_word(x, c, W):
+    """(bits to store, their count, participates?) of word x of the column at address c."""
+    part = (x & _ld64(c + _MASK)) == _ld64(c + _BITVAL)
+    # a participating word stores pext(x, free_mask) (x itself when nothing is invariant,
+    # nothing when everything is); an exception stores all W bits
+    if part:
+        return _pext(x, _ld64(c + _FREE_MASK)), np.int64(_ld64(c + _FREE_BITS)), part
+    return x, np.int64(W), part
+
+
+@njit(inline="always")
+def _decode_word(v, part, c):
+    """Word from its stored bits v: pdep + bitval when it participates, v itself otherwise."""
+    return (_pdep(v, _ld64(c + _FREE_MASK)) | _ld64(c + _BITVAL)) if part else v
+
+
 def _encode_impl(words, rows, row_nbytes, cols, header_bits, offsets, out):
     """Write every row at out[offsets[i]:offsets[i+1]] (raw when that length is row_nbytes)."""
     W = words.itemsize * 8  # a compile-time constant per word dtype
@@ -235,17 +255,25 @@ def _encode_impl(words, rows, row_nbytes, cols, header_bits, offsets, out):
         acc = _ZERO
         nacc = 0
         for c0 in range(0, n_words, 64):
+            c1 = min(c0 + 64, n_words)
             hb = _ZERO
-            for j in range(c0, min(c0 + 64, n_words)):
+            j = c0
+            if W == 32:
+                # two 32-bit words per step: one load, one append of their joint bits
+                while j + 1 < c1:
+                    x = _ld64(wrow + 4 * j)
+                    c = col + j * _COL_BYTES
+                    v0, n0, p0 = _encode_word(x & _LOW32, c, W)
+                    v1, n1, p1 = _encode_word(x >> np.uint64(32), c + _COL_BYTES, W)
+                    hb |= (np.uint64(p0) | (np.uint64(p1) << _ONE)) << np.uint64(j - c0)
+                    op, acc, nacc = _put(op, acc, nacc, v0 | (v1 << np.uint64(n0)), n0 + n1, limit)
+                    j += 2
+            while j < c1:
                 x = _ld64(wrow + 8 * j) if W == 64 else _ld32(wrow + 4 * j)
-                c = col + j * _COL_BYTES
-                part = (x & _ld64(c + _MASK)) == _ld64(c + _BITVAL)
+                v, nb, part = _encode_word(x, col + j * _COL_BYTES, W)
                 hb |= np.uint64(part) << np.uint64(j - c0)
-                # a participating word stores pext(x, free_mask) (x itself when nothing
-                # is invariant, nothing when everything is); an exception all W bits
-                v = _pext(x, _ld64(c + _FREE_MASK)) if part else x
-                nb = np.int64(_ld64(c + _FREE_BITS)) if part else W
                 op, acc, nacc = _put(op, acc, nacc, v, nb, limit)
+                j += 1
             if header_bytes - (c0 >> 3) >= 8:
                 _st64(row + (c0 >> 3), hb)
             else:
@@ -279,18 +307,33 @@ def _decode_impl(payload, offsets, words, rows, row_nbytes, cols, header_bits):
         for c0 in range(0, n_words, 64):
             c1 = min(c0 + 64, n_words)
             hb = _get(row, c0, c1 - c0)
-            for j in range(c0, c1):
+            j = c0
+            if W == 32:
+                # two 32-bit words per step: one read of their joint bits, one 64-bit store
+                while j + 1 < c1:
+                    c = col + j * _COL_BYTES
+                    p0 = (hb >> np.uint64(j - c0)) & _ONE
+                    p1 = (hb >> np.uint64(j - c0 + 1)) & _ONE
+                    n0 = np.int64(_ld64(c + _FREE_BITS)) if p0 else W
+                    n1 = np.int64(_ld64(c + _COL_BYTES + _FREE_BITS)) if p1 else W
+                    v = _get(row, p, n0 + n1)
+                    p += n0 + n1
+                    x0 = _decode_word(v & ((_ONE << np.uint64(n0)) - _ONE), p0, c)
+                    x1 = _decode_word(v >> np.uint64(n0), p1, c + _COL_BYTES)
+                    _st64(wrow + 4 * j, x0 | (x1 << np.uint64(32)))
+                    j += 2
+            while j < c1:
                 c = col + j * _COL_BYTES
                 part = (hb >> np.uint64(j - c0)) & _ONE
                 # one read of the word's stored width; participating words get bitval back
                 nb = np.int64(_ld64(c + _FREE_BITS)) if part else W
-                v = _get(row, p, nb)
+                x = _decode_word(_get(row, p, nb), part, c)
                 p += nb
-                x = (_pdep(v, _ld64(c + _FREE_MASK)) | _ld64(c + _BITVAL)) if part else v
                 if W == 64:
                     _st64(wrow + 8 * j, x)
                 else:
                     _st32(wrow + 4 * j, x)
+                j += 1
 
 
 def _gather_impl(payload, offsets, idx, new_offsets, out):
