@@ -1,4 +1,4 @@
-"""`ibp-graph`: the command line (demo, bench)."""
+"""`ibp-graph`: the command line (demo, bench, prepare, train, report)."""
 from __future__ import annotations
 
 import argparse
@@ -23,9 +23,66 @@ def _bench(argv: Sequence[str]) -> int:
     return main(rest)
 
 
+def _prepare(argv: Sequence[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="ibp-graph prepare",
+        description="Convert a data set once into memory-mappable arrays (CSC graph, features, labels, "
+                    "splits) and a pre-encoded feature store.")
+    p.add_argument("--dataset", required=True,
+                   help="ogbn-papers100M, ogbn-products, ogbn-arxiv (OGB's raw files under --root), "
+                        "or synthetic (the generated default data set; sizes from --config/--set)")
+    p.add_argument("--root", help="OGB: the folder holding OGB's data set folder (e.g. ROOT/ogbn_papers100M/raw); "
+                                  "synthetic: the cache folder (default: the config's data.root, data_cache)")
+    p.add_argument("--out", help="the prepared folder (default: <data set folder>/ibp_prepared; "
+                                 "synthetic: <root>/synthetic-<nodes>-<hash>)")
+    p.add_argument("--directed", action="store_true", help="keep OGB's edge directions (default: undirected)")
+    p.add_argument("--no-store", action="store_true", help="skip the pre-encoded feature store")
+    p.add_argument("--config", help="synthetic: take data.synthetic from this experiment file")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="synthetic: override a config key, e.g. data.synthetic.num_nodes=111059956")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    a = p.parse_args(argv)
+    try:
+        if a.dataset == "synthetic":
+            from .data import graphgen
+            from .train.config import load_config
+
+            data = load_config(a.config, a.set).data
+            out = a.out or graphgen.cache_dir(data.synthetic, a.root or data.root)
+            graphgen.generate(data.synthetic, out, store=not a.no_store, progress=not a.quiet)
+        else:
+            from .data import ogb
+
+            if a.config or a.set:
+                p.error("--config and --set apply to --dataset synthetic only")
+            if not a.root:
+                p.error("--root is required for OGB data sets: the folder holding OGB's data set folder")
+            ogb.prepare(a.dataset, a.root, a.out, undirected=not a.directed, store=not a.no_store,
+                        progress=not a.quiet)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"ibp-graph prepare: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _train(argv: Sequence[str]) -> int:
+    from .train.loop import main
+
+    return main(argv)
+
+
+def _report(argv: Sequence[str]) -> int:
+    from .train.report import main
+
+    return main(argv)
+
+
 COMMANDS = {
     "demo": (_demo, "encode and decode a generated papers100M-like feature table; print fraction and speed"),
     "bench": (_bench, "run a benchmark (codec, loader): prints a table, writes JSON"),
+    "prepare": (_prepare, "convert OGB's raw files (or generate the default data set) into a prepared folder"),
+    "train": (_train, "train a GNN as a YAML experiment describes (--config, --set KEY=VALUE); JSON under runs/"),
+    "report": (_report, "compare runs (runs/*.json): a table and a PNG plot, ibp vs identity"),
 }
 
 

@@ -1,0 +1,358 @@
+"""OGB node-property data sets from a local folder in OGB's own layout -> a prepared folder.
+
+Reads the raw files exactly where OGB's ``NodePropPredDataset(name, root)`` keeps them
+(``ROOT/ogbn_papers100M/raw/data.npz`` ...; see ``ogb/nodeproppred/dataset.py`` and
+``ogb/io/read_graph_raw.py``) without needing the ``ogb`` package, and writes a
+prepared folder (``ibp_graph.data.prepared``): CSC graph, features, int64 labels (-1
+where OGB has NaN or no label), splits of labeled nodes, and the features
+pre-encoded with an IBP codec fitted on a row sample. Large arrays are streamed in
+chunks from the zip/gzip files straight into memory-mapped outputs, so the 57 GB
+feature table of papers100M never has to fit in memory.
+"""
+from __future__ import annotations
+
+import gzip
+import itertools
+import os
+import time
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Union
+
+import numpy as np
+
+from .prepared import (SPLITS, as_tensor, build_csc, progress_bar, replace_dir, temp_dir,
+                       write_prepared_meta)
+
+__all__ = ["OGBSpec", "OGB_DATASETS", "MissingOGBFilesError", "prepare", "check_files", "dataset_dir", "required_files",
+           "default_prepared_dir"]
+
+PathLike = Union[str, os.PathLike]
+_URL = "http://snap.stanford.edu/ogb/data/nodeproppred/"
+#: rows (features, labels) or edges read per step.
+CHUNK_ROWS = 1 << 20
+
+
+@dataclass(frozen=True)
+class OGBSpec:
+    """What OGB's master.csv says about a node-property data set (the fields this reader needs)."""
+
+    name: str
+    dir_name: str        # the folder under ROOT (OGB renames the unzipped folder to it)
+    download_name: str   # the zip's name and its top folder
+    binary: bool         # raw/data.npz (True) or raw/*.csv.gz (False)
+    split: str           # split/<split>/{train,valid,test}.csv.gz
+    num_classes: int
+    add_inverse_edge: bool
+
+    @property
+    def url(self) -> str:
+        """Where OGB publishes the data set (a zip)."""
+        return f"{_URL}{self.download_name}.zip"
+
+
+OGB_DATASETS: dict[str, OGBSpec] = {
+    "ogbn-papers100M": OGBSpec("ogbn-papers100M", "ogbn_papers100M", "papers100M-bin", True, "time", 172, False),
+    "ogbn-products": OGBSpec("ogbn-products", "ogbn_products", "products", False, "sales_ranking", 47, True),
+    "ogbn-arxiv": OGBSpec("ogbn-arxiv", "ogbn_arxiv", "arxiv", False, "time", 40, False),
+}
+
+
+class MissingOGBFilesError(FileNotFoundError):
+    """Some raw files of an OGB data set are not in the folder given."""
+
+
+def _spec(name: str) -> OGBSpec:
+    try:
+        return OGB_DATASETS[name]
+    except KeyError:
+        raise ValueError(f"dataset={name!r} is not supported; choose from {', '.join(OGB_DATASETS)}") from None
+
+
+def required_files(name: str) -> list[str]:
+    """The raw files (relative to the data set folder) that `prepare` reads."""
+    s = _spec(name)
+    raw = ["raw/data.npz", "raw/node-label.npz"] if s.binary else [
+        "raw/edge.csv.gz", "raw/node-feat.csv.gz", "raw/num-node-list.csv.gz", "raw/num-edge-list.csv.gz",
+        "raw/node-label.csv.gz"]
+    return raw + [f"split/{s.split}/{part}.csv.gz" for part in SPLITS]
+
+
+def dataset_dir(name: str, root: PathLike) -> Path:
+    """The data set folder under `root`: ROOT itself, ROOT/<dir_name> (OGB's) or ROOT/<zip folder>."""
+    s = _spec(name)
+    root = Path(root)
+    for cand in (root, root / s.dir_name, root / s.download_name):
+        if (cand / "raw").is_dir() or (cand / "split").is_dir():
+            return cand
+    return root / s.dir_name
+
+
+def default_prepared_dir(name: str, root: PathLike) -> Path:
+    """Where `prepare` writes unless told otherwise: <data set folder>/ibp_prepared."""
+    return dataset_dir(name, root) / "ibp_prepared"
+
+
+def check_files(name: str, root: PathLike) -> Path:
+    """The data set folder, or MissingOGBFilesError naming each missing file and where OGB publishes it."""
+    s = _spec(name)
+    d = dataset_dir(name, root)
+    missing = [f for f in required_files(name) if not (d / f).is_file()]
+    if missing:
+        lines = "\n".join(f"  {d / f}   (in {s.url} as {s.download_name}/{f})" for f in missing)
+        raise MissingOGBFilesError(
+            f"{name}: {len(missing)} raw file(s) missing under {d}:\n{lines}\n"
+            f"Download {s.url}, unzip it in {Path(root)} and rename {s.download_name}/ to {s.dir_name}/ "
+            f"(or run OGB's NodePropPredDataset(name={name!r}, root=...) once where there is internet "
+            f"and pass that root).")
+    return d
+
+
+# ---------------------------------------------------------------------------------------------
+# Readers
+
+
+def _read_header(f) -> tuple[tuple[int, ...], bool, np.dtype]:
+    fmt = np.lib.format
+    version = fmt.read_magic(f)
+    if version == (1, 0):
+        return fmt.read_array_header_1_0(f)
+    if version == (2, 0):
+        return fmt.read_array_header_2_0(f)
+    return fmt._read_array_header(f, version)  # (3, 0): no public reader
+
+
+class _NpzArray:
+    """One array of an .npz file, read in row chunks without loading it whole."""
+
+    def __init__(self, path: Path, key: str):
+        self.path, self.key = path, key
+        with zipfile.ZipFile(path) as zf:
+            if f"{key}.npy" not in zf.namelist():
+                keys = sorted(n[:-4] for n in zf.namelist() if n.endswith(".npy"))
+                raise KeyError(f"{path} holds no array {key!r}; it holds {keys}")
+            with zf.open(f"{key}.npy") as f:
+                self.shape, self.fortran, self.dtype = _read_header(f)
+
+    def _open(self, zf: zipfile.ZipFile):
+        f = zf.open(f"{self.key}.npy")
+        _read_header(f)
+        return f
+
+    def rows(self, chunk_rows: int = CHUNK_ROWS) -> Iterator[np.ndarray]:
+        """Row blocks of a C-ordered array (first axis), in order."""
+        if self.fortran and len(self.shape) > 1 and self.shape[1] > 1:
+            raise ValueError(f"{self.path}:{self.key} is stored in Fortran order; expected C order")
+        row = int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
+        with zipfile.ZipFile(self.path) as zf, self._open(zf) as f:
+            for lo in range(0, self.shape[0], chunk_rows):
+                n = min(chunk_rows, self.shape[0] - lo)
+                yield _frombuffer(f.read(n * row), self.dtype, (n,) + tuple(self.shape[1:]), self)
+
+    def edge_pairs(self, chunk: int = CHUNK_ROWS) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(src, dst) chunks of a (2, E) edge_index, in edge order."""
+        if len(self.shape) != 2 or self.shape[0] != 2:
+            raise ValueError(f"{self.path}:{self.key} has shape {self.shape}; expected (2, num_edges)")
+        E, item = self.shape[1], self.dtype.itemsize
+        with zipfile.ZipFile(self.path) as zf:
+            if self.fortran:  # (src, dst) pairs are adjacent
+                with self._open(zf) as f:
+                    for lo in range(0, E, chunk):
+                        n = min(chunk, E - lo)
+                        pair = _frombuffer(f.read(2 * n * item), self.dtype, (n, 2), self)
+                        yield pair[:, 0], pair[:, 1]
+                return
+            # C order: all sources, then all destinations: two readers in step
+            with self._open(zf) as fs, self._open(zf) as fd:
+                _skip(fd, E * item)
+                for lo in range(0, E, chunk):
+                    n = min(chunk, E - lo)
+                    yield (_frombuffer(fs.read(n * item), self.dtype, (n,), self),
+                           _frombuffer(fd.read(n * item), self.dtype, (n,), self))
+
+
+def _skip(f, nbytes: int) -> None:
+    step = 1 << 26
+    while nbytes > 0:
+        got = len(f.read(min(step, nbytes)))
+        if not got:
+            raise EOFError("unexpected end of an .npy member")
+        nbytes -= got
+
+
+def _frombuffer(buf: bytes, dtype: np.dtype, shape: tuple, src) -> np.ndarray:
+    need = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if len(buf) != need:
+        raise EOFError(f"{src.path}:{src.key} ended early (read {len(buf)} of {need} bytes): the file is truncated")
+    return np.frombuffer(buf, dtype=dtype).reshape(shape)
+
+
+def _csv_chunks(path: Path, dtype, chunk_rows: int = CHUNK_ROWS) -> Iterator[np.ndarray]:
+    """2-d blocks of a headerless .csv.gz (pandas when installed, as OGB reads it; else numpy)."""
+    try:
+        import pandas as pd
+    except ImportError:
+        pd = None
+    if pd is not None:
+        with pd.read_csv(path, compression="gzip", header=None, chunksize=chunk_rows) as reader:
+            for df in reader:
+                yield df.to_numpy().astype(dtype, copy=False)
+        return
+    with gzip.open(path, "rt") as f:
+        while True:
+            lines = list(itertools.islice(f, chunk_rows))
+            if not lines:
+                return
+            parsed = np.loadtxt(lines, delimiter=",", dtype=np.int64 if np.dtype(dtype).kind in "iu" else np.float64,
+                                ndmin=2)
+            yield parsed.astype(dtype, copy=False)
+
+
+def _csv_scalar(path: Path) -> int:
+    values = np.concatenate([c.reshape(-1) for c in _csv_chunks(path, np.int64)])
+    if values.shape[0] != 1:
+        raise ValueError(f"{path} lists {values.shape[0]} graphs; node-property data sets have one")
+    return int(values[0])
+
+
+def _labels_to_int(block: np.ndarray, num_classes: int, where: str) -> np.ndarray:
+    """OGB labels (float with NaN for unlabeled, or int) -> int64 with -1 for unlabeled."""
+    lab = block.reshape(block.shape[0], -1)
+    if lab.shape[1] != 1:
+        raise ValueError(f"{where} has {lab.shape[1]} label columns; expected one (multi-class)")
+    lab = lab[:, 0]
+    if lab.dtype.kind == "f":
+        unlabeled = np.isnan(lab)
+        out = np.where(unlabeled, -1, np.nan_to_num(lab, nan=-1.0)).astype(np.int64)
+    else:
+        out = lab.astype(np.int64)
+    bad = (out < -1) | (out >= num_classes)
+    if bad.any():
+        raise ValueError(f"{where} holds label {out[bad][0]}; expected classes in [0, {num_classes}) or NaN")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# prepare
+
+
+def prepare(name: str, root: PathLike, out: Optional[PathLike] = None, *, undirected: bool = True,
+            store: bool = True, progress: bool = True, chunk_rows: int = CHUNK_ROWS,
+            keep_complete: bool = False) -> Path:
+    """Convert OGB's raw files under `root` into a prepared folder (default <data set folder>/ibp_prepared).
+
+    `undirected` stores every edge in both directions without duplicates (what PyG's
+    papers100M and arxiv examples train on; ogbn-products' raw edges are one direction of
+    an undirected graph). `store` pre-encodes the features with an IBPCodec fitted on a
+    65 536-row sample. Prints progress and a closing line with the store's fraction.
+    With `keep_complete`, a preparation another process finished first is kept.
+    """
+    spec = _spec(name)
+    src = check_files(name, root)
+    final = Path(out) if out is not None else src / "ibp_prepared"
+    tmp = temp_dir(final)
+    t0 = time.perf_counter()
+    say = print if progress else (lambda *a, **k: None)
+    say(f"preparing {name} from {src} into {final}", flush=True)
+
+    # ---- graph and node counts
+    if spec.binary:
+        npz = src / "raw" / "data.npz"
+        num_nodes_list = np.concatenate(list(_NpzArray(npz, "num_nodes_list").rows()))
+        if num_nodes_list.shape[0] != 1:
+            raise ValueError(f"{npz} holds {num_nodes_list.shape[0]} graphs; node-property data sets have one")
+        num_nodes = int(num_nodes_list[0])
+        edges = _NpzArray(npz, "edge_index")
+        num_input_edges = edges.shape[1]
+        chunks = lambda: edges.edge_pairs(chunk_rows)  # noqa: E731
+        feat = _NpzArray(npz, "node_feat")
+        feat_rows, feat_shape, feat_dtype = (lambda: feat.rows(chunk_rows)), feat.shape, np.dtype(np.float32)
+    else:
+        raw = src / "raw"
+        num_nodes = _csv_scalar(raw / "num-node-list.csv.gz")
+        num_input_edges = _csv_scalar(raw / "num-edge-list.csv.gz")
+        chunks = lambda: ((c[:, 0], c[:, 1]) for c in _csv_chunks(raw / "edge.csv.gz", np.int64, chunk_rows))  # noqa
+        first = next(_csv_chunks(raw / "node-feat.csv.gz", np.float32, 1))
+        feat_shape, feat_dtype = (num_nodes, first.shape[1]), np.dtype(np.float32)
+        feat_rows = lambda: _csv_chunks(raw / "node-feat.csv.gz", np.float32, chunk_rows)  # noqa: E731
+
+    # OGB's add_inverse_edge duplicates each raw edge reversed: the same graph as undirected=True
+    both = undirected or spec.add_inverse_edge
+    graph = build_csc(chunks, num_nodes, tmp / "graph", undirected=both, dedup=undirected, progress=progress,
+                      total_edges=num_input_edges)
+    num_edges = graph.num_edges
+    del graph
+
+    # ---- features
+    if len(feat_shape) != 2 or feat_shape[0] != num_nodes:
+        raise ValueError(f"{name}: node features have shape {feat_shape}; expected ({num_nodes}, dim)")
+    x = np.lib.format.open_memmap(tmp / "x.npy", mode="w+", dtype=feat_dtype, shape=tuple(feat_shape))
+    pos = 0
+    bar = progress_bar(num_nodes, "features", progress)
+    for block in feat_rows():
+        x[pos:pos + block.shape[0]] = block
+        pos += block.shape[0]
+        bar.update(block.shape[0])
+    bar.close()
+    if pos != num_nodes:
+        raise ValueError(f"{name}: the feature file has {pos} rows; the graph has {num_nodes} nodes")
+    del x
+
+    # ---- labels
+    y = np.lib.format.open_memmap(tmp / "y.npy", mode="w+", dtype=np.int64, shape=(num_nodes,))
+    if spec.binary:
+        where = f"{src / 'raw' / 'node-label.npz'}"
+        blocks = _NpzArray(src / "raw" / "node-label.npz", "node_label").rows(chunk_rows)
+    else:
+        where = f"{src / 'raw' / 'node-label.csv.gz'}"
+        blocks = _csv_chunks(src / "raw" / "node-label.csv.gz", np.float64, chunk_rows)
+    pos = 0
+    for block in blocks:
+        y[pos:pos + block.shape[0]] = _labels_to_int(block, spec.num_classes, where)
+        pos += block.shape[0]
+    if pos != num_nodes:
+        raise ValueError(f"{where} has {pos} labels; the graph has {num_nodes} nodes")
+    labeled = int((y >= 0).sum())
+    y_mem = np.asarray(y)
+
+    # ---- splits: labeled nodes only
+    (tmp / "split").mkdir()
+    sizes, dropped = {}, {}
+    for part in SPLITS:
+        path = src / "split" / spec.split / f"{part}.csv.gz"
+        idx = np.concatenate([c.reshape(-1) for c in _csv_chunks(path, np.int64)] or [np.zeros(0, np.int64)])
+        if idx.size and (idx.min() < 0 or idx.max() >= num_nodes):
+            raise ValueError(f"{path} names node {idx.min() if idx.min() < 0 else idx.max()}, outside [0, {num_nodes})")
+        keep = y_mem[idx] >= 0
+        dropped[part] = int((~keep).sum())
+        idx = idx[keep]
+        np.save(tmp / "split" / f"{part}.npy", idx.astype(np.int64))
+        sizes[part] = idx.shape[0]
+    del y, y_mem
+
+    # ---- the pre-encoded feature store
+    fraction = None
+    if store:
+        from ..codec import IBPCodec
+        from .store import EncodedTable
+
+        table = as_tensor(np.load(tmp / "x.npy", mmap_mode="r"))
+        codec = IBPCodec.fit(table)  # a 65 536-row sample
+        enc = EncodedTable.encode(table, codec, directory=tmp / "store" / "x", progress=progress)
+        fraction, store_bytes = enc.fraction, enc.nbytes
+        del enc, table
+    write_prepared_meta(tmp, name=name, num_classes=spec.num_classes,
+                        source={"ogb": name, "raw": str(src), "url": spec.url}, undirected=undirected,
+                        labeled=labeled, unlabeled_split_nodes_dropped=dropped, store_fraction=fraction)
+    replace_dir(tmp, final, keep_complete=keep_complete)
+    raw_bytes = int(np.prod(feat_shape)) * feat_dtype.itemsize
+    say(f"prepared {name} in {final}: {num_nodes:,} nodes, {num_edges:,} edges"
+        f" ({'undirected' if undirected else 'as given'}), x {tuple(feat_shape)} float32, {labeled:,} labeled;"
+        f" train {sizes['train']:,} / valid {sizes['valid']:,} / test {sizes['test']:,}"
+        + (f"; feature store {fraction:.4f} of raw ({raw_bytes / 1e9:.3g} GB -> {store_bytes / 1e9:.3g} GB)"
+           if fraction is not None else "; no feature store")
+        + f" in {time.perf_counter() - t0:.1f} s", flush=True)
+    return final
+

@@ -1,0 +1,355 @@
+"""A prepared data set on disk: memory-mapped graph, features, labels, splits and feature store.
+
+Written once by `ibp-graph prepare` (OGB's raw files, `ibp_graph.data.ogb`) or by the
+default data set generator (`ibp_graph.data.graphgen`); opened by training without
+copying, so processes on one machine (DataLoader workers, DDP ranks) share the pages.
+
+Folder layout::
+
+    meta.json            format, version, name, sizes, num_classes, how it was made
+    graph/               CSCGraph.save: indptr.npy, indices.npy, e_id.npy, meta.json
+    x.npy                (num_nodes, dim) node features
+    y.npy                (num_nodes,) int64 class of each node, -1 = unlabeled
+    split/train.npy      int64 node ids (also valid.npy, test.npy); labeled nodes only
+    store/x/             the features pre-encoded (EncodedTable.save layout), optional
+
+`meta.json` is written last: a folder without it is an interrupted preparation.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Union
+
+import numba
+import numpy as np
+import torch
+
+from ..sampling.graph import CSCGraph
+
+__all__ = ["PreparedDataset", "SPLITS", "build_csc", "write_prepared_meta", "as_tensor", "progress_bar",
+           "temp_dir", "replace_dir", "FORMAT", "FORMAT_VERSION"]
+
+PathLike = Union[str, os.PathLike]
+FORMAT = "ibp_graph.prepared"
+FORMAT_VERSION = 1
+SPLITS = ("train", "valid", "test")
+#: edges per step of the out-of-core CSC build.
+EDGE_CHUNK = 1 << 24
+
+EdgeChunks = Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]]
+
+
+def as_tensor(arr: np.ndarray) -> torch.Tensor:
+    """A tensor over a (possibly read-only, memory-mapped) array, without copying it."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*non-writable.*")
+        return torch.from_numpy(arr)
+
+
+def progress_bar(total: int, desc: str, enabled: bool, unit: str = "rows"):
+    """A tqdm bar, or a silent stand-in when progress is off."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, unit_scale=True, disable=not enabled,
+                dynamic_ncols=True, leave=False)
+
+
+@dataclass(frozen=True, eq=False)
+class PreparedDataset:
+    """A prepared folder, opened memory-mapped: graph, features, labels and splits."""
+
+    directory: Path
+    meta: dict
+    graph: CSCGraph
+    x: torch.Tensor
+    y: torch.Tensor
+    split: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """The data set's name (e.g. "ogbn-papers100M", "synthetic")."""
+        return self.meta["name"]
+
+    @property
+    def num_nodes(self) -> int:
+        """Nodes of the graph (rows of x and y)."""
+        return self.graph.num_nodes
+
+    @property
+    def num_classes(self) -> int:
+        """Classes of the node classification task."""
+        return int(self.meta["num_classes"])
+
+    @property
+    def store_dir(self) -> Path:
+        """Where the pre-encoded features live (may not exist)."""
+        return self.directory / "store" / "x"
+
+    def has_store(self) -> bool:
+        """Whether the folder holds a pre-encoded feature store."""
+        return (self.store_dir / "meta.json").is_file()
+
+    def store(self):
+        """The pre-encoded features (EncodedTable, memory-mapped)."""
+        from .store import EncodedTable
+
+        return EncodedTable.load(self.store_dir, mmap=True)
+
+    def majority_accuracy(self, split: str = "test") -> float:
+        """Accuracy of always answering the most frequent training class, on `split`."""
+        y_train = self.y[self.split["train"]]
+        if y_train.numel() == 0:
+            return 0.0
+        majority = int(torch.bincount(y_train).argmax())
+        target = self.y[self.split[split]]
+        return float((target == majority).float().mean()) if target.numel() else 0.0
+
+    def __repr__(self) -> str:
+        sizes = ", ".join(f"{k}={v.numel():,}" for k, v in self.split.items())
+        return (f"PreparedDataset({self.name!r}, nodes={self.num_nodes:,}, edges={self.graph.num_edges:,}, "
+                f"x={tuple(self.x.shape)} {self.x.dtype}, classes={self.num_classes}, {sizes}, "
+                f"store={'yes' if self.has_store() else 'no'})")
+
+    @staticmethod
+    def is_complete(directory: PathLike) -> bool:
+        """Whether `directory` holds a finished preparation (its meta.json is written last)."""
+        path = Path(directory) / "meta.json"
+        if not path.is_file():
+            return False
+        try:
+            meta = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return False
+        return meta.get("format") == FORMAT and meta.get("version") == FORMAT_VERSION
+
+    @classmethod
+    def load(cls, directory: PathLike, *, mmap: bool = True) -> "PreparedDataset":
+        """Open a prepared folder; arrays are read-only memory maps unless mmap=False."""
+        d = Path(directory)
+        meta_path = d / "meta.json"
+        if not meta_path.is_file():
+            raise FileNotFoundError(
+                f"{d} is not a prepared data set (no meta.json); make one with "
+                "`ibp-graph prepare --dataset NAME --root DIR`, or it was interrupted: prepare again")
+        meta = json.loads(meta_path.read_text())
+        if meta.get("format") != FORMAT or meta.get("version") != FORMAT_VERSION:
+            raise ValueError(f"{meta_path} has format {meta.get('format')!r} version {meta.get('version')!r}; "
+                             f"this ibp-graph reads {FORMAT!r} version {FORMAT_VERSION}: prepare again")
+        mode = "r" if mmap else None
+        missing = [p for p in ["x.npy", "y.npy", "graph/meta.json"] + [f"split/{s}.npy" for s in SPLITS]
+                   if not (d / p).is_file()]
+        if missing:
+            raise FileNotFoundError(f"{d} lacks {', '.join(missing)}: prepare again")
+        graph = CSCGraph.load(d / "graph", mmap=mmap)
+        x = as_tensor(np.load(d / "x.npy", mmap_mode=mode))
+        y = as_tensor(np.load(d / "y.npy", mmap_mode=mode))
+        split = {s: torch.from_numpy(np.load(d / "split" / f"{s}.npy")) for s in SPLITS}
+        if x.shape[0] != graph.num_nodes or y.shape != (graph.num_nodes,):
+            raise ValueError(f"{d}: x has {x.shape[0]} rows and y shape {tuple(y.shape)}; the graph has "
+                             f"{graph.num_nodes} nodes: prepare again")
+        return cls(directory=d, meta=meta, graph=graph, x=x, y=y, split=split)
+
+
+def write_prepared_meta(directory: PathLike, *, name: str, num_classes: int, **extra) -> dict:
+    """Write meta.json (last step of a preparation), with sizes read back from the folder."""
+    d = Path(directory)
+    graph = json.loads((d / "graph" / "meta.json").read_text())
+    x = np.load(d / "x.npy", mmap_mode="r")
+    meta = {"format": FORMAT, "version": FORMAT_VERSION, "name": name,
+            "num_nodes": graph["num_nodes"], "num_edges": graph["num_edges"],
+            "num_classes": int(num_classes), "x_shape": list(x.shape), "x_dtype": str(x.dtype),
+            "split_sizes": {s: int(np.load(d / "split" / f"{s}.npy", mmap_mode="r").shape[0]) for s in SPLITS}}
+    meta.update(extra)
+    (d / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    return meta
+
+
+# ---------------------------------------------------------------------------------------------
+# Out-of-core CSC construction
+
+
+@numba.njit(cache=True, nogil=True)
+def _count_in(dst, counts):
+    for k in range(dst.shape[0]):
+        counts[dst[k] + 1] += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _scatter(src, dst, e0, reverse_e0, fill, indices, e_id, undirected):
+    """Place each edge in its destination's slice (and its reverse in its source's)."""
+    for k in range(dst.shape[0]):
+        d = dst[k]
+        s = src[k]
+        p = fill[d]
+        fill[d] = p + 1
+        indices[p] = s
+        e_id[p] = e0 + k
+        if undirected:
+            p = fill[s]
+            fill[s] = p + 1
+            indices[p] = d
+            e_id[p] = reverse_e0 + e0 + k
+
+
+@numba.njit(cache=True, nogil=True)
+def _dedup_segments(indptr, indices, e_id, lo, hi, new_counts):
+    """Sort each node's in-neighbours (lo <= node < hi) and count the distinct ones."""
+    for v in range(lo, hi):
+        a, b = indptr[v], indptr[v + 1]
+        if b - a > 1:
+            seg = indices[a:b].copy()
+            ids = e_id[a:b].copy()
+            order = np.argsort(seg, kind="mergesort")
+            for j in range(b - a):
+                indices[a + j] = seg[order[j]]
+                e_id[a + j] = ids[order[j]]
+        n = 0
+        for j in range(a, b):
+            if j == a or indices[j] != indices[j - 1]:
+                n += 1
+        new_counts[v - lo] = n
+
+
+@numba.njit(cache=True, nogil=True)
+def _compact(indptr, indices, e_id, lo, hi, w):
+    """Move each node's distinct in-neighbours to position w onwards (w never passes a read)."""
+    for v in range(lo, hi):
+        a, b = indptr[v], indptr[v + 1]
+        for j in range(a, b):
+            if j == a or indices[j] != indices[j - 1]:
+                indices[w] = indices[j]
+                e_id[w] = e_id[j]
+                w += 1
+    return w
+
+
+def _edge_slices(n: int, step: int) -> Iterator[tuple[int, int]]:
+    for lo in range(0, n, step):
+        yield lo, min(n, lo + step)
+
+
+def build_csc(edge_chunks: EdgeChunks, num_nodes: int, directory: PathLike, *, undirected: bool = False,
+              dedup: bool = False, progress: bool = True, total_edges: Optional[int] = None) -> CSCGraph:
+    """Build a CSCGraph on disk from a stream of edge chunks, never holding the edge list in memory.
+
+    `edge_chunks()` is called twice (count, then place) and must yield the same
+    `(src, dst)` int64 chunks each time. `undirected` adds every edge's reverse (edge id
+    ``num_edges + k``, as ``torch.cat([ei, ei.flip(0)], 1)`` would number it); `dedup`
+    removes repeated (source, destination) pairs, keeping each node's in-neighbours
+    sorted by id, like PyG's ``to_undirected`` / ``coalesce``. Memory: two int64 arrays of
+    ``num_nodes + 1`` plus one chunk; the indices and edge ids are written to memory-mapped
+    files in ``directory`` (``CSCGraph.save`` layout) and returned memory-mapped.
+    """
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    counts = np.zeros(num_nodes + 1, dtype=np.int64)
+    n_input = 0
+    bar = progress_bar(total_edges or 0, "graph: counting edges", progress, unit="edges")
+    for src, dst in edge_chunks():
+        src, dst = _int64(src), _int64(dst)
+        _check_ids(src, dst, num_nodes)
+        _count_in(dst, counts)
+        if undirected:
+            _count_in(src, counts)
+        n_input += dst.shape[0]
+        bar.update(dst.shape[0])
+    bar.close()
+    indptr = np.cumsum(counts)
+    num_edges = int(indptr[-1])
+    fill = indptr[:-1].copy()
+    indices = np.lib.format.open_memmap(d / "indices.npy", mode="w+", dtype=np.int64, shape=(num_edges,))
+    e_id = np.lib.format.open_memmap(d / "e_id.npy", mode="w+", dtype=np.int64, shape=(num_edges,))
+    indices, e_id = np.asarray(indices), np.asarray(e_id)  # plain ndarray views for the kernels
+    e0 = 0
+    bar = progress_bar(n_input, "graph: placing edges", progress, unit="edges")
+    for src, dst in edge_chunks():
+        src, dst = _int64(src), _int64(dst)
+        _scatter(src, dst, np.int64(e0), np.int64(n_input), fill, indices, e_id, undirected)
+        e0 += dst.shape[0]
+        bar.update(dst.shape[0])
+    bar.close()
+    if e0 != n_input:
+        raise RuntimeError(f"edge_chunks() yielded {n_input} edges the first time and {e0} the second; "
+                           "it must yield the same chunks on every call")
+    del fill
+    if dedup and num_edges:
+        indptr = _dedup_csc(d, indptr, indices, e_id, progress)
+    del indices, e_id  # shared file mappings: what was written is visible to the next open
+    np.save(d / "indptr.npy", indptr)
+    meta = {"format": "ibp_graph.csc", "version": 1, "num_nodes": num_nodes, "num_edges": int(indptr[-1])}
+    (d / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+    return CSCGraph.load(d, mmap=True)
+
+
+def _dedup_csc(d: Path, indptr: np.ndarray, indices: np.ndarray, e_id: np.ndarray, progress: bool) -> np.ndarray:
+    """Remove repeated in-neighbours in place; rewrite indices.npy and e_id.npy at the new length."""
+    n = indptr.shape[0] - 1
+    new_counts = np.zeros(n, dtype=np.int64)
+    step = 1 << 20
+    bar = progress_bar(n, "graph: removing duplicate edges", progress, unit="nodes")
+    for lo, hi in _edge_slices(n, step):
+        _dedup_segments(indptr, indices, e_id, lo, hi, new_counts[lo:hi])
+        bar.update(hi - lo)
+    w = 0
+    for lo, hi in _edge_slices(n, step):
+        w = _compact(indptr, indices, e_id, lo, hi, np.int64(w))
+    bar.close()
+    new_indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(new_counts, out=new_indptr[1:])
+    assert int(new_indptr[-1]) == w
+    for name, arr in (("indices", indices), ("e_id", e_id)):
+        tmp = np.lib.format.open_memmap(d / f"{name}.tmp.npy", mode="w+", dtype=np.int64, shape=(w,))
+        for lo, hi in _edge_slices(w, EDGE_CHUNK):
+            tmp[lo:hi] = arr[lo:hi]
+        tmp.flush()
+        del tmp
+    del indices, e_id
+    for name in ("indices", "e_id"):
+        os.replace(d / f"{name}.tmp.npy", d / f"{name}.npy")
+    return new_indptr
+
+
+def _int64(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.int64)
+
+
+def _check_ids(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> None:
+    if src.shape != dst.shape or src.ndim != 1:
+        raise ValueError(f"an edge chunk has src shape {src.shape} and dst shape {dst.shape}; "
+                         "expected two 1-d arrays of the same length")
+    if src.size:
+        lo = min(int(src.min()), int(dst.min()))
+        hi = max(int(src.max()), int(dst.max()))
+        if lo < 0 or hi >= num_nodes:
+            raise ValueError(f"an edge names node {lo if lo < 0 else hi}, outside [0, {num_nodes})")
+
+
+def temp_dir(final: Path) -> Path:
+    """A fresh work folder beside `final`, unique to this process (and machine, on shared disks)."""
+    tmp = final.with_name(f"{final.name}.tmp-{socket.gethostname()}-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    return tmp
+
+
+def replace_dir(tmp: Path, final: Path, *, keep_complete: bool = False) -> Path:
+    """Move a finished work folder into place, replacing what is there.
+
+    With `keep_complete`, a finished preparation that another process moved into place
+    meanwhile wins and `tmp` is discarded (several machines preparing on one shared disk).
+    """
+    if keep_complete and PreparedDataset.is_complete(final):
+        shutil.rmtree(tmp)
+        return final
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    return final

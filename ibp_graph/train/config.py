@@ -1,0 +1,292 @@
+"""Experiment configuration: a typed YAML schema (dataclasses) with command-line overrides.
+
+A config file holds up to six sections (``name``, ``data``, ``loader``, ``model``,
+``train``, ``output``); anything left out keeps its default. Unknown keys and values of
+the wrong type are rejected with the list of valid keys or the accepted type; any key
+can be overridden from the command line as ``--set loader.batch_size=2048`` (the value
+is read as YAML: ``--set loader.num_neighbors=[15,10,5]``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence, Union
+
+import yaml
+
+from ..data.graphgen import GraphSpec
+
+__all__ = ["Config", "DataConfig", "LoaderConfig", "ModelConfig", "TrainConfig", "OutputConfig",
+           "ConfigError", "load_config", "from_dict", "apply_overrides", "to_dict", "DATASETS"]
+
+#: data sets `data.name` accepts.
+DATASETS = ("synthetic", "ogbn-papers100M", "ogbn-products", "ogbn-arxiv")
+
+
+_FLOAT_TEXT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+
+
+class ConfigError(ValueError):
+    """A config file or override names an unknown key, or a value of the wrong type."""
+
+
+def _choice(default, choices: Sequence[Any], help: str):
+    return field(default=default, metadata={"choices": tuple(choices), "help": help})
+
+
+def _num(default, help: str, minimum=None, maximum=None):
+    return field(default=default, metadata={"min": minimum, "max": maximum, "help": help})
+
+
+@dataclass
+class DataConfig:
+    """Which data set, and where it lives."""
+
+    name: str = _choice("synthetic", DATASETS, "the data set")
+    root: str = field(default="data_cache", metadata={
+        "help": "synthetic: the cache folder; OGB: the folder holding OGB's data set folder "
+                "(e.g. ROOT/ogbn_papers100M/raw/data.npz)"})
+    prepared: Optional[str] = field(default=None, metadata={
+        "help": "OGB: the prepared folder (default ROOT/<ogb folder>/ibp_prepared)"})
+    store: bool = field(default=True, metadata={
+        "help": "codec ibp: serve features from the pre-encoded store (no per-batch encoding)"})
+    synthetic: GraphSpec = field(default_factory=GraphSpec, metadata={
+        "help": "the generated data set (name: synthetic)"})
+
+
+@dataclass
+class LoaderConfig:
+    """CompressedNeighborLoader settings."""
+
+    batch_size: int = _num(1024, "seed nodes per training batch", 1)
+    eval_batch_size: int = _num(2048, "seed nodes per evaluation batch", 1)
+    num_neighbors: list[int] = field(default_factory=lambda: [10, 5], metadata={
+        "help": "neighbours sampled per hop (-1: all); also the number of GNN layers"})
+    num_workers: int = _num(1, "DataLoader worker processes per loader", 0)
+    codecs: list[str] = field(default_factory=lambda: ["ibp"], metadata={
+        "choices": ("ibp", "identity"), "help": "one run per codec listed (ibp, identity)"})
+    prefetch: int = _num(2, "batches decoded ahead on the device", 0)
+    device: str = field(default="auto", metadata={"help": "auto, cpu, cuda or cuda:N"})
+
+
+@dataclass
+class ModelConfig:
+    """The GNN."""
+
+    arch: str = _choice("sage", ("sage", "gcn", "gat"), "GraphSAGE, GCN or GAT")
+    hidden: int = _num(256, "hidden channels", 1)
+    dropout: float = _num(0.5, "dropout probability", 0.0, 1.0)
+    heads: int = _num(4, "attention heads (gat; hidden must be a multiple)", 1)
+    norm: Optional[str] = _choice(None, (None, "batch_norm", "layer_norm"), "normalisation after each layer")
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation and evaluation."""
+
+    epochs: int = _num(3, "passes over the training nodes", 1)
+    lr: float = _num(0.01, "Adam learning rate", 0.0)
+    weight_decay: float = _num(0.0, "Adam weight decay", 0.0)
+    max_batches: Optional[int] = _num(None, "cap on training batches per epoch (smoke tests)", 1)
+    eval_every: int = _num(1, "evaluate valid/test every this many epochs (and after the last)", 1)
+    seed: int = _num(0, "torch seed (model init, shuffling, sampling)", 0)
+
+
+@dataclass
+class OutputConfig:
+    """Where results go."""
+
+    dir: str = field(default="runs", metadata={"help": "results folder: DIR/<name>-<time>-<codec>.json"})
+    progress: bool = field(default=True, metadata={"help": "tqdm progress bars"})
+
+
+@dataclass
+class Config:
+    """One experiment."""
+
+    name: str = field(default="default", metadata={"help": "the experiment's name (results folder)"})
+    data: DataConfig = field(default_factory=DataConfig)
+    loader: LoaderConfig = field(default_factory=LoaderConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation
+
+
+def _type_name(tp) -> str:
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(tp))
+    if origin is list:
+        item = typing.get_args(tp)[0]
+        return "a list of " + {int: "integers", float: "numbers", str: "strings"}.get(item, _type_name(item))
+    if dataclasses.is_dataclass(tp):
+        return f"a mapping ({tp.__name__})"
+    return {int: "an integer", float: "a number", str: "a string", bool: "true/false",
+            type(None): "null"}.get(tp, getattr(tp, "__name__", str(tp)))
+
+
+def _convert(value, tp, where: str, meta: dict):
+    """`value` as type `tp` (nested dataclasses built from mappings), or a ConfigError."""
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _convert(value, a, where, meta)
+            except ConfigError as e:
+                errors.append(e)
+        raise errors[0] if len(errors) == 1 else ConfigError(
+            f"{where}={value!r} is not accepted; expected {_type_name(tp)}")
+    if origin is list:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}={value!r} is not accepted; expected {_type_name(tp)}")
+        (item,) = typing.get_args(tp)
+        out = [_convert(v, item, f"{where}[{i}]", {}) for i, v in enumerate(value)]
+        choices = meta.get("choices")
+        for i, v in enumerate(out):
+            if choices is not None and v not in choices:
+                raise ConfigError(f"{where}[{i}]={v!r} is not accepted; choose from {list(choices)}")
+        return out
+    if dataclasses.is_dataclass(tp):
+        return from_dict(tp, value, where)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}={value!r} is not accepted; expected true or false")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}={value!r} is not accepted; expected an integer")
+    elif tp is float:
+        if isinstance(value, str) and _FLOAT_TEXT.match(value.strip()):
+            value = float(value)  # YAML 1.1 reads 1e-3 (no dot) as a string
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}={value!r} is not accepted; expected a number")
+        value = float(value)
+    elif tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}={value!r} is not accepted; expected a string")
+    lo, hi = meta.get("min"), meta.get("max")
+    if lo is not None and value < lo or hi is not None and value > hi:
+        bounds = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+        raise ConfigError(f"{where}={value!r} is not accepted; expected a value {bounds}")
+    return value
+
+
+def from_dict(cls, values: Any, where: str = ""):
+    """Build dataclass `cls` from a mapping, rejecting unknown keys and mistyped values."""
+    label = where or "the config"
+    if values is None:
+        values = {}
+    if not isinstance(values, dict):
+        raise ConfigError(f"{label} must be a mapping of keys to values, got {type(values).__name__} "
+                          f"{values!r}; valid keys: {', '.join(f.name for f in dataclasses.fields(cls))}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = [k for k in values if k not in fields]
+    if unknown:
+        keys = ", ".join(f"{where}.{k}" if where else str(k) for k in unknown)
+        raise ConfigError(f"unknown key {keys} in {label}; valid keys: {', '.join(fields)}")
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for name, value in values.items():
+        f = fields[name]
+        path = f"{where}.{name}" if where else name
+        value = _convert(value, hints[name], path, dict(f.metadata))
+        choices = f.metadata.get("choices")
+        if choices is not None and not isinstance(value, list) and value not in choices:
+            raise ConfigError(f"{path}={value!r} is not accepted; choose from {list(choices)}")
+        kwargs[name] = value
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as e:  # a dataclass's own checks (GraphSpec)
+        raise ConfigError(f"{label}: {e}") from None
+
+
+def to_dict(cfg) -> dict:
+    """The config as plain values (what a run's JSON records)."""
+    return dataclasses.asdict(cfg)
+
+
+def apply_overrides(values: dict, overrides: Sequence[str]) -> dict:
+    """Apply `KEY.PATH=VALUE` overrides (VALUE read as YAML) to a raw config mapping."""
+    out = _deep_copy(values)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r} is not accepted; expected KEY=VALUE, e.g. loader.batch_size=2048")
+        key, text = item.split("=", 1)
+        parts = key.strip().split(".")
+        if not all(parts):
+            raise ConfigError(f"--set {item!r}: the key {key!r} is malformed; expected e.g. loader.batch_size")
+        try:
+            value = yaml.safe_load(text) if text.strip() else ""
+        except yaml.YAMLError as e:
+            raise ConfigError(f"--set {item!r}: the value is not valid YAML ({e})") from None
+        node = out
+        for i, p in enumerate(parts[:-1]):
+            nxt = node.get(p)
+            if nxt is None:
+                nxt = node[p] = {}
+            elif not isinstance(nxt, dict):
+                raise ConfigError(f"--set {item!r}: {'.'.join(parts[:i + 1])} is a value, not a section")
+            node = nxt
+        node[parts[-1]] = value
+    return out
+
+
+def _deep_copy(values: dict) -> dict:
+    return {k: _deep_copy(v) if isinstance(v, dict) else v for k, v in (values or {}).items()}
+
+
+def load_config(path: Union[str, os.PathLike, None], overrides: Sequence[str] = ()) -> Config:
+    """Read a YAML experiment (or the defaults when `path` is None), apply overrides, validate."""
+    values: dict = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {str(p)!r} does not exist"
+                              + (f"; configs in {p.parent}: {', '.join(sorted(x.name for x in p.parent.glob('*.yaml')))}"
+                                 if p.parent.is_dir() else ""))
+        try:
+            values = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{p} is not valid YAML: {e}") from None
+        if not isinstance(values, dict):
+            raise ConfigError(f"{p} must hold a mapping of sections, got {type(values).__name__}")
+    values = apply_overrides(values, overrides)
+    try:
+        return from_dict(Config, values)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}" if path is not None else str(e)) from None
+
+
+def describe(cls=Config, prefix: str = "") -> list[str]:
+    """One line per key: dotted name, type, default and help (for `ibp-graph train --keys`)."""
+    lines = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        path = f"{prefix}{f.name}"
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            lines.extend(describe(tp, path + "."))
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        text = f"{path} ({_type_name(tp)}, default {default!r})"
+        if f.metadata.get("choices") is not None:
+            text += f" one of {list(f.metadata['choices'])}"
+        if f.metadata.get("help"):
+            text += f": {f.metadata['help']}"
+        lines.append(text)
+    return lines

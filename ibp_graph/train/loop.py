@@ -1,0 +1,366 @@
+"""Train and evaluate a GNN on a prepared data set, one run per codec; multi-GPU/multi-node via DDP.
+
+Under ``torchrun`` (``WORLD_SIZE > 1``) every process joins the default process group
+(NCCL on GPUs, gloo on CPUs), the loaders give each rank an equal share of every
+epoch's seeds, gradients are averaged by DistributedDataParallel, and losses,
+accuracies and byte counts are summed over ranks before rank 0 prints and writes them.
+Prepared data are memory-mapped, so the ranks of one machine share one copy of the pages.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from ..data.prepared import PreparedDataset
+from .config import Config, LoaderConfig, to_dict
+from .models import build_model, feature_stats
+
+__all__ = ["Dist", "setup_distributed", "resolve_device", "open_dataset", "make_loader", "train_epoch",
+           "evaluate", "run", "run_one", "main", "main_config", "RUN_FORMAT"]
+
+RUN_FORMAT = "ibp_graph.run"
+
+
+@dataclass(frozen=True)
+class Dist:
+    """This process's place in a (possibly single-process) run."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def main(self) -> bool:
+        """Whether this process prints and writes results."""
+        return self.rank == 0
+
+    def barrier(self) -> None:
+        """Wait for every rank (no-op in a single process)."""
+        if self.world_size > 1:
+            torch.distributed.barrier()
+
+    def sum(self, values: list[float]) -> list[float]:
+        """Element-wise sum over ranks."""
+        if self.world_size == 1:
+            return list(values)
+        t = torch.tensor(values, dtype=torch.float64)
+        if torch.distributed.get_backend() == "nccl":
+            t = t.cuda()
+        torch.distributed.all_reduce(t)
+        return t.cpu().tolist()
+
+    def max(self, value: float) -> float:
+        """Maximum over ranks."""
+        if self.world_size == 1:
+            return value
+        t = torch.tensor([value], dtype=torch.float64)
+        if torch.distributed.get_backend() == "nccl":
+            t = t.cuda()
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+        return float(t.item())
+
+
+def resolve_device(name: str, local_rank: int = 0) -> torch.device:
+    """'auto' -> cuda:<local rank> when torch sees a GPU, else cpu; other names as given."""
+    if name == "auto":
+        return torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
+    dev = torch.device(name)
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"loader.device={name!r} but torch sees no CUDA device; use cpu or auto")
+        if dev.index is None:
+            dev = torch.device(f"cuda:{local_rank}")
+    elif dev.type != "cpu":
+        raise ValueError(f"loader.device={name!r} is not accepted; use auto, cpu, cuda or cuda:N")
+    return dev
+
+
+def setup_distributed(device_name: str = "auto") -> tuple[Dist, torch.device]:
+    """Join torchrun's process group when WORLD_SIZE > 1; return this rank and its device."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    device = resolve_device(device_name, local)
+    if world > 1 and not torch.distributed.is_initialized():
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return Dist(rank, world, local), device
+
+
+#: largest generated data set a distributed run makes itself (bigger ones: `ibp-graph prepare` first).
+DDP_GENERATE_MAX_NODES = 5_000_000
+
+
+def open_dataset(cfg, dist: Dist = Dist(), *, progress: bool = True) -> PreparedDataset:
+    """The prepared data set a DataConfig names, generated or prepared first if missing.
+
+    In a distributed run each machine's first rank does it while the others wait, and
+    only for generated data sets of up to DDP_GENERATE_MAX_NODES nodes: preparing
+    papers100M takes longer than a process group waits, so that is refused with the
+    command to run beforehand.
+    """
+    path = _prepared_path(cfg)
+    if dist.world_size > 1 and not _ready(cfg, path):
+        if cfg.name != "synthetic" or cfg.synthetic.num_nodes > DDP_GENERATE_MAX_NODES:
+            how = (f"ibp-graph prepare --dataset {cfg.name} --root {cfg.root}" + (f" --out {path}" if cfg.prepared else "")
+                   if cfg.name != "synthetic" else
+                   f"ibp-graph prepare --dataset synthetic --root {cfg.root} --set data.synthetic.num_nodes="
+                   f"{cfg.synthetic.num_nodes} (and the other data.synthetic keys of the config)")
+            raise FileNotFoundError(f"{path} is not prepared; a distributed run does not prepare large data sets "
+                                    f"(it would outlast the process group's timeout): run `{how}` first, once per "
+                                    "machine unless the folder is on a shared disk")
+    if dist.local_rank == 0 and not _ready(cfg, path):
+        _prepare(cfg, path, progress=progress and dist.main)
+    dist.barrier()
+    return PreparedDataset.load(path)
+
+
+def _prepared_path(cfg) -> Path:
+    if cfg.name == "synthetic":
+        from ..data import graphgen
+
+        return graphgen.cache_dir(cfg.synthetic, cfg.root)
+    from ..data import ogb
+
+    return Path(cfg.prepared) if cfg.prepared else ogb.default_prepared_dir(cfg.name, cfg.root)
+
+
+def _ready(cfg, path: Path) -> bool:
+    return PreparedDataset.is_complete(path) and (not cfg.store or (path / "store" / "x" / "meta.json").is_file())
+
+
+def _prepare(cfg, path: Path, *, progress: bool) -> None:
+    if cfg.name == "synthetic":
+        from ..data import graphgen
+
+        graphgen.generate(cfg.synthetic, path, store=cfg.store, progress=progress, keep_complete=True)
+    else:
+        from ..data import ogb
+
+        ogb.prepare(cfg.name, cfg.root, path, store=cfg.store, progress=progress, keep_complete=True)
+
+
+def make_loader(ds: PreparedDataset, input_nodes: torch.Tensor, cfg: LoaderConfig, codec: str, *,
+                batch_size: int, shuffle: bool, device: torch.device, use_store: bool = True):
+    """A CompressedNeighborLoader over the prepared graph; features from the store for codec ibp."""
+    from ..loaders.pyg import CompressedNeighborLoader
+
+    x = ds.store() if _from_store(ds, codec, use_store) else ds.x
+    return CompressedNeighborLoader(({"x": x}, ds.graph), list(cfg.num_neighbors), input_nodes=input_nodes,
+                                    batch_size=batch_size, shuffle=shuffle, codec=codec, device=device,
+                                    prefetch=cfg.prefetch, num_workers=cfg.num_workers,
+                                    persistent_workers=cfg.num_workers > 0)
+
+
+def _from_store(ds: PreparedDataset, codec: str, use_store: bool) -> bool:
+    """Whether features come pre-encoded from the store (codec ibp) or from the raw table."""
+    return codec == "ibp" and use_store and ds.has_store()
+
+
+def _forward(model, batch):
+    return model(batch.x, batch.edge_index, batch.batch_size, batch.num_sampled_nodes, batch.num_sampled_edges)
+
+
+def train_epoch(model, loader, optimizer, labels: torch.Tensor, *, max_batches: Optional[int] = None,
+                progress: bool = False, desc: str = "train") -> dict:
+    """One pass over `loader`; `labels[i]` is the class of the loader's i-th input node (on its device)."""
+    from tqdm import tqdm
+
+    model.train()
+    loss_sum = correct = count = 0.0
+    total = len(loader) if max_batches is None else min(len(loader), max_batches)
+    bar = tqdm(total=total, desc=desc, unit="batch", disable=not progress, leave=False, file=sys.stderr,
+               dynamic_ncols=True)
+    t = time.perf_counter()
+    for i, batch in enumerate(loader):
+        y = labels[batch.input_id]
+        out = _forward(model, batch)
+        loss = F.cross_entropy(out, y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        n = y.numel()
+        loss_sum += float(loss.detach()) * n
+        correct += float((out.detach().argmax(1) == y).sum())
+        count += n
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss_sum / count:.3f}", acc=f"{correct / count:.3f}", refresh=False)
+        if max_batches is not None and i + 1 >= max_batches:
+            break  # before the loader makes another batch
+    bar.close()
+    return {"loss_sum": loss_sum, "correct": correct, "count": count, "seconds": time.perf_counter() - t}
+
+
+@torch.no_grad()
+def evaluate(model, loader, labels: torch.Tensor) -> dict:
+    """Correct predictions and count over `loader` (this rank's share)."""
+    model.eval()
+    correct = count = 0.0
+    t = time.perf_counter()
+    for batch in loader:
+        y = labels[batch.input_id]
+        correct += float((_forward(model, batch).argmax(1) == y).sum())
+        count += y.numel()
+    return {"correct": correct, "count": count, "seconds": time.perf_counter() - t}
+
+
+def run(cfg: Config) -> list[dict]:
+    """Run the experiment once per codec in `cfg.loader.codecs`; return the results (rank 0 writes JSON)."""
+    dist, device = setup_distributed(cfg.loader.device)
+    ds = open_dataset(cfg.data, dist, progress=cfg.output.progress)
+    results = [run_one(cfg, codec, ds, dist, device) for codec in cfg.loader.codecs]
+    if dist.world_size > 1:
+        dist.barrier()
+    return results
+
+
+def run_one(cfg: Config, codec: str, ds: PreparedDataset, dist: Dist, device: torch.device) -> dict:
+    """Train and evaluate with one codec; one line per epoch; the result as a dict (and JSON on rank 0)."""
+    t_start = time.perf_counter()
+    torch.manual_seed(cfg.train.seed)
+    say = print if dist.main else (lambda *a, **k: None)
+    lc = cfg.loader
+    splits = {k: ds.split[k] for k in ("train", "valid", "test")}
+    loaders, labels = {}, {}
+    for part, idx in splits.items():
+        train = part == "train"
+        loaders[part] = make_loader(ds, idx, lc, codec, batch_size=lc.batch_size if train else lc.eval_batch_size,
+                                    shuffle=train, device=device, use_store=cfg.data.store)
+        labels[part] = ds.y[idx].to(device)
+    num_layers = len(lc.num_neighbors)
+    model = build_model(cfg.model, ds.x.shape[1], ds.num_classes, num_layers, stats=feature_stats(ds.x)).to(device)
+    if dist.world_size > 1:
+        model = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
+    majority = ds.majority_accuracy("test")
+    feature_src = "store" if _from_store(ds, codec, cfg.data.store) else "table"
+    say(f"[{cfg.name}] {ds.name}: {ds.num_nodes:,} nodes, {ds.graph.num_edges:,} edges, {ds.num_classes} classes; "
+        f"train/valid/test {splits['train'].numel():,}/{splits['valid'].numel():,}/{splits['test'].numel():,}; "
+        f"{cfg.model.arch} x{num_layers}, fan-out {list(lc.num_neighbors)}, batch {lc.batch_size}, codec {codec} "
+        f"(features from the {feature_src}), device {device}, {dist.world_size} process(es)", flush=True)
+
+    epochs = []
+    for epoch in range(1, cfg.train.epochs + 1):
+        for ld in loaders.values():
+            ld.stats.reset()
+        loaders["train"].set_epoch(epoch)
+        tr = train_epoch(model, loaders["train"], optimizer, labels["train"], max_batches=cfg.train.max_batches,
+                         progress=cfg.output.progress and dist.main, desc=f"epoch {epoch}")
+        ev = {}
+        if epoch % cfg.train.eval_every == 0 or epoch == cfg.train.epochs:
+            for part in ("valid", "test"):
+                ev[part] = evaluate(model, loaders[part], labels[part])
+        stats = [ld.stats for ld in loaders.values()]
+        summed = dist.sum([tr["loss_sum"], tr["correct"], tr["count"],
+                           *[ev.get(p, {}).get(k, 0.0) for p in ("valid", "test") for k in ("correct", "count")],
+                           sum(s.total_sent_bytes for s in stats), sum(s.total_raw_bytes for s in stats),
+                           loaders["train"].stats.total_sent_bytes, loaders["train"].stats.total_raw_bytes])
+        (loss_sum, correct, count, v_ok, v_n, t_ok, t_n, sent, raw, train_sent, train_raw) = summed
+        train_s = dist.max(tr["seconds"])
+        eval_s = dist.max(sum(e["seconds"] for e in ev.values()))
+        rec = {"epoch": epoch, "loss": loss_sum / max(count, 1), "train_acc": correct / max(count, 1),
+               "valid_acc": v_ok / v_n if ev and v_n else None, "test_acc": t_ok / t_n if ev and t_n else None,
+               "seconds": train_s + eval_s, "train_seconds": train_s, "eval_seconds": eval_s,
+               "sent_bytes": int(sent), "raw_bytes": int(raw), "fraction": sent / raw if raw else 1.0,
+               "train_sent_bytes": int(train_sent), "train_raw_bytes": int(train_raw),
+               "train_seeds": int(count), "train_batches": int(loaders["train"].stats.batches),
+               "stage_seconds": dict(loaders["train"].stats.seconds)}
+        epochs.append(rec)
+        acc = "".join(f"  {p} {rec[p + '_acc']:.4f}" for p in ("valid", "test") if rec[p + "_acc"] is not None)
+        say(f"epoch {epoch:>2}/{cfg.train.epochs}  loss {rec['loss']:.4f}  train {rec['train_acc']:.4f}{acc}  "
+            f"time {rec['seconds']:.1f} s (train {train_s:.1f}, eval {eval_s:.1f})  "
+            f"moved {sent / 1e6:,.1f} MB of {raw / 1e6:,.1f} MB raw ({rec['fraction']:.3f})", flush=True)
+
+    final = _summary(epochs, majority)
+    result = {"format": RUN_FORMAT, "version": 1, "name": cfg.name, "dataset": ds.name, "codec": codec,
+              "features": feature_src, "arch": cfg.model.arch, "world_size": dist.world_size, "device": str(device),
+              "num_nodes": ds.num_nodes, "num_edges": ds.graph.num_edges, "config": to_dict(cfg),
+              "epochs": epochs, "final": final, "wall_seconds": dist.max(time.perf_counter() - t_start)}
+    test_acc = "n/a" if final["test_acc"] is None else f"{final['test_acc']:.4f}"
+    say(f"[{cfg.name}] codec {codec}: test accuracy {test_acc} (majority class {majority:.4f}); "
+        f"{final['mean_epoch_seconds']:.1f} s per epoch; moved {final['fraction']:.3f} of the raw bytes", flush=True)
+    if dist.main:
+        result["path"] = str(_write(cfg, codec, dist, result))
+        say(f"wrote {result['path']}", flush=True)
+    loaders.clear()  # the loaders' persistent workers exit with them
+    return result
+
+
+def _summary(epochs: list[dict], majority: float) -> dict:
+    """The run's headline numbers: last and best-valid accuracies, means per epoch."""
+    n = len(epochs)
+    evaluated = [e for e in epochs if e["valid_acc"] is not None] or epochs[-1:]
+    best = max(evaluated, key=lambda e: e["valid_acc"] or 0.0)
+    final = {"test_acc": evaluated[-1]["test_acc"], "valid_acc": evaluated[-1]["valid_acc"],
+             "best_epoch": best["epoch"], "test_acc_at_best_valid": best["test_acc"],
+             "majority_test_acc": majority,
+             "mean_epoch_seconds": sum(e["seconds"] for e in epochs) / n,
+             "mean_train_seconds": sum(e["train_seconds"] for e in epochs) / n,
+             "sent_bytes_per_epoch": sum(e["sent_bytes"] for e in epochs) / n,
+             "raw_bytes_per_epoch": sum(e["raw_bytes"] for e in epochs) / n}
+    raw = final["raw_bytes_per_epoch"]
+    final["fraction"] = final["sent_bytes_per_epoch"] / raw if raw else 1.0
+    return final
+
+
+def _write(cfg: Config, codec: str, dist: Dist, result: dict) -> Path:
+    """OUTPUT.DIR/<name>-<time>-<codec>[-w<ranks>].json (so `ibp-graph report runs/*.json` finds it)."""
+    from ..benchmarks.report import machine
+
+    d = Path(cfg.output.dir)
+    d.mkdir(parents=True, exist_ok=True)
+    stem = f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}-{codec}" + (f"-w{dist.world_size}" if dist.world_size > 1 else "")
+    path, k = d / f"{stem}.json", 1
+    while path.exists():
+        path, k = d / f"{stem}-{k}.json", k + 1
+    path.write_text(json.dumps(dict(result, machine=machine()), indent=2) + "\n")
+    return path
+
+
+def main(argv=None) -> int:
+    """`ibp-graph train --config FILE [--set KEY=VALUE ...]`."""
+    import argparse
+
+    from .config import ConfigError, describe, load_config
+
+    p = argparse.ArgumentParser(prog="ibp-graph train", description="Train a GNN as a YAML experiment describes; "
+                                "under torchrun, one process per GPU (or CPU rank, gloo).")
+    p.add_argument("--config", help="the experiment (configs/*.yaml); without it, the defaults")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a key, e.g. --set loader.batch_size=2048 (VALUE is YAML)")
+    p.add_argument("--keys", action="store_true", help="list every key with its type and default, then exit")
+    a = p.parse_args(argv)
+    if a.keys:
+        print("\n".join(describe()))
+        return 0
+    try:
+        cfg = load_config(a.config, a.set)
+    except ConfigError as e:
+        print(f"ibp-graph train: {e}", file=sys.stderr)
+        return 2
+    return main_config(cfg)
+
+
+def main_config(cfg: Config) -> int:
+    """Run an experiment as a command does: errors about the data as messages, exit status."""
+    try:
+        run(cfg)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"ibp-graph train: {e}", file=sys.stderr)
+        return 1
+    finally:
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+    return 0

@@ -1,0 +1,85 @@
+"""GNNs for node classification on sampled subgraphs: GraphSAGE, GCN and GAT (PyG's layers)."""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+
+ARCHS = ("sage", "gcn", "gat")
+
+
+class NodeClassifier(torch.nn.Module):
+    """A PyG BasicGNN that returns the logits of a batch's seed nodes only.
+
+    Features are standardised on the device (``(x - mean) / std``, per column, with
+    statistics from `feature_stats`), so the table and its compressed form keep the
+    original bits. With the per-hop counts of a NeighborLoader batch, layer ``l`` runs
+    only on the nodes and edges that still reach the seeds (PyG's ``trim_to_layer``), so
+    the last layer computes ``batch_size`` rows rather than the whole sampled subgraph.
+    """
+
+    def __init__(self, arch: str, in_channels: int, hidden: int, num_classes: int, num_layers: int, *,
+                 dropout: float = 0.5, heads: int = 4, norm: Optional[str] = None):
+        super().__init__()
+        try:
+            from torch_geometric.nn.models import GAT, GCN, GraphSAGE
+        except ImportError as e:  # pragma: no cover - torch_geometric is a test dependency
+            raise ImportError("ibp_graph.train needs torch_geometric: pip install 'ibp-graph[pyg]'") from e
+        if arch not in ARCHS:
+            raise ValueError(f"arch={arch!r} is not accepted; use one of {ARCHS}")
+        if num_layers < 1:
+            raise ValueError(f"num_layers={num_layers!r} is not accepted; use an int >= 1")
+        kwargs = dict(in_channels=in_channels, hidden_channels=hidden, num_layers=num_layers,
+                      out_channels=num_classes, dropout=dropout, norm=norm)
+        if arch == "sage":
+            self.gnn = GraphSAGE(**kwargs)
+        elif arch == "gcn":
+            self.gnn = GCN(**kwargs)
+        else:
+            if hidden % heads:
+                raise ValueError(f"model.hidden={hidden} must be a multiple of model.heads={heads} for gat")
+            self.gnn = GAT(heads=heads, **kwargs)
+        self.arch = arch
+        # GCN's normalisation reads the degrees of a layer's source nodes, which trimming
+        # changes (hop-l nodes lose their hop-(l+1) edges); SAGE and GAT only read the
+        # in-edges of the nodes they compute, which trimming keeps
+        self.trim = arch != "gcn"
+        self.register_buffer("mean", torch.zeros(in_channels))
+        self.register_buffer("inv_std", torch.ones(in_channels))
+
+    def set_feature_stats(self, mean: torch.Tensor, std: torch.Tensor) -> None:
+        """Standardise inputs with these per-column statistics."""
+        self.mean.copy_(mean)
+        self.inv_std.copy_(1.0 / std.clamp_min(1e-12))
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor, batch_size: int,
+                num_sampled_nodes: Optional[Sequence[int]] = None,
+                num_sampled_edges: Optional[Sequence[int]] = None) -> torch.Tensor:
+        """Logits of the first `batch_size` nodes (the seeds)."""
+        trim = self.trim and num_sampled_nodes is not None and num_sampled_edges is not None \
+            and len(num_sampled_edges) == self.gnn.num_layers
+        x = (x.float() - self.mean) * self.inv_std
+        out = self.gnn(x, edge_index,
+                       num_sampled_nodes_per_hop=list(num_sampled_nodes) if trim else None,
+                       num_sampled_edges_per_hop=list(num_sampled_edges) if trim else None)
+        return out[:batch_size]
+
+
+def feature_stats(x: torch.Tensor, sample_rows: int = 65536, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-column mean and standard deviation of (a random row sample of) a CPU feature table."""
+    n = x.shape[0]
+    if n > sample_rows:
+        pick = torch.randperm(n, generator=torch.Generator().manual_seed(seed))[:sample_rows].sort().values
+        x = x.index_select(0, pick)
+    x = x.double()
+    return x.mean(0).float(), x.std(0).float() if x.shape[0] > 1 else torch.ones(x.shape[1])
+
+
+def build_model(cfg, in_channels: int, num_classes: int, num_layers: int,
+                stats: Optional[tuple[torch.Tensor, torch.Tensor]] = None) -> NodeClassifier:
+    """The model a ModelConfig describes (inputs standardised with `stats` = (mean, std) when given)."""
+    model = NodeClassifier(cfg.arch, in_channels, cfg.hidden, num_classes, num_layers,
+                           dropout=cfg.dropout, heads=cfg.heads, norm=cfg.norm)
+    if stats is not None:
+        model.set_feature_stats(*stats)
+    return model

@@ -1,0 +1,156 @@
+"""Compare training runs (runs/*.json): a table on stdout and a PNG of epoch time and bytes moved."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Optional, Sequence
+
+from ..benchmarks.report import format_table
+from .loop import RUN_FORMAT
+
+__all__ = ["load_runs", "table", "plot", "main"]
+
+COLUMNS = [
+    ("name", "experiment", "s"), ("dataset", "data set", "s"), ("codec", "codec", "s"),
+    ("features", "features", "s"), ("arch", "model", "s"), ("world_size", "procs", "d"),
+    ("device", "device", "s"), ("epochs", "epochs", "d"), ("epoch_s", "s/epoch", ".2f"),
+    ("sent_mb", "MB moved/epoch", ".1f"), ("raw_mb", "MB raw/epoch", ".1f"), ("fraction", "fraction", ".3f"),
+    ("test_acc", "test acc", ".4f"), ("majority", "majority", ".4f"),
+]
+COMPARE_COLUMNS = [
+    ("name", "experiment", "s"), ("dataset", "data set", "s"), ("procs", "procs", "d"),
+    ("ibp_s", "ibp s/epoch", ".2f"), ("identity_s", "identity s/epoch", ".2f"), ("speedup", "speedup", ".3f"),
+    ("ibp_mb", "ibp MB/epoch", ".1f"), ("identity_mb", "identity MB/epoch", ".1f"), ("bytes_ratio", "bytes ratio", ".3f"),
+]
+
+
+def load_runs(paths: Sequence[str]) -> list[dict]:
+    """Run results from files and folders (searched recursively for *.json); others are skipped with a note."""
+    files: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            files.extend(sorted(p.rglob("*.json")))
+        elif p.is_file():
+            files.append(p)
+        else:
+            raise FileNotFoundError(f"{p} does not exist; pass run files (runs/*.json) or folders")
+    runs = []
+    for f in files:
+        try:
+            data = json.loads(f.read_text())
+        except (OSError, ValueError) as e:
+            print(f"skipping {f}: not JSON ({e})", file=sys.stderr)
+            continue
+        if not isinstance(data, dict) or data.get("format") != RUN_FORMAT:
+            print(f"skipping {f}: not a training run (format {RUN_FORMAT!r})", file=sys.stderr)
+            continue
+        data["path"] = str(f)
+        runs.append(data)
+    return runs
+
+
+def _row(run: dict) -> dict:
+    f = run["final"]
+    return {"name": run["name"], "dataset": run["dataset"], "codec": run["codec"],
+            "features": run.get("features", "-"), "arch": run.get("arch", "-"), "world_size": run["world_size"],
+            "device": run.get("device", "-"), "epochs": len(run["epochs"]), "epoch_s": f["mean_epoch_seconds"],
+            "sent_mb": f["sent_bytes_per_epoch"] / 1e6, "raw_mb": f["raw_bytes_per_epoch"] / 1e6,
+            "fraction": f["fraction"], "test_acc": f["test_acc"], "majority": f["majority_test_acc"]}
+
+
+def _pairs(runs: list[dict]) -> list[dict]:
+    """ibp vs identity per (experiment, data set, processes): the latest run of each codec."""
+    latest: dict = defaultdict(dict)
+    for r in sorted(runs, key=lambda r: r["path"]):
+        latest[(r["name"], r["dataset"], r["world_size"])][r["codec"]] = r
+    out = []
+    for (name, dataset, procs), by in latest.items():
+        if "ibp" in by and "identity" in by:
+            a, b = by["ibp"]["final"], by["identity"]["final"]
+            out.append({"name": name, "dataset": dataset, "procs": procs,
+                        "ibp_s": a["mean_epoch_seconds"], "identity_s": b["mean_epoch_seconds"],
+                        "speedup": b["mean_epoch_seconds"] / a["mean_epoch_seconds"] if a["mean_epoch_seconds"] else None,
+                        "ibp_mb": a["sent_bytes_per_epoch"] / 1e6, "identity_mb": b["sent_bytes_per_epoch"] / 1e6,
+                        "bytes_ratio": a["sent_bytes_per_epoch"] / b["sent_bytes_per_epoch"]
+                        if b["sent_bytes_per_epoch"] else None})
+    return out
+
+
+def table(runs: list[dict]) -> str:
+    """All runs, then ibp vs identity where both were run."""
+    text = format_table([_row(r) for r in runs], COLUMNS)
+    pairs = _pairs(runs)
+    if pairs:
+        text += "\n\nibp vs identity (speedup = identity time / ibp time; bytes ratio = ibp / identity)\n"
+        text += format_table(pairs, COMPARE_COLUMNS)
+    return text
+
+
+def plot(runs: list[dict], path: Path) -> Path:
+    """Two bar charts (mean epoch time, MB moved per epoch), one group per experiment, ibp vs identity."""
+    try:
+        import matplotlib
+    except ImportError as e:
+        raise ImportError("the plot needs matplotlib: pip install matplotlib") from e
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    latest: dict = defaultdict(dict)
+    for r in sorted(runs, key=lambda r: r["path"]):
+        label = f"{r['name']}\n{r['dataset']}" + (f" x{r['world_size']}" if r["world_size"] > 1 else "")
+        latest[label][r["codec"]] = r
+    labels = list(latest)
+    codecs = [c for c in ("identity", "ibp") if any(c in v for v in latest.values())] + sorted(
+        {c for v in latest.values() for c in v} - {"identity", "ibp"})
+    colors = {"identity": "#9e9e9e", "ibp": "#1f77b4"}
+    fig, axes = plt.subplots(1, 2, figsize=(max(8, 2.2 * len(labels) + 4), 4.2))
+    width = 0.8 / max(len(codecs), 1)
+    metrics = [("mean_epoch_seconds", 1.0, "seconds per epoch"), ("sent_bytes_per_epoch", 1e-6, "MB moved per epoch")]
+    for ax, (key, scale, title) in zip(axes, metrics):
+        for k, codec in enumerate(codecs):
+            xs = [i + (k - (len(codecs) - 1) / 2) * width for i in range(len(labels))]
+            ys = [latest[l][codec]["final"][key] * scale if codec in latest[l] else 0.0 for l in labels]
+            bars = ax.bar(xs, ys, width, label=codec, color=colors.get(codec))
+            for b, lbl in zip(bars, labels):
+                if codec in latest[lbl] and key == "sent_bytes_per_epoch":
+                    ax.annotate(f"{latest[lbl][codec]['final']['fraction']:.2f}", (b.get_x() + b.get_width() / 2,
+                                b.get_height()), ha="center", va="bottom", fontsize=8)
+        ax.set_xticks(range(len(labels)))
+        ax.set_xticklabels(labels, fontsize=8)
+        ax.set_title(title + (" (label: fraction of raw)" if key == "sent_bytes_per_epoch" else ""), fontsize=10)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """`ibp-graph report runs/*.json [--plot PATH]`."""
+    p = argparse.ArgumentParser(prog="ibp-graph report", description=__doc__)
+    p.add_argument("runs", nargs="*", default=["runs"], help="run files or folders (default: runs)")
+    p.add_argument("--plot", default="runs/report.png", help="where to write the PNG (default runs/report.png)")
+    p.add_argument("--no-plot", action="store_true", help="print the table only")
+    a = p.parse_args(argv)
+    try:
+        runs = load_runs(a.runs)
+    except FileNotFoundError as e:
+        print(f"ibp-graph report: {e}", file=sys.stderr)
+        return 2
+    if not runs:
+        print(f"ibp-graph report: no training runs in {' '.join(a.runs)} (make some with `ibp-graph train`)",
+              file=sys.stderr)
+        return 1
+    print(table(runs))
+    if not a.no_plot:
+        try:
+            print(f"\nwrote {plot(runs, Path(a.plot))}")
+        except ImportError as e:
+            print(f"ibp-graph report: {e}", file=sys.stderr)
+            return 1
+    return 0

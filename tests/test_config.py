@@ -1,0 +1,84 @@
+"""Experiment configs: the shipped files validate; unknown or mistyped keys are refused; overrides apply."""
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ibp_graph.cli import main as cli
+from ibp_graph.train.config import Config, ConfigError, apply_overrides, from_dict, load_config, to_dict
+
+CONFIGS = sorted((Path(__file__).resolve().parent.parent / "configs").glob("*.yaml"))
+
+
+def test_the_five_configs_are_shipped():
+    assert {p.stem for p in CONFIGS} >= {"default", "papers100m", "products", "arxiv", "bench"}
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
+def test_shipped_configs_validate_and_round_trip(path):
+    cfg = load_config(path)
+    assert isinstance(cfg, Config) and cfg.name == path.stem
+    assert from_dict(Config, to_dict(cfg)) == cfg
+    raw = yaml.safe_load(path.read_text())
+    assert raw["data"]["name"] == cfg.data.name  # nothing silently renamed
+
+
+def test_default_experiment_is_the_make_train_one():
+    cfg = load_config(CONFIGS[[p.stem for p in CONFIGS].index("default")])
+    assert cfg.data.name == "synthetic" and cfg.loader.codecs == ["ibp"] and cfg.model.arch == "sage"
+    assert load_config(CONFIGS[[p.stem for p in CONFIGS].index("bench")]).loader.codecs == ["ibp", "identity"]
+
+
+def test_unknown_keys_are_refused_with_the_valid_ones(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nloader:\n  batch_sise: 10\n")
+    with pytest.raises(ConfigError, match=r"unknown key loader\.batch_sise .*valid keys: batch_size, eval_batch_size"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match="unknown key optimizer in the config; valid keys: name, data, loader"):
+        load_config(None, ["optimizer.lr=1"])
+    with pytest.raises(ConfigError, match=r"unknown key data\.synthetic\.nodes .*valid keys: num_nodes"):
+        load_config(None, ["data.synthetic.nodes=5"])
+
+
+@pytest.mark.parametrize("override, message", [
+    ("loader.batch_size=abc", "loader.batch_size='abc' is not accepted; expected an integer"),
+    ("loader.batch_size=true", "expected an integer"),
+    ("loader.batch_size=0", "expected a value >= 1"),
+    ("train.lr=fast", "train.lr='fast' is not accepted; expected a number"),
+    ("model.arch=mlp", "choose from ['sage', 'gcn', 'gat']"),
+    ("loader.codecs=[ibp, zstd]", "loader.codecs[1]='zstd' is not accepted"),
+    ("loader.num_neighbors=[10, x]", "loader.num_neighbors[1]='x' is not accepted; expected an integer"),
+    ("data.store=yes please", "expected true or false"),
+    ("data.synthetic.homophily=2", "homophily=2.0 is not accepted"),
+    ("loader=4", "loader must be a mapping"),
+])
+def test_mistyped_values_are_refused(override, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(None, [override])
+
+
+def test_overrides_reach_any_key(tmp_path):
+    cfg = load_config(None, ["loader.batch_size=2048", "loader.num_neighbors=[15,10,5]", "train.lr=1e-3",
+                             "model.norm=null", "data.synthetic.num_nodes=1234", "train.max_batches=3"])
+    assert cfg.loader.batch_size == 2048 and cfg.loader.num_neighbors == [15, 10, 5]
+    assert cfg.train.lr == 0.001 and cfg.model.norm is None and cfg.data.synthetic.num_nodes == 1234
+    assert cfg.train.max_batches == 3 and isinstance(cfg.train.lr, float)
+    raw = {"loader": {"batch_size": 1}}
+    assert apply_overrides(raw, ["loader.batch_size=2"]) == {"loader": {"batch_size": 2}}
+    assert raw == {"loader": {"batch_size": 1}}  # the input is not modified
+    with pytest.raises(ConfigError, match="expected KEY=VALUE"):
+        apply_overrides({}, ["loader.batch_size"])
+    with pytest.raises(ConfigError, match="is a value, not a section"):
+        apply_overrides({"name": "x"}, ["name.first=1"])
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "missing.yaml")
+
+
+def test_train_command_reports_config_errors(capsys):
+    assert cli(["train", "--set", "loader.bogus=1"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown key loader.bogus" in err and "valid keys: batch_size" in err
+    assert cli(["train", "--keys"]) == 0
+    out = capsys.readouterr().out
+    assert "loader.batch_size (an integer, default 1024)" in out and "data.synthetic.num_nodes" in out

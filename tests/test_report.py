@@ -1,0 +1,59 @@
+"""`ibp-graph report`: the comparison table (ibp vs identity) and the PNG plot."""
+import json
+
+import pytest
+
+from ibp_graph.cli import main as cli
+from ibp_graph.train.loop import RUN_FORMAT
+from ibp_graph.train.report import load_runs, table
+
+
+def _run(codec, seconds, sent, raw=1000e6, name="bench", world=1, acc=0.8):
+    epochs = [{"epoch": e, "loss": 1.0, "train_acc": acc, "valid_acc": acc, "test_acc": acc, "seconds": seconds,
+               "train_seconds": seconds * 0.9, "eval_seconds": seconds * 0.1, "sent_bytes": sent, "raw_bytes": raw,
+               "fraction": sent / raw} for e in (1, 2)]
+    final = {"test_acc": acc, "valid_acc": acc, "best_epoch": 2, "test_acc_at_best_valid": acc,
+             "majority_test_acc": 0.04, "mean_epoch_seconds": seconds, "mean_train_seconds": seconds * 0.9,
+             "sent_bytes_per_epoch": sent, "raw_bytes_per_epoch": raw, "fraction": sent / raw}
+    return {"format": RUN_FORMAT, "version": 1, "name": name, "dataset": "synthetic", "codec": codec,
+            "features": "store" if codec == "ibp" else "table", "arch": "sage", "world_size": world,
+            "device": "cuda:0", "epochs": epochs, "final": final}
+
+
+@pytest.fixture
+def runs_dir(tmp_path):
+    d = tmp_path / "runs"
+    (d / "bench").mkdir(parents=True)
+    (d / "bench" / "1-ibp.json").write_text(json.dumps(_run("ibp", 8.0, 600e6)))
+    (d / "bench" / "2-identity.json").write_text(json.dumps(_run("identity", 10.0, 1000e6)))
+    (d / "default").mkdir()
+    (d / "default" / "1-ibp.json").write_text(json.dumps(_run("ibp", 5.0, 700e6, name="default")))
+    (d / "bench" / "notes.json").write_text(json.dumps({"something": "else"}))
+    return d
+
+
+def test_table_compares_ibp_with_identity(runs_dir, capsys):
+    runs = load_runs([str(runs_dir)])
+    assert len(runs) == 3 and "not a training run" in capsys.readouterr().err
+    text = table(runs)
+    assert "ibp vs identity" in text
+    line = [l for l in text.splitlines() if l.startswith("bench") and "1.250" in l]
+    assert line and "0.600" in line[0]  # speedup 10/8, bytes ratio 600/1000
+    assert "default" in text  # a run without a partner is listed, not compared
+
+
+def test_report_command_writes_a_png(runs_dir, tmp_path, capsys):
+    png = tmp_path / "out" / "report.png"
+    assert cli(["report", str(runs_dir / "bench" / "1-ibp.json"), str(runs_dir / "bench" / "2-identity.json"),
+                "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "speedup" in out and f"wrote {png}" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_command_errors(tmp_path, capsys):
+    assert cli(["report", str(tmp_path / "nothing-here")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert cli(["report", str(tmp_path / "empty"), "--no-plot"]) == 1
+    assert "no training runs" in capsys.readouterr().err

@@ -1,0 +1,106 @@
+"""Training: models, the loop (ibp and identity train identically), and DDP with gloo in 2 processes."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from ibp_graph.data import graphgen
+from ibp_graph.data.prepared import PreparedDataset
+from ibp_graph.train.config import load_config
+from ibp_graph.train.loop import make_loader, run
+from ibp_graph.train.models import NodeClassifier, feature_stats
+
+TINY = ["data.synthetic.num_nodes=1500", "data.synthetic.avg_citations=5", "data.synthetic.labeled_fraction=0.6",
+        "loader.batch_size=128", "loader.eval_batch_size=512", "loader.num_workers=0", "model.hidden=32",
+        "output.progress=false", "loader.device=cpu"]
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("data")
+    cfg = load_config(None, TINY + [f"data.root={root}"])
+    graphgen.ensure(cfg.data.synthetic, root, progress=False)
+    return root
+
+
+def _cfg(data_root, out, *extra):
+    return load_config(None, TINY + [f"data.root={data_root}", f"output.dir={out}", *extra])
+
+
+def test_ibp_and_identity_train_identically_and_learn(data_root, tmp_path, capsys):
+    cfg = _cfg(data_root, tmp_path / "runs", "loader.codecs=[ibp, identity]", "train.epochs=2", "name=tiny")
+    ibp, ident = run(cfg)
+    out = capsys.readouterr().out
+    assert out.count("epoch  1/2") == 2 and "test accuracy" in out
+    for a, b in zip(ibp["epochs"], ident["epochs"]):  # lossless features, same seeds: same numbers
+        assert a["loss"] == b["loss"] and a["test_acc"] == b["test_acc"]
+        assert a["raw_bytes"] == b["raw_bytes"] and b["sent_bytes"] == b["raw_bytes"]
+        assert a["sent_bytes"] < a["raw_bytes"]
+    assert ibp["features"] == "store" and ident["features"] == "table"
+    final = ibp["final"]
+    assert final["test_acc"] > final["majority_test_acc"] + 0.08  # 0.18 vs 0.03 after 2 tiny epochs
+    files = sorted((tmp_path / "runs").glob("tiny-*.json"))
+    assert [json.loads(f.read_text())["codec"] for f in files] == ["ibp", "identity"]
+    saved = json.loads(files[0].read_text())
+    assert saved["config"]["loader"]["batch_size"] == 128 and "machine" in saved
+
+
+def test_per_batch_encoding_without_the_store(data_root, tmp_path):
+    cfg = _cfg(data_root, tmp_path, "data.store=false", "train.max_batches=2", "model.arch=gcn")
+    (result,) = run(cfg)
+    assert result["features"] == "table" and result["epochs"][0]["train_batches"] == 2
+    assert result["final"]["fraction"] < 1.0
+
+
+@pytest.mark.parametrize("arch", ["sage", "gcn", "gat"])
+def test_models_trim_layers_without_changing_seed_outputs(data_root, arch):
+    cfg = _cfg(data_root, "unused", "loader.num_neighbors=[4, 3, 2]")
+    ds = PreparedDataset.load(graphgen.cache_dir(cfg.data.synthetic, data_root))
+    loader = make_loader(ds, ds.split["train"], cfg.loader, "ibp", batch_size=64, shuffle=False,
+                         device=torch.device("cpu"))
+    batch = next(iter(loader))
+    torch.manual_seed(0)
+    model = NodeClassifier(arch, 128, 32, 172, 3, dropout=0.0, heads=4)
+    model.set_feature_stats(*feature_stats(ds.x))
+    model.eval()
+    trimmed = model(batch.x, batch.edge_index, batch.batch_size, batch.num_sampled_nodes, batch.num_sampled_edges)
+    full = model(batch.x, batch.edge_index, batch.batch_size)
+    assert trimmed.shape == (64, 172)
+    torch.testing.assert_close(trimmed, full, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="multiple of model.heads"):
+        NodeClassifier("gat", 128, 30, 172, 2, heads=4)
+    with pytest.raises(ValueError, match="arch='mlp'"):
+        NodeClassifier("mlp", 128, 32, 172, 2)
+
+
+def test_ddp_gloo_two_processes(data_root, tmp_path):
+    """torchrun, 2 CPU processes: each trains on half the seeds; rank 0 writes the summed result."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    sets = TINY + [f"data.root={data_root}", f"output.dir={tmp_path}", "train.epochs=1", "name=ddp"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           "-m", "ibp_graph.cli", "train"] + [a for s in sets for a in ("--set", s)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("epoch  1/1") == 1  # one rank prints
+    (path,) = tmp_path.glob("ddp-*.json")  # one rank writes
+    result = json.loads(path.read_text())
+    assert result["world_size"] == 2 and path.name.endswith("-ibp-w2.json")
+    n_train = PreparedDataset.load(graphgen.cache_dir(load_config(None, TINY).data.synthetic, data_root)) \
+        .split["train"].numel()
+    for epoch in result["epochs"]:
+        assert epoch["train_seeds"] == (n_train // 2) * 2  # every rank an equal share, summed
+        assert 0 < epoch["fraction"] < 1 and epoch["test_acc"] is not None
+
+
+def test_a_distributed_run_does_not_prepare_large_data_sets(tmp_path):
+    from ibp_graph.train.loop import Dist, open_dataset
+
+    cfg = load_config(None, ["data.name=ogbn-papers100M", f"data.root={tmp_path}"])
+    with pytest.raises(FileNotFoundError, match="ibp-graph prepare --dataset ogbn-papers100M"):
+        open_dataset(cfg.data, Dist(rank=1, world_size=2, local_rank=1))
+    big = load_config(None, [f"data.root={tmp_path}", "data.synthetic.num_nodes=111059956"])
+    with pytest.raises(FileNotFoundError, match="data.synthetic.num_nodes=111059956"):
+        open_dataset(big.data, Dist(rank=0, world_size=2))
