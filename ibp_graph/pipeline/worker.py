@@ -107,14 +107,24 @@ class BatchProducer(torch.utils.data.Dataset):
             groups[key] = ct
             layouts[key] = GroupLayout(key, dtype_name(ct.dtype), ct.row_shape, False,
                                        (Member(name, tuple(ct.shape), 0),))
-        for key, (layout, data) in group_tensors(tensors).items():
-            codec = self.codecs.get(key)
-            if codec is None:
-                raise KeyError(f"no codec for group {key!r}; codecs exist for {sorted(self.codecs)}")
-            groups[key] = codec.encode(data)
-            layouts[key] = layout
+        encoded, encoded_layouts = encode_groups(tensors, self.codecs)
+        groups.update(encoded)
+        layouts.update(encoded_layouts)
         seconds["encode"] = time.perf_counter() - t
         return EncodedBatch(groups=groups, layouts=layouts, seconds=seconds, **meta)
+
+
+def encode_groups(tensors: Mapping[str, torch.Tensor], codecs: Mapping[str, Codec]
+                  ) -> tuple[dict[str, CompressedTensor], dict[str, GroupLayout]]:
+    """Group named tensors by (dtype, row shape) and encode each group with its codec."""
+    groups, layouts = {}, {}
+    for key, (layout, data) in group_tensors(tensors).items():
+        codec = codecs.get(key)
+        if codec is None:
+            raise KeyError(f"no codec for group {key!r}; codecs exist for {sorted(codecs)}")
+        groups[key] = codec.encode(data)
+        layouts[key] = layout
+    return groups, layouts
 
 
 def batch_seeds(base_seed: int, n_batches: int) -> np.ndarray:

@@ -1,0 +1,331 @@
+"""CompressedDGLDataLoader: the same batches as DGL's own DataLoader, bit for bit; errors; no-dgl import.
+
+The dgl-marked tests run in .venv-dgl (`make test-dgl`: dgl 2.1.0, torch 2.2.1, numpy<2);
+the import test runs everywhere.
+"""
+import importlib
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+os.environ.setdefault("DGLBACKEND", "pytorch")
+try:
+    import dgl
+except Exception:  # not installed, or installed for another torch
+    dgl = None
+
+needs_dgl = pytest.mark.dgl
+# DGL's DataLoader suggests CPU affinity on every CPU epoch; it does not concern these tests.
+pytestmark = pytest.mark.filterwarnings("ignore:Dataloader CPU affinity")
+
+
+def make_graph(num_nodes=2000, num_edges=16000, dim=16, seed=0):
+    """A random graph whose features name their node (feat[i, 0] == i), with the bits DGL must keep.
+
+    Labels are float32 with NaN for unlabeled nodes (ogbn-papers100M's convention); some
+    features are -0.0 or subnormal, so equality is checked on the bits, not on values.
+    """
+    g_ = torch.Generator().manual_seed(seed)
+    src = torch.randint(0, num_nodes, (num_edges,), generator=g_)
+    dst = torch.randint(0, num_nodes, (num_edges,), generator=g_)
+    g = dgl.graph((src, dst), num_nodes=num_nodes)
+    feat = torch.arange(num_nodes, dtype=torch.float32).unsqueeze(1).repeat(1, dim)
+    feat[:, 1:] += torch.randn(num_nodes, dim - 1, generator=g_).mul(0.1).half().float()  # compressible
+    feat[::7, 2] = -0.0
+    feat[::11, 3] = 1e-42  # subnormal
+    label = torch.randint(0, 9, (num_nodes,), generator=g_).float()
+    label[::3] = float("nan")
+    g.ndata["feat"] = feat
+    g.ndata["label"] = label
+    g.ndata["year"] = torch.randint(1990, 2021, (num_nodes,), generator=g_)
+    g.edata["w"] = torch.rand(num_edges, 2, generator=g_)
+    return g
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """The bytes of a tensor (so NaN == NaN and -0.0 != 0.0)."""
+    return t.contiguous().view(-1).view(torch.uint8)
+
+
+def assert_same_bits(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
+    assert a.dtype == b.dtype and a.shape == b.shape, (what, a.dtype, b.dtype, a.shape, b.shape)
+    assert torch.equal(bits(a), bits(b)), what
+
+
+def assert_same_batch(ours, theirs) -> None:
+    """Every tensor of two (input_nodes, output_nodes, blocks) batches, bit for bit."""
+    (in_a, out_a, blocks_a), (in_b, out_b, blocks_b) = ours, theirs
+    assert_same_bits(in_a, in_b, "input_nodes")
+    assert_same_bits(out_a, out_b, "output_nodes")
+    assert len(blocks_a) == len(blocks_b)
+    for i, (a, b) in enumerate(zip(blocks_a, blocks_b)):
+        assert (a.num_src_nodes(), a.num_dst_nodes()) == (b.num_src_nodes(), b.num_dst_nodes())
+        for x, y, name in zip(a.edges(), b.edges(), ("src", "dst")):
+            assert_same_bits(x, y, f"blocks[{i}] {name}")
+        for view in ("srcdata", "dstdata", "edata"):
+            da, db = getattr(a, view), getattr(b, view)
+            assert sorted(da.keys()) == sorted(db.keys()), (i, view, sorted(da.keys()), sorted(db.keys()))
+            for key in da.keys():
+                assert_same_bits(da[key], db[key], f"blocks[{i}].{view}[{key!r}]")
+
+
+def check_against_graph(batch, g) -> None:
+    """The fetched rows are the graph's rows of the sampled ids, and the features name their node."""
+    input_nodes, output_nodes, blocks = batch
+    assert_same_bits(blocks[0].srcdata["feat"], g.ndata["feat"][input_nodes], "feat")
+    assert torch.equal(blocks[0].srcdata["feat"][:, 0].long(), input_nodes)
+    assert_same_bits(blocks[-1].dstdata["label"], g.ndata["label"][output_nodes], "label")
+
+
+def sampler(fanouts=(4, 3), **prefetch):
+    prefetch = prefetch or {"prefetch_node_feats": ["feat"], "prefetch_labels": ["label"]}
+    return dgl.dataloading.NeighborSampler(list(fanouts), **prefetch)
+
+
+def seed_all(seed: int) -> None:
+    """numpy (DGL's shuffle), torch (worker seeds) and dgl (sampling).
+
+    DGL's CPU sampling repeats under dgl.seed only with one OpenMP thread: with two,
+    DGL's own DataLoader gives different batches from run to run. Its worker processes
+    use one thread; the main process (num_workers=0) is set to one here.
+    """
+    dgl.utils.set_num_threads(1)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    dgl.seed(seed)
+
+
+def run(loader_cls, g, indices, make_sampler, seed=0, **kwargs):
+    """All batches of one epoch, seeded before the sampler is made (LaborSampler draws its seed then)."""
+    seed_all(seed)
+    return list(loader_cls(g, indices, make_sampler(), **kwargs))
+
+
+@pytest.fixture(scope="module")
+def graph():
+    if dgl is None:
+        pytest.skip("dgl is not importable here (make test-dgl)")
+    return make_graph()
+
+
+@needs_dgl
+@pytest.mark.parametrize("num_workers,codec", [(0, "ibp"), (2, "ibp"), (0, "identity")])
+def test_batches_equal_dgls_own_dataloader_bit_for_bit(graph, num_workers, codec):
+    from ibp_graph.loaders.dgl import CompressedDGLDataLoader
+
+    indices = torch.arange(0, 2000, 4)
+    s = sampler(prefetch_node_feats=["feat", "year"], prefetch_labels=["label"], prefetch_edge_feats=["w"])
+    kw = dict(batch_size=64, shuffle=True, num_workers=num_workers)
+    theirs = run(dgl.dataloading.DataLoader, graph, indices, lambda: s, **kw)
+    loader = CompressedDGLDataLoader(graph, indices, s, codec=codec, **kw)
+    seed_all(0)
+    ours = list(loader)
+    assert len(ours) == len(theirs) == len(loader) == 8
+    for a, b in zip(ours, theirs):
+        assert_same_batch(a, b)
+        check_against_graph(a, graph)
+        for block in a[2]:
+            assert_same_bits(block.edata["w"], graph.edata["w"][block.edata[dgl.EID]], "w")
+    seen = torch.cat([b[1] for b in ours]).sort().values
+    assert torch.equal(seen, indices)  # every seed once
+    assert loader.stats.batches == 8
+    assert set(loader.stats.sent_bytes) == {"float32[16]", "float32[*]", "float32[2]", "int64[*]"}
+    if codec == "ibp":
+        assert loader.stats.fraction < 1.0
+        assert loader.stats.sent_bytes["int64[*]"] < 0.5 * loader.stats.raw_bytes["int64[*]"]  # years
+    assert "sample" in str(loader.stats)
+    # another seed samples (and shuffles) differently: the equality above is not vacuous
+    other = run(CompressedDGLDataLoader, graph, indices, lambda: s, seed=1, codec=codec, **kw)
+    assert not torch.equal(other[0][0], ours[0][0])
+
+
+@needs_dgl
+@pytest.mark.parametrize("make_sampler", [
+    lambda: dgl.dataloading.MultiLayerFullNeighborSampler(2, prefetch_node_feats=["feat"],
+                                                          prefetch_labels=["label"]),
+    lambda: dgl.dataloading.LaborSampler([3, 3], prefetch_node_feats=["feat"], prefetch_labels=["label"]),
+    lambda: dgl.dataloading.ShaDowKHopSampler([3, 2], prefetch_node_feats=["feat"]),
+], ids=["full", "labor", "shadow"])
+def test_other_dgl_samplers_give_dgls_batches(graph, make_sampler):
+    from ibp_graph.loaders.dgl import CompressedDGLDataLoader
+
+    indices = torch.arange(0, 2000, 9)
+    theirs = run(dgl.dataloading.DataLoader, graph, indices, make_sampler, batch_size=50, shuffle=True)
+    ours = run(CompressedDGLDataLoader, graph, indices, make_sampler, batch_size=50, shuffle=True)
+    assert len(ours) == len(theirs) == 5
+    for a, b in zip(ours, theirs):
+        if isinstance(a[2], list):
+            assert_same_batch(a, b)
+        else:  # ShaDow-KHop: one subgraph
+            assert_same_bits(a[0], b[0], "input_nodes")
+            assert_same_bits(a[2].ndata["feat"], b[2].ndata["feat"], "ndata['feat']")
+            assert_same_bits(a[2].ndata["feat"], graph.ndata["feat"][a[2].ndata[dgl.NID]], "feat")
+
+
+def train_losses(loader_cls, epochs=2):
+    """A two-layer GraphSAGE trained with DGL's usual loop; only the loader class changes."""
+    g = make_graph(num_nodes=1200, num_edges=9000, dim=16, seed=3)
+    g.ndata["feat"] = g.ndata["feat"] / 1200.0
+    g.ndata["label"] = torch.randint(0, 5, (1200,), generator=torch.Generator().manual_seed(5))
+    torch.manual_seed(0)
+
+    class SAGE(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1 = dgl.nn.SAGEConv(16, 32, "mean")
+            self.c2 = dgl.nn.SAGEConv(32, 5, "mean")
+
+        def forward(self, blocks, x):
+            return self.c2(blocks[1], self.c1(blocks[0], x).relu())
+
+    model = SAGE()
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    seed_all(0)
+    loader = loader_cls(g, torch.arange(1200), sampler((5, 5)), batch_size=120, shuffle=True)
+    losses = []
+    for _ in range(epochs):
+        for input_nodes, output_nodes, blocks in loader:
+            opt.zero_grad()
+            out = model(blocks, blocks[0].srcdata["feat"])
+            loss = torch.nn.functional.cross_entropy(out, blocks[-1].dstdata["label"])
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    return losses
+
+
+@needs_dgl
+def test_training_losses_identical_to_dgls_loader(graph):
+    from ibp_graph.loaders.dgl import CompressedDGLDataLoader
+
+    torch.use_deterministic_algorithms(True)
+    try:
+        ours = train_losses(CompressedDGLDataLoader)
+        theirs = train_losses(dgl.dataloading.DataLoader)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert len(ours) == 20
+    assert ours == theirs  # exactly, not approximately
+    assert np.mean(ours[-5:]) < np.mean(ours[:5])
+
+
+@needs_dgl
+def test_unsupported_options_raise_naming_them(graph):
+    from ibp_graph.loaders.dgl import CompressedDGLDataLoader as L
+
+    idx = torch.arange(10)
+    with pytest.raises(NotImplementedError, match="use_uva=True"):
+        L(graph, idx, sampler(), use_uva=True)
+    with pytest.raises(NotImplementedError, match="gpu_cache"):
+        L(graph, idx, sampler(), gpu_cache={"node": {"feat": 10}})
+    with pytest.raises(NotImplementedError, match="collate_fn"):
+        L(graph, idx, sampler(), collate_fn=lambda b: b)
+    with pytest.raises(ValueError, match="prefetches no features.*prefetch_node_feats"):
+        L(graph, idx, dgl.dataloading.NeighborSampler([2]))
+    with pytest.raises(KeyError, match=r"\['emb'\], not in graph.ndata"):
+        L(graph, idx, sampler(prefetch_node_feats=["emb"]))
+    with pytest.raises(ValueError, match="codec='zstd' is not accepted"):
+        L(graph, idx, sampler(), codec="zstd")
+    with pytest.raises(ValueError, match="prefetch=-1"):
+        L(graph, idx, sampler(), prefetch=-1)
+    with pytest.raises(TypeError, match="graph must be a dgl.DGLGraph"):
+        L("graph", idx, sampler())
+    hetero = dgl.heterograph({("a", "r", "b"): ([0, 1], [1, 0])})
+    with pytest.raises(NotImplementedError, match="heterogeneous"):
+        L(hetero, idx, sampler())
+    with pytest.raises(NotImplementedError, match="per type"):
+        L(graph, idx, sampler(prefetch_node_feats={"_N": ["feat"]}))
+
+
+class _FailingCodec:
+    """Wraps a codec; raises (or kills its process) when asked to encode inside a worker."""
+
+    def __init__(self, inner, mode):
+        self.inner, self.mode = inner, mode
+        self.name, self.dtype, self.row_shape = inner.name, inner.dtype, inner.row_shape
+        self.fingerprint = inner.fingerprint
+
+    def encode(self, tensor):
+        if torch.utils.data.get_worker_info() is not None:
+            if self.mode == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            raise ValueError("encoder exploded on purpose")
+        return self.inner.encode(tensor)
+
+    def decode(self, ct, **kw):
+        return self.inner.decode(ct, **kw)
+
+
+@needs_dgl
+@pytest.mark.parametrize("mode,error,match", [("raise", ValueError, "encoder exploded on purpose"),
+                                              ("kill", RuntimeError, "worker process died")])
+def test_worker_failures_reach_the_main_process(graph, mode, error, match):
+    from ibp_graph.codec import IBPCodec
+    from ibp_graph.loaders.dgl import CompressedDGLDataLoader
+
+    codec = _FailingCodec(IBPCodec.fit(graph.ndata["feat"]), mode)
+    loader = CompressedDGLDataLoader(graph, torch.arange(100), sampler(), batch_size=50, num_workers=1,
+                                     codec=codec, timeout=120)
+    with pytest.raises(error, match=match):
+        next(iter(loader))
+
+
+@needs_dgl
+def test_papers100m_script_trains_identically_with_both_loaders(graph, tmp_path):
+    """The DGL script on a small generated prepared folder: compressed, identity and DGL's loader agree."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    sets = ["data.name=synthetic", f"data.root={tmp_path / 'data'}", "data.synthetic.num_nodes=3000",
+            "train.epochs=2", "loader.num_workers=0", "loader.batch_size=256", "loader.num_neighbors=[5,5]",
+            f"output.dir={tmp_path / 'runs'}", "output.progress=false", "loader.device=cpu",
+            "loader.codecs=[ibp,identity]"]
+    cmd = [sys.executable, str(root / "scripts" / "train_papers100m_dgl.py"), "--baseline",
+           "--config", str(root / "configs" / "papers100m_dgl.yaml")]
+    r = subprocess.run(cmd + [x for kv in sets for x in ("--set", kv)], capture_output=True, text=True,
+                       timeout=600, cwd=root, env=dict(os.environ, DGLBACKEND="pytorch"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    runs = {}
+    for f in (tmp_path / "runs" / "papers100m_dgl").glob("*.json"):
+        rec = json.loads(f.read_text())
+        runs[rec["loader"]] = [e["loss"] for e in rec["epochs"]]
+    assert set(runs) == {"ibp", "identity", "dgl"}
+    assert runs["ibp"] == runs["identity"] == runs["dgl"]  # exactly
+    assert "moved" in r.stdout and "valid" in r.stdout
+
+
+def test_import_without_dgl_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "dgl", None)  # `import dgl` now raises ImportError
+    monkeypatch.delitem(sys.modules, "ibp_graph.loaders.dgl", raising=False)
+    with pytest.raises(ImportError, match=r"needs dgl.*pip install 'dgl==2\.1\.0' 'torch==2\.2\.1' 'numpy<2'"):
+        importlib.import_module("ibp_graph.loaders.dgl")
+
+
+def test_nothing_else_in_the_library_imports_dgl():
+    code = textwrap.dedent("""
+        import importlib, pkgutil, sys
+        sys.modules["dgl"] = None
+        import ibp_graph
+        bad = []
+        names = [m.name for m in pkgutil.walk_packages(ibp_graph.__path__, "ibp_graph.")]
+        names += ["ibp_graph.loaders", "ibp_graph.loaders.pyg"]  # installed from ./loaders
+        for name in names:
+            if name == "ibp_graph.loaders.dgl":
+                continue
+            try:
+                importlib.import_module(name)
+            except ImportError as e:  # other optional extras (torch_geometric, cupy) may be missing
+                if "dgl" in str(e):
+                    bad.append(f"{name}: {e}")
+        print("\\n".join(bad))
+        sys.exit(1 if bad else 0)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
