@@ -24,7 +24,7 @@ import torch
 
 from ibp_graph.codec.base import Codec
 from ibp_graph.pipeline.codecs import CodecSpec, build_codecs
-from ibp_graph.pipeline.collate import DecodeStage
+from ibp_graph.pipeline.collate import DecodeStage, name_worker_deaths
 from ibp_graph.pipeline.stats import LoaderStats
 from ibp_graph.pipeline.worker import EncodedBatch, encode_groups
 
@@ -214,7 +214,9 @@ class CompressedDGLDataLoader(_DGLDataLoader):
                 pending.append((input_nodes, output_nodes, blocks, enc.slots))
                 yield enc.batch
 
-        for decoded in self._stage(encoded(_worker_errors(super().__iter__()))):
+        batches = name_worker_deaths(super().__iter__(), "CompressedDGLDataLoader",
+                                     "sampling, fetching or encoding")
+        for decoded in self._stage(encoded(batches)):
             input_nodes, output_nodes, blocks, slots = pending.popleft()
             graphs = blocks if isinstance(blocks, (list, tuple)) else [blocks]
             for s in slots:
@@ -259,14 +261,3 @@ def _warm_up(codecs: dict[str, Codec]) -> None:
     """Compile the kernels here, so forked workers inherit them; touches no random generator."""
     for c in codecs.values():
         c.decode(c.encode(torch.zeros((2,) + tuple(c.row_shape), dtype=c.dtype)), device="cpu")
-
-
-def _worker_errors(it: Iterator) -> Iterator:
-    """Re-raise DataLoader worker failures with the stage that failed named."""
-    try:
-        yield from it
-    except RuntimeError as e:
-        if "DataLoader worker" in str(e) and "exited unexpectedly" in str(e):
-            raise RuntimeError(f"CompressedDGLDataLoader: a worker process died while sampling, "
-                               f"fetching or encoding a batch ({e})") from e
-        raise

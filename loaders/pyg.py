@@ -9,7 +9,7 @@ from torch.utils.data import DataLoader
 from ibp_graph.codec.base import Codec
 from ibp_graph.data.store import EncodedTable
 from ibp_graph.pipeline.codecs import CodecSpec, build_codecs
-from ibp_graph.pipeline.collate import DecodeStage, DecodedBatch
+from ibp_graph.pipeline.collate import DecodeStage, DecodedBatch, name_worker_deaths
 from ibp_graph.pipeline.stats import LoaderStats
 from ibp_graph.pipeline.worker import BatchProducer, BatchRequests
 from ibp_graph.sampling.graph import CSCGraph
@@ -130,7 +130,9 @@ class CompressedNeighborLoader(DataLoader):
         self.requests.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[Data]:
-        for batch in self._stage(_worker_errors(super().__iter__())):
+        batches = name_worker_deaths(super().__iter__(), "CompressedNeighborLoader",
+                                     "sampling, gathering or encoding")
+        for batch in self._stage(batches):
             yield self._to_data(batch)
 
     def _to_data(self, batch: DecodedBatch) -> Data:
@@ -148,17 +150,6 @@ class CompressedNeighborLoader(DataLoader):
 
 def _identity(batch):
     return batch
-
-
-def _worker_errors(it: Iterator) -> Iterator:
-    """Re-raise DataLoader worker failures with the stage that failed named."""
-    try:
-        yield from it
-    except RuntimeError as e:
-        if "DataLoader worker" in str(e) and "exited unexpectedly" in str(e):
-            raise RuntimeError(f"CompressedNeighborLoader: a worker process died while sampling, "
-                               f"gathering or encoding a batch ({e})") from e
-        raise
 
 
 def _device(device) -> torch.device:

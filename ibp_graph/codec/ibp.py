@@ -22,7 +22,6 @@ from .base import (
     check_rows_tensor,
     dtype_from_name,
     dtype_name,
-    from_row_bytes,
     itemsize,
 )
 

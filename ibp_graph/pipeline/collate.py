@@ -18,6 +18,16 @@ from .stats import LoaderStats
 from .worker import EncodedBatch
 
 
+def name_worker_deaths(batches: Iterator, loader: str, stages: str) -> Iterator:
+    """Re-raise a DataLoader worker's death naming the loader and the stages it was running."""
+    try:
+        yield from batches
+    except RuntimeError as e:
+        if "DataLoader worker" in str(e) and "exited unexpectedly" in str(e):
+            raise RuntimeError(f"{loader}: a worker process died while {stages} a batch ({e})") from e
+        raise
+
+
 class DecodedBatch(dict):
     """Named, decoded tensors of one batch plus its metadata (batch_size, sampled counts)."""
 
