@@ -161,15 +161,15 @@ def _put(op, acc, nacc, v, n, limit):
 
 @njit(inline="always")
 def _get(row, p, n):
-    """n bits (1..64) at bit p of the stream starting at address row (reads up to 16 bytes)."""
+    """n bits (0..64) at bit p of the stream starting at address row (reads 16 bytes).
+
+    Branch-free: the second word is always read (the payload's tail padding keeps it in
+    bounds) and shifted in by 64 - s in two steps, which gives 0 when s == 0.
+    """
     b = row + (p >> 3)
-    s = p & 7
-    w = _ld64(b) >> np.uint64(s)
-    if s + n > 64:
-        w |= _ld64(b + 8) << np.uint64(64 - s)
-    if n < 64:
-        w &= (_ONE << np.uint64(n)) - _ONE
-    return w
+    s = np.uint64(p & 7)
+    w = (_ld64(b) >> s) | ((_ld64(b + 8) << _ONE) << (np.uint64(63) - s))
+    return w & (((_ONE << np.uint64(n & 63)) - _ONE) | (_ZERO - np.uint64(n >> 6)))
 
 
 # --------------------------------------------------------------------------- kernels
@@ -214,19 +214,29 @@ _LOW32 = np.uint64(0xFFFFFFFF)
 
 @njit(inline="always")
 def _encode_word(x, c, W):
-    """(bits to store, their count, participates?) of word x of the column at address c."""
-    part = (x & _ld64(c + _MASK)) == _ld64(c + _BITVAL)
-    # a participating word stores pext(x, free_mask) (x itself when nothing is invariant,
-    # nothing when everything is); an exception stores all W bits
+    """(bits to store, their count, participates 0/1) of word x of the column at address c.
+
+    A participating word stores pext(x, free_mask) (x itself when nothing is invariant,
+    nothing when everything is); an exception stores all W bits. (A branch-free variant
+    of this measured no faster: encode is bound by the bit writer's dependency chain.)
+    """
+    part = np.uint64((x & _ld64(c + _MASK)) == _ld64(c + _BITVAL))
     if part:
         return _pext(x, _ld64(c + _FREE_MASK)), np.int64(_ld64(c + _FREE_BITS)), part
     return x, np.int64(W), part
 
 
 @njit(inline="always")
+def _stored_bits(part, c, W):
+    """Bits stored for a word of the column at address c: free_bits, or W for an exception."""
+    return W - np.int64(part) * (W - np.int64(_ld64(c + _FREE_BITS)))
+
+
+@njit(inline="always")
 def _decode_word(v, part, c):
     """Word from its stored bits v: pdep + bitval when it participates, v itself otherwise."""
-    return (_pdep(v, _ld64(c + _FREE_MASK)) | _ld64(c + _BITVAL)) if part else v
+    m = _ZERO - part
+    return ((_pdep(v, _ld64(c + _FREE_MASK)) | _ld64(c + _BITVAL)) & m) | (v & ~m)
 
 
 def _encode_impl(words, rows, row_nbytes, cols, header_bits, offsets, out):
@@ -264,13 +274,13 @@ def _encode_impl(words, rows, row_nbytes, cols, header_bits, offsets, out):
                     c = col + j * _COL_BYTES
                     v0, n0, p0 = _encode_word(x & _LOW32, c, W)
                     v1, n1, p1 = _encode_word(x >> np.uint64(32), c + _COL_BYTES, W)
-                    hb |= (np.uint64(p0) | (np.uint64(p1) << _ONE)) << np.uint64(j - c0)
+                    hb |= (p0 | (p1 << _ONE)) << np.uint64(j - c0)
                     op, acc, nacc = _put(op, acc, nacc, v0 | (v1 << np.uint64(n0)), n0 + n1, limit)
                     j += 2
             while j < c1:
                 x = _ld64(wrow + 8 * j) if W == 64 else _ld32(wrow + 4 * j)
                 v, nb, part = _encode_word(x, col + j * _COL_BYTES, W)
-                hb |= np.uint64(part) << np.uint64(j - c0)
+                hb |= part << np.uint64(j - c0)
                 op, acc, nacc = _put(op, acc, nacc, v, nb, limit)
                 j += 1
             if header_bytes - (c0 >> 3) >= 8:
@@ -313,8 +323,8 @@ def _decode_impl(payload, offsets, words, rows, row_nbytes, cols, header_bits):
                     c = col + j * _COL_BYTES
                     p0 = (hb >> np.uint64(j - c0)) & _ONE
                     p1 = (hb >> np.uint64(j - c0 + 1)) & _ONE
-                    n0 = np.int64(_ld64(c + _FREE_BITS)) if p0 else W
-                    n1 = np.int64(_ld64(c + _COL_BYTES + _FREE_BITS)) if p1 else W
+                    n0 = _stored_bits(p0, c, W)
+                    n1 = _stored_bits(p1, c + _COL_BYTES, W)
                     v = _get(row, p, n0 + n1)
                     p += n0 + n1
                     x0 = _decode_word(v & ((_ONE << np.uint64(n0)) - _ONE), p0, c)
@@ -325,7 +335,7 @@ def _decode_impl(payload, offsets, words, rows, row_nbytes, cols, header_bits):
                 c = col + j * _COL_BYTES
                 part = (hb >> np.uint64(j - c0)) & _ONE
                 # one read of the word's stored width; participating words get bitval back
-                nb = np.int64(_ld64(c + _FREE_BITS)) if part else W
+                nb = _stored_bits(part, c, W)
                 x = _decode_word(_get(row, p, nb), part, c)
                 p += nb
                 if W == 64:
