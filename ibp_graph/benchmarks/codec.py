@@ -13,7 +13,7 @@ import numba
 import numpy as np
 import torch
 
-from ..codec import IBPCodec
+from ..codec import EBPCodec, IBPCodec
 from ..codec.base import as_row_bytes
 from ..data.synthetic import FAMILIES, make_family
 from .report import format_table, write_json
@@ -24,6 +24,8 @@ COLUMNS = [
     ("encode_gbps", "enc GB/s", ".2f"), ("encode_vs_memcpy", "enc/memcpy", ".3f"),
     ("decode_gbps", "dec GB/s", ".2f"), ("decode_vs_memcpy", "dec/memcpy", ".3f"),
     ("memcpy_gbps", "memcpy GB/s", ".2f"),
+    ("ebp_fraction", "EBP frac", ".4f"), ("ebp_encode_gbps", "EBP enc", ".2f"),
+    ("ebp_decode_gbps", "EBP dec", ".2f"),
 ]
 
 
@@ -39,7 +41,7 @@ def best_time(fn: Callable[[], object], repeat: int) -> float:
 
 
 def bench_family(name: str, *, mbytes: float, repeat: int, seed: int = 0) -> dict:
-    """Fraction and per-core speeds of IBP on one family (about `mbytes` MB of raw rows)."""
+    """Fraction and per-core speeds of IBP and EBP on one family (about `mbytes` MB of raw rows)."""
     probe = make_family(name, 1, seed=seed)
     row_nbytes = max(1, probe[0].numel() * probe.element_size())
     n_rows = max(64, int(mbytes * 1e6 // row_nbytes))
@@ -56,6 +58,13 @@ def bench_family(name: str, *, mbytes: float, repeat: int, seed: int = 0) -> dic
     t_copy = best_time(lambda: np.copyto(dst, src), repeat)
     t_enc = best_time(lambda: codec.encode(x), repeat)
     t_dec = best_time(lambda: codec.decode(ct, out=out), repeat)
+    ebp = EBPCodec.fit(x)
+    ebp_ct = ebp.encode(x)
+    ebp.decode(ebp_ct, out=out)
+    if not np.array_equal(as_row_bytes(out), src):
+        raise RuntimeError(f"family {name}: EBP decode(encode(x)) differs from x")
+    t_ebp_enc = best_time(lambda: ebp.encode(x), repeat)
+    t_ebp_dec = best_time(lambda: ebp.decode(ebp_ct, out=out), repeat)
     gb = raw / 1e9
     return {
         "family": name, "shape": "x".join(map(str, x.shape[1:])), "dtype": str(x.dtype).split(".")[-1],
@@ -63,6 +72,9 @@ def bench_family(name: str, *, mbytes: float, repeat: int, seed: int = 0) -> dic
         "word_bits": codec.word_bits, "threshold": codec.threshold, "fraction": ct.nbytes / raw,
         "encode_gbps": gb / t_enc, "decode_gbps": gb / t_dec, "memcpy_gbps": gb / t_copy,
         "encode_vs_memcpy": t_copy / t_enc, "decode_vs_memcpy": t_copy / t_dec,
+        "ebp_compressed_bytes": ebp_ct.nbytes, "ebp_fraction": ebp_ct.nbytes / raw,
+        "ebp_sparse": ebp.sparse, "ebp_encode_gbps": gb / t_ebp_enc,
+        "ebp_decode_gbps": gb / t_ebp_dec,
     }
 
 
@@ -76,11 +88,12 @@ def run(families: Sequence[str] = FAMILIES, *, mbytes: float = 64.0, repeat: int
         for name in families:
             rows.append(bench_family(name, mbytes=mbytes, repeat=repeat))
             if not quiet:
-                print(f"  {name}: fraction {rows[-1]['fraction']:.4f}", flush=True)
+                print(f"  {name}: fraction IBP {rows[-1]['fraction']:.4f}, "
+                      f"EBP {rows[-1]['ebp_fraction']:.4f}", flush=True)
     finally:
         numba.set_num_threads(before)
     if not quiet:
-        print(f"\nIBP codec on the CPU, {threads} thread(s), ~{mbytes:g} MB per family, "
+        print(f"\nIBP and EBP codecs on the CPU, {threads} thread(s), ~{mbytes:g} MB per family, "
               f"best of {repeat} (GB/s of raw rows)")
         print(format_table(rows, COLUMNS))
     if out:

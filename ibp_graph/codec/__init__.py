@@ -1,4 +1,5 @@
-"""Codecs: what a codec is (base), IBP (ibp), the identity baseline, and the serialized format."""
+"""Codecs: what a codec is (base), IBP (ibp), EBP (ebp), the identity baseline, the serialized
+format, and fit_codec (auto), which picks one for a tensor."""
 from .base import (
     Codec,
     CodecError,
@@ -7,6 +8,7 @@ from .base import (
     CorruptPayloadError,
     SUPPORTED_DTYPES,
 )
+from .ebp import EBPCodec
 from .format import FORMAT_VERSION
 from .ibp import IBPCodec
 from .identity import IdentityCodec
@@ -14,7 +16,7 @@ from .identity import IdentityCodec
 
 def codec_from_state_dict(state: dict) -> Codec:
     """Rebuild whichever codec made `state` (by its "codec" entry)."""
-    kinds = {IBPCodec.name: IBPCodec, IdentityCodec.name: IdentityCodec}
+    kinds = {IBPCodec.name: IBPCodec, EBPCodec.name: EBPCodec, IdentityCodec.name: IdentityCodec}
     name = state.get("codec") if isinstance(state, dict) else None
     if name not in kinds:
         raise CorruptPayloadError(f"state_dict names codec {name!r}; known codecs: {sorted(kinds)}")
@@ -23,5 +25,14 @@ def codec_from_state_dict(state: dict) -> Codec:
 
 __all__ = [
     "Codec", "CodecError", "CodecMismatchError", "CompressedTensor", "CorruptPayloadError",
-    "FORMAT_VERSION", "IBPCodec", "IdentityCodec", "SUPPORTED_DTYPES", "codec_from_state_dict",
+    "EBPCodec", "FORMAT_VERSION", "IBPCodec", "IdentityCodec", "SUPPORTED_DTYPES",
+    "codec_from_state_dict", "fit_codec",
 ]
+
+
+def __getattr__(name: str):
+    if name == "fit_codec":  # lazily: auto imports every codec's fitting machinery
+        from .auto import fit_codec
+
+        return fit_codec
+    raise AttributeError(f"module 'ibp_graph.codec' has no attribute {name!r}")

@@ -24,7 +24,7 @@ from importlib import resources
 from typing import Optional, Sequence
 
 #: kernel sources shipped in the ``ibp_graph.kernels`` package (the repo's ``kernels/``).
-KERNEL_SOURCES: tuple[str, ...] = ("ibp_decode.cu",)
+KERNEL_SOURCES: tuple[str, ...] = ("ibp_decode.cu", "ebp_decode.cu")
 #: group sizes (lanes per row) the decoders are instantiated for.
 GROUP_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
 #: access widths (bytes) the raw-row gather is instantiated for.
@@ -33,6 +33,8 @@ GATHER_WIDTHS: tuple[int, ...] = (1, 2, 4, 8, 16)
 KERNELS: dict[str, str] = {
     **{f"ibp_decode_w{W}_g{G}": "ibp_decode.cu" for W in (32, 64) for G in GROUP_SIZES},
     **{f"ibp_gather_v{v}": "ibp_decode.cu" for v in GATHER_WIDTHS},
+    **{f"ebp_decode_w{W}": "ebp_decode.cu" for W in (8, 16, 32, 64)},
+    "ebp_gather": "ebp_decode.cu",
 }
 #: options every compilation uses (NVRTC spelling; translated for nvcc).
 COMPILE_OPTIONS: tuple[str, ...] = ("-std=c++17",)

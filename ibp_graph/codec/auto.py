@@ -1,0 +1,149 @@
+"""fit_codec: try the codecs on a sample of a tensor and keep the one that sends the fewest bytes."""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Optional, Union
+
+import torch
+
+from .base import Codec, check_rows_tensor
+from .ebp import EBPCodec
+from .ibp import IBPCodec
+from .identity import IdentityCodec
+
+#: codecs fit_codec tries with kind="auto", in order of preference on ties.
+CANDIDATES: tuple[str, ...] = ("ibp", "ebp")
+#: every kind fit_codec accepts.
+KINDS: tuple[str, ...] = ("auto", "ibp", "ebp", "identity")
+#: tensors smaller than this (raw bytes) get the identity codec: the header costs outweigh gains.
+MIN_BYTES = 1 << 16
+#: a codec must save at least this fraction of raw bytes (offsets included) to beat identity.
+MIN_GAIN = 0.02
+#: rows fit_codec samples (half to fit, half to measure) when sample_rows is not given.
+DEFAULT_SAMPLE_ROWS = 65536
+#: elements fit_codec samples at most when sample_rows is not given.
+DEFAULT_SAMPLE_ELEMENTS = 1 << 22
+
+_FITTERS = {"ibp": IBPCodec, "ebp": EBPCodec, "identity": IdentityCodec}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One codec tried by rank_codecs: its name, measured size and decode speed on held-out rows."""
+
+    name: str
+    fraction: float               # bytes sent (payload + offsets) / raw bytes, on held-out rows
+    decode_gbps: Optional[float]  # decoded GB/s on `device`, when a speed target asked for it
+    codec: Codec                  # fitted on the fit half of the sample
+
+
+def _sample(tensor: torch.Tensor, sample_rows: Optional[int], seed: int) -> torch.Tensor:
+    n = tensor.shape[0]
+    per_row = max(1, math.prod(tensor.shape[1:]))
+    limit = sample_rows if sample_rows is not None else \
+        max(256, min(DEFAULT_SAMPLE_ROWS, DEFAULT_SAMPLE_ELEMENTS // per_row))
+    if n <= limit:
+        return tensor
+    gen = torch.Generator().manual_seed(seed)
+    pick = torch.randperm(n, generator=gen)[:limit].sort().values
+    return tensor.index_select(0, pick)
+
+
+def _decode_rate(codec: Codec, ct, device: torch.device, repeat: int = 3) -> float:
+    """Decoded GB/s of ct on `device` (best of `repeat`, after one warm-up)."""
+    if device.type == "cuda":
+        ct = ct.to(device)
+        out = codec.decode(ct)
+        best = float("inf")
+        for _ in range(repeat):
+            torch.cuda.synchronize(device)
+            t = time.perf_counter()
+            codec.decode(ct, out=out)
+            torch.cuda.synchronize(device)
+            best = min(best, time.perf_counter() - t)
+    else:
+        out = codec.decode(ct)
+        best = float("inf")
+        for _ in range(repeat):
+            t = time.perf_counter()
+            codec.decode(ct, out=out)
+            best = min(best, time.perf_counter() - t)
+    return ct.raw_nbytes / max(best, 1e-9) / 1e9
+
+
+def rank_codecs(tensor: torch.Tensor, *, candidates: tuple[str, ...] = CANDIDATES,
+                device: Union[str, torch.device, None] = None,
+                min_decode_gbps: Optional[float] = None, sample_rows: Optional[int] = None,
+                seed: int = 0) -> list[Candidate]:
+    """Fit each candidate on half of a row sample and measure it on the other half; smallest first.
+
+    With `min_decode_gbps`, each candidate's decode speed is measured on `device` (default:
+    the current CUDA device if there is one, else the CPU) and reported; fit_codec drops
+    the slow ones. The sample is small, so a GPU's launch overhead understates its speed.
+    """
+    check_rows_tensor(tensor)
+    if tensor.device.type != "cpu":
+        raise ValueError(f"tensor is on {tensor.device}; fitting runs on CPU tensors")
+    unknown = [c for c in candidates if c not in _FITTERS]
+    if unknown or not candidates:
+        raise ValueError(f"candidates={candidates!r} is not accepted; use names among "
+                         f"{tuple(_FITTERS)}")
+    sample = _sample(tensor, sample_rows, seed)
+    n = sample.shape[0]
+    if n >= 2:
+        gen = torch.Generator().manual_seed(seed + 1)
+        perm = torch.randperm(n, generator=gen)
+        fit_rows = sample.index_select(0, perm[: n // 2].sort().values)
+        eval_rows = sample.index_select(0, perm[n // 2:].sort().values)
+    else:
+        fit_rows = eval_rows = sample
+    target = None
+    if min_decode_gbps is not None:
+        target = torch.device(device) if device is not None else (
+            torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available()
+            else torch.device("cpu"))
+    out = []
+    for name in candidates:
+        codec = _FITTERS[name].fit(fit_rows)
+        ct = codec.encode(eval_rows)
+        rate = _decode_rate(codec, ct, target) if target is not None and ct.n_rows else None
+        out.append(Candidate(name, ct.fraction, rate, codec))
+    out.sort(key=lambda c: (c.fraction, candidates.index(c.name)))
+    return out
+
+
+def fit_codec(tensor: torch.Tensor, kind: str = "auto", *,
+              device: Union[str, torch.device, None] = None,
+              min_decode_gbps: Optional[float] = None, sample_rows: Optional[int] = None,
+              seed: int = 0) -> Codec:
+    """The codec that sends `tensor`'s rows in the fewest bytes (identity when nothing gains).
+
+    kind="auto" tries IBP and EBP (rank_codecs: fitted on half a row sample, measured on
+    the other half, offsets included) and keeps the smallest that saves at least MIN_GAIN of
+    the raw bytes and, if `min_decode_gbps` is given, decodes at least that fast on
+    `device`; the winner is refitted on the whole sample. Tensors under MIN_BYTES, random
+    bits and anything no codec shrinks get an IdentityCodec. kind="ibp", "ebp" or
+    "identity" fits that codec only.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"kind={kind!r} is not accepted; use one of {KINDS}")
+    if min_decode_gbps is not None and not (isinstance(min_decode_gbps, (int, float))
+                                            and min_decode_gbps > 0):
+        raise ValueError(f"min_decode_gbps={min_decode_gbps!r} is not accepted; use None or a "
+                         "number > 0 (GB/s)")
+    check_rows_tensor(tensor)
+    if kind != "auto":
+        return _FITTERS[kind].fit(_sample(tensor, sample_rows, seed))
+    raw = tensor.numel() * tensor.element_size()
+    if raw < MIN_BYTES or tensor.shape[0] < 2:
+        return IdentityCodec.fit(tensor)
+    for cand in rank_codecs(tensor, device=device, min_decode_gbps=min_decode_gbps,
+                            sample_rows=sample_rows, seed=seed):
+        if cand.fraction > 1.0 - MIN_GAIN:
+            break
+        if min_decode_gbps is not None and (cand.decode_gbps or 0.0) < min_decode_gbps:
+            continue
+        return _FITTERS[cand.name].fit(_sample(tensor, sample_rows, seed))
+    return IdentityCodec.fit(tensor)
