@@ -289,6 +289,33 @@ def check_compressed(ct: "CompressedTensor", *, codec: str, fingerprint: int,
         )
 
 
+def check_row_compressed(codec, ct: "CompressedTensor", argname: str = "ct") -> None:
+    """The check of a row codec with offsets (IBP, EBP): same codec and state, rows, offset count."""
+    check_compressed(ct, codec=codec.name, fingerprint=codec.fingerprint, argname=argname)
+    if ct.dtype != codec.dtype or ct.row_shape != codec.row_shape:
+        raise CodecMismatchError(f"{argname} holds rows of {ct.dtype} {ct.row_shape}; this "
+                                 f"codec decodes {codec.dtype} {codec.row_shape}")
+    if ct.offsets is None or ct.offsets.numel() != ct.n_rows + 1:
+        raise CorruptPayloadError(f"{argname}.offsets must have n_rows + 1 = {ct.n_rows + 1} "
+                                  f"entries, has {None if ct.offsets is None else ct.offsets.numel()}")
+
+
+def check_offsets(ct: "CompressedTensor") -> None:
+    """Refuse CPU offsets that would read outside the payload or are not non-decreasing."""
+    o = ct.offsets.numpy()
+    if o[0] != 0:
+        raise CorruptPayloadError(f"ct.offsets[0] is {int(o[0])}, must be 0")
+    d = np.diff(o.astype(np.int64))
+    if (d < 0).any() or (d > ct.row_nbytes).any():
+        i = int(np.flatnonzero((d < 0) | (d > ct.row_nbytes))[0])
+        raise CorruptPayloadError(f"ct row {i} has length {int(d[i])}; lengths must lie in "
+                                  f"[0, row_nbytes={ct.row_nbytes}]")
+    need = int(o[-1]) + PAYLOAD_TAIL
+    if ct.payload.numel() < need:
+        raise CorruptPayloadError(f"ct.payload has {ct.payload.numel()} bytes; its offsets need "
+                                  f"at least {need} (rows plus {PAYLOAD_TAIL} bytes of tail padding)")
+
+
 @runtime_checkable
 class Codec(Protocol):
     """A row codec: fitted state that encodes row tensors to CompressedTensors and back."""

@@ -18,13 +18,13 @@ import torch
 
 from . import ebp_kernels as K
 from .base import (
-    CodecMismatchError,
     CompressedTensor,
     CorruptPayloadError,
     Device,
     as_row_bytes,
-    check_compressed,
+    check_offsets,
     check_out,
+    check_row_compressed,
     check_rows_tensor,
     dtype_from_name,
     dtype_name,
@@ -339,19 +339,11 @@ class EBPCodec:
 
     def check(self, ct: CompressedTensor, argname: str = "ct") -> None:
         """Raise unless `ct` was encoded by this codec and its offsets are consistent."""
-        check_compressed(ct, codec=self.name, fingerprint=self.fingerprint, argname=argname)
-        if ct.dtype != self.dtype or ct.row_shape != self.row_shape:
-            raise CodecMismatchError(f"{argname} holds rows of {ct.dtype} {ct.row_shape}; this "
-                                     f"codec decodes {self.dtype} {self.row_shape}")
-        if ct.offsets is None or ct.offsets.numel() != ct.n_rows + 1:
-            raise CorruptPayloadError(f"{argname}.offsets must have n_rows + 1 = {ct.n_rows + 1} "
-                                      f"entries, has {None if ct.offsets is None else ct.offsets.numel()}")
+        check_row_compressed(self, ct, argname)
 
     def decode(self, ct: CompressedTensor, *, device: Device = None,
                out: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Rebuild the exact tensor from `ct` on `device` (default: where `ct` is)."""
-        from .ibp import _check_offsets
-
         self.check(ct)
         target = torch.device(device) if device is not None else ct.device
         if target.type == "cuda":
@@ -366,7 +358,7 @@ class EBPCodec:
             ct = ct.to("cpu")
         out = check_out(out, ct.shape, self.dtype, torch.device("cpu"))
         if ct.n_rows and self.row_nbytes:
-            _check_offsets(ct)
+            check_offsets(ct)
             rows = as_row_bytes(out)
             bad = K.decode_rows(ct.payload.numpy(), ct.offsets.numpy(), self._words(rows), rows,
                                 self._tables)

@@ -11,14 +11,13 @@ import torch
 
 from . import bitpack
 from .base import (
-    PAYLOAD_TAIL,
-    CodecMismatchError,
     CompressedTensor,
     CorruptPayloadError,
     Device,
     as_row_bytes,
-    check_compressed,
+    check_offsets,
     check_out,
+    check_row_compressed,
     check_rows_tensor,
     dtype_from_name,
     dtype_name,
@@ -194,13 +193,7 @@ class IBPCodec:
 
     def check(self, ct: CompressedTensor, argname: str = "ct") -> None:
         """Raise unless `ct` was encoded by this codec and its offsets are consistent."""
-        check_compressed(ct, codec=self.name, fingerprint=self.fingerprint, argname=argname)
-        if ct.dtype != self.dtype or ct.row_shape != self.row_shape:
-            raise CodecMismatchError(f"{argname} holds rows of {ct.dtype} {ct.row_shape}; this "
-                                     f"codec decodes {self.dtype} {self.row_shape}")
-        if ct.offsets is None or ct.offsets.numel() != ct.n_rows + 1:
-            raise CorruptPayloadError(f"{argname}.offsets must have n_rows + 1 = {ct.n_rows + 1} "
-                                      f"entries, has {None if ct.offsets is None else ct.offsets.numel()}")
+        check_row_compressed(self, ct, argname)
 
     def decode(self, ct: CompressedTensor, *, device: Device = None,
                out: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -219,7 +212,7 @@ class IBPCodec:
             ct = ct.to("cpu")
         out = check_out(out, ct.shape, self.dtype, torch.device("cpu"))
         if ct.n_rows and self.row_nbytes:
-            _check_offsets(ct)
+            check_offsets(ct)
             bitpack.decode_rows(ct.payload.numpy(), ct.offsets.numpy(), as_row_bytes(out),
                                 self._tables)
         return out
@@ -281,19 +274,3 @@ class IBPCodec:
         from .format import state_from_bytes
 
         return cls.from_state_dict(state_from_bytes(blob))
-
-
-def _check_offsets(ct: CompressedTensor) -> None:
-    """Refuse offsets that would read outside the payload or are not non-decreasing."""
-    o = ct.offsets.numpy()
-    if o[0] != 0:
-        raise CorruptPayloadError(f"ct.offsets[0] is {int(o[0])}, must be 0")
-    d = np.diff(o.astype(np.int64))
-    if (d < 0).any() or (d > ct.row_nbytes).any():
-        i = int(np.flatnonzero((d < 0) | (d > ct.row_nbytes))[0])
-        raise CorruptPayloadError(f"ct row {i} has length {int(d[i])}; lengths must lie in "
-                                  f"[0, row_nbytes={ct.row_nbytes}]")
-    need = int(o[-1]) + PAYLOAD_TAIL
-    if ct.payload.numel() < need:
-        raise CorruptPayloadError(f"ct.payload has {ct.payload.numel()} bytes; its offsets need "
-                                  f"at least {need} (rows plus {PAYLOAD_TAIL} bytes of tail padding)")
