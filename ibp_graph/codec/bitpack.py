@@ -187,8 +187,66 @@ def _bit_counts_impl(words, W):
     return counts
 
 
+#: BitTables.cols holds one 32-byte entry per 64-bit unit of a row (one word when W = 64,
+#: two adjacent words when W = 32, the second's bits in the high half): mask, bitval,
+#: free mask, and a pad to keep entries aligned.
+_MASK, _BITVAL, _FREE_MASK = 0, 8, 16
+_COL_BYTES = 32
+
+_LOW32 = np.uint64(0xFFFFFFFF)
+
+
+@intrinsic
+def _popcnt(typingctx, x):
+    """Set bits of a uint64 (one popcnt instruction where the CPU has it)."""
+    sig = types.uint64(types.uint64)
+
+    def codegen(context, builder, signature, args):
+        fnty = ir.FunctionType(ir.IntType(64), [ir.IntType(64)])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.ctpop.i64")
+        return builder.call(fn, args)
+
+    return sig, codegen
+
+
+# The effective free mask of a unit: free_mask for its participating words, all ones for
+# its exceptions. Then one pext stores a whole unit (a participating word's free bits, an
+# exception's W bits, in word order), popcount(eff) is its stored width, and one pdep plus
+# the participating words' bitval decodes it. No branch depends on the data.
+
+@njit(inline="always")
+def _not_part32(p0, p1):
+    """~pm of two 32-bit words: all ones over an exception's half, zeros over a participant's."""
+    return ((p0 - _ONE) & _LOW32) | ((p1 - _ONE) << np.uint64(32))
+
+
+@njit(inline="always")
+def _parts(x, c):
+    """d = (x & mask) ^ bitval of the unit at table address c: zero where words participate."""
+    return (x & _ld64(c + _MASK)) ^ _ld64(c + _BITVAL)
+
+
+@njit(inline="always")
+def _pack_unit(x, c, npm):
+    """(stored bits, their count) of unit x with ~pm = npm."""
+    eff = _ld64(c + _FREE_MASK) | npm
+    return _pext(x, eff), np.int64(_popcnt(eff))
+
+
+@njit(inline="always")
+def _unpack_unit(row, p, c, npm):
+    """(unit, stored bits consumed) read at bit p of the row, for ~pm = npm."""
+    eff = _ld64(c + _FREE_MASK) | npm
+    nb = np.int64(_popcnt(eff))
+    return _pdep(_get(row, p, nb), eff) | (_ld64(c + _BITVAL) & ~npm), nb
+
+
 def _row_lengths_impl(words, W, row_nbytes, mask, bitval, free_bits, header_bits):
-    """Stored bytes of each row under (mask, bitval), raw fallback included."""
+    """Stored bytes of each row under (mask, bitval), raw fallback included.
+
+    Plain array indexing on purpose: LLVM vectorizes this loop (compare, select, add),
+    which the pointer-and-popcount form of the kernels below would prevent (5x slower).
+    """
     n, n_words = words.shape
     out = np.empty(n, dtype=np.int64)
     for i in prange(n):
@@ -202,41 +260,6 @@ def _row_lengths_impl(words, W, row_nbytes, mask, bitval, free_bits, header_bits
         L = (bits + 7) >> 3
         out[i] = row_nbytes if L >= row_nbytes else L
     return out
-
-
-#: columns of BitTables.cols, the per-column table the kernels read through one pointer
-_MASK, _BITVAL, _FREE_MASK, _FREE_BITS = 0, 8, 16, 24
-_COL_BYTES = 32
-
-
-_LOW32 = np.uint64(0xFFFFFFFF)
-
-
-@njit(inline="always")
-def _encode_word(x, c, W):
-    """(bits to store, their count, participates 0/1) of word x of the column at address c.
-
-    A participating word stores pext(x, free_mask) (x itself when nothing is invariant,
-    nothing when everything is); an exception stores all W bits. (A branch-free variant
-    of this measured no faster: encode is bound by the bit writer's dependency chain.)
-    """
-    part = np.uint64((x & _ld64(c + _MASK)) == _ld64(c + _BITVAL))
-    if part:
-        return _pext(x, _ld64(c + _FREE_MASK)), np.int64(_ld64(c + _FREE_BITS)), part
-    return x, np.int64(W), part
-
-
-@njit(inline="always")
-def _stored_bits(part, c, W):
-    """Bits stored for a word of the column at address c: free_bits, or W for an exception."""
-    return W - np.int64(part) * (W - np.int64(_ld64(c + _FREE_BITS)))
-
-
-@njit(inline="always")
-def _decode_word(v, part, c):
-    """Word from its stored bits v: pdep + bitval when it participates, v itself otherwise."""
-    m = _ZERO - part
-    return ((_pdep(v, _ld64(c + _FREE_MASK)) | _ld64(c + _BITVAL)) & m) | (v & ~m)
 
 
 def _encode_impl(words, rows, row_nbytes, cols, header_bits, offsets, out):
@@ -268,21 +291,32 @@ def _encode_impl(words, rows, row_nbytes, cols, header_bits, offsets, out):
             hb = _ZERO
             j = c0
             if W == 32:
-                # two 32-bit words per step: one load, one append of their joint bits
-                while j + 1 < c1:
+                while j + 1 < c1:  # a unit of two words: one load, one pext, one append
                     x = _ld64(wrow + 4 * j)
-                    c = col + j * _COL_BYTES
-                    v0, n0, p0 = _encode_word(x & _LOW32, c, W)
-                    v1, n1, p1 = _encode_word(x >> np.uint64(32), c + _COL_BYTES, W)
+                    c = col + (j >> 1) * _COL_BYTES
+                    d = _parts(x, c)
+                    p0 = np.uint64((d & _LOW32) == _ZERO)
+                    p1 = np.uint64((d >> np.uint64(32)) == _ZERO)
                     hb |= (p0 | (p1 << _ONE)) << np.uint64(j - c0)
-                    op, acc, nacc = _put(op, acc, nacc, v0 | (v1 << np.uint64(n0)), n0 + n1, limit)
+                    v, nb = _pack_unit(x, c, _not_part32(p0, p1))
+                    op, acc, nacc = _put(op, acc, nacc, v, nb, limit)
                     j += 2
-            while j < c1:
-                x = _ld64(wrow + 8 * j) if W == 64 else _ld32(wrow + 4 * j)
-                v, nb, part = _encode_word(x, col + j * _COL_BYTES, W)
-                hb |= part << np.uint64(j - c0)
-                op, acc, nacc = _put(op, acc, nacc, v, nb, limit)
-                j += 1
+                if j < c1:  # the last word of an odd row: the low half of its unit
+                    x = _ld32(wrow + 4 * j)  # the unit's high half is zero, in x and the table
+                    c = col + (j >> 1) * _COL_BYTES
+                    p0 = np.uint64(_parts(x, c) == _ZERO)
+                    hb |= p0 << np.uint64(j - c0)
+                    v, nb = _pack_unit(x, c, (p0 - _ONE) & _LOW32)
+                    op, acc, nacc = _put(op, acc, nacc, v, nb, limit)
+            else:
+                while j < c1:
+                    x = _ld64(wrow + 8 * j)
+                    c = col + j * _COL_BYTES
+                    p0 = np.uint64(_parts(x, c) == _ZERO)
+                    hb |= p0 << np.uint64(j - c0)
+                    v, nb = _pack_unit(x, c, p0 - _ONE)
+                    op, acc, nacc = _put(op, acc, nacc, v, nb, limit)
+                    j += 1
             if header_bytes - (c0 >> 3) >= 8:
                 _st64(row + (c0 >> 3), hb)
             else:
@@ -318,31 +352,25 @@ def _decode_impl(payload, offsets, words, rows, row_nbytes, cols, header_bits):
             hb = _get(row, c0, c1 - c0)
             j = c0
             if W == 32:
-                # two 32-bit words per step: one read of their joint bits, one 64-bit store
-                while j + 1 < c1:
-                    c = col + j * _COL_BYTES
-                    p0 = (hb >> np.uint64(j - c0)) & _ONE
-                    p1 = (hb >> np.uint64(j - c0 + 1)) & _ONE
-                    n0 = _stored_bits(p0, c, W)
-                    n1 = _stored_bits(p1, c + _COL_BYTES, W)
-                    v = _get(row, p, n0 + n1)
-                    p += n0 + n1
-                    x0 = _decode_word(v & ((_ONE << np.uint64(n0)) - _ONE), p0, c)
-                    x1 = _decode_word(v >> np.uint64(n0), p1, c + _COL_BYTES)
-                    _st64(wrow + 4 * j, x0 | (x1 << np.uint64(32)))
+                while j + 1 < c1:  # a unit of two words: one read, one pdep, one 8-byte store
+                    q = hb >> np.uint64(j - c0)
+                    x, nb = _unpack_unit(row, p, col + (j >> 1) * _COL_BYTES,
+                                         _not_part32(q & _ONE, (q >> _ONE) & _ONE))
+                    _st64(wrow + 4 * j, x)
+                    p += nb
                     j += 2
-            while j < c1:
-                c = col + j * _COL_BYTES
-                part = (hb >> np.uint64(j - c0)) & _ONE
-                # one read of the word's stored width; participating words get bitval back
-                nb = _stored_bits(part, c, W)
-                x = _decode_word(_get(row, p, nb), part, c)
-                p += nb
-                if W == 64:
-                    _st64(wrow + 8 * j, x)
-                else:
+                if j < c1:
+                    npm = (((hb >> np.uint64(j - c0)) & _ONE) - _ONE) & _LOW32
+                    x, nb = _unpack_unit(row, p, col + (j >> 1) * _COL_BYTES, npm)
                     _st32(wrow + 4 * j, x)
-                j += 1
+                    p += nb
+            else:
+                while j < c1:
+                    npm = ((hb >> np.uint64(j - c0)) & _ONE) - _ONE
+                    x, nb = _unpack_unit(row, p, col + j * _COL_BYTES, npm)
+                    _st64(wrow + 8 * j, x)
+                    p += nb
+                    j += 1
 
 
 def _gather_impl(payload, offsets, idx, new_offsets, out):
@@ -427,10 +455,10 @@ def encode_rows(rows: np.ndarray, tables: "BitTables") -> tuple[np.ndarray, np.n
     """(payload, offsets) of a (rows, row_nbytes) uint8 array in the IBP row format."""
     t = tables
     words = word_view(rows, t.W)
-    lengths = _pick(_row_lengths, rows.shape[0])(words, t.W, t.row_nbytes, t.mask, t.bitval,
-                                                 t.free_bits, t.header_bits)
+    lengths = row_lengths(rows, t)
     offsets, padded = offsets_from_lengths(lengths)
-    out = np.zeros(padded, dtype=np.uint8)
+    out = np.empty(padded, dtype=np.uint8)  # the kernel writes every byte of every row
+    out[int(offsets[-1]):] = 0
     _pick(_encode, rows.shape[0])(np.ascontiguousarray(words), rows, t.row_nbytes, t.cols,
                                   t.header_bits, offsets, out)
     return out, offsets
@@ -479,6 +507,13 @@ class BitTables:
         self.free_mask = ~self.mask & word
         self.free_bits = np.array([bin(int(m)).count("1") for m in self.free_mask], dtype=np.int64)
         self.header_bits = -(-self.n_words // W) * W
-        # one row of 4 words per column: mask, bitval, free_mask, free_bits (see _COL_BYTES)
-        self.cols = np.stack([self.mask, self.bitval, self.free_mask,
-                              self.free_bits.astype(np.uint64)], axis=1).copy()
+        # one 32-byte entry per 64-bit unit (see _COL_BYTES): two words per unit when W = 32
+        per = 64 // self.W
+        n_units = -(-self.n_words // per)
+        cols = np.zeros((n_units * per, 4), dtype=np.uint64)
+        cols[: self.n_words, 0] = self.mask
+        cols[: self.n_words, 1] = self.bitval
+        cols[: self.n_words, 2] = self.free_mask
+        if per == 2:  # word 2k in the low half, 2k + 1 in the high half
+            cols = cols[0::2] | (cols[1::2] << np.uint64(32))
+        self.cols = np.ascontiguousarray(cols)
