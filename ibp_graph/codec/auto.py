@@ -13,6 +13,8 @@ from .ebp import EBPCodec
 from .ibp import IBPCodec
 from .identity import IdentityCodec
 
+#: a codec as callers name it: one of KINDS (fitted on the data), or a fitted codec object.
+CodecSpec = Union[str, Codec]
 #: codecs fit_codec tries with kind="auto", in order of preference on ties.
 CANDIDATES: tuple[str, ...] = ("ibp", "ebp")
 #: every kind fit_codec accepts.
@@ -147,3 +149,23 @@ def fit_codec(tensor: torch.Tensor, kind: str = "auto", *,
             continue
         return _FITTERS[cand.name].fit(_sample(tensor, sample_rows, seed))
     return IdentityCodec.fit(tensor)
+
+
+def check_kind(kind, argname: str = "kind") -> str:
+    """`kind` when it is one of KINDS; else a ValueError naming `argname`, the value and KINDS."""
+    if not isinstance(kind, str) or kind not in KINDS:
+        raise ValueError(f"{argname}={kind!r} is not accepted; use one of {KINDS}")
+    return kind
+
+
+def fit_named(tensor: torch.Tensor, kind: str = "auto", *, argname: str = "kind") -> Codec:
+    """The codec named `kind` for `tensor`: fit_codec's choice for "auto", else that codec's own fit.
+
+    "ibp", "ebp" and "identity" are fitted as IBPCodec.fit / EBPCodec.fit /
+    IdentityCodec.fit do by default (their own row sample). An unknown name raises a
+    ValueError naming `argname` (the caller's argument), the value and the accepted names.
+    """
+    check_kind(kind, argname)
+    if kind == "auto":
+        return fit_codec(tensor, kind="auto")
+    return _FITTERS[kind].fit(tensor)

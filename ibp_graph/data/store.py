@@ -4,11 +4,14 @@ Workers gather compressed rows from it (`index_select`) instead of gathering raw
 encoding them per batch; on disk it also takes less space than the raw table.
 
 Folder layout (`save` / `load`): ``payload.bin`` (the rows, docs/format.md),
-``offsets.npy``, ``codec.bin`` (the codec state as a checksummed blob), ``meta.json``.
+``offsets.npy`` (absent for the identity codec, whose rows have a fixed stride),
+``codec.bin`` (the codec state as a checksummed blob), ``meta.json`` (shape, dtype and
+the codec's name and fingerprint).
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import warnings
 from pathlib import Path
@@ -17,7 +20,8 @@ from typing import Optional, Union
 import numpy as np
 import torch
 
-from ..codec import IBPCodec, codec_from_state_dict
+from ..codec import IdentityCodec, codec_from_state_dict
+from ..codec.auto import CodecSpec, fit_named
 from ..codec.base import (
     PAYLOAD_TAIL,
     Codec,
@@ -25,6 +29,7 @@ from ..codec.base import (
     CorruptPayloadError,
     dtype_from_name,
     dtype_name,
+    itemsize,
 )
 from ..codec.format import FORMAT_VERSION, state_from_bytes, state_to_bytes
 
@@ -85,18 +90,22 @@ class EncodedTable:
 
     # ---- build -----------------------------------------------------------------
     @classmethod
-    def encode(cls, table: torch.Tensor, codec: Optional[Codec] = None, *,
+    def encode(cls, table: torch.Tensor, codec: CodecSpec = "auto", *,
                chunk_rows: int = CHUNK_ROWS, directory: Optional[PathLike] = None,
                progress: bool = True) -> "EncodedTable":
-        """Encode `table` chunk by chunk (fitting an IBPCodec on a sample when `codec` is None).
+        """Encode `table` chunk by chunk with `codec`: a fitted codec, or a name fitted on a sample.
 
-        With `directory`, payload chunks stream to ``directory/payload.bin`` and the result
-        is memory-mapped from there, so neither the raw nor the encoded table has to fit
-        in memory (the table itself may be memory-mapped).
+        `codec` "auto" (default) is fit_codec's choice (IBP, EBP, or identity when neither
+        saves bytes); "ibp", "ebp" and "identity" fit that codec. With `directory`,
+        payload chunks stream to ``directory/payload.bin`` and the result is memory-mapped
+        from there, so neither the raw nor the encoded table has to fit in memory (the
+        table itself may be memory-mapped).
         """
         if not isinstance(chunk_rows, int) or chunk_rows < 1:
             raise ValueError(f"chunk_rows={chunk_rows!r} is not accepted; use an int >= 1")
-        codec = codec if codec is not None else IBPCodec.fit(table)
+        if isinstance(codec, str) or codec is None:
+            codec = fit_named(table, codec, argname="codec")
+        fixed = codec.name == IdentityCodec.name  # fixed-stride rows, no offsets
         n = table.shape[0]
         lengths = np.zeros(n, dtype=np.int64)
         sink = _PayloadSink(directory)
@@ -105,17 +114,19 @@ class EncodedTable:
             for lo in range(0, n, chunk_rows):
                 hi = min(n, lo + chunk_rows)
                 ct = codec.encode(table[lo:hi].contiguous())
-                o = ct.offsets.numpy().astype(np.int64)
-                lengths[lo:hi] = np.diff(o)
-                sink.write(ct.payload.numpy()[: o[-1]])
+                lengths[lo:hi] = ct.row_lengths().numpy()
+                sink.write(ct.payload.numpy()[: int(lengths[lo:hi].sum())])
                 bar.update(hi - lo)
         finally:
             bar.close()
-        total = int(lengths.sum())
-        offsets = np.zeros(n + 1, dtype=np.int32 if total < 2**31 else np.int64)
-        np.cumsum(lengths, out=offsets[1:])
+        offsets = None
+        if not fixed:
+            total = int(lengths.sum())
+            offsets = np.zeros(n + 1, dtype=np.int32 if total < 2**31 else np.int64)
+            np.cumsum(lengths, out=offsets[1:])
+            offsets = torch.from_numpy(offsets)
         payload = sink.finish()
-        compressed = CompressedTensor(payload=payload, offsets=torch.from_numpy(offsets),
+        compressed = CompressedTensor(payload=payload, offsets=offsets,
                                       shape=tuple(table.shape), dtype=table.dtype,
                                       codec=codec.name, fingerprint=codec.fingerprint)
         out = cls(codec, compressed)
@@ -133,7 +144,10 @@ class EncodedTable:
         return d
 
     def _write_sidecars(self, d: Path) -> None:
-        np.save(d / "offsets.npy", self.compressed.offsets.numpy())
+        if self.compressed.offsets is not None:
+            np.save(d / "offsets.npy", self.compressed.offsets.numpy())
+        else:  # fixed stride: a stale offsets file from an earlier table must not linger
+            (d / "offsets.npy").unlink(missing_ok=True)
         (d / "codec.bin").write_bytes(state_to_bytes(self.codec.state_dict()))
         meta = {"format_version": FORMAT_VERSION, "shape": list(self.shape),
                 "dtype": dtype_name(self.dtype), "codec": self.codec.name,
@@ -144,7 +158,7 @@ class EncodedTable:
     def load(cls, directory: PathLike, *, mmap: bool = True) -> "EncodedTable":
         """Open a saved table; memory-mapped (shared between processes, read-only) by default."""
         d = Path(directory)
-        missing = [f for f in ("meta.json", "codec.bin", "offsets.npy", "payload.bin") if not (d / f).exists()]
+        missing = [f for f in ("meta.json", "codec.bin", "payload.bin") if not (d / f).exists()]
         if missing:
             raise FileNotFoundError(f"{d} is not an encoded table: missing {', '.join(missing)} "
                                     "(write one with EncodedTable.encode(..., directory=) or save())")
@@ -153,21 +167,31 @@ class EncodedTable:
             raise CorruptPayloadError(f"{d}/meta.json has format_version={meta.get('format_version')!r}; "
                                       f"this ibp-graph reads {FORMAT_VERSION}: re-run the prepare step")
         codec = codec_from_state_dict(state_from_bytes((d / "codec.bin").read_bytes()))
-        if codec.fingerprint != meta["fingerprint"]:
-            raise CorruptPayloadError(f"{d}/codec.bin does not match meta.json (fingerprint)")
-        offsets = np.load(d / "offsets.npy", mmap_mode="r" if mmap else None)
+        if codec.fingerprint != meta["fingerprint"] or codec.name != meta["codec"]:
+            raise CorruptPayloadError(f"{d}/codec.bin does not match meta.json (codec name or fingerprint)")
+        shape = tuple(meta["shape"])
+        dtype = dtype_from_name(meta["dtype"])
+        offsets = None
+        if codec.name == IdentityCodec.name:  # fixed stride: the rows end at raw_nbytes
+            end = math.prod(shape) * itemsize(dtype)
+        else:
+            if not (d / "offsets.npy").exists():
+                raise FileNotFoundError(f"{d} is not an encoded table: missing offsets.npy "
+                                        f"(the {codec.name} codec stores one offset per row)")
+            offsets = np.load(d / "offsets.npy", mmap_mode="r" if mmap else None)
+            if offsets.shape[0] != shape[0] + 1:
+                raise CorruptPayloadError(f"{d}/offsets.npy has {offsets.shape[0]} entries for {shape[0]} rows")
+            end = int(offsets[-1]) + PAYLOAD_TAIL
         size = (d / "payload.bin").stat().st_size
-        if size != meta["payload_bytes"] or size < int(offsets[-1]) + PAYLOAD_TAIL:
+        if size != meta["payload_bytes"] or size < end:
             raise CorruptPayloadError(f"{d}/payload.bin has {size} bytes; meta.json says "
                                       f"{meta['payload_bytes']}: the file is truncated or replaced")
         payload = np.memmap(d / "payload.bin", dtype=np.uint8, mode="r") if mmap \
             else np.fromfile(d / "payload.bin", dtype=np.uint8)
-        shape = tuple(meta["shape"])
-        if offsets.shape[0] != shape[0] + 1:
-            raise CorruptPayloadError(f"{d}/offsets.npy has {offsets.shape[0]} entries for {shape[0]} rows")
-        compressed = CompressedTensor(payload=_readonly_tensor(payload), offsets=_readonly_tensor(offsets),
-                                      shape=shape, dtype=dtype_from_name(meta["dtype"]),
-                                      codec=meta["codec"], fingerprint=int(meta["fingerprint"]))
+        compressed = CompressedTensor(payload=_readonly_tensor(payload),
+                                      offsets=None if offsets is None else _readonly_tensor(offsets),
+                                      shape=shape, dtype=dtype, codec=meta["codec"],
+                                      fingerprint=int(meta["fingerprint"]))
         return cls(codec, compressed)
 
 

@@ -1,0 +1,114 @@
+"""EncodedTable: every codec name (auto by default), saved and reloaded with its codec state, gathers bit-exact."""
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+from ibp_graph.codec import CorruptPayloadError, EBPCodec, IBPCodec, IdentityCodec, fit_codec
+from ibp_graph.data.store import EncodedTable
+from ibp_graph.data.synthetic import make_family
+
+ROWS = 5000
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
+
+
+def random_bits(rows=ROWS, dim=32, seed=0) -> torch.Tensor:
+    """float32 rows of uniformly random bits (NaN payloads included): nothing compresses them."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(-2**31, 2**31 - 1, (rows, dim), generator=g, dtype=torch.int32).view(torch.float32)
+
+
+@pytest.fixture(scope="module")
+def emb() -> torch.Tensor:
+    return make_family("embedding_f32", ROWS)
+
+
+@pytest.mark.parametrize("name, kind", [("ibp", IBPCodec), ("ebp", EBPCodec), ("identity", IdentityCodec)])
+def test_named_codecs_encode_save_load_and_gather_exactly(tmp_path, emb, name, kind):
+    table = EncodedTable.encode(emb, name, chunk_rows=777, directory=tmp_path / "t")
+    assert isinstance(table.codec, kind) and table.codec.name == name
+    loaded = EncodedTable.load(tmp_path / "t")
+    assert isinstance(loaded.codec, kind)
+    assert loaded.codec.fingerprint == table.codec.fingerprint  # the whole codec state came back
+    assert loaded.codec.state_dict().keys() == table.codec.state_dict().keys()
+    rows = torch.randint(0, ROWS, (700,), generator=torch.Generator().manual_seed(1))
+    for t in (table, loaded, EncodedTable.load(tmp_path / "t", mmap=False)):
+        assert same_bits(t.decode_rows(torch.arange(ROWS)), emb)
+        gathered = t.index_select(rows)  # compressed rows, not decoded
+        assert gathered.codec == name and gathered.shape == (700, emb.shape[1])
+        assert same_bits(t.codec.decode(gathered), emb[rows])
+    if name == "identity":
+        assert table.compressed.offsets is None and not (tmp_path / "t" / "offsets.npy").exists()
+        assert table.nbytes >= emb.numel() * 4
+    else:
+        assert (tmp_path / "t" / "offsets.npy").exists() and table.fraction < 0.95
+
+
+def test_default_is_fit_codecs_choice(emb):
+    table = EncodedTable.encode(emb)
+    chosen = fit_codec(emb, kind="auto")
+    assert table.codec.name == chosen.name and table.codec.fingerprint == chosen.fingerprint
+    assert table.codec.name == "ebp"  # EBP is the smaller codec on averaged embeddings
+    assert same_bits(table.decode_rows(torch.arange(ROWS)), emb)
+
+
+def test_random_bits_get_identity_through_auto(tmp_path):
+    x = random_bits()
+    table = EncodedTable.encode(x, "auto", directory=tmp_path / "r")
+    assert isinstance(table.codec, IdentityCodec)
+    loaded = EncodedTable.load(tmp_path / "r")
+    assert isinstance(loaded.codec, IdentityCodec)
+    rows = torch.tensor([4999, 0, 17, 17, 2500])
+    assert same_bits(loaded.codec.decode(loaded.index_select(rows)), x[rows])
+    assert same_bits(loaded.decode_rows(torch.arange(ROWS)), x)
+
+
+def test_ebp_store_in_memory_and_sparse_rows(tmp_path):
+    x = make_family("binary_bow", 3000)  # mostly zeros: EBP's sparse mode
+    table = EncodedTable.encode(x, "ebp")
+    assert table.codec.sparse and table.fraction < 0.1
+    table.save(tmp_path / "s")
+    loaded = EncodedTable.load(tmp_path / "s")
+    assert loaded.codec.sparse and loaded.codec.fingerprint == table.codec.fingerprint
+    rows = torch.randint(0, 3000, (400,), generator=torch.Generator().manual_seed(2))
+    assert same_bits(loaded.codec.decode(loaded.index_select(rows)), x[rows])
+
+
+def test_ebp_codec_survives_pickling(emb):
+    """DataLoader workers started with spawn/forkserver receive codecs pickled."""
+    codec = EncodedTable.encode(emb[:2000], "ebp").codec
+    clone = pickle.loads(pickle.dumps(codec))
+    assert clone.fingerprint == codec.fingerprint
+    ct = codec.encode(emb[:300])
+    assert same_bits(clone.decode(ct), emb[:300])
+    assert torch.equal(clone.encode(emb[:300]).payload, ct.payload)
+
+
+def test_bad_codec_and_damaged_folders_are_named(tmp_path, emb):
+    with pytest.raises(ValueError, match=r"codec='zstd' is not accepted; use one of \('auto', 'ibp', 'ebp', "
+                                         r"'identity'\)"):
+        EncodedTable.encode(emb, "zstd")
+    with pytest.raises(ValueError, match=r"codec=None is not accepted"):
+        EncodedTable.encode(emb, None)
+    EncodedTable.encode(emb, "ebp", directory=tmp_path / "e")
+    (tmp_path / "e" / "offsets.npy").unlink()
+    with pytest.raises(FileNotFoundError, match="missing offsets.npy .*ebp"):
+        EncodedTable.load(tmp_path / "e")
+    EncodedTable.encode(random_bits(), "identity", directory=tmp_path / "i")
+    payload = tmp_path / "i" / "payload.bin"
+    payload.write_bytes(payload.read_bytes()[:1000])
+    with pytest.raises(CorruptPayloadError, match="truncated"):
+        EncodedTable.load(tmp_path / "i")
+
+
+def test_saving_identity_over_an_older_table_drops_its_offsets(tmp_path, emb):
+    EncodedTable.encode(emb, "ibp", directory=tmp_path / "t")
+    assert (tmp_path / "t" / "offsets.npy").exists()
+    EncodedTable.encode(emb, "identity").save(tmp_path / "t")
+    loaded = EncodedTable.load(tmp_path / "t")
+    assert isinstance(loaded.codec, IdentityCodec) and not (tmp_path / "t" / "offsets.npy").exists()
+    assert np.array_equal(loaded.decode_rows(torch.arange(10)).numpy(), emb[:10].numpy())
