@@ -141,9 +141,10 @@ class _CompressingSampler(_DGLSampler):
 class CompressedDGLDataLoader(_DGLDataLoader):
     """Drop-in for dgl.dataloading.DataLoader that sends the sampler's prefetched features compressed.
 
-    Arguments up to `gpu_cache` are DGL's DataLoader's, in its order; `codec` (``"ibp"``,
-    ``"identity"`` or a fitted codec object) and `prefetch` (batches decoded ahead on a
-    CUDA device) are ours. Features to load are the ones the sampler names, as for DGL:
+    Arguments up to `gpu_cache` are DGL's DataLoader's, in its order; `codec` (``"auto"``,
+    the default: per group the smallest of IBP and EBP, or identity when neither gains;
+    ``"ibp"``, ``"ebp"``, ``"identity"`` or a fitted codec object) and `prefetch`
+    (batches decoded ahead on a CUDA device) are ours. Features to load are the ones the sampler names, as for DGL:
     ``NeighborSampler(fanouts, prefetch_node_feats=[...], prefetch_labels=[...])``.
     Remaining keyword arguments go to DGL's DataLoader (`num_workers`, `persistent_workers`,
     ...). With the same seeds (``numpy``, ``torch``, ``dgl.seed``) it yields the same
@@ -167,7 +168,7 @@ class CompressedDGLDataLoader(_DGLDataLoader):
         use_uva: bool = False,
         gpu_cache: Optional[dict] = None,
         *,
-        codec: CodecSpec = "ibp",
+        codec: CodecSpec = "auto",
         prefetch: int = 2,
         **kwargs: Any,
     ):

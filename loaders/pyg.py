@@ -32,7 +32,9 @@ class CompressedNeighborLoader(DataLoader):
     `EncodedTable`s), or a tuple `(features, graph)`: a dict of node attributes (tensors
     or EncodedTables) and a `CSCGraph`, e.g. a prepared data set read from disk.
 
-    Arguments up to `directed` are NeighborLoader's, in its order; `codec`, `device` and
+    Arguments up to `directed` are NeighborLoader's, in its order; `codec` (``"auto"``, the
+    default: per group the smallest of IBP and EBP, or identity when neither gains;
+    ``"ibp"``, ``"ebp"``, ``"identity"`` or a fitted codec object), `device` and
     `prefetch` are ours. Options NeighborLoader has but this loader cannot honour raise
     NotImplementedError naming them. Remaining keyword arguments go to DataLoader
     (`batch_size`, `shuffle`, `drop_last`, `num_workers`, `persistent_workers`,
@@ -58,7 +60,7 @@ class CompressedNeighborLoader(DataLoader):
         neighbor_sampler: Optional[Any] = None,
         directed: bool = True,
         *,
-        codec: CodecSpec = "ibp",
+        codec: CodecSpec = "auto",
         device: Union[str, torch.device, None] = None,
         prefetch: int = 2,
         **kwargs: Any,

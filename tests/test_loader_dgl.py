@@ -115,7 +115,8 @@ def graph():
 
 
 @needs_dgl
-@pytest.mark.parametrize("num_workers,codec", [(0, "ibp"), (2, "ibp"), (0, "identity")])
+@pytest.mark.parametrize("num_workers,codec", [(0, "ibp"), (2, "ibp"), (0, "identity"), (0, "auto"),
+                                               (2, "ebp")])
 def test_batches_equal_dgls_own_dataloader_bit_for_bit(graph, num_workers, codec):
     from ibp_graph.loaders.dgl import CompressedDGLDataLoader
 
@@ -136,13 +137,35 @@ def test_batches_equal_dgls_own_dataloader_bit_for_bit(graph, num_workers, codec
     assert torch.equal(seen, indices)  # every seed once
     assert loader.stats.batches == 8
     assert set(loader.stats.sent_bytes) == {"float32[16]", "float32[*]", "float32[2]", "int64[*]"}
-    if codec == "ibp":
+    if codec != "identity":
         assert loader.stats.fraction < 1.0
         assert loader.stats.sent_bytes["int64[*]"] < 0.5 * loader.stats.raw_bytes["int64[*]"]  # years
+    if codec == "ebp":
+        assert {k: c.name for k, c in loader.codecs.items()} == {
+            "float32[16]": "ebp", "float32[*]": "ebp", "float32[2]": "ebp", "int64[*]": "ibp"}
     assert "sample" in str(loader.stats)
     # another seed samples (and shuffles) differently: the equality above is not vacuous
     other = run(CompressedDGLDataLoader, graph, indices, lambda: s, seed=1, codec=codec, **kw)
     assert not torch.equal(other[0][0], ours[0][0])
+
+
+@needs_dgl
+def test_default_codec_is_auto(graph):
+    import inspect
+
+    from ibp_graph.codec import fit_codec
+    from ibp_graph.loaders.dgl import CompressedDGLDataLoader
+
+    assert inspect.signature(CompressedDGLDataLoader).parameters["codec"].default == "auto"
+    idx = torch.arange(0, 2000, 10)
+    default = CompressedDGLDataLoader(graph, idx, sampler(), batch_size=50)
+    auto = CompressedDGLDataLoader(graph, idx, sampler(), batch_size=50, codec="auto")
+    assert {k: c.fingerprint for k, c in default.codecs.items()} == \
+        {k: c.fingerprint for k, c in auto.codecs.items()}
+    assert default.codecs["float32[16]"].fingerprint == fit_codec(graph.ndata["feat"]).fingerprint
+    seed_all(0)
+    for batch in default:
+        check_against_graph(batch, graph)
 
 
 @needs_dgl
@@ -230,7 +253,8 @@ def test_unsupported_options_raise_naming_them(graph):
         L(graph, idx, dgl.dataloading.NeighborSampler([2]))
     with pytest.raises(KeyError, match=r"\['emb'\], not in graph.ndata"):
         L(graph, idx, sampler(prefetch_node_feats=["emb"]))
-    with pytest.raises(ValueError, match="codec='zstd' is not accepted"):
+    with pytest.raises(ValueError, match=r"codec='zstd' is not accepted; use one of \('auto', 'ibp', 'ebp', "
+                                         r"'identity'\)"):
         L(graph, idx, sampler(), codec="zstd")
     with pytest.raises(ValueError, match="prefetch=-1"):
         L(graph, idx, sampler(), prefetch=-1)

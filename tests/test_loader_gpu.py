@@ -22,16 +22,14 @@ def need_gpu():
         pytest.fail("these tests were selected (-m gpu) but torch sees no CUDA device")
 
 
-def batches(data, device, codec="ibp", prefetch=2, num_workers=0, seed=5):
+def batches(data, device, codec="auto", prefetch=2, num_workers=0, seed=5):
     torch.manual_seed(seed)
     loader = CompressedNeighborLoader(data, [6, 4], batch_size=256, shuffle=True, codec=codec,
                                       device=device, prefetch=prefetch, num_workers=num_workers)
     return loader, list(loader)
 
 
-@pytest.mark.parametrize("codec", ["ibp", "identity"])
-@pytest.mark.parametrize("prefetch,num_workers", [(0, 0), (2, 0), (3, 2)])
-def test_cuda_batches_equal_cpu_batches(codec, prefetch, num_workers):
+def compare_cuda_with_cpu(codec, prefetch, num_workers):
     data = make_graph(num_nodes=6000, num_edges=60000, dim=32)
     _, on_cpu = batches(data, "cpu", codec)
     loader, on_gpu = batches(data, "cuda", codec, prefetch=prefetch, num_workers=num_workers)
@@ -42,6 +40,20 @@ def test_cuda_batches_equal_cpu_batches(codec, prefetch, num_workers):
             assert torch.equal(a[key], b[key].cpu()), key
         assert a.batch_size == b.batch_size and a.num_sampled_nodes == b.num_sampled_nodes
     assert loader.stats.seconds["decode"] > 0 and loader.stats.seconds["copy"] > 0
+    return loader
+
+
+@pytest.mark.parametrize("codec", ["ibp", "identity"])
+@pytest.mark.parametrize("prefetch,num_workers", [(0, 0), (2, 0), (3, 2)])
+def test_cuda_batches_equal_cpu_batches(codec, prefetch, num_workers):
+    compare_cuda_with_cpu(codec, prefetch, num_workers)
+
+
+@pytest.mark.parametrize("codec,prefetch,num_workers", [("ebp", 0, 0), ("ebp", 3, 2), ("auto", 2, 0)])
+def test_cuda_ebp_and_auto_batches_equal_cpu_batches(codec, prefetch, num_workers):
+    """EBP groups decode with kernels/ebp_decode.cu on the side stream, as IBP groups do with IBP's."""
+    loader = compare_cuda_with_cpu(codec, prefetch, num_workers)
+    assert loader.codecs["float32[32]"].name == "ebp"  # auto picks EBP on these rows too
 
 
 def test_batches_survive_work_on_the_consumer_stream():
@@ -59,10 +71,12 @@ def test_batches_survive_work_on_the_consumer_stream():
         del batch  # the allocator may reuse the memory: record_stream must make that safe
 
 
-def test_pre_encoded_store_on_cuda():
+@pytest.mark.parametrize("store_codec", ["ibp", "ebp", "identity"])
+def test_pre_encoded_store_on_cuda(store_codec):
     data = make_graph(num_nodes=6000, num_edges=60000, dim=32)
     _, on_cpu = batches(data, "cpu")
-    data.x = EncodedTable.encode(data.x)
-    _, on_gpu = batches(data, "cuda")
+    data.x = EncodedTable.encode(data.x, store_codec)
+    loader, on_gpu = batches(data, "cuda")
+    assert loader.codecs["x@store"].name == store_codec
     for a, b in zip(on_cpu, on_gpu):
         assert torch.equal(a.x, b.x.cpu())

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch_geometric.data import Data
 
-from ibp_graph.codec import IBPCodec
+from ibp_graph.codec import EBPCodec, IBPCodec, IdentityCodec, fit_codec
 from ibp_graph.loaders.pyg import CompressedNeighborLoader
 from ibp_graph.pipeline.worker import BatchRequests
 
@@ -73,6 +73,76 @@ def test_ibp_and_identity_give_identical_batches():
     assert not torch.equal(other.n_id, out["ibp"][0].n_id)
 
 
+@pytest.mark.parametrize("codec, num_workers", [("auto", 0), ("ebp", 2)])
+def test_auto_and_ebp_batches_are_exact(codec, num_workers):
+    data = make_graph()
+    input_nodes = torch.arange(0, 3000, 2)
+    torch.manual_seed(11)
+    loader = CompressedNeighborLoader(data, [5, 3], input_nodes=input_nodes, batch_size=250,
+                                      shuffle=True, num_workers=num_workers, codec=codec)
+    chosen = {k: type(c) for k, c in loader.codecs.items()}
+    assert chosen["int64[*]"] is IBPCodec  # ids: the exact value-range codec, whatever `codec` says
+    if codec == "ebp":
+        assert chosen["float32[24]"] is EBPCodec and chosen["float32[3]"] is EBPCodec
+    else:  # each group gets what fit_codec picks on its sample (all rows here)
+        assert loader.codecs["float32[24]"].fingerprint == fit_codec(data.x).fingerprint
+        assert loader.codecs["float32[3]"].fingerprint == fit_codec(data.edge_attr).fingerprint
+    n = 0
+    for batch in loader:
+        check_batch(batch, data, input_nodes)
+        n += 1
+    assert n == len(loader) == 6
+    assert loader.stats.fraction < 1.0
+    torch.manual_seed(11)
+    plain = list(CompressedNeighborLoader(data, [5, 3], input_nodes=input_nodes, batch_size=250,
+                                          shuffle=True, codec="identity"))
+    torch.manual_seed(11)
+    for a, b in zip(plain, loader):  # same sampling, same bits, whatever the codec
+        for key in ("x", "n_id", "e_id", "edge_index", "edge_attr"):
+            assert torch.equal(a[key], b[key]), key
+
+
+def test_default_codec_is_auto():
+    import inspect
+
+    assert inspect.signature(CompressedNeighborLoader).parameters["codec"].default == "auto"
+    data = make_graph(num_nodes=2000, num_edges=10000)
+    default = CompressedNeighborLoader(data, [2], batch_size=500)
+    auto = CompressedNeighborLoader(data, [2], batch_size=500, codec="auto")
+    ibp = CompressedNeighborLoader(data, [2], batch_size=500, codec="ibp")
+    fingerprints = {k: c.fingerprint for k, c in default.codecs.items()}
+    assert fingerprints == {k: c.fingerprint for k, c in auto.codecs.items()}
+    # on these rows EBP beats IBP, so a default of "ibp" would show here
+    assert default.codecs["float32[24]"].name == "ebp" and ibp.codecs["float32[24]"].name == "ibp"
+
+
+def test_random_bit_features_get_identity_through_auto():
+    data = make_graph(num_nodes=2000, num_edges=10000)
+    g = torch.Generator().manual_seed(4)
+    data.x = torch.randint(-2**31, 2**31 - 1, (2000, 24), generator=g, dtype=torch.int32).view(torch.float32)
+    loader = CompressedNeighborLoader(data, [3, 2], batch_size=400, shuffle=True, codec="auto")
+    assert isinstance(loader.codecs["float32[24]"], IdentityCodec)
+    for batch in loader:  # NaN payloads included: compare bits, not values
+        assert torch.equal(batch.x.view(torch.int32), data.x[batch.n_id].view(torch.int32))
+    assert loader.stats.sent_bytes["float32[24]"] == loader.stats.raw_bytes["float32[24]"]
+
+
+def test_ebp_codec_reaches_spawned_workers():
+    """With the spawn start method the producer and its codecs are pickled into the worker."""
+    data = make_graph(num_nodes=1000, num_edges=6000)
+    torch.manual_seed(2)
+    forked = list(CompressedNeighborLoader(data, [3], batch_size=300, shuffle=True, codec="ebp"))
+    torch.manual_seed(2)
+    loader = CompressedNeighborLoader(data, [3], batch_size=300, shuffle=True, codec="ebp",
+                                      num_workers=1, multiprocessing_context="spawn")
+    spawned = list(loader)
+    assert len(spawned) == len(forked) == 4
+    for a, b in zip(forked, spawned):
+        check_batch(b, data, torch.arange(1000))
+        assert torch.equal(a.x, b.x) and torch.equal(a.n_id, b.n_id)
+    assert isinstance(loader.codecs["float32[24]"], EBPCodec)
+
+
 def test_fanout_all_and_boolean_mask_input():
     data = make_graph(num_nodes=500, num_edges=3000)
     mask = torch.zeros(500, dtype=torch.bool)
@@ -109,7 +179,8 @@ def test_unsupported_options_raise_naming_them():
         CompressedNeighborLoader(data, [2], subgraph_type="induced")
     with pytest.raises(NotImplementedError, match="collate_fn"):
         CompressedNeighborLoader(data, [2], collate_fn=lambda b: b)
-    with pytest.raises(ValueError, match="codec='zstd' is not accepted"):
+    with pytest.raises(ValueError, match=r"codec='zstd' is not accepted; use one of \('auto', 'ibp', 'ebp', "
+                                         r"'identity'\) or a codec object"):
         CompressedNeighborLoader(data, [2], codec="zstd")
     with pytest.raises(IndexError, match="input_nodes contains node 100"):
         CompressedNeighborLoader(data, [2], input_nodes=torch.tensor([1, 100]))
@@ -253,6 +324,27 @@ def test_pre_encoded_store_gives_the_same_batches_without_encoding():
                 assert torch.equal(a[key], b[key]), key
         assert "x@store" in loader.stats.sent_bytes
         assert loader.codecs["x@store"] is table.codec
+
+
+@pytest.mark.parametrize("store_codec", ["ebp", "auto"])
+def test_ebp_encoded_store_gives_the_same_batches(store_codec):
+    from ibp_graph.data.store import EncodedTable
+
+    data = make_graph()
+    table = EncodedTable.encode(data.x, store_codec)
+    assert isinstance(table.codec, EBPCodec)  # auto picks EBP on these rows too
+    torch.manual_seed(8)
+    plain = list(CompressedNeighborLoader(data, [4, 2], batch_size=500, shuffle=True, codec="identity"))
+    data.x = table
+    torch.manual_seed(8)
+    loader = CompressedNeighborLoader(data, [4, 2], batch_size=500, shuffle=True, num_workers=1)
+    stored = list(loader)
+    assert len(stored) == len(plain) == 6
+    for a, b in zip(plain, stored):
+        for key in ("x", "y", "n_id", "e_id", "edge_index"):
+            assert torch.equal(a[key], b[key]), key
+    assert loader.codecs["x@store"] is table.codec
+    assert loader.stats.sent_bytes["x@store"] < 0.95 * loader.stats.raw_bytes["x@store"]
 
 
 def test_bad_feature_store_input():

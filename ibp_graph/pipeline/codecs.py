@@ -1,17 +1,18 @@
 """Which codec each group of a batch gets: fitted once in the main process, shared with workers."""
 from __future__ import annotations
 
-from typing import Mapping, Union
+from typing import Mapping
 
 import numpy as np
 import torch
 
 from ..codec import IBPCodec, IdentityCodec
+from ..codec.auto import KINDS, CodecSpec, fit_named
 from ..codec.base import Codec
 from .grouping import SCALAR_BLOCK, group_key, key_string
 
-CodecSpec = Union[str, Codec]
-CODEC_NAMES = ("ibp", "identity")
+#: codec names build_codecs (and every loader's `codec=`) accepts; "auto" is the default.
+CODEC_NAMES = KINDS
 #: rows of a table read to fit its group's codec.
 FIT_SAMPLE_ROWS = 65536
 
@@ -46,12 +47,15 @@ def _sample_rows(tables: list[torch.Tensor], limit: int, seed: int = 0) -> torch
 
 
 def build_codecs(node_attrs: Mapping[str, torch.Tensor], edge_attrs: Mapping[str, torch.Tensor],
-                 *, num_nodes: int, num_edges: int, codec: CodecSpec = "ibp") -> dict[str, Codec]:
+                 *, num_nodes: int, num_edges: int, codec: CodecSpec = "auto") -> dict[str, Codec]:
     """One codec per group key of the batches a loader will produce.
 
-    `codec` is "ibp" (fitted on a sample of each table), "identity" (no compression), or a
-    fitted codec object, used for the row group whose dtype and row shape it matches.
-    Attributes given as EncodedTables keep the codec they were encoded with.
+    `codec` is "auto" (each group gets fit_codec's choice on a sample of its tables: IBP,
+    EBP, or identity when nothing gains), "ibp" or "ebp" (that codec, fitted on the
+    sample), "identity" (no compression), or a fitted codec object, used for the row group
+    whose dtype and row shape it matches (other groups then get "auto"). The int64 group
+    (node and edge ids) always gets an IBP codec built from the id range, unless `codec`
+    is "identity". Attributes given as EncodedTables keep the codec they were encoded with.
     """
     if isinstance(codec, str) and codec not in CODEC_NAMES:
         raise ValueError(f"codec={codec!r} is not accepted; use one of {CODEC_NAMES} or a codec object")
@@ -73,6 +77,7 @@ def build_codecs(node_attrs: Mapping[str, torch.Tensor], edge_attrs: Mapping[str
     int64_key = key_string("int64", (), True)
     tables.setdefault(int64_key, [])
 
+    kind = codec if isinstance(codec, str) else "auto"  # for groups a codec object does not match
     used_custom = False
     for key, members in tables.items():
         scalar = key.endswith("[*]")
@@ -94,9 +99,9 @@ def build_codecs(node_attrs: Mapping[str, torch.Tensor], edge_attrs: Mapping[str
             n = flat.numel() // SCALAR_BLOCK
             sample = flat[: n * SCALAR_BLOCK].reshape(n, SCALAR_BLOCK) if n else \
                 torch.zeros(1, SCALAR_BLOCK, dtype=dtype)
-            codecs[key] = IBPCodec.fit(sample.contiguous())
+            codecs[key] = fit_named(sample.contiguous(), kind)
         else:
-            codecs[key] = IBPCodec.fit(_sample_rows(members, FIT_SAMPLE_ROWS))
+            codecs[key] = fit_named(_sample_rows(members, FIT_SAMPLE_ROWS), kind)
     if not isinstance(codec, str) and not used_custom:
         raise ValueError(f"codec {codec!r} matches no group of this data (dtype {codec.dtype}, rows "
                          f"{tuple(codec.row_shape)}); groups: {sorted(tables)}")
