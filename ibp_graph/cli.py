@@ -24,6 +24,8 @@ def _bench(argv: Sequence[str]) -> int:
 
 
 def _prepare(argv: Sequence[str]) -> int:
+    from .codec.auto import KINDS
+
     p = argparse.ArgumentParser(
         prog="ibp-graph prepare",
         description="Convert a data set once into memory-mappable arrays (CSC graph, features, labels, "
@@ -37,6 +39,9 @@ def _prepare(argv: Sequence[str]) -> int:
                                  "synthetic: <root>/synthetic-<nodes>-<hash>)")
     p.add_argument("--directed", action="store_true", help="keep OGB's edge directions (default: undirected)")
     p.add_argument("--no-store", action="store_true", help="skip the pre-encoded feature store")
+    p.add_argument("--codec", default="auto", choices=KINDS,
+                   help="the feature store's codec (default auto: the smallest of ibp and ebp on a row "
+                        "sample, identity when neither gains); the prepared folder records the choice")
     p.add_argument("--config", help="synthetic: take data.synthetic from this experiment file")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="synthetic: override a config key, e.g. data.synthetic.num_nodes=111059956")
@@ -49,7 +54,7 @@ def _prepare(argv: Sequence[str]) -> int:
 
             data = load_config(a.config, a.set).data
             out = a.out or graphgen.cache_dir(data.synthetic, a.root or data.root)
-            graphgen.generate(data.synthetic, out, store=not a.no_store, progress=not a.quiet)
+            graphgen.generate(data.synthetic, out, store=not a.no_store, codec=a.codec, progress=not a.quiet)
         else:
             from .data import ogb
 
@@ -58,7 +63,7 @@ def _prepare(argv: Sequence[str]) -> int:
             if not a.root:
                 p.error("--root is required for OGB data sets: the folder holding OGB's data set folder")
             ogb.prepare(a.dataset, a.root, a.out, undirected=not a.directed, store=not a.no_store,
-                        progress=not a.quiet)
+                        codec=a.codec, progress=not a.quiet)
     except (FileNotFoundError, ValueError) as e:
         print(f"ibp-graph prepare: {e}", file=sys.stderr)
         return 1

@@ -9,8 +9,9 @@
     python scripts/train_papers100m_pyg.py --synthetic 111059956
 
 The first run converts OGB's files once (`ibp-graph prepare`: CSC graph, features,
-labels, splits, and the features pre-encoded with IBP) into DATA/ogbn_papers100M/ibp_prepared;
-later runs memory-map it. The training step is plain PyG::
+labels, splits, and the features pre-encoded with the codec fit_codec picks: IBP, EBP or
+identity) into DATA/ogbn_papers100M/ibp_prepared; later runs memory-map it. The training
+step is plain PyG::
 
     loader = CompressedNeighborLoader(({"x": store}, graph), [15, 10, 5], input_nodes=train_idx,
                                       batch_size=1024, shuffle=True, num_workers=8, device="cuda")
@@ -28,6 +29,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ibp_graph.codec.auto import KINDS
 from ibp_graph.train.config import ConfigError, load_config
 from ibp_graph.train.loop import main_config
 
@@ -49,7 +51,7 @@ def parse(argv=None) -> list[str]:
     p.add_argument("--batch-size", type=int)
     p.add_argument("--epochs", type=int)
     p.add_argument("--lr", type=float)
-    p.add_argument("--codec", nargs="+", choices=["ibp", "identity"], help="one run per codec")
+    p.add_argument("--codec", nargs="+", choices=KINDS, help="one run per codec (default auto)")
     p.add_argument("--num-workers", type=int)
     p.add_argument("--device", help="auto (default), cpu, cuda")
     p.add_argument("--no-store", action="store_true", help="encode features per batch instead of the store")

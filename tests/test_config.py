@@ -26,8 +26,17 @@ def test_shipped_configs_validate_and_round_trip(path):
 
 def test_default_experiment_is_the_make_train_one():
     cfg = load_config(CONFIGS[[p.stem for p in CONFIGS].index("default")])
-    assert cfg.data.name == "synthetic" and cfg.loader.codecs == ["ibp"] and cfg.model.arch == "sage"
+    assert cfg.data.name == "synthetic" and cfg.loader.codecs == ["auto"] and cfg.model.arch == "sage"
     assert load_config(CONFIGS[[p.stem for p in CONFIGS].index("bench")]).loader.codecs == ["ibp", "identity"]
+
+
+def test_codecs_default_to_auto_and_accept_every_codec_name():
+    assert Config().loader.codecs == ["auto"]
+    cfg = load_config(None, ["loader.codecs=[auto, ibp, ebp, identity]"])
+    assert cfg.loader.codecs == ["auto", "ibp", "ebp", "identity"]
+    for path in CONFIGS:  # the shipped experiments use auto unless they compare codecs on purpose
+        codecs = load_config(path).loader.codecs
+        assert codecs == ["auto"] or path.stem == "bench", (path.stem, codecs)
 
 
 def test_unknown_keys_are_refused_with_the_valid_ones(tmp_path):
@@ -48,6 +57,7 @@ def test_unknown_keys_are_refused_with_the_valid_ones(tmp_path):
     ("train.lr=fast", "train.lr='fast' is not accepted; expected a number"),
     ("model.arch=mlp", "choose from ['sage', 'gcn', 'gat']"),
     ("loader.codecs=[ibp, zstd]", "loader.codecs[1]='zstd' is not accepted"),
+    ("loader.codecs=[zstd]", "choose from ['auto', 'ibp', 'ebp', 'identity']"),
     ("loader.num_neighbors=[10, x]", "loader.num_neighbors[1]='x' is not accepted; expected an integer"),
     ("data.store=yes please", "expected true or false"),
     ("data.synthetic.homophily=2", "homophily=2.0 is not accepted"),

@@ -126,6 +126,48 @@ def test_products_directed_keeps_ogbs_inverse_edges(tmp_path):
     assert not ds.has_store()
 
 
+def test_store_codec_defaults_to_fit_codecs_choice(tmp_path, capsys):
+    from ibp_graph.codec import fit_codec
+
+    edge_index, x, y, split = write_binary(tmp_path, n=3000, dim=32)  # 384 KB of features
+    out = prepare("ogbn-papers100M", tmp_path)
+    ds = _check_prepared(out, edge_index, x, y, split, 172)
+    chosen = fit_codec(torch.from_numpy(x))
+    assert ds.meta["store_codec"] == ds.store_codec == chosen.name != "identity"
+    assert ds.store().codec.fingerprint == chosen.fingerprint
+    assert f"feature store ({chosen.name})" in capsys.readouterr().out.strip().splitlines()[-1]
+
+
+def test_prepared_ebp_store_round_trips_through_the_cli(tmp_path):
+    from ibp_graph.codec import EBPCodec
+    from ibp_graph.data.store import EncodedTable
+
+    edge_index, x, y, split = write_csv(tmp_path, n=1200, dim=24)
+    out = tmp_path / "prepared-ebp"
+    assert cli(["prepare", "--dataset", "ogbn-arxiv", "--root", str(tmp_path), "--out", str(out), "--quiet",
+                "--codec", "ebp"]) == 0
+    ds = _check_prepared(out, edge_index, x, y, split, 40)
+    assert ds.meta["store_codec"] == ds.store_codec == "ebp"
+    store = ds.store()
+    assert isinstance(store.codec, EBPCodec)
+    assert store.codec.fingerprint == EBPCodec.fit(torch.from_numpy(x)).fingerprint  # the state, restored
+    rows = torch.randint(0, 1200, (500,), generator=torch.Generator().manual_seed(0))
+    assert torch.equal(store.codec.decode(store.index_select(rows)), ds.x[rows])  # gather, then decode
+    again = EncodedTable.load(ds.store_dir, mmap=False)
+    assert again.codec.fingerprint == store.codec.fingerprint
+
+
+def test_unknown_store_codec_is_refused_before_any_work(tmp_path, capsys):
+    write_csv(tmp_path)
+    with pytest.raises(ValueError, match=r"codec='zstd' is not accepted; use one of \('auto', 'ibp', 'ebp', "
+                                         r"'identity'\)"):
+        prepare("ogbn-arxiv", tmp_path, tmp_path / "p", codec="zstd", progress=False)
+    assert not (tmp_path / "p").exists() and not list(tmp_path.glob("p.tmp-*"))
+    with pytest.raises(SystemExit):
+        cli(["prepare", "--dataset", "ogbn-arxiv", "--root", str(tmp_path), "--codec", "zstd"])
+    assert "invalid choice: 'zstd'" in capsys.readouterr().err
+
+
 def test_missing_files_are_named_with_where_ogb_publishes_them(tmp_path, capsys):
     with pytest.raises(MissingOGBFilesError) as err:
         prepare("ogbn-papers100M", tmp_path, progress=False)
@@ -163,5 +205,5 @@ def test_papers100m_script_trains_one_epoch_on_the_miniature(tmp_path, capsys):
     assert "epoch  1/1" in out and "moved" in out
     (run,) = (tmp_path / "runs").glob("papers100m-*.json")
     result = json.loads(run.read_text())
-    assert result["dataset"] == "ogbn-papers100M" and result["codec"] == "ibp" and result["features"] == "store"
+    assert result["dataset"] == "ogbn-papers100M" and result["codec"] == "auto" and result["features"] == "store"
     assert len(result["epochs"]) == 1 and 0 < result["final"]["fraction"] < 1.2

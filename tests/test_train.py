@@ -1,4 +1,4 @@
-"""Training: models, the loop (ibp and identity train identically), and DDP with gloo in 2 processes."""
+"""Training: models, the loop (auto and identity train identically), and DDP with gloo in 2 processes."""
 import json
 import os
 import subprocess
@@ -30,20 +30,23 @@ def _cfg(data_root, out, *extra):
     return load_config(None, TINY + [f"data.root={data_root}", f"output.dir={out}", *extra])
 
 
-def test_ibp_and_identity_train_identically_and_learn(data_root, tmp_path, capsys):
-    cfg = _cfg(data_root, tmp_path / "runs", "loader.codecs=[ibp, identity]", "train.epochs=2", "name=tiny")
-    ibp, ident = run(cfg)
+def test_auto_and_identity_train_identically_and_learn(data_root, tmp_path, capsys):
+    cfg = _cfg(data_root, tmp_path / "runs", "loader.codecs=[auto, identity]", "train.epochs=2", "name=tiny")
+    auto, ident = run(cfg)
     out = capsys.readouterr().out
     assert out.count("epoch  1/2") == 2 and "test accuracy" in out
-    for a, b in zip(ibp["epochs"], ident["epochs"]):  # lossless features, same seeds: same numbers
+    for a, b in zip(auto["epochs"], ident["epochs"]):  # lossless features, same seeds: same numbers
         assert a["loss"] == b["loss"] and a["test_acc"] == b["test_acc"]
         assert a["raw_bytes"] == b["raw_bytes"] and b["sent_bytes"] == b["raw_bytes"]
         assert a["sent_bytes"] < a["raw_bytes"]
-    assert ibp["features"] == "store" and ident["features"] == "table"
-    final = ibp["final"]
+    assert auto["features"] == "store" and ident["features"] == "table"
+    ds = PreparedDataset.load(graphgen.cache_dir(cfg.data.synthetic, data_root))
+    assert auto["group_codecs"]["x@store"] == ds.store_codec and f"x@store: {ds.store_codec}" in out
+    assert set(ident["group_codecs"].values()) == {"identity"}
+    final = auto["final"]
     assert final["test_acc"] > final["majority_test_acc"] + 0.08  # 0.18 vs 0.03 after 2 tiny epochs
     files = sorted((tmp_path / "runs").glob("tiny-*.json"))
-    assert [json.loads(f.read_text())["codec"] for f in files] == ["ibp", "identity"]
+    assert [json.loads(f.read_text())["codec"] for f in files] == ["auto", "identity"]
     saved = json.loads(files[0].read_text())
     assert saved["config"]["loader"]["batch_size"] == 128 and "machine" in saved
 
@@ -53,6 +56,23 @@ def test_per_batch_encoding_without_the_store(data_root, tmp_path):
     (result,) = run(cfg)
     assert result["features"] == "table" and result["epochs"][0]["train_batches"] == 2
     assert result["final"]["fraction"] < 1.0
+
+
+def test_the_store_is_auto_encoded_and_serves_auto_and_its_own_codec(data_root):
+    from ibp_graph.codec import fit_codec
+    from ibp_graph.codec.auto import KINDS
+
+    cfg = _cfg(data_root, "unused")
+    ds = PreparedDataset.load(graphgen.cache_dir(cfg.data.synthetic, data_root))
+    chosen = fit_codec(ds.x)  # what prepare's default (codec="auto") must have picked
+    assert ds.meta["store_codec"] == ds.store_codec == chosen.name != "identity"
+    assert ds.store().codec.fingerprint == chosen.fingerprint
+    seeds = ds.split["train"][:64]
+    for codec in KINDS:
+        loader = make_loader(ds, seeds, cfg.loader, codec, batch_size=64, shuffle=False, device=torch.device("cpu"))
+        assert ("x@store" in loader.codecs) == (codec in ("auto", ds.store_codec)), codec
+        batch = next(iter(loader))
+        assert torch.equal(batch.x, ds.x[batch.n_id]), codec
 
 
 @pytest.mark.parametrize("arch", ["sage", "gcn", "gat"])
@@ -87,7 +107,7 @@ def test_ddp_gloo_two_processes(data_root, tmp_path):
     assert proc.stdout.count("epoch  1/1") == 1  # one rank prints
     (path,) = tmp_path.glob("ddp-*.json")  # one rank writes
     result = json.loads(path.read_text())
-    assert result["world_size"] == 2 and path.name.endswith("-ibp-w2.json")
+    assert result["world_size"] == 2 and path.name.endswith("-auto-w2.json")
     n_train = PreparedDataset.load(graphgen.cache_dir(load_config(None, TINY).data.synthetic, data_root)) \
         .split["train"].numel()
     for epoch in result["epochs"]:

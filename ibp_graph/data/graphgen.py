@@ -32,8 +32,9 @@ from typing import Iterator, Optional, Union
 
 import numpy as np
 
+from ..codec.auto import CodecSpec, check_kind
 from . import synthetic as _syn
-from .prepared import (PreparedDataset, as_tensor, build_csc, progress_bar, replace_dir, temp_dir,
+from .prepared import (PreparedDataset, build_csc, encode_store, progress_bar, replace_dir, temp_dir,
                        write_prepared_meta)
 
 __all__ = ["GraphSpec", "generate", "ensure", "cache_dir", "embedding_rows"]
@@ -258,15 +259,19 @@ def _write_features(path: Path, classes: np.ndarray, spec: GraphSpec, progress: 
     del x
 
 
-def generate(spec: GraphSpec, directory: PathLike, *, store: bool = True, progress: bool = True,
-             workers: Optional[int] = None, keep_complete: bool = False) -> Path:
+def generate(spec: GraphSpec, directory: PathLike, *, store: bool = True, codec: CodecSpec = "auto",
+             progress: bool = True, workers: Optional[int] = None, keep_complete: bool = False) -> Path:
     """Write the prepared data set of `spec` into `directory` (replaced if present); return it.
 
-    Work happens in a temporary folder beside it, moved into place at the end, so an
-    interrupted run leaves no half-written data set behind (with `keep_complete`, one
-    that another process finished first is kept). `workers` processes write the
-    features (default: 1 below 2 M nodes, else all cores).
+    `store` pre-encodes the features with `codec` ("auto": fit_codec's choice; "ibp",
+    "ebp", "identity" or a fitted codec; meta.json names it). Work happens in a temporary
+    folder beside it, moved into place at the end, so an interrupted run leaves no
+    half-written data set behind (with `keep_complete`, one that another process finished
+    first is kept). `workers` processes write the features (default: 1 below 2 M nodes,
+    else all cores).
     """
+    if isinstance(codec, str):
+        check_kind(codec, "codec")  # before the data set is generated, not after
     final = Path(directory)
     tmp = temp_dir(final)
     t0 = time.perf_counter()
@@ -304,20 +309,13 @@ def generate(spec: GraphSpec, directory: PathLike, *, store: bool = True, progre
 
     _write_features(tmp / "x.npy", classes, spec, progress, workers)
     del classes
-    fraction = None
-    if store:
-        from .store import EncodedTable
-
-        x = as_tensor(np.load(tmp / "x.npy", mmap_mode="r"))
-        table = EncodedTable.encode(x, directory=tmp / "store" / "x", progress=progress)
-        fraction = table.fraction
-        del table, x
+    stored = encode_store(tmp, codec, progress=progress) if store else {"store_fraction": None}
     write_prepared_meta(tmp, name="synthetic", num_classes=spec.num_classes,
                         source={"generator": "ibp_graph.data.graphgen", "spec": dataclasses.asdict(spec)},
-                        undirected=True, store_fraction=fraction)
+                        undirected=True, **stored)
     replace_dir(tmp, final, keep_complete=keep_complete)
     if progress:
         print(f"generated {final}: {n:,} nodes, {num_edges:,} edges, {spec.dim}-d float32 features"
-              + (f" (store {fraction:.4f} of raw)" if fraction is not None else "")
+              + (f" (store {stored['store_codec']} {stored['store_fraction']:.4f} of raw)" if store else "")
               + f" in {time.perf_counter() - t0:.1f} s", flush=True)
     return final

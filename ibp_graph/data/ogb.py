@@ -5,9 +5,9 @@ Reads the raw files exactly where OGB's ``NodePropPredDataset(name, root)`` keep
 ``ogb/io/read_graph_raw.py``) without needing the ``ogb`` package, and writes a
 prepared folder (``ibp_graph.data.prepared``): CSC graph, features, int64 labels (-1
 where OGB has NaN or no label), splits of labeled nodes, and the features
-pre-encoded with an IBP codec fitted on a row sample. Large arrays are streamed in
-chunks from the zip/gzip files straight into memory-mapped outputs, so the 57 GB
-feature table of papers100M never has to fit in memory.
+pre-encoded with the codec fit_codec picks on a row sample (or the one asked for).
+Large arrays are streamed in chunks from the zip/gzip files straight into memory-mapped
+outputs, so the 57 GB feature table of papers100M never has to fit in memory.
 """
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ from typing import Optional, Union
 
 import numpy as np
 
-from .prepared import (SPLITS, as_tensor, build_csc, progress_bar, replace_dir, temp_dir,
+from ..codec.auto import CodecSpec, check_kind
+from .prepared import (SPLITS, build_csc, encode_store, progress_bar, replace_dir, temp_dir,
                        write_prepared_meta)
 
 __all__ = ["OGBSpec", "OGB_DATASETS", "MissingOGBFilesError", "prepare", "check_files", "dataset_dir", "required_files",
@@ -239,17 +240,21 @@ def _labels_to_int(block: np.ndarray, num_classes: int, where: str) -> np.ndarra
 
 
 def prepare(name: str, root: PathLike, out: Optional[PathLike] = None, *, undirected: bool = True,
-            store: bool = True, progress: bool = True, chunk_rows: int = CHUNK_ROWS,
+            store: bool = True, codec: CodecSpec = "auto", progress: bool = True, chunk_rows: int = CHUNK_ROWS,
             keep_complete: bool = False) -> Path:
     """Convert OGB's raw files under `root` into a prepared folder (default <data set folder>/ibp_prepared).
 
     `undirected` stores every edge in both directions without duplicates (what PyG's
     papers100M and arxiv examples train on; ogbn-products' raw edges are one direction of
-    an undirected graph). `store` pre-encodes the features with an IBPCodec fitted on a
-    65 536-row sample. Prints progress and a closing line with the store's fraction.
+    an undirected graph). `store` pre-encodes the features with `codec`: "auto" (fit_codec's
+    choice on a row sample: IBP, EBP, or identity when neither gains), "ibp", "ebp",
+    "identity" or a fitted codec; meta.json names it (store_codec). Prints progress and a
+    closing line with the store's codec and fraction.
     With `keep_complete`, a preparation another process finished first is kept.
     """
     spec = _spec(name)
+    if isinstance(codec, str):
+        check_kind(codec, "codec")  # before hours of conversion, not after
     src = check_files(name, root)
     final = Path(out) if out is not None else src / "ibp_prepared"
     tmp = temp_dir(final)
@@ -333,26 +338,17 @@ def prepare(name: str, root: PathLike, out: Optional[PathLike] = None, *, undire
     del y, y_mem
 
     # ---- the pre-encoded feature store
-    fraction = None
-    if store:
-        from ..codec import IBPCodec
-        from .store import EncodedTable
-
-        table = as_tensor(np.load(tmp / "x.npy", mmap_mode="r"))
-        codec = IBPCodec.fit(table)  # a 65 536-row sample
-        enc = EncodedTable.encode(table, codec, directory=tmp / "store" / "x", progress=progress)
-        fraction, store_bytes = enc.fraction, enc.nbytes
-        del enc, table
+    stored = encode_store(tmp, codec, progress=progress) if store else {"store_fraction": None}
     write_prepared_meta(tmp, name=name, num_classes=spec.num_classes,
                         source={"ogb": name, "raw": str(src), "url": spec.url}, undirected=undirected,
-                        labeled=labeled, unlabeled_split_nodes_dropped=dropped, store_fraction=fraction)
+                        labeled=labeled, unlabeled_split_nodes_dropped=dropped, **stored)
     replace_dir(tmp, final, keep_complete=keep_complete)
     raw_bytes = int(np.prod(feat_shape)) * feat_dtype.itemsize
     say(f"prepared {name} in {final}: {num_nodes:,} nodes, {num_edges:,} edges"
         f" ({'undirected' if undirected else 'as given'}), x {tuple(feat_shape)} float32, {labeled:,} labeled;"
         f" train {sizes['train']:,} / valid {sizes['valid']:,} / test {sizes['test']:,}"
-        + (f"; feature store {fraction:.4f} of raw ({raw_bytes / 1e9:.3g} GB -> {store_bytes / 1e9:.3g} GB)"
-           if fraction is not None else "; no feature store")
+        + (f"; feature store ({stored['store_codec']}) {stored['store_fraction']:.4f} of raw "
+           f"({raw_bytes / 1e9:.3g} GB -> {stored['store_bytes'] / 1e9:.3g} GB)" if store else "; no feature store")
         + f" in {time.perf_counter() - t0:.1f} s", flush=True)
     return final
 

@@ -11,7 +11,9 @@ Folder layout::
     x.npy                (num_nodes, dim) node features
     y.npy                (num_nodes,) int64 class of each node, -1 = unlabeled
     split/train.npy      int64 node ids (also valid.npy, test.npy); labeled nodes only
-    store/x/             the features pre-encoded (EncodedTable.save layout), optional
+    store/x/             the features pre-encoded (EncodedTable.save layout), optional; its
+                         codec ("auto" by default: fit_codec's choice) is named in meta.json
+                         (store_codec) and its state is in store/x/codec.bin
 
 `meta.json` is written last: a folder without it is an interrupted preparation.
 """
@@ -31,10 +33,11 @@ import numba
 import numpy as np
 import torch
 
+from ..codec.auto import CodecSpec
 from ..sampling.graph import CSCGraph
 
-__all__ = ["PreparedDataset", "SPLITS", "build_csc", "write_prepared_meta", "as_tensor", "progress_bar",
-           "temp_dir", "replace_dir", "FORMAT", "FORMAT_VERSION"]
+__all__ = ["PreparedDataset", "SPLITS", "build_csc", "write_prepared_meta", "encode_store", "as_tensor",
+           "progress_bar", "temp_dir", "replace_dir", "FORMAT", "FORMAT_VERSION"]
 
 PathLike = Union[str, os.PathLike]
 FORMAT = "ibp_graph.prepared"
@@ -97,10 +100,17 @@ class PreparedDataset:
         return (self.store_dir / "meta.json").is_file()
 
     def store(self):
-        """The pre-encoded features (EncodedTable, memory-mapped)."""
+        """The pre-encoded features (EncodedTable, memory-mapped), with the codec they were encoded with."""
         from .store import EncodedTable
 
         return EncodedTable.load(self.store_dir, mmap=True)
+
+    @property
+    def store_codec(self) -> Optional[str]:
+        """Name of the codec the feature store was encoded with (None without a store)."""
+        if not self.has_store():
+            return None
+        return json.loads((self.store_dir / "meta.json").read_text())["codec"]
 
     def majority_accuracy(self, split: str = "test") -> float:
         """Accuracy of always answering the most frequent training class, on `split`."""
@@ -169,6 +179,21 @@ def write_prepared_meta(directory: PathLike, *, name: str, num_classes: int, **e
     meta.update(extra)
     (d / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     return meta
+
+
+def encode_store(directory: PathLike, codec: CodecSpec = "auto", *, progress: bool = True) -> dict:
+    """Pre-encode `directory`/x.npy into `directory`/store/x; return the meta.json entries.
+
+    `codec` is "auto" (fit_codec's choice on a row sample: IBP, EBP, or identity when
+    neither saves bytes), "ibp", "ebp", "identity" or a fitted codec. The entries name
+    the codec chosen (store_codec), the store's fraction of the raw bytes and its size.
+    """
+    from .store import EncodedTable
+
+    d = Path(directory)
+    x = as_tensor(np.load(d / "x.npy", mmap_mode="r"))
+    table = EncodedTable.encode(x, codec, directory=d / "store" / "x", progress=progress)
+    return {"store_codec": table.codec.name, "store_fraction": table.fraction, "store_bytes": table.nbytes}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from typing import Any, Optional, Sequence, Union
 
 import yaml
 
+from ..codec.auto import KINDS
 from ..data.graphgen import GraphSpec
 
 __all__ = ["Config", "DataConfig", "LoaderConfig", "ModelConfig", "TrainConfig", "OutputConfig",
@@ -54,7 +55,8 @@ class DataConfig:
     prepared: Optional[str] = field(default=None, metadata={
         "help": "OGB: the prepared folder (default ROOT/<ogb folder>/ibp_prepared)"})
     store: bool = field(default=True, metadata={
-        "help": "codec ibp: serve features from the pre-encoded store (no per-batch encoding)"})
+        "help": "serve features from the pre-encoded store (no per-batch encoding) for codec auto "
+                "and for the codec the store was encoded with"})
     synthetic: GraphSpec = field(default_factory=GraphSpec, metadata={
         "help": "the generated data set (name: synthetic)"})
 
@@ -68,8 +70,9 @@ class LoaderConfig:
     num_neighbors: list[int] = field(default_factory=lambda: [10, 5], metadata={
         "help": "neighbours sampled per hop (-1: all); also the number of GNN layers"})
     num_workers: int = _num(1, "DataLoader worker processes per loader", 0)
-    codecs: list[str] = field(default_factory=lambda: ["ibp"], metadata={
-        "choices": ("ibp", "identity"), "help": "one run per codec listed (ibp, identity)"})
+    codecs: list[str] = field(default_factory=lambda: ["auto"], metadata={
+        "choices": KINDS, "help": "one run per codec listed: auto (per group the smallest of ibp and "
+                                  "ebp, identity when neither gains), ibp, ebp, identity"})
     prefetch: int = _num(2, "batches decoded ahead on the device", 0)
     device: str = field(default="auto", metadata={"help": "auto, cpu, cuda or cuda:N"})
 

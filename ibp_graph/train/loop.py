@@ -153,7 +153,7 @@ def _prepare(cfg, path: Path, *, progress: bool) -> None:
 
 def make_loader(ds: PreparedDataset, input_nodes: torch.Tensor, cfg: LoaderConfig, codec: str, *,
                 batch_size: int, shuffle: bool, device: torch.device, use_store: bool = True):
-    """A CompressedNeighborLoader over the prepared graph; features from the store for codec ibp."""
+    """A CompressedNeighborLoader over the prepared graph; features from the store when _from_store says so."""
     from ..loaders.pyg import CompressedNeighborLoader
 
     x = ds.store() if _from_store(ds, codec, use_store) else ds.x
@@ -164,8 +164,12 @@ def make_loader(ds: PreparedDataset, input_nodes: torch.Tensor, cfg: LoaderConfi
 
 
 def _from_store(ds: PreparedDataset, codec: str, use_store: bool) -> bool:
-    """Whether features come pre-encoded from the store (codec ibp) or from the raw table."""
-    return codec == "ibp" and use_store and ds.has_store()
+    """Whether features come pre-encoded from the store or from the raw table.
+
+    The store serves codec "auto" (prepare chose its codec with fit_codec) and the codec
+    it was encoded with; any other codec encodes the raw table's rows in the workers.
+    """
+    return use_store and ds.has_store() and codec in ("auto", ds.store_codec)
 
 
 def _forward(model, batch):
@@ -246,10 +250,12 @@ def run_one(cfg: Config, codec: str, ds: PreparedDataset, dist: Dist, device: to
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
     majority = ds.majority_accuracy("test")
     feature_src = "store" if _from_store(ds, codec, cfg.data.store) else "table"
+    group_codecs = {k: c.name for k, c in sorted(loaders["train"].codecs.items())}  # what auto chose
+    chosen = ", ".join(f"{k}: {v}" for k, v in group_codecs.items())
     say(f"[{cfg.name}] {ds.name}: {ds.num_nodes:,} nodes, {ds.graph.num_edges:,} edges, {ds.num_classes} classes; "
         f"train/valid/test {splits['train'].numel():,}/{splits['valid'].numel():,}/{splits['test'].numel():,}; "
         f"{cfg.model.arch} x{num_layers}, fan-out {list(lc.num_neighbors)}, batch {lc.batch_size}, codec {codec} "
-        f"(features from the {feature_src}), device {device}, {dist.world_size} process(es)", flush=True)
+        f"({chosen}; features from the {feature_src}), device {device}, {dist.world_size} process(es)", flush=True)
 
     epochs = []
     for epoch in range(1, cfg.train.epochs + 1):
@@ -285,7 +291,7 @@ def run_one(cfg: Config, codec: str, ds: PreparedDataset, dist: Dist, device: to
 
     final = _summary(epochs, majority)
     result = {"format": RUN_FORMAT, "version": 1, "name": cfg.name, "dataset": ds.name, "codec": codec,
-              "features": feature_src, "arch": cfg.model.arch, "world_size": dist.world_size, "device": str(device),
+              "group_codecs": group_codecs, "features": feature_src, "arch": cfg.model.arch, "world_size": dist.world_size, "device": str(device),
               "num_nodes": ds.num_nodes, "num_edges": ds.graph.num_edges, "config": to_dict(cfg),
               "epochs": epochs, "final": final, "wall_seconds": dist.max(time.perf_counter() - t_start)}
     test_acc = "n/a" if final["test_acc"] is None else f"{final['test_acc']:.4f}"
