@@ -14,7 +14,7 @@ from numba.core import types
 from numba.extending import intrinsic
 
 from .base import PAYLOAD_TAIL
-from .bitpack import _get, _ld64, _pdep, _pext, _put, _st64, offsets_from_lengths, parallel_ok
+from .bitpack import _get, _ld32, _ld64, _pdep, _pext, _put, _st64, offsets_from_lengths, parallel_ok
 
 #: longest code (bits); the decode table of a column has 2**LUT_BITS entries.
 LUT_BITS = 8
@@ -381,8 +381,7 @@ def _entry(hi, elut_addr, hp_base, fp):
     numba reference-counts array arguments on every call.
     """
     if hi < _ld64(fp + 8):
-        return np.int64(_ld64(elut_addr + 2 * (np.int64(_ld64(fp)) + np.int64(hi)))
-                        & np.uint64(0xFFFF))
+        return np.int64(_ld16(elut_addr + 2 * (np.int64(_ld64(fp)) + np.int64(hi))))
     base = hp_base + 16 * np.int64(_ld64(fp + 16))
     mask = np.int64(_ld64(fp + 24))
     slot = _hash(hi) & mask
@@ -431,6 +430,30 @@ def _ld8(typingctx, addr):
 
 
 @intrinsic
+def _ld16(typingctx, addr):
+    """Unaligned little-endian uint16 load from an integer address."""
+    sig = types.uint16(addr)
+
+    def codegen(context, builder, signature, args):
+        ptr = builder.inttoptr(args[0], ir.IntType(16).as_pointer())
+        return builder.load(ptr, align=1)
+
+    return sig, codegen
+
+
+@njit(inline="always")
+def _ld_elem(addr, wb):
+    """Element of wb bytes (1, 2, 4 or 8; a compile-time constant) at addr, as uint64."""
+    if wb == 8:
+        return _ld64(addr)
+    if wb == 4:
+        return _ld32(addr)
+    if wb == 2:
+        return np.uint64(_ld16(addr))
+    return np.uint64(_ld8(addr))
+
+
+@intrinsic
 def _st8(typingctx, addr, val):
     """Byte store to an integer address."""
     sig = types.void(addr, val)
@@ -470,6 +493,9 @@ def _encode_impl(words, rows, n_chunks, row_nbytes, W, sparse, HE, LS, IB, low_t
     cstride = 8 * colp.shape[1]
     ra = np.int64(rows.ctypes.data)
     ta = np.int64(tmp.ctypes.data)
+    wa = np.int64(words.ctypes.data)
+    wb = words.itemsize
+    cma = np.int64(colm.ctypes.data)
     ddef_bits = 0
     ddef_esc = 0
     for j in range(d):
@@ -535,31 +561,24 @@ def _encode_impl(words, rows, n_chunks, row_nbytes, W, sparse, HE, LS, IB, low_t
                 for k in range(nck):
                     w = _load_chunk(raddr, k, nfull, ntail)
                     op, acc, nacc = _put(op, acc, nacc, _pext(w, wmask[k]), wbits[k], slim)
-                # code stream, two columns per write
+                wrow = wa + i * d * wb
+                escp = np.int64(esc.ctypes.data)
+                # code stream: up to 8 codes (8 bits at most each) gathered per write;
+                # every high part is written to esc, which only advances on an escape
                 ne = 0
-                for j in range(0, d, 2):
-                    x0 = np.uint64(words[i, j])
-                    h0 = (x0 >> np.uint64(colp[j, C_LW] & 63)) & colm[j, M_HIMASK]
-                    e0 = _entry(h0, ea, sva, cpa + j * cstride + 8 * C_D)
-                    l0 = (e0 >> 8) & 0xF
-                    cv = np.uint64(e0 & 0xFF)
-                    ln = l0
-                    e1 = 0
-                    h1 = _ZERO
-                    if j + 1 < d:
-                        x1 = np.uint64(words[i, j + 1])
-                        h1 = (x1 >> np.uint64(colp[j + 1, C_LW] & 63)) & colm[j + 1, M_HIMASK]
-                        e1 = _entry(h1, ea, sva, cpa + (j + 1) * cstride + 8 * C_D)
-                        cv |= np.uint64(e1 & 0xFF) << np.uint64(l0)
-                        ln += (e1 >> 8) & 0xF
+                for j0 in range(0, d, 8):
+                    cv = _ZERO
+                    ln = 0
+                    for j in range(j0, min(d, j0 + 8)):
+                        cp = cpa + j * cstride
+                        h = (_ld_elem(wrow + j * wb, wb) >> np.uint64(_ld64(cp + 8 * C_LW) & 63)) \
+                            & _ld64(cma + 16 * j + 8 * M_HIMASK)
+                        e = _entry(h, ea, sva, cp + 8 * C_D)
+                        _st64(escp + 8 * ne, h)
+                        ne += e >> 12
+                        cv |= np.uint64(e & 0xFF) << np.uint64(ln)
+                        ln += (e >> 8) & 0xF
                     cop, cacc, cn = _put(cop, cacc, cn, cv, ln, clim)
-                    if (e0 | e1) >> 12:
-                        if e0 >> 12:
-                            esc[ne] = h0
-                            ne += 1
-                        if e1 >> 12:
-                            esc[ne] = h1
-                            ne += 1
                 op, acc, nacc = _put_gamma(op, acc, nacc, ne + 1, slim)
                 for k in range(ne):
                     op, acc, nacc = _put(op, acc, nacc, esc[k], HE, slim)
