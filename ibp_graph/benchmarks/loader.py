@@ -49,7 +49,7 @@ def run(*, num_nodes: int = 200_000, avg_degree: int = 15, batch_size: int = 512
     x = make_family("embedding_f32", num_nodes)
     y = torch.randint(0, 172, (num_nodes,), generator=torch.Generator().manual_seed(0))
     edge_index = power_law_graph(num_nodes, avg_degree)
-    store = EncodedTable.encode(x, progress=False)
+    store = EncodedTable.encode(x, "ibp", progress=False)  # the "ibp-store" variant
     if not quiet:
         print(f"graph: {num_nodes:,} nodes, {edge_index.shape[1]:,} edges, x {tuple(x.shape)} float32 "
               f"(store fraction {store.fraction:.4f}); built in {time.perf_counter() - t:.1f} s", flush=True)
