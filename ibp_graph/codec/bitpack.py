@@ -38,54 +38,43 @@ if sys.byteorder != "little":  # pragma: no cover - the format is little-endian
 
 
 # --------------------------------------------------------------------------- helpers
-@intrinsic
-def _ld64(typingctx, addr):
-    """Unaligned little-endian uint64 load from an integer address (no bounds check)."""
-    sig = types.uint64(addr)
+def _load(bits: int):
+    """Intrinsic: unaligned little-endian `bits`-bit load from an integer address, as uint64."""
+    @intrinsic
+    def load(typingctx, addr):
+        def codegen(context, builder, signature, args):
+            ptr = builder.inttoptr(args[0], ir.IntType(bits).as_pointer())
+            v = builder.load(ptr, align=1)
+            return v if bits == 64 else builder.zext(v, ir.IntType(64))
 
-    def codegen(context, builder, signature, args):
-        ptr = builder.inttoptr(args[0], ir.IntType(64).as_pointer())
-        return builder.load(ptr, align=1)
+        return types.uint64(addr), codegen
 
-    return sig, codegen
-
-
-@intrinsic
-def _st64(typingctx, addr, val):
-    """Unaligned little-endian uint64 store to an integer address (no bounds check)."""
-    sig = types.void(addr, val)
-
-    def codegen(context, builder, signature, args):
-        ptr = builder.inttoptr(args[0], ir.IntType(64).as_pointer())
-        builder.store(args[1], ptr, align=1)
-        return context.get_dummy_value()
-
-    return sig, codegen
+    load.__doc__ = f"{bits}-bit load from an integer address, zero-extended (no bounds check)"
+    return load
 
 
-@intrinsic
-def _ld32(typingctx, addr):
-    """Unaligned little-endian uint32 load from an integer address, zero-extended to uint64."""
-    sig = types.uint64(addr)
+def _store(bits: int):
+    """Intrinsic: unaligned little-endian store of the low `bits` bits of an integer value."""
+    @intrinsic
+    def store(typingctx, addr, val):
+        def codegen(context, builder, signature, args):
+            ptr = builder.inttoptr(args[0], ir.IntType(bits).as_pointer())
+            v = args[1]
+            if v.type.width > bits:
+                v = builder.trunc(v, ir.IntType(bits))
+            elif v.type.width < bits:
+                v = builder.zext(v, ir.IntType(bits))
+            builder.store(v, ptr, align=1)
+            return context.get_dummy_value()
 
-    def codegen(context, builder, signature, args):
-        ptr = builder.inttoptr(args[0], ir.IntType(32).as_pointer())
-        return builder.zext(builder.load(ptr, align=1), ir.IntType(64))
+        return types.void(addr, val), codegen
 
-    return sig, codegen
+    store.__doc__ = f"{bits}-bit store to an integer address (no bounds check)"
+    return store
 
 
-@intrinsic
-def _st32(typingctx, addr, val):
-    """Unaligned little-endian store of the low 32 bits of val to an integer address."""
-    sig = types.void(addr, val)
-
-    def codegen(context, builder, signature, args):
-        ptr = builder.inttoptr(args[0], ir.IntType(32).as_pointer())
-        builder.store(builder.trunc(args[1], ir.IntType(32)), ptr, align=1)
-        return context.get_dummy_value()
-
-    return sig, codegen
+_ld8, _ld16, _ld32, _ld64 = _load(8), _load(16), _load(32), _load(64)
+_st8, _st32, _st64 = _store(8), _store(32), _store(64)
 
 
 def _bmi2_intrinsic(name: str, doc: str):

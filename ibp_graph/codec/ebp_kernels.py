@@ -14,7 +14,8 @@ from numba.core import types
 from numba.extending import intrinsic
 
 from .base import PAYLOAD_TAIL
-from .bitpack import _get, _ld32, _ld64, _pdep, _pext, _put, _st64, offsets_from_lengths, parallel_ok
+from .bitpack import (_get, _ld8, _ld16, _ld32, _ld64, _pdep, _pext, _put, _st8, _st64,
+                      offsets_from_lengths, parallel_ok)
 
 #: longest code (bits); the decode table of a column has 2**LUT_BITS entries.
 LUT_BITS = 8
@@ -417,30 +418,6 @@ def _load_chunk(raddr, k, nfull, ntail):
     return w
 
 
-@intrinsic
-def _ld8(typingctx, addr):
-    """Byte load from an integer address."""
-    sig = types.uint8(addr)
-
-    def codegen(context, builder, signature, args):
-        ptr = builder.inttoptr(args[0], ir.IntType(8).as_pointer())
-        return builder.load(ptr)
-
-    return sig, codegen
-
-
-@intrinsic
-def _ld16(typingctx, addr):
-    """Unaligned little-endian uint16 load from an integer address."""
-    sig = types.uint16(addr)
-
-    def codegen(context, builder, signature, args):
-        ptr = builder.inttoptr(args[0], ir.IntType(16).as_pointer())
-        return builder.load(ptr, align=1)
-
-    return sig, codegen
-
-
 @njit(inline="always")
 def _ld_elem(addr, wb):
     """Element of wb bytes (1, 2, 4 or 8; a compile-time constant) at addr, as uint64."""
@@ -449,24 +426,8 @@ def _ld_elem(addr, wb):
     if wb == 4:
         return _ld32(addr)
     if wb == 2:
-        return np.uint64(_ld16(addr))
-    return np.uint64(_ld8(addr))
-
-
-@intrinsic
-def _st8(typingctx, addr, val):
-    """Byte store to an integer address."""
-    sig = types.void(addr, val)
-
-    def codegen(context, builder, signature, args):
-        ptr = builder.inttoptr(args[0], ir.IntType(8).as_pointer())
-        v = args[1]
-        if v.type.width > 8:
-            v = builder.trunc(v, ir.IntType(8))
-        builder.store(v, ptr)
-        return context.get_dummy_value()
-
-    return sig, codegen
+        return _ld16(addr)
+    return _ld8(addr)
 
 
 def _encode_impl(words, rows, n_chunks, row_nbytes, W, sparse, HE, LS, IB, low_total, colp, colm,
