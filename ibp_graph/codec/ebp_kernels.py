@@ -430,6 +430,45 @@ def _ld_elem(addr, wb):
     return _ld8(addr)
 
 
+def _make_dense_codes(wb: int):
+    """The dense code-stream writer for elements of wb bytes (a compile-time constant)."""
+
+    @njit(inline="never", cache=True, nogil=True)
+    def dense_codes(wrow, d, cpa, cstride, cma, ea, sva, escp, cop, cacc, cn, clim):
+        """Append the dense codes of the row at wrow to the code stream; every high part goes
+        to escp[ne], which advances on escapes only. Returns (cop, cacc, cn, ne).
+
+        A function of its own (scalars only, never inlined, one per element width) so that
+        its loop gets the registers to itself; pointers advance by addition, and up to 8
+        codes (8 bits at most each) are gathered per write.
+        """
+        ne = 0
+        wp = wrow
+        cp = cpa
+        cm = cma + 8 * M_HIMASK
+        for j0 in range(0, d, 8):
+            cv = _ZERO
+            ln = 0
+            for _ in range(j0, min(d, j0 + 8)):
+                h = (_ld_elem(wp, wb) >> np.uint64(_ld64(cp + 8 * C_LW) & 63)) & _ld64(cm)
+                e = _entry(h, ea, sva, cp + 8 * C_D)
+                _st64(escp + 8 * ne, h)
+                ne += e >> 12
+                cv |= np.uint64(e & 0xFF) << np.uint64(ln)
+                ln += (e >> 8) & 0xF
+                wp += wb
+                cp += cstride
+                cm += 16
+            cop, cacc, cn = _put(cop, cacc, cn, cv, ln, clim)
+        return cop, cacc, cn, ne
+
+    return dense_codes
+
+
+_dense_codes1, _dense_codes2, _dense_codes4, _dense_codes8 = (
+    _make_dense_codes(1), _make_dense_codes(2), _make_dense_codes(4), _make_dense_codes(8))
+
+
 def _encode_impl(words, rows, n_chunks, row_nbytes, W, sparse, HE, LS, IB, low_total, colp, colm,
                  wmask, wbits, elut, hpairs, tmp, lengths, scratch):
     """Encode every row; chunk c's rows go back to back into tmp from row_start(c) * row_nbytes.
@@ -522,24 +561,16 @@ def _encode_impl(words, rows, n_chunks, row_nbytes, W, sparse, HE, LS, IB, low_t
                 for k in range(nck):
                     w = _load_chunk(raddr, k, nfull, ntail)
                     op, acc, nacc = _put(op, acc, nacc, _pext(w, wmask[k]), wbits[k], slim)
-                wrow = wa + i * d * wb
-                escp = np.int64(esc.ctypes.data)
-                # code stream: up to 8 codes (8 bits at most each) gathered per write;
-                # every high part is written to esc, which only advances on an escape
-                ne = 0
-                for j0 in range(0, d, 8):
-                    cv = _ZERO
-                    ln = 0
-                    for j in range(j0, min(d, j0 + 8)):
-                        cp = cpa + j * cstride
-                        h = (_ld_elem(wrow + j * wb, wb) >> np.uint64(_ld64(cp + 8 * C_LW) & 63)) \
-                            & _ld64(cma + 16 * j + 8 * M_HIMASK)
-                        e = _entry(h, ea, sva, cp + 8 * C_D)
-                        _st64(escp + 8 * ne, h)
-                        ne += e >> 12
-                        cv |= np.uint64(e & 0xFF) << np.uint64(ln)
-                        ln += (e >> 8) & 0xF
-                    cop, cacc, cn = _put(cop, cacc, cn, cv, ln, clim)
+                args = (wa + i * d * wb, d, cpa, cstride, cma, ea, sva,
+                        np.int64(esc.ctypes.data), cop, cacc, cn, clim)
+                if wb == 4:
+                    cop, cacc, cn, ne = _dense_codes4(*args)
+                elif wb == 2:
+                    cop, cacc, cn, ne = _dense_codes2(*args)
+                elif wb == 8:
+                    cop, cacc, cn, ne = _dense_codes8(*args)
+                else:
+                    cop, cacc, cn, ne = _dense_codes1(*args)
                 op, acc, nacc = _put_gamma(op, acc, nacc, ne + 1, slim)
                 for k in range(ne):
                     op, acc, nacc = _put(op, acc, nacc, esc[k], HE, slim)
