@@ -432,3 +432,18 @@ def test_identity_codec_roundtrip_and_view():
     sub = ct.index_select(torch.tensor([4, 0, 19]))
     assert as_bytes(codec.decode(sub)) == as_bytes(x[[4, 0, 19]])
     assert IdentityCodec.from_state_dict(codec.state_dict()).fingerprint == codec.fingerprint
+
+
+def test_random_rows_distinct_sorted_deterministic():
+    from ibp_graph.codec.base import random_rows
+
+    x = torch.arange(1_000_000, dtype=torch.int64).reshape(-1, 1)
+    a = random_rows(x, 5000, seed=3).reshape(-1)
+    assert a.shape == (5000,)
+    assert torch.all(a[1:] > a[:-1])  # distinct, in row order
+    assert torch.equal(a, random_rows(x, 5000, seed=3).reshape(-1))
+    assert not torch.equal(a, random_rows(x, 5000, seed=4).reshape(-1))
+    # spread over the whole table, not a prefix
+    assert a.min() < 100_000 and a.max() > 900_000
+    small = x[:10]
+    assert random_rows(small, 5000) is small

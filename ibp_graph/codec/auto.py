@@ -8,7 +8,7 @@ from typing import Optional, Union
 
 import torch
 
-from .base import Codec, check_rows_tensor
+from .base import Codec, check_rows_tensor, random_rows
 from .ebp import EBPCodec
 from .ibp import IBPCodec
 from .identity import IdentityCodec
@@ -42,15 +42,10 @@ class Candidate:
 
 
 def _sample(tensor: torch.Tensor, sample_rows: Optional[int], seed: int) -> torch.Tensor:
-    n = tensor.shape[0]
     per_row = max(1, math.prod(tensor.shape[1:]))
     limit = sample_rows if sample_rows is not None else \
         max(256, min(DEFAULT_SAMPLE_ROWS, DEFAULT_SAMPLE_ELEMENTS // per_row))
-    if n <= limit:
-        return tensor
-    gen = torch.Generator().manual_seed(seed)
-    pick = torch.randperm(n, generator=gen)[:limit].sort().values
-    return tensor.index_select(0, pick)
+    return random_rows(tensor, limit, seed)
 
 
 def _decode_rate(codec: Codec, ct, device: torch.device, repeat: int = 3) -> float:

@@ -94,6 +94,20 @@ def as_row_bytes(tensor: torch.Tensor) -> np.ndarray:
     return b.numpy().reshape(n, row_nbytes)
 
 
+def random_rows(tensor: torch.Tensor, limit: int, seed: int = 0) -> torch.Tensor:
+    """At most `limit` distinct rows of `tensor`, chosen at random with `seed`, in row order.
+
+    O(limit) time and memory whatever the table size (numpy draws distinct indices without
+    permuting all rows: a full permutation of ogbn-papers100M's 111 M rows would take
+    seconds and 0.9 GB just to pick a sample). The whole tensor when it has no more rows.
+    """
+    n = tensor.shape[0]
+    if n <= limit:
+        return tensor
+    pick = np.sort(np.random.default_rng(seed).choice(n, size=limit, replace=False))
+    return tensor.index_select(0, torch.from_numpy(pick))
+
+
 def from_row_bytes(buf: torch.Tensor, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
     """Reinterpret a flat uint8 tensor as `dtype` with `shape` (no copy)."""
     if dtype == torch.bool:

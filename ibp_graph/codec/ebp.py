@@ -29,6 +29,7 @@ from .base import (
     dtype_from_name,
     dtype_name,
     itemsize,
+    random_rows,
 )
 
 #: elements fit() reads at most (rows x elements per row) when sample_rows is not given.
@@ -277,17 +278,11 @@ class EBPCodec:
             raise ValueError(f"sample_rows={sample_rows!r} is not accepted; use None or an int >= 1")
         row_shape = tuple(tensor.shape[1:])
         d = math.prod(row_shape)
-        n = tensor.shape[0]
         if sample_rows is None:
             limit = max(256, min(DEFAULT_SAMPLE_ROWS, DEFAULT_SAMPLE_ELEMENTS // max(d, 1)))
         else:
             limit = sample_rows
-        if n > limit:
-            gen = torch.Generator().manual_seed(seed)
-            pick = torch.randperm(n, generator=gen)[:limit].sort().values
-            sample = tensor.index_select(0, pick)
-        else:
-            sample = tensor
+        sample = random_rows(tensor, limit, seed)
         rows = as_row_bytes(sample)
         W = 8 * itemsize(tensor.dtype)
         words = rows.view(_UINT[W // 8]).reshape(rows.shape[0], d)

@@ -18,6 +18,7 @@ from .base import (
     check_offsets,
     check_out,
     check_row_compressed,
+    random_rows,
     check_rows_tensor,
     dtype_from_name,
     dtype_name,
@@ -149,13 +150,7 @@ class IBPCodec:
         if sample_rows is not None and (not isinstance(sample_rows, int) or sample_rows < 1):
             raise ValueError(f"sample_rows={sample_rows!r} is not accepted; use None or an int >= 1")
         limit = DEFAULT_SAMPLE_ROWS if sample_rows is None else sample_rows
-        n = tensor.shape[0]
-        if n > limit:
-            gen = torch.Generator().manual_seed(seed)
-            pick = torch.randperm(n, generator=gen)[:limit].sort().values
-            sample = tensor.index_select(0, pick)
-        else:
-            sample = tensor
+        sample = random_rows(tensor, limit, seed)
         rows = as_row_bytes(sample)
         row_shape = tuple(tensor.shape[1:])
         best = None

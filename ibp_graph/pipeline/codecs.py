@@ -8,7 +8,7 @@ import torch
 
 from ..codec import IBPCodec, IdentityCodec
 from ..codec.auto import KINDS, CodecSpec, fit_named
-from ..codec.base import Codec
+from ..codec.base import Codec, random_rows
 from .grouping import SCALAR_BLOCK, group_key, key_string
 
 #: codec names build_codecs (and every loader's `codec=`) accepts; "auto" is the default.
@@ -36,14 +36,8 @@ def value_range_codec(dtype: torch.dtype, max_value: int) -> IBPCodec:
 
 def _sample_rows(tables: list[torch.Tensor], limit: int, seed: int = 0) -> torch.Tensor:
     """Random rows from each table (at most `limit` in all), concatenated."""
-    gen = torch.Generator().manual_seed(seed)
     per = max(1, limit // len(tables))
-    parts = []
-    for t in tables:
-        n = t.shape[0]
-        pick = torch.randperm(n, generator=gen)[:per].sort().values if n > per else torch.arange(n)
-        parts.append(t.index_select(0, pick))
-    return torch.cat(parts).contiguous()
+    return torch.cat([random_rows(t, per, seed + k) for k, t in enumerate(tables)]).contiguous()
 
 
 def build_codecs(node_attrs: Mapping[str, torch.Tensor], edge_attrs: Mapping[str, torch.Tensor],
