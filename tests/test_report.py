@@ -1,4 +1,4 @@
-"""`ibp-graph report`: the comparison table (ibp vs identity) and the PNG plot."""
+"""`ibp-graph report`: the comparison table (each codec vs identity) and the PNG plot."""
 import json
 
 import pytest
@@ -26,19 +26,24 @@ def runs_dir(tmp_path):
     (d / "bench").mkdir(parents=True)
     (d / "bench" / "1-ibp.json").write_text(json.dumps(_run("ibp", 8.0, 600e6)))
     (d / "bench" / "2-identity.json").write_text(json.dumps(_run("identity", 10.0, 1000e6)))
+    (d / "bench" / "3-auto.json").write_text(json.dumps(_run("auto", 4.0, 500e6)))
     (d / "default").mkdir()
     (d / "default" / "1-ibp.json").write_text(json.dumps(_run("ibp", 5.0, 700e6, name="default")))
     (d / "bench" / "notes.json").write_text(json.dumps({"something": "else"}))
     return d
 
 
-def test_table_compares_ibp_with_identity(runs_dir, capsys):
+def test_table_compares_each_codec_with_identity(runs_dir, capsys):
     runs = load_runs([str(runs_dir)])
-    assert len(runs) == 3 and "not a training run" in capsys.readouterr().err
+    assert len(runs) == 4 and "not a training run" in capsys.readouterr().err
     text = table(runs)
-    assert "ibp vs identity" in text
-    line = [l for l in text.splitlines() if l.startswith("bench") and "1.250" in l]
-    assert line and "0.600" in line[0]  # speedup 10/8, bytes ratio 600/1000
+    assert "codecs vs identity" in text
+    compared = text.split("codecs vs identity")[1].splitlines()
+    ibp = [l for l in compared if l.startswith("bench") and " ibp " in l]
+    assert ibp and "1.250" in ibp[0] and "0.600" in ibp[0]  # speedup 10/8, bytes ratio 600/1000
+    auto = [l for l in compared if l.startswith("bench") and " auto " in l]
+    assert auto and "2.500" in auto[0] and "0.500" in auto[0]  # speedup 10/4, bytes 500/1000
+    assert not [l for l in compared if " identity " in l and l.startswith("bench")]
     assert "default" in text  # a run without a partner is listed, not compared
 
 
