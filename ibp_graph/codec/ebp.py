@@ -106,6 +106,8 @@ class EBPTables:
         hw = self.W - self.col_lw
         self.colp = np.zeros((d, 16), dtype=np.int64)
         self.colm = np.zeros((d, 2), dtype=np.uint64)
+        self.drec = np.zeros((d, K._REC_BYTES // 8), dtype=np.uint64)
+        self.all_direct = bool(d == 0 or int(np.max(self.t_hw[self.col_tid])) <= K.ENC_BITS)
         if d:
             self.colp[:, K.C_LW] = self.col_lw
             self.colp[:, K.C_TID] = self.col_tid
@@ -121,6 +123,11 @@ class EBPTables:
             in_chunk = (np.arange(d) * self.W) % 64
             self.colp[:, K.C_HSHIFT] = np.where(hw > 0, self.col_lw + in_chunk, 0)
             self.colm[:, K.M_HIMASK] = [_lowmask(int(b)) for b in hw]
+            # the dense code writer's record per column (ebp_kernels.R_*)
+            self.drec[:, K.R_SHIFT // 8] = self.col_lw & 63
+            self.drec[:, K.R_DLIM // 8] = self.colp[:, K.C_D + K.F_DLIM]
+            self.drec[:, K.R_EADDR // 8] = 2 * self.colp[:, K.C_D + K.F_EOFF]
+            self.drec[:, K.R_HIMASK // 8] = self.colm[:, K.M_HIMASK]
             self.colm[:, K.M_DEFAULT] = self.col_default
             # dense code length (and escape flag) of each column's default value
             index = {}

@@ -383,6 +383,12 @@ def _entry(hi, elut_addr, hp_base, fp):
     """
     if hi < _ld64(fp + 8):
         return np.int64(_ld16(elut_addr + 2 * (np.int64(_ld64(fp)) + np.int64(hi))))
+    return _hashed_entry(hi, hp_base, fp)
+
+
+@njit(inline="never", cache=True, nogil=True)
+def _hashed_entry(hi, hp_base, fp):
+    """_entry for a high part beyond the direct-lookup range: a hash-table probe."""
     base = hp_base + 16 * np.int64(_ld64(fp + 16))
     mask = np.int64(_ld64(fp + 24))
     slot = _hash(hi) & mask
@@ -430,35 +436,59 @@ def _ld_elem(addr, wb):
     return _ld8(addr)
 
 
+#: fields of EBPTables.drec, one 32-byte record per column for the dense code writer:
+#: low bits (the shift to the high part), direct-lookup limit, byte offset of the column's
+#: encode-table entries in elut (encode_rows passes a copy holding their address instead),
+#: high-part mask
+R_SHIFT, R_DLIM, R_EADDR, R_HIMASK = 0, 8, 16, 24
+_REC_BYTES = 32
+
+
+@njit(inline="always")
+def _dense_entry(h, rp, sva, fp):
+    """Encode entry of high part h of the column whose drec record is at rp (fp: its colp
+    table fields, for the hash probe beyond the direct range)."""
+    if h < _ld64(rp + R_DLIM):
+        return np.int64(_ld16(np.int64(_ld64(rp + R_EADDR)) + 2 * np.int64(h)))
+    return _hashed_entry(h, sva, fp)
+
+
 def _make_dense_codes(wb: int):
     """The dense code-stream writer for elements of wb bytes (a compile-time constant)."""
 
     @njit(inline="never", cache=True, nogil=True)
-    def dense_codes(wrow, d, cpa, cstride, cma, ea, sva, escp, cop, cacc, cn, clim):
+    def dense_codes(wrow, d, rec, direct, cpa, cstride, sva, escp, cop, cacc, cn, clim):
         """Append the dense codes of the row at wrow to the code stream; every high part goes
         to escp[ne], which advances on escapes only. Returns (cop, cacc, cn, ne).
 
         A function of its own (scalars only, never inlined, one per element width) so that
-        its loop gets the registers to itself; pointers advance by addition, and up to 8
-        codes (8 bits at most each) are gathered per write.
+        its loop gets the registers to itself. The column's record (drec) gives the shift,
+        the direct-lookup limit and the address of its entries, so a direct lookup is one
+        16-bit load; up to 8 codes (8 bits at most each) are gathered per write.
         """
         ne = 0
         wp = wrow
-        cp = cpa
-        cm = cma + 8 * M_HIMASK
-        for j0 in range(0, d, 8):
+        rp = rec
+        j = 0
+        while j < d:
+            j1 = min(d, j + 8)
             cv = _ZERO
             ln = 0
-            for _ in range(j0, min(d, j0 + 8)):
-                h = (_ld_elem(wp, wb) >> np.uint64(_ld64(cp + 8 * C_LW) & 63)) & _ld64(cm)
-                e = _entry(h, ea, sva, cp + 8 * C_D)
+            while j < j1:
+                h = _ld_elem(wp, wb) >> _ld64(rp + R_SHIFT)
+                if wb == 8:  # a shift of 64 (no high part) is stored as 0: mask it off
+                    h &= _ld64(rp + R_HIMASK)
+                if direct:  # every column's high parts lie in its direct table
+                    e = np.int64(_ld16(np.int64(_ld64(rp + R_EADDR)) + 2 * np.int64(h)))
+                else:
+                    e = _dense_entry(h, rp, sva, cpa + j * cstride + 8 * C_D)
                 _st64(escp + 8 * ne, h)
                 ne += e >> 12
                 cv |= np.uint64(e & 0xFF) << np.uint64(ln)
                 ln += (e >> 8) & 0xF
                 wp += wb
-                cp += cstride
-                cm += 16
+                rp += _REC_BYTES
+                j += 1
             cop, cacc, cn = _put(cop, cacc, cn, cv, ln, clim)
         return cop, cacc, cn, ne
 
@@ -470,7 +500,7 @@ _dense_codes1, _dense_codes2, _dense_codes4, _dense_codes8 = (
 
 
 def _encode_impl(words, rows, n_chunks, row_nbytes, W, sparse, HE, LS, IB, low_total, colp, colm,
-                 wmask, wbits, elut, hpairs, tmp, lengths, scratch):
+                 drec, direct, wmask, wbits, elut, hpairs, tmp, lengths, scratch):
     """Encode every row; chunk c's rows go back to back into tmp from row_start(c) * row_nbytes.
 
     scratch (n_chunks, 2, scratch_bytes): chunk c's row and code-stream buffers. They are
@@ -495,7 +525,7 @@ def _encode_impl(words, rows, n_chunks, row_nbytes, W, sparse, HE, LS, IB, low_t
     ta = np.int64(tmp.ctypes.data)
     wa = np.int64(words.ctypes.data)
     wb = words.itemsize
-    cma = np.int64(colm.ctypes.data)
+    rca = np.int64(drec.ctypes.data)
     ddef_bits = 0
     ddef_esc = 0
     for j in range(d):
@@ -561,7 +591,7 @@ def _encode_impl(words, rows, n_chunks, row_nbytes, W, sparse, HE, LS, IB, low_t
                 for k in range(nck):
                     w = _load_chunk(raddr, k, nfull, ntail)
                     op, acc, nacc = _put(op, acc, nacc, _pext(w, wmask[k]), wbits[k], slim)
-                args = (wa + i * d * wb, d, cpa, cstride, cma, ea, sva,
+                args = (wa + i * d * wb, d, rca, direct, cpa, cstride, sva,
                         np.int64(esc.ctypes.data), cop, cacc, cn, clim)
                 if wb == 4:
                     cop, cacc, cn, ne = _dense_codes4(*args)
@@ -779,9 +809,11 @@ def encode_rows(words: np.ndarray, rows: np.ndarray, t) -> tuple[np.ndarray, np.
     # Room for every row raw (only the pages written are ever touched) plus the tail.
     tmp = np.empty(n * rb + PAYLOAD_TAIL + 8, dtype=np.uint8)
     lengths = np.zeros(n, dtype=np.int64)
+    drec = t.drec.copy()  # entry offsets -> addresses, valid while t.elut lives (this call)
+    drec[:, R_EADDR // 8] += np.uint64(t.elut.ctypes.data)
     (_encode[0] if par else _encode[1])(
         words, rows, n_chunks, rb, t.W, t.sparse, t.HE, t.LS, t.IB, t.low_total, t.colp, t.colm,
-        t.wmask, t.wbits, t.elut, t.hpairs, tmp, lengths,
+        drec, t.all_direct, t.wmask, t.wbits, t.elut, t.hpairs, tmp, lengths,
         np.zeros((n_chunks, 2, t.scratch_bytes), dtype=np.uint8))
     offsets, padded = offsets_from_lengths(lengths)
     if n_chunks == 1:
