@@ -104,7 +104,7 @@ class EBPTables:
         self.scratch_bytes = (d * (2 * self.W + 40) + 256) // 8 + 64
         # per-column kernel parameters (see ebp_kernels.C_* / M_*)
         hw = self.W - self.col_lw
-        self.colp = np.zeros((d, 16), dtype=np.int64)
+        self.colp = np.zeros((d, K.N_COLP), dtype=np.int64)
         self.colm = np.zeros((d, 2), dtype=np.uint64)
         self.drec = np.zeros((d, K._REC_BYTES // 8), dtype=np.uint64)
         self.all_direct = bool(d == 0 or int(np.max(self.t_hw[self.col_tid])) <= K.ENC_BITS)
@@ -139,6 +139,13 @@ class EBPTables:
                 k = index[t].get(hi)
                 self.colp[j, K.C_DDEF] = self.t_len[t, K.ESC if k is None else k]
                 self.colp[j, K.C_DDEFE] = int(k is None)
+            # the shortest code of each column's dense table (the sparse/dense choice's bound)
+            n_sym = self.t_size[self.col_tid]
+            lens = np.where(np.arange(256)[None, :] < n_sym[:, None], self.t_len[self.col_tid],
+                            np.iinfo(np.int64).max)
+            lens[:, K.ESC] = np.where(self.t_esc[self.col_tid] != 0, self.t_len[self.col_tid, K.ESC],
+                                      np.iinfo(np.int64).max)
+            self.colp[:, K.C_DMIN] = lens.min(axis=1)
         # low bits of each 64-bit chunk of a row (elements never straddle chunks)
         n_chunks = -(-self.row_nbytes // 8)
         masks = [0] * n_chunks

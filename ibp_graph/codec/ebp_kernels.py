@@ -408,7 +408,9 @@ def _gamma_bits(v):
 
 # Per-column parameters (colp: int64 columns; colm: uint64 columns). C_D and C_S start the
 # five table fields _entry reads for the column's dense and sparse table.
-C_LW, C_TID, C_TIDS, C_HSHIFT, C_D, C_S, C_DDEF, C_DDEFE = 0, 1, 2, 3, 4, 9, 14, 15
+C_LW, C_TID, C_TIDS, C_HSHIFT, C_D, C_S, C_DDEF, C_DDEFE, C_DMIN = 0, 1, 2, 3, 4, 9, 14, 15, 16
+#: columns of colp
+N_COLP = 17
 F_EOFF, F_DLIM, F_HOFF, F_HMASK, F_ESCE = range(5)
 M_HIMASK, M_DEFAULT = range(2)
 
@@ -556,27 +558,39 @@ def _encode_impl(words, rows, n_chunks, row_nbytes, W, sparse, HE, LS, IB, low_t
                 for j in range(d):
                     nz_idx[nnz] = j
                     nnz += np.uint64(words[i, j]) != colm[j, M_DEFAULT]
-                # ... their sparse codes, and the dense cost: every column's default code
-                # (precomputed sum) corrected for the elements that are not the default
-                dense_bits = 1 + low_total + ddef_bits
-                ne_d = ddef_esc
+                # ... their sparse codes and sparse cost, and a lower bound of the dense cost:
+                # every column's default code (precomputed sum), each listed element's code
+                # at least its table's shortest, escapes only those not listed
+                lb_bits = 1 + low_total + ddef_bits
+                lb_esc = ddef_esc
                 for k in range(nnz):
                     j = nz_idx[k]
-                    x = np.uint64(words[i, j])
-                    his = (x >> ls_sh) & himask_s
+                    his = (np.uint64(words[i, j]) >> ls_sh) & himask_s
                     es = _entry(his, ea, sva, cpa + j * cstride + 8 * C_S)
                     nz_e[k] = es
                     nz_hi[k] = his
                     sp_bits += (es >> 8) & 0xF
                     ne_s += es >> 12
-                    hi = (x >> np.uint64(colp[j, C_LW] & 63)) & colm[j, M_HIMASK]
-                    e = _entry(hi, ea, sva, cpa + j * cstride + 8 * C_D)
-                    dense_bits += ((e >> 8) & 0xF) - colp[j, C_DDEF]
-                    ne_d += (e >> 12) - colp[j, C_DDEFE]
+                    lb_bits += colp[j, C_DMIN] - colp[j, C_DDEF]
+                    lb_esc -= colp[j, C_DDEFE]
                 sp_bits += nnz * (IB + LS) + _gamma_bits(nnz + 1) + _gamma_bits(ne_s + 1) + \
                     ne_s * HS
-                dense_bits += _gamma_bits(ne_d + 1) + ne_d * HE
-                use_sparse = sp_bits < dense_bits
+                lb_bits += _gamma_bits(lb_esc + 1) + lb_esc * HE
+                # the exact dense cost only when the bound does not settle it (the choice is
+                # the same: sparse exactly when it takes fewer bits than dense)
+                use_sparse = sp_bits < lb_bits
+                if not use_sparse:
+                    dense_bits = 1 + low_total + ddef_bits
+                    ne_d = ddef_esc
+                    for k in range(nnz):
+                        j = nz_idx[k]
+                        hi = (np.uint64(words[i, j]) >> np.uint64(colp[j, C_LW] & 63)) \
+                            & colm[j, M_HIMASK]
+                        e = _entry(hi, ea, sva, cpa + j * cstride + 8 * C_D)
+                        dense_bits += ((e >> 8) & 0xF) - colp[j, C_DDEF]
+                        ne_d += (e >> 12) - colp[j, C_DDEFE]
+                    dense_bits += _gamma_bits(ne_d + 1) + ne_d * HE
+                    use_sparse = sp_bits < dense_bits
             op = sbase
             acc = _ZERO
             nacc = 0
