@@ -283,6 +283,9 @@ def test_identity_fetch_and_gather_errors():
     table = ident.encode(x).pin_memory()
     index = torch.randint(0, 100, (500,), device="cuda")
     assert_same_bits(ident.fetch(table, index), x[index.cpu()], "identity fetch")
+    out = poisoned((100, 128), torch.float32)  # on "cuda:0"; the target "cuda" is that device
+    assert ident.decode(table, device="cuda", out=out) is out
+    assert_same_bits(out, x, "identity decode into out")
     with pytest.raises(IndexError, match=r"index\[3\] = 100\b"):
         gather_rows(x.pin_memory(), torch.tensor([0, 1, 2, 100], device="cuda"))
     with pytest.raises(ValueError, match="pin_memory"):

@@ -23,6 +23,7 @@ import pytest
 import torch
 
 from ibp_graph.codec import EBPCodec, IBPCodec
+from ibp_graph.codec.base import resolve_device
 from ibp_graph.cuda import decode as D
 from ibp_graph.cuda import ebp_decode as E
 from ibp_graph.cuda import runtime as rt
@@ -284,3 +285,12 @@ def test_ebp_launch_shapes_within_limits(fake, n_out):
     _grid_covers(gather, n_out, 8)    # a warp gathers one row
     assert dec["n_out"] == gather["n_out"] == n_out
 
+
+# --------------------------------------------------------------------------- devices
+def test_cuda_without_index_is_the_current_device(monkeypatch):
+    """A target of "cuda" is compared with tensors' "cuda:N" only once resolved."""
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+    assert resolve_device("cuda") == torch.device("cuda", 3)
+    assert resolve_device(torch.device("cuda")) == torch.device("cuda", 3)
+    assert resolve_device("cuda:1") == torch.device("cuda", 1)
+    assert resolve_device("cpu") == torch.device("cpu")

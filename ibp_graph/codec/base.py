@@ -253,6 +253,18 @@ class CompressedTensor:
                 f"nbytes={self.nbytes}, raw_nbytes={self.raw_nbytes}, device={self.device})")
 
 
+def resolve_device(device: Device) -> torch.device:
+    """`device` as a torch.device with an index for CUDA: "cuda" is the current CUDA device.
+
+    Tensors report "cuda:N", and torch.device("cuda") != torch.device("cuda:0"), so a
+    target given as "cuda" must be resolved before it is compared with a tensor's device.
+    """
+    d = torch.device(device)
+    if d.type == "cuda" and d.index is None:
+        d = torch.device("cuda", torch.cuda.current_device())
+    return d
+
+
 def check_out(out: Optional[torch.Tensor], shape: Sequence[int], dtype: torch.dtype,
               device: torch.device) -> torch.Tensor:
     """Validate a caller's output buffer for a decoded tensor, or allocate one."""
@@ -264,7 +276,8 @@ def check_out(out: Optional[torch.Tensor], shape: Sequence[int], dtype: torch.dt
         raise TypeError(f"out has dtype={out.dtype}; accepted: {dtype} (the decoded dtype)")
     if tuple(out.shape) != tuple(shape):
         raise ValueError(f"out has shape {tuple(out.shape)}; accepted: {tuple(shape)}")
-    if out.device != torch.device(device):
+    device = resolve_device(device)
+    if out.device != device:
         raise ValueError(f"out is on {out.device}; accepted: a tensor on {device}")
     if not out.is_contiguous():
         raise ValueError(f"out is not contiguous (strides {tuple(out.stride())}); accepted: a "

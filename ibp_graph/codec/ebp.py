@@ -30,6 +30,7 @@ from .base import (
     dtype_name,
     itemsize,
     random_rows,
+    resolve_device,
 )
 
 #: elements fit() reads at most (rows x elements per row) when sample_rows is not given.
@@ -358,7 +359,7 @@ class EBPCodec:
         if target.type == "cuda":
             from ..cuda.ebp_decode import decode_ebp
 
-            if ct.device.type != "cuda":
+            if ct.device != resolve_device(target):  # host memory, or another GPU
                 ct = ct.to(target, non_blocking=ct.is_pinned())
             return decode_ebp(self, ct, out=out)
         if target.type != "cpu":

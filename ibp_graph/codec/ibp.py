@@ -17,6 +17,7 @@ from .base import (
     as_row_bytes,
     check_offsets,
     check_out,
+    resolve_device,
     check_row_compressed,
     random_rows,
     check_rows_tensor,
@@ -198,7 +199,7 @@ class IBPCodec:
         if target.type == "cuda":
             from ..cuda.decode import decode_ibp
 
-            if ct.device.type != "cuda":
+            if ct.device != resolve_device(target):  # host memory, or another GPU
                 ct = ct.to(target, non_blocking=ct.is_pinned())
             return decode_ibp(self, ct, out=out)
         if target.type != "cpu":
