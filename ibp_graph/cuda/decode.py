@@ -128,6 +128,20 @@ def device_tables(codec, device: torch.device) -> tuple[torch.Tensor, torch.Tens
     return hit
 
 
+def mark_in_use(tensors, device: torch.device) -> None:
+    """Mark cached device tables as read by the current stream's next launch.
+
+    The tables are cached across calls and streams (allocated on whichever stream first
+    needed them) and dropped when the LRU cache evicts them. Without this, eviction while a
+    kernel on another stream still reads them would let the allocator hand their memory
+    out again at once on the allocating stream.
+    """
+    if device.type == "cuda":
+        stream = torch.cuda.current_stream(device)
+        for t in tensors:
+            t.record_stream(stream)
+
+
 # --------------------------------------------------------------------------- checks
 def _describe(t: torch.Tensor) -> str:
     pinned = ""
@@ -287,6 +301,7 @@ def _launch_decode(codec, payload_ptr: int, payload_nbytes: int, offsets: torch.
     grid = min(-(-n_out // groups),
                rt.occupancy(kernel, threads, smem) * rt.sm_count(device.index))
     cols, runs = device_tables(codec, device)
+    mark_in_use((cols, runs), device)
     unit = _store_unit(W // 8, row_nbytes, int(out.data_ptr()))
     rt.launch(kernel, grid, threads, [
         (PTR, payload_ptr), (PTR, offsets_ptr), (I32, offsets.dtype == torch.int64),

@@ -24,7 +24,7 @@ import torch
 from ..codec.base import check_out
 from . import runtime as rt
 from .decode import (_check_compressed, _check_index, _describe, _error_slots, _index_on,
-                     _operand_pointer, _raise_errors, _target_device)
+                     _operand_pointer, _raise_errors, _target_device, mark_in_use)
 from .runtime import I32, I64, PTR
 
 #: decode tables kept per (codec fingerprint, device); evicted least recently used.
@@ -113,6 +113,7 @@ def _launch_decode(codec, payload_ptr: int, payload_nbytes: int, offsets: Option
     t = codec.tables
     kernel = rt.get_kernel(f"ebp_decode_w{codec.word_bits}", device.index)
     tabs = device_tables(codec, device)
+    mark_in_use(tabs.values(), device)
     grid = _grid(kernel, n_out, 32 * (THREADS // 32), device)
     rt.launch(kernel, grid, THREADS, [
         (PTR, payload_ptr), (PTR, offsets_ptr),
