@@ -21,6 +21,7 @@ from ibp_graph.codec import (
     codec_from_state_dict,
 )
 from ibp_graph.codec import ebp_kernels as K
+from ibp_graph.codec.base import as_row_bytes
 from ibp_graph.codec.base import PAYLOAD_TAIL
 from ibp_graph.codec.ebp import canonical_codes
 
@@ -516,6 +517,35 @@ def test_detectable_corruptions_are_detected():
         codec.decode(dataclasses.replace(ct, offsets=bad))
     with pytest.raises(CorruptPayloadError, match="payload has"):
         codec.decode(dataclasses.replace(ct, payload=ct.payload[: int(ct.offsets[-1])]))
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_a_corrupt_row_is_reported_alone_and_its_neighbours_decode(sparse):
+    """Rows decode in pairs (two dense rows in lockstep); a corrupt row at either place of
+    a pair, or next to a sparse or raw row, is the only one reported, and every other row
+    still decodes to its exact bits."""
+    rng = np.random.default_rng(11)
+    x = torch.from_numpy(rng.normal(0, 0.1, (41, 64)).astype(np.float32))
+    if sparse:
+        x[::3, 4:] = 0  # every third row sparse
+    x[7] = torch.from_numpy(rng.integers(0, 2**32, 64, dtype=np.uint64).astype(np.uint32)
+                            .view(np.float32))  # a raw row
+    codec = EBPCodec.fit(x, sparse=sparse)
+    ct = codec.encode(x)
+    t = codec.tables
+    lengths = ct.row_lengths().numpy()
+    for r in (4, 5, 6, 8, 40):  # even and odd places, beside the raw row, the last (lone) row
+        assert lengths[r] < codec.row_nbytes
+        payload = ct.payload.clone()
+        payload[int(ct.offsets[r]):int(ct.offsets[r + 1])] = 0  # a dense row, escape count 0 bits
+        out = np.zeros((x.shape[0], t.row_nbytes), dtype=np.uint8)
+        words = out.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[t.W // 8])
+        bad = K.decode_rows(payload.numpy(), ct.offsets.numpy(), words.reshape(x.shape[0], -1),
+                            out, t)
+        assert bad.tolist() == [r], f"row {r}"
+        good = np.ones(x.shape[0], dtype=bool)
+        good[r] = False
+        assert np.array_equal(out[good], as_row_bytes(x)[good]), f"row {r}"
 
 
 def test_serialized_roundtrip_and_corruption():

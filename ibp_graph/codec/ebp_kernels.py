@@ -19,6 +19,8 @@ from .bitpack import (_get, _ld8, _ld16, _ld32, _ld64, _pdep, _pext, _put, _st8,
 
 #: longest code (bits); the decode table of a column has 2**LUT_BITS entries.
 LUT_BITS = 8
+#: entries of a decode table (one per value of the next LUT_BITS stream bits)
+LUT_SIZE = 1 << LUT_BITS
 #: dictionary index that means "escape: the high part is stored verbatim".
 ESC = 255
 #: most dictionary entries of one table (indices 0..254).
@@ -682,9 +684,161 @@ def _compact_impl(tmp, n_chunks, n, row_nbytes, offsets, out):
 
 
 # --------------------------------------------------------------------------- decode
+@njit(inline="always")
+def _dense_start(row, p, d, low_total, HE):
+    """(ne, escape-area bit, code-stream bit) of a dense row whose low stream starts at bit
+    p; ne = -1 when the escape count is corrupt."""
+    v, q = _get_gamma(row, p + low_total)
+    ne = v - 1
+    if v == 0 or ne > d:
+        return -1, 0, 0
+    return ne, q, q + ne * HE
+
+
+@njit(inline="always")
+def _dense_pair(ra, La, oa_, pa, rb, Lb, ob, pb, d, low_total, HE, nck, nfull, ntail, epc,
+                wma, wba, cpa, cstride, da, tda):
+    """Decode two dense rows (ra at bit pa into oa_, rb at bit pb into ob) in lockstep.
+
+    One row's codes form a dependency chain (where a code starts depends on the previous
+    code's length); two rows give the core two independent chains, and both rows read the
+    same column's table at each step, so it stays in L1. Returns True when both rows are
+    well-formed (docs/format.md, EBP decoding); pass the same row twice to decode one.
+    """
+    nea, pea, pca = _dense_start(ra, pa, d, low_total, HE)
+    neb, peb, pcb = _dense_start(rb, pb, d, low_total, HE)
+    if nea < 0 or neb < 0:
+        return False
+    ua = 0
+    ub = 0
+    for k in range(nck):
+        nb = np.int64(_ld64(wba + 8 * k))
+        m = _ld64(wma + 8 * k)
+        xa = _pdep(_get(ra, pa, nb), m)
+        xb = _pdep(_get(rb, pb, nb), m)
+        pa += nb
+        pb += nb
+        wa_ = _get(ra, pca, 64)
+        wb_ = _get(rb, pcb, 64)
+        for j in range(k * epc, min(d, k * epc + epc)):
+            cp = cpa + j * cstride
+            t = np.int64(_ld64(cp + 8 * C_TID))
+            sh = _ld64(cp + 8 * C_HSHIFT)
+            lut = da + 2 * LUT_SIZE * t
+            ea = np.int64(_ld16(lut + 2 * np.int64(wa_ & np.uint64(0xFF))))
+            eb = np.int64(_ld16(lut + 2 * np.int64(wb_ & np.uint64(0xFF))))
+            if ea == BAD_ENTRY or eb == BAD_ENTRY:
+                return False
+            wa_ >>= np.uint64(ea >> 8)
+            wb_ >>= np.uint64(eb >> 8)
+            pca += ea >> 8
+            pcb += eb >> 8
+            ia = ea & 0xFF
+            ib = eb & 0xFF
+            if ia == ESC:
+                if ua >= nea:
+                    return False
+                ha = _get(ra, pea + ua * HE, HE)
+                ua += 1
+            else:
+                ha = _ld64(tda + 8 * (LUT_SIZE * t + ia))
+            if ib == ESC:
+                if ub >= neb:
+                    return False
+                hb = _get(rb, peb + ub * HE, HE)
+                ub += 1
+            else:
+                hb = _ld64(tda + 8 * (LUT_SIZE * t + ib))
+            xa |= ha << sh
+            xb |= hb << sh
+        if k < nfull:
+            _st64(oa_ + 8 * k, xa)
+            _st64(ob + 8 * k, xb)
+        else:
+            for q in range(ntail):
+                _st8(oa_ + 8 * k + q, xa >> np.uint64(8 * q))
+                _st8(ob + 8 * k + q, xb >> np.uint64(8 * q))
+    return (ua == nea and ub == neb and (pca + 7) >> 3 == La and (pcb + 7) >> 3 == Lb)
+
+
+@njit(inline="always")
+def _decode_row(i, payload, offsets, words, rows, row_nbytes, sparse, HE, LS, IB, low_total, colp,
+                colm, dlut, tdict, bad, base, oa, nck, nfull, ntail, epc, HS, wma, wba, cpa, cstride,
+                da, tda):
+    """Decode row i alone (raw, dense or sparse); bad[i] = 1 if it is corrupt."""
+    n, d = words.shape
+    start = offsets[i]
+    L = offsets[i + 1] - start
+    row = base + start
+    if L == row_nbytes:
+        r = rows[i]
+        for k in range(row_nbytes):
+            r[k] = payload[start + k]
+        return
+    p = 0
+    mode = 0
+    if sparse:
+        mode = int(_get(row, 0, 1))
+        p = 1
+    ok = True
+    if mode == 0:
+        orow = oa + i * row_nbytes
+        if not _dense_pair(row, L, orow, p, row, L, orow, p, d, low_total, HE, nck, nfull, ntail,
+                           epc, wma, wba, cpa, cstride, da, tda):
+            bad[i] = 1
+        return
+    v, p = _get_gamma(row, p)
+    nnz = v - 1
+    if v == 0 or nnz > d:
+        bad[i] = 1
+        return
+    v, p = _get_gamma(row, p)
+    ne = v - 1
+    if v == 0 or ne > nnz:
+        bad[i] = 1
+        return
+    for j in range(d):
+        words[i, j] = colm[j, M_DEFAULT]
+    ppos = p
+    plow = ppos + nnz * IB
+    pesc = plow + nnz * LS
+    pc = pesc + ne * HS
+    used = 0
+    prev = -1
+    for k in range(nnz):
+        j = int(_get(row, ppos + k * IB, IB))
+        if j <= prev or j >= d:
+            ok = False
+            break
+        prev = j
+        t = colp[j, C_TIDS]
+        e = int(dlut[t, int(_get(row, pc, LUT_BITS))])
+        if e == BAD_ENTRY:
+            ok = False
+            break
+        pc += e >> 8
+        idx = e & 0xFF
+        if idx == ESC:
+            if used >= ne:
+                ok = False
+                break
+            hi = _get(row, pesc + used * HS, HS)
+            used += 1
+        else:
+            hi = tdict[t, idx]
+        lo = _get(row, plow + k * LS, LS)
+        if LS < 64:
+            lo |= hi << np.uint64(LS)
+        words[i, j] = lo
+    if not ok or used != ne or (pc + 7) >> 3 != L:
+        bad[i] = 1
+
 def _decode_impl(payload, offsets, words, rows, row_nbytes, W, sparse, HE, LS, IB, low_total,
                  colp, colm, wmask, wbits, dlut, tdict, bad):
-    """Decode every row into rows (n, row_nbytes) (words: its element view); bad[i] = 1 if corrupt."""
+    """Decode every row into rows (n, row_nbytes) (words: its element view); bad[i] = 1 if corrupt.
+
+    Rows go in pairs: two dense rows decode in lockstep (_dense_pair), any other row alone.
+    """
     n, d = words.shape
     base = np.int64(payload.ctypes.data)
     oa = np.int64(rows.ctypes.data)
@@ -693,111 +847,30 @@ def _decode_impl(payload, offsets, words, rows, row_nbytes, W, sparse, HE, LS, I
     ntail = row_nbytes & 7
     epc = 64 // W
     HS = W - LS
-    for i in prange(n):
-        start = offsets[i]
-        L = offsets[i + 1] - start
-        row = base + start
-        if L == row_nbytes:
-            r = rows[i]
-            for k in range(row_nbytes):
-                r[k] = payload[start + k]
+    wma = np.int64(wmask.ctypes.data)
+    wba = np.int64(wbits.ctypes.data)
+    cpa = np.int64(colp.ctypes.data)
+    cstride = 8 * colp.shape[1]
+    da = np.int64(dlut.ctypes.data)
+    tda = np.int64(tdict.ctypes.data)
+    for q in prange((n + 1) // 2):
+        i = 2 * q
+        i2 = min(i + 1, n - 1)
+        sa = offsets[i]
+        sb = offsets[i2]
+        La = offsets[i + 1] - sa
+        Lb = offsets[i2 + 1] - sb
+        pa = 1 if sparse else 0
+        if i2 > i and La != row_nbytes and Lb != row_nbytes and (
+                not sparse or (_get(base + sa, 0, 1) | _get(base + sb, 0, 1)) == _ZERO) and \
+                _dense_pair(base + sa, La, oa + i * row_nbytes, pa, base + sb, Lb,
+                            oa + i2 * row_nbytes, pa, d, low_total, HE, nck, nfull, ntail, epc,
+                            wma, wba, cpa, cstride, da, tda):
             continue
-        p = 0
-        mode = 0
-        if sparse:
-            mode = int(_get(row, 0, 1))
-            p = 1
-        ok = True
-        if mode == 0:
-            plow = p
-            v, p = _get_gamma(row, p + low_total)
-            ne = v - 1
-            if v == 0 or ne > d:
-                bad[i] = 1
-                continue
-            pesc = p
-            pc = p + ne * HE
-            used = 0
-            orow = oa + i * row_nbytes
-            for k in range(nck):
-                nb = wbits[k]
-                w = _pdep(_get(row, plow, nb), wmask[k])
-                plow += nb
-                win = _get(row, pc, 64)
-                for j in range(k * epc, min(d, k * epc + epc)):
-                    t = colp[j, C_TID]
-                    e = int(dlut[t, int(win & np.uint64(0xFF))])
-                    if e == BAD_ENTRY:
-                        ok = False
-                        break
-                    ln = e >> 8
-                    win >>= np.uint64(ln)
-                    pc += ln
-                    idx = e & 0xFF
-                    if idx == ESC:
-                        if used >= ne:
-                            ok = False
-                            break
-                        hi = _get(row, pesc + used * HE, HE)
-                        used += 1
-                    else:
-                        hi = tdict[t, idx]
-                    w |= hi << np.uint64(colp[j, C_HSHIFT])
-                if not ok:
-                    break
-                if k < nfull:
-                    _st64(orow + 8 * k, w)
-                else:
-                    for b in range(ntail):
-                        _st8(orow + 8 * k + b, w >> np.uint64(8 * b))
-            if not ok or used != ne or (pc + 7) >> 3 != L:
-                bad[i] = 1
-        else:
-            v, p = _get_gamma(row, p)
-            nnz = v - 1
-            if v == 0 or nnz > d:
-                bad[i] = 1
-                continue
-            v, p = _get_gamma(row, p)
-            ne = v - 1
-            if v == 0 or ne > nnz:
-                bad[i] = 1
-                continue
-            for j in range(d):
-                words[i, j] = colm[j, M_DEFAULT]
-            ppos = p
-            plow = ppos + nnz * IB
-            pesc = plow + nnz * LS
-            pc = pesc + ne * HS
-            used = 0
-            prev = -1
-            for k in range(nnz):
-                j = int(_get(row, ppos + k * IB, IB))
-                if j <= prev or j >= d:
-                    ok = False
-                    break
-                prev = j
-                t = colp[j, C_TIDS]
-                e = int(dlut[t, int(_get(row, pc, LUT_BITS))])
-                if e == BAD_ENTRY:
-                    ok = False
-                    break
-                pc += e >> 8
-                idx = e & 0xFF
-                if idx == ESC:
-                    if used >= ne:
-                        ok = False
-                        break
-                    hi = _get(row, pesc + used * HS, HS)
-                    used += 1
-                else:
-                    hi = tdict[t, idx]
-                lo = _get(row, plow + k * LS, LS)
-                if LS < 64:
-                    lo |= hi << np.uint64(LS)
-                words[i, j] = lo
-            if not ok or used != ne or (pc + 7) >> 3 != L:
-                bad[i] = 1
+        for r in range(i, i2 + 1):  # one at a time: raw, sparse, a lone row, or a corrupt pair
+            _decode_row(r, payload, offsets, words, rows, row_nbytes, sparse, HE, LS, IB,
+                        low_total, colp, colm, dlut, tdict, bad, base, oa, nck, nfull, ntail, epc,
+                        HS, wma, wba, cpa, cstride, da, tda)
 
 
 def _build(fn):
