@@ -161,6 +161,20 @@ def _get(row, p, n):
     return w & (((_ONE << np.uint64(n & 63)) - _ONE) | (_ZERO - np.uint64(n >> 6)))
 
 
+@njit(inline="always")
+def _copy(dst, src, n):
+    """Copy n bytes between integer addresses: whole 8-byte words while at least 8 bytes
+    remain, then single bytes, so nothing past dst + n is written (rows copied in parallel
+    never overlap)."""
+    q = 0
+    while q + 8 <= n:
+        _st64(dst + q, _ld64(src + q))
+        q += 8
+    while q < n:
+        _st8(dst + q, _ld8(src + q))
+        q += 1
+
+
 # --------------------------------------------------------------------------- kernels
 def _bit_counts_impl(words, W):
     """ones[j, b]: how many rows have bit b of word j set."""
@@ -262,10 +276,7 @@ def _encode_impl(words, rows, row_nbytes, cols, header_bits, offsets, out):
     for i in prange(n):
         L = offsets[i + 1] - offsets[i]
         if L == row_nbytes:
-            r = rows[i]
-            o = offsets[i]
-            for k in range(row_nbytes):
-                out[o + k] = r[k]
+            _copy(base + offsets[i], np.int64(rows.ctypes.data) + i * rows.strides[0], row_nbytes)
             continue
         row = base + offsets[i]
         limit = base + offsets[i + 1]
@@ -330,9 +341,7 @@ def _decode_impl(payload, offsets, words, rows, row_nbytes, cols, header_bits):
         L = offsets[i + 1] - start
         row = base + start
         if L == row_nbytes:
-            r = rows[i]
-            for k in range(row_nbytes):
-                r[k] = payload[start + k]
+            _copy(np.int64(rows.ctypes.data) + i * rows.strides[0], row, row_nbytes)
             continue
         wrow = dst + i * n_words * (W // 8)
         p = header_bits
@@ -363,24 +372,12 @@ def _decode_impl(payload, offsets, words, rows, row_nbytes, cols, header_bits):
 
 
 def _gather_impl(payload, offsets, idx, new_offsets, out):
-    """Copy rows idx[k] of (payload, offsets) to out at new_offsets[k].
-
-    Whole 8-byte words while at least 8 bytes of the row remain, then single bytes, so
-    writes never leave the row (rows copied in parallel never overlap).
-    """
+    """Copy rows idx[k] of (payload, offsets) to out at new_offsets[k]."""
     src0 = np.int64(payload.ctypes.data)
     dst0 = np.int64(out.ctypes.data)
     for k in prange(idx.shape[0]):
         s = offsets[idx[k]]
-        L = offsets[idx[k] + 1] - s
-        d = new_offsets[k]
-        b = 0
-        while b + 8 <= L:
-            _st64(dst0 + d + b, _ld64(src0 + s + b))
-            b += 8
-        while b < L:
-            out[d + b] = payload[s + b]
-            b += 1
+        _copy(dst0 + new_offsets[k], src0 + s, offsets[idx[k] + 1] - s)
 
 
 def _build(fn):

@@ -14,7 +14,7 @@ from numba.core import types
 from numba.extending import intrinsic
 
 from .base import PAYLOAD_TAIL
-from .bitpack import (_get, _ld8, _ld16, _ld32, _ld64, _pdep, _pext, _put, _st8, _st64,
+from .bitpack import (_copy, _get, _ld8, _ld16, _ld32, _ld64, _pdep, _pext, _put, _st8, _st64,
                       offsets_from_lengths, parallel_ok)
 
 #: longest code (bits); the decode table of a column has 2**LUT_BITS entries.
@@ -649,14 +649,7 @@ def _encode_impl(words, rows, n_chunks, row_nbytes, W, sparse, HE, LS, IB, low_t
             if L >= row_nbytes:
                 src = ra + i * row_nbytes
                 L = row_nbytes
-            # copy whole words, then the last bytes (never past this row's L bytes)
-            q = 0
-            while q + 8 <= L:
-                _st64(ta + pos + q, _ld64(src + q))
-                q += 8
-            while q < L:
-                _st8(ta + pos + q, _ld8(src + q))
-                q += 1
+            _copy(ta + pos, src, L)
             lengths[i] = L
             pos += L
 
@@ -671,16 +664,7 @@ def _compact_impl(tmp, n_chunks, n, row_nbytes, offsets, out):
         b = min(n, a + per)
         if a >= b:
             continue
-        src = ta + a * row_nbytes
-        dst = oa + offsets[a]
-        L = offsets[b] - offsets[a]
-        q = 0
-        while q + 8 <= L:
-            _st64(dst + q, _ld64(src + q))
-            q += 8
-        while q < L:
-            _st8(dst + q, _ld8(src + q))
-            q += 1
+        _copy(oa + offsets[a], ta + a * row_nbytes, offsets[b] - offsets[a])
 
 
 # --------------------------------------------------------------------------- decode
@@ -693,6 +677,24 @@ def _dense_start(row, p, d, low_total, HE):
     if v == 0 or ne > d:
         return -1, 0, 0
     return ne, q, q + ne * HE
+
+
+@njit(inline="always")
+def _dense_code(row, win, pc, pe, used, ne, HE, lut, tda, t):
+    """One dense code: (high part, window, code bit, escapes used), used = -1 if corrupt.
+
+    win holds the row's code stream from bit pc; lut is the column's decode table, t its
+    table (for the dictionary); escaped high parts are read from bit pe, HE bits each.
+    """
+    e = np.int64(_ld16(lut + 2 * np.int64(win & np.uint64(0xFF))))
+    if e == BAD_ENTRY:
+        return _ZERO, win, pc, -1
+    idx = e & 0xFF
+    if idx == ESC:
+        if used >= ne:
+            return _ZERO, win, pc, -1
+        return _get(row, pe + used * HE, HE), win >> np.uint64(e >> 8), pc + (e >> 8), used + 1
+    return _ld64(tda + 8 * (LUT_SIZE * t + idx)), win >> np.uint64(e >> 8), pc + (e >> 8), used
 
 
 @njit(inline="always")
@@ -725,30 +727,10 @@ def _dense_pair(ra, La, oa_, pa, rb, Lb, ob, pb, d, low_total, HE, nck, nfull, n
             t = np.int64(_ld64(cp + 8 * C_TID))
             sh = _ld64(cp + 8 * C_HSHIFT)
             lut = da + 2 * LUT_SIZE * t
-            ea = np.int64(_ld16(lut + 2 * np.int64(wa_ & np.uint64(0xFF))))
-            eb = np.int64(_ld16(lut + 2 * np.int64(wb_ & np.uint64(0xFF))))
-            if ea == BAD_ENTRY or eb == BAD_ENTRY:
+            ha, wa_, pca, ua = _dense_code(ra, wa_, pca, pea, ua, nea, HE, lut, tda, t)
+            hb, wb_, pcb, ub = _dense_code(rb, wb_, pcb, peb, ub, neb, HE, lut, tda, t)
+            if ua < 0 or ub < 0:
                 return False
-            wa_ >>= np.uint64(ea >> 8)
-            wb_ >>= np.uint64(eb >> 8)
-            pca += ea >> 8
-            pcb += eb >> 8
-            ia = ea & 0xFF
-            ib = eb & 0xFF
-            if ia == ESC:
-                if ua >= nea:
-                    return False
-                ha = _get(ra, pea + ua * HE, HE)
-                ua += 1
-            else:
-                ha = _ld64(tda + 8 * (LUT_SIZE * t + ia))
-            if ib == ESC:
-                if ub >= neb:
-                    return False
-                hb = _get(rb, peb + ub * HE, HE)
-                ub += 1
-            else:
-                hb = _ld64(tda + 8 * (LUT_SIZE * t + ib))
             xa |= ha << sh
             xb |= hb << sh
         if k < nfull:
@@ -771,9 +753,7 @@ def _decode_row(i, payload, offsets, words, rows, row_nbytes, sparse, HE, LS, IB
     L = offsets[i + 1] - start
     row = base + start
     if L == row_nbytes:
-        r = rows[i]
-        for k in range(row_nbytes):
-            r[k] = payload[start + k]
+        _copy(oa + i * row_nbytes, row, row_nbytes)
         return
     p = 0
     mode = 0
