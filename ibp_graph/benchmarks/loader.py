@@ -1,4 +1,4 @@
-"""Loader benchmark: batches/s, bytes per batch and stage times, ibp vs identity vs pre-encoded store.
+"""Loader benchmark: batches/s, bytes per batch and stage times, ibp vs identity vs pre-encoded stores.
 
 All variants run in one process on the same generated graph, the same seeds and the
 same worker count, so their ratios are meaningful on a shared machine.
@@ -16,7 +16,7 @@ from ..data.store import EncodedTable
 from ..data.synthetic import make_family
 from .report import format_table, write_json
 
-VARIANTS = ("identity", "ibp", "ibp-store")
+VARIANTS = ("identity", "ibp", "ibp-store", "auto-store")
 #: on a GPU also: features already resident in GPU memory (no transfer at all), the ceiling.
 GPU_VARIANTS = VARIANTS + ("resident",)
 COLUMNS = [
@@ -49,18 +49,22 @@ def run(*, num_nodes: int = 200_000, avg_degree: int = 15, batch_size: int = 512
     x = make_family("embedding_f32", num_nodes)
     y = torch.randint(0, 172, (num_nodes,), generator=torch.Generator().manual_seed(0))
     edge_index = power_law_graph(num_nodes, avg_degree)
-    store = EncodedTable.encode(x, "ibp", progress=False)  # the "ibp-store" variant
+    # pre-encoded feature stores: IBP, and what fit_codec picks (the default of prepare)
+    stores = {v: EncodedTable.encode(x, v.split("-")[0], progress=False)
+              for v in ("ibp-store", "auto-store")}
     if not quiet:
         print(f"graph: {num_nodes:,} nodes, {edge_index.shape[1]:,} edges, x {tuple(x.shape)} float32 "
-              f"(store fraction {store.fraction:.4f}); built in {time.perf_counter() - t:.1f} s", flush=True)
+              f"(store fraction: ibp {stores['ibp-store'].fraction:.4f}, auto "
+              f"{stores['auto-store'].codec.name} {stores['auto-store'].fraction:.4f}); built in "
+              f"{time.perf_counter() - t:.1f} s", flush=True)
     rows = []
     x_dev = x.to(device) if device != "cpu" else None
     for variant in (GPU_VARIANTS if device != "cpu" else VARIANTS):
-        features = {"ibp-store": store, "resident": None}.get(variant, x)
+        features = {**stores, "resident": None}.get(variant, x)
         data = Data(y=y, edge_index=edge_index, num_nodes=num_nodes)
         if features is not None:
             data.x = features
-        codec = "identity" if variant in ("identity", "resident") else "ibp"
+        codec = {"identity": "identity", "resident": "identity", "auto-store": "auto"}.get(variant, "ibp")
         torch.manual_seed(0)
         loader = CompressedNeighborLoader(data, list(num_neighbors), batch_size=batch_size, shuffle=True,
                                           num_workers=num_workers, codec=codec, device=device,

@@ -1,0 +1,26 @@
+"""The loader benchmark on a tiny graph: every variant runs, and its byte counts add up."""
+import json
+
+from ibp_graph.benchmarks.loader import VARIANTS, run
+
+
+def test_loader_benchmark_variants_and_bytes(tmp_path, capsys):
+    out = tmp_path / "loader.json"
+    rows = run(num_nodes=3000, avg_degree=6, batch_size=64, num_neighbors=(5, 3), batches=3,
+               num_workers=0, device="cpu", out=str(out))
+    by = {r["variant"]: r for r in rows}
+    assert tuple(by) == VARIANTS
+    assert all(r["batches"] == 3 for r in rows)
+    # identity sends its raw bytes; every compressing variant sends fewer of the same raw bytes
+    assert by["identity"]["fraction"] == 1.0
+    raw = by["identity"]["raw_mb_per_batch"]
+    for v in ("ibp", "ibp-store", "auto-store"):
+        assert abs(by[v]["raw_mb_per_batch"] - raw) < 1e-9, v
+        assert by[v]["fraction"] < 0.95, v
+    # the store saves the worker its per-batch feature encode; auto's store is EBP here, smaller
+    assert abs(by["ibp-store"]["mb_per_batch"] / by["ibp"]["mb_per_batch"] - 1) < 0.02
+    assert by["auto-store"]["mb_per_batch"] < by["ibp-store"]["mb_per_batch"]
+    text = capsys.readouterr().out
+    assert "auto ebp" in text and "auto-store" in text
+    saved = json.loads(out.read_text())
+    assert [r["variant"] for r in saved["results"]] == list(VARIANTS)
