@@ -254,6 +254,28 @@ def test_corrupt_rows_raise():
         fetch_ibp(codec, bad.pin_memory(), torch.tensor([1, 9, 3], device="cuda"))
 
 
+def test_deferred_checks_raise_later_and_only_then():
+    """check=PendingChecks: the decode returns without waiting; raise_first() raises what
+    check=True would have, for the first failing call, and empties the record."""
+    from ibp_graph.cuda.decode import PendingChecks
+
+    x = adversarial_rows(np.random.default_rng(new_seed()), 64, (64,), torch.float32, raw_fraction=0)
+    codec = IBPCodec.fit(x, word_bits=32)
+    ct = codec.encode(x)
+    offs = ct.offsets.clone()
+    offs[10] = offs[9] + codec.row_nbytes + 8  # row 9 longer than a raw row
+    bad = dataclasses.replace(ct, offsets=offs).to("cuda")
+    checks = PendingChecks()
+    good = codec.decode(ct.to("cuda"), check=checks)  # no error: nothing to raise
+    codec.decode(bad, check=checks)  # returns: the check waits in `checks`
+    codec.fetch(ct.pin_memory(), torch.tensor([1, 64], device="cuda"), check=checks)
+    torch.cuda.synchronize()
+    with pytest.raises(CorruptPayloadError, match="row 9"):
+        checks.raise_first()
+    checks.raise_first()  # emptied by the first call
+    assert torch.equal(good.cpu(), x)
+
+
 # --------------------------------------------------------------------------- raw gather
 @GPU_SETTINGS
 @given(dtype=st.sampled_from(DTYPES), row_shape=st.sampled_from(ROW_SHAPES + [(3000,)]),

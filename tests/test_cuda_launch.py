@@ -13,7 +13,6 @@ test_launch_parameters_pack_exactly does), and anything the GPU itself does.
 """
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import re
 from collections import OrderedDict
@@ -22,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 
-from ibp_graph.codec import EBPCodec, IBPCodec
+from ibp_graph.codec import CorruptPayloadError, EBPCodec, IBPCodec
 from ibp_graph.codec.base import resolve_device
 from ibp_graph.cuda import decode as D
 from ibp_graph.cuda import ebp_decode as E
@@ -294,3 +293,24 @@ def test_cuda_without_index_is_the_current_device(monkeypatch):
     assert resolve_device(torch.device("cuda")) == torch.device("cuda", 3)
     assert resolve_device("cuda:1") == torch.device("cuda", 1)
     assert resolve_device("cpu") == torch.device("cpu")
+
+
+def test_pending_checks_raise_the_first_failure_later():
+    """PendingChecks (the decode stage's deferred error checks) raise, when asked, what an
+    immediate check would have raised for the first failing call, then start empty."""
+    checks = D.PendingChecks()
+    offsets = torch.tensor([0, 5, 9, 20], dtype=torch.int32)
+    index = torch.tensor([0, 7, 2])
+    D._report(checks, torch.tensor([-1, -1]), None, 3, offsets, "ct")          # a clean launch
+    D._report(checks, torch.tensor([1, -1]), index, 3, offsets, "table")       # index[1] = 7
+    D._report(checks, torch.tensor([-1, 2]), None, 3, offsets, "ct")           # row 2 corrupt
+    with pytest.raises(IndexError, match=r"index\[1\] = 7 is out of range for table with 3 rows"):
+        checks.raise_first()
+    checks.raise_first()  # emptied
+    D._report(checks, torch.tensor([-1, 2]), None, 3, offsets, "ct")
+    with pytest.raises(CorruptPayloadError, match=r"ct row 2 is corrupt \(offsets 9..20, 11 bytes\)"):
+        checks.raise_first()
+    assert checks  # truthy even when empty: `if check:` in the entry points must not skip it
+    D._report(False, torch.tensor([0, 0]), index, 3, offsets, "ct")  # never checked
+    with pytest.raises(CorruptPayloadError, match="row 0"):
+        D._report(True, torch.tensor([-1, 0]), None, 3, offsets, "ct")

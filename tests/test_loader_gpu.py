@@ -3,6 +3,8 @@
 Marked `gpu`: run with `python -m pytest -m gpu` on a machine with a GPU (CI deselects it).
 Selecting these tests without a GPU fails instead of skipping.
 """
+import dataclasses
+
 import pytest
 import torch
 
@@ -80,3 +82,28 @@ def test_pre_encoded_store_on_cuda(store_codec):
     assert loader.codecs["x@store"].name == store_codec
     for a, b in zip(on_cpu, on_gpu):
         assert torch.equal(a.x, b.x.cpu())
+
+
+def test_a_corrupt_group_raises_when_its_batch_is_handed_out():
+    """The decode stage queues batches without waiting on the GPU; a corrupt group still
+    raises CorruptPayloadError, when its batch is finished and before it is handed out."""
+    from torch.utils.data import DataLoader
+
+    from ibp_graph.codec import CorruptPayloadError
+
+    data = make_graph(num_nodes=6000, num_edges=60000, dim=32)
+    torch.manual_seed(5)
+    loader = CompressedNeighborLoader(data, [6, 4], batch_size=256, shuffle=True, codec="ibp",
+                                      device="cuda", prefetch=2)
+    encoded = list(DataLoader.__iter__(loader))[:4]
+    key = next(k for k, c in loader.codecs.items() if c.name == "ibp" and k.startswith("float32"))
+    ct = encoded[2].groups[key]
+    offs = ct.offsets.clone()
+    offs[2] = offs[1] + ct.raw_nbytes // ct.n_rows + 8  # row 1 longer than a raw row
+    encoded[2].groups[key] = dataclasses.replace(ct, offsets=offs)
+    out = loader._stage(iter(encoded))
+    for _ in range(2):  # the batches before it are fine
+        batch = next(out)
+        assert torch.equal(batch["x"].cpu(), data.x[batch["n_id"].cpu()])
+    with pytest.raises(CorruptPayloadError, match="row 1"):
+        next(out)

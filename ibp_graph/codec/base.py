@@ -357,8 +357,10 @@ class Codec(Protocol):
         ...
 
     def decode(self, ct: CompressedTensor, *, device: Device = None,
-               out: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """Rebuild the exact tensor (same bits) from a CompressedTensor."""
+               out: Optional[torch.Tensor] = None, check=True) -> torch.Tensor:
+        """Rebuild the exact tensor (same bits) from a CompressedTensor; `check` says when a
+        GPU decode reports corrupt rows (True: before returning; a cuda.decode.PendingChecks:
+        when its raise_first() is called; False: never)."""
         ...
 
     def state_dict(self) -> dict:

@@ -352,8 +352,13 @@ class EBPCodec:
         check_row_compressed(self, ct, argname)
 
     def decode(self, ct: CompressedTensor, *, device: Device = None,
-               out: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """Rebuild the exact tensor from `ct` on `device` (default: where `ct` is)."""
+               out: Optional[torch.Tensor] = None, check=True) -> torch.Tensor:
+        """Rebuild the exact tensor from `ct` on `device` (default: where `ct` is).
+
+        `check` (GPU only; the CPU checks before returning): True raises for a corrupt row
+        after the kernel, False skips that wait, a cuda.decode.PendingChecks keeps it for
+        later.
+        """
         self.check(ct)
         target = torch.device(device) if device is not None else ct.device
         if target.type == "cuda":
@@ -361,7 +366,7 @@ class EBPCodec:
 
             if ct.device != resolve_device(target):  # host memory, or another GPU
                 ct = ct.to(target, non_blocking=ct.is_pinned())
-            return decode_ebp(self, ct, out=out)
+            return decode_ebp(self, ct, out=out, check=check)
         if target.type != "cpu":
             raise ValueError(f"device={device!r} is not supported; use 'cpu' or a CUDA device")
         if ct.device.type != "cpu":
@@ -381,12 +386,13 @@ class EBPCodec:
         return out
 
     def fetch(self, table: CompressedTensor, index: torch.Tensor, *,
-              out: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """Gather rows `index` of a pinned host (or GPU) table and decode them on the GPU."""
+              out: Optional[torch.Tensor] = None, check=True) -> torch.Tensor:
+        """Gather rows `index` of a pinned host (or GPU) table and decode them on the GPU
+        (`check` as for decode: an out-of-range index raises IndexError)."""
         self.check(table, "table")
         from ..cuda.ebp_decode import fetch_ebp
 
-        return fetch_ebp(self, table, index, out=out)
+        return fetch_ebp(self, table, index, out=out, check=check)
 
     # ---- state ------------------------------------------------------------------
     def state_dict(self) -> dict:

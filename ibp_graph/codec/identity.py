@@ -73,8 +73,11 @@ class IdentityCodec:
                                       f"needs {ct.raw_nbytes}")
 
     def decode(self, ct: CompressedTensor, *, device: Device = None,
-               out: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """The rows as a tensor on `device` (a view of the payload when no copy is needed)."""
+               out: Optional[torch.Tensor] = None, check=True) -> torch.Tensor:
+        """The rows as a tensor on `device` (a view of the payload when no copy is needed).
+
+        `check` is accepted for the codecs' common signature: raw rows have nothing to check.
+        """
         self.check(ct)
         target = torch.device(device) if device is not None else ct.device
         payload = ct.payload[: ct.raw_nbytes]
@@ -87,12 +90,13 @@ class IdentityCodec:
         return out
 
     def fetch(self, table: CompressedTensor, index: torch.Tensor, *,
-              out: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """Zero-copy gather of raw rows `index` from a pinned host table into GPU memory."""
+              out: Optional[torch.Tensor] = None, check=True) -> torch.Tensor:
+        """Zero-copy gather of raw rows `index` from a pinned host table into GPU memory
+        (`check` as for IBPCodec.fetch: an out-of-range index raises IndexError)."""
         self.check(table, "table")
         from ..cuda.decode import gather_rows
         rows = table.payload[: table.raw_nbytes].view(table.n_rows, table.row_nbytes)
-        got = gather_rows(rows, index)
+        got = gather_rows(rows, index, check=check)
         result = from_row_bytes(got.reshape(-1), (got.shape[0],) + self.row_shape, self.dtype)
         if out is None:
             return result

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
-from typing import Optional
+from typing import Optional, Union
 
 import numpy as np
 import torch
@@ -28,6 +28,8 @@ from ..codec.base import check_out
 from . import runtime as rt
 from .runtime import I32, I64, PTR
 
+#: the `check` argument of the entry points: True (raise now), False, or a PendingChecks
+Check = Union[bool, "PendingChecks"]
 #: decode tables kept per (codec fingerprint, device); evicted least recently used.
 TABLE_CACHE_SIZE = 32
 _THREADS = 256
@@ -258,6 +260,45 @@ def _raise_errors(err: torch.Tensor, index: Optional[torch.Tensor], n_rows: int,
                                   "stream do not match the codec's row format")
 
 
+class PendingChecks:
+    """The error checks of GPU decodes whose results nobody has read yet.
+
+    Pass one as ``check=`` to :func:`decode_ibp`, :func:`fetch_ibp`, :func:`gather_rows`,
+    ``decode_ebp`` or ``fetch_ebp`` (or to a codec's ``decode`` / ``fetch`` on a CUDA
+    device): instead of waiting for the kernel to report (a host synchronisation per
+    call), the call records its error slots here and returns at once. Once the work is
+    done (after an event's ``synchronize()``), :meth:`raise_first` reads them all and
+    raises what ``check=True`` would have raised for the first failing call. This keeps
+    the host free to queue the next batches while the GPU decodes (the loader's
+    ``DecodeStage`` does this).
+    """
+
+    def __init__(self):
+        self._pending: list[tuple] = []
+
+    def add(self, err: torch.Tensor, index: Optional[torch.Tensor], n_rows: int,
+            offsets: Optional[torch.Tensor], what: str) -> None:
+        """Keep one call's error slots (and what its error message needs) for later."""
+        self._pending.append((err, index, n_rows, offsets, what))
+
+    def raise_first(self) -> None:
+        """Read every recorded call's error slots (synchronises) and raise for the first
+        that failed; the record is emptied either way."""
+        pending, self._pending = self._pending, []
+        for item in pending:
+            _raise_errors(*item)
+
+
+def _report(check, err: torch.Tensor, index: Optional[torch.Tensor], n_rows: int,
+            offsets: Optional[torch.Tensor], what: str) -> None:
+    """Act on a launch's error slots as `check` says: raise now (True), later (a
+    PendingChecks), or never (False)."""
+    if isinstance(check, PendingChecks):
+        check.add(err, index, n_rows, offsets, what)
+    elif check:
+        _raise_errors(err, index, n_rows, offsets, what)
+
+
 # --------------------------------------------------------------------------- launch shapes
 def group_size(n_words: int) -> int:
     """Lanes per row: the next power of two >= n_words, at most a warp."""
@@ -313,13 +354,14 @@ def _launch_decode(codec, payload_ptr: int, payload_nbytes: int, offsets: torch.
 
 
 # --------------------------------------------------------------------------- public API
-def decode_ibp(codec, ct, out: Optional[torch.Tensor] = None, *, check: bool = True
+def decode_ibp(codec, ct, out: Optional[torch.Tensor] = None, *, check: Check = True
                ) -> torch.Tensor:
     """Decode a CompressedTensor in GPU memory into its rows on the same GPU (bit exact).
 
     With check=True (default) the call waits for the kernel to read its error slot and
     raises CorruptPayloadError for an inconsistent row; check=False skips that
-    synchronisation (a corrupt row then leaves garbage in its output row).
+    synchronisation (a corrupt row then leaves garbage in its output row); a PendingChecks
+    records the check for later (no synchronisation now).
     """
     _check_codec(codec)
     _check_compressed(codec, ct, "ct")
@@ -337,13 +379,12 @@ def decode_ibp(codec, ct, out: Optional[torch.Tensor] = None, *, check: bool = T
     err = _error_slots(device)
     _launch_decode(codec, int(ct.payload.data_ptr()), ct.payload.numel(), ct.offsets,
                    int(ct.offsets.data_ptr()), None, ct.n_rows, ct.n_rows, out, device, err)
-    if check:
-        _raise_errors(err, None, ct.n_rows, ct.offsets, "ct")
+    _report(check, err, None, ct.n_rows, ct.offsets, "ct")
     return out
 
 
 def fetch_ibp(codec, table, index: torch.Tensor, out: Optional[torch.Tensor] = None, *,
-              check: bool = True) -> torch.Tensor:
+              check: Check = True) -> torch.Tensor:
     """Rows `index` of a compressed table, gathered and decoded on the GPU by one kernel.
 
     `table` lives in pinned host memory (zero-copy: only the selected rows' compressed
@@ -367,13 +408,12 @@ def fetch_ibp(codec, table, index: torch.Tensor, out: Optional[torch.Tensor] = N
     err = _error_slots(device)
     _launch_decode(codec, payload_ptr, table.payload.numel(), table.offsets, offsets_ptr,
                    index, n_out, table.n_rows, out, device, err)
-    if check:
-        _raise_errors(err, index, table.n_rows, table.offsets, "table")
+    _report(check, err, index, table.n_rows, table.offsets, "table")
     return out
 
 
 def gather_rows(table: torch.Tensor, index: torch.Tensor, out: Optional[torch.Tensor] = None,
-                *, check: bool = True) -> torch.Tensor:
+                *, check: Check = True) -> torch.Tensor:
     """Rows `index` of a raw table in pinned host memory (or GPU memory), copied into GPU memory.
 
     One zero-copy kernel, with the widest aligned accesses the row size allows; the
@@ -405,6 +445,5 @@ def gather_rows(table: torch.Tensor, index: torch.Tensor, out: Optional[torch.Te
         (PTR, table_ptr), (I64, n_rows), (I64, row_nbytes), (PTR, index.data_ptr()),
         (I64, n_out), (I32, lanes), (PTR, out.data_ptr()), (PTR, err.data_ptr()),
     ])
-    if check:
-        _raise_errors(err, index, n_rows, None, "table")
+    _report(check, err, index, n_rows, None, "table")
     return out

@@ -23,8 +23,8 @@ import torch
 
 from ..codec.base import check_out
 from . import runtime as rt
-from .decode import (_check_compressed, _check_index, _describe, _error_slots, _index_on,
-                     _operand_pointer, _raise_errors, _target_device, mark_in_use)
+from .decode import (Check, _check_compressed, _check_index, _describe, _error_slots, _index_on,
+                     _operand_pointer, _report, _target_device, mark_in_use)
 from .runtime import I32, I64, PTR
 
 #: decode tables kept per (codec fingerprint, device); evicted least recently used.
@@ -143,12 +143,13 @@ def _launch_gather(payload_ptr: int, payload_nbytes: int, offsets: torch.Tensor,
     ])
 
 
-def decode_ebp(codec, ct, out: Optional[torch.Tensor] = None, *, check: bool = True
+def decode_ebp(codec, ct, out: Optional[torch.Tensor] = None, *, check: Check = True
                ) -> torch.Tensor:
     """Decode a CompressedTensor in GPU memory into its rows on the same GPU (bit exact).
 
     With check=True (default) the call waits for the kernel's error slots and raises
-    CorruptPayloadError for an inconsistent row; check=False skips that synchronisation.
+    CorruptPayloadError for an inconsistent row; check=False skips that synchronisation;
+    a PendingChecks records the check for later (decode.PendingChecks).
     """
     _check_codec(codec)
     _check_compressed(codec, ct, "ct")
@@ -167,13 +168,12 @@ def decode_ebp(codec, ct, out: Optional[torch.Tensor] = None, *, check: bool = T
     _launch_decode(codec, int(ct.payload.data_ptr()), ct.payload.numel(), ct.offsets,
                    int(ct.offsets.data_ptr()), None, None, None, ct.n_rows, ct.n_rows, out,
                    device, err)
-    if check:
-        _raise_errors(err, None, ct.n_rows, ct.offsets, "ct")
+    _report(check, err, None, ct.n_rows, ct.offsets, "ct")
     return out
 
 
 def fetch_ebp(codec, table, index: torch.Tensor, out: Optional[torch.Tensor] = None, *,
-              check: bool = True) -> torch.Tensor:
+              check: Check = True) -> torch.Tensor:
     """Rows `index` of a compressed table, decoded on the GPU.
 
     `table` in GPU memory: one kernel gathers and decodes. `table` in pinned host memory
@@ -210,6 +210,5 @@ def fetch_ebp(codec, table, index: torch.Tensor, out: Optional[torch.Tensor] = N
         _launch_decode(codec, int(scratch.data_ptr()), scratch.numel(), None, 0, index, starts,
                        lens, n_out, table.n_rows, out, device, err)
         # the scratch buffers are freed (stream-ordered) once the decode has read them
-    if check:
-        _raise_errors(err, index, table.n_rows, table.offsets, "table")
+    _report(check, err, index, table.n_rows, table.offsets, "table")
     return out

@@ -75,23 +75,32 @@ class DecodeStage:
 
     # ---- CUDA -----------------------------------------------------------------
     def _launch(self, batch: EncodedBatch):
-        """Queue copy + decode of one batch on the side stream; return what finishing needs."""
+        """Queue copy + decode of one batch on the side stream; return what finishing needs.
+
+        Nothing here waits for the GPU: the decoders' error checks are collected
+        (PendingChecks) and read in _finish, once the batch is done anyway, so the host can
+        queue the next batches while this one copies and decodes.
+        """
+        from ..cuda.decode import PendingChecks
+
+        checks = PendingChecks()
         start, copied, done = (torch.cuda.Event(enable_timing=True) for _ in range(3))
         with torch.cuda.stream(self._stream):
             start.record()
             on_device = {k: ct.to(self.device, non_blocking=True) for k, ct in batch.groups.items()}
             copied.record()
-            decoded = {k: self.codecs[k].decode(ct) for k, ct in on_device.items()}
+            decoded = {k: self.codecs[k].decode(ct, check=checks) for k, ct in on_device.items()}
             done.record()
-        return batch, decoded, (start, copied, done)
+        return batch, decoded, (start, copied, done), checks
 
     def _finish(self, item) -> DecodedBatch:
-        batch, decoded, (start, copied, done) = item
+        batch, decoded, (start, copied, done), checks = item
         current = torch.cuda.current_stream(self.device)
         current.wait_event(done)
         for t in decoded.values():
             t.record_stream(current)
         done.synchronize()  # event timing needs the batch finished; it is, or the step waits anyway
+        checks.raise_first()  # a corrupt group raises here, before its batch is handed out
         self.stats.add_time("copy", start.elapsed_time(copied) / 1e3)
         self.stats.add_time("decode", copied.elapsed_time(done) / 1e3)
         return self._split(batch, decoded)
