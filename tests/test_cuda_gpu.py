@@ -273,7 +273,7 @@ def test_deferred_checks_raise_later_and_only_then():
     with pytest.raises(CorruptPayloadError, match="row 9"):
         checks.raise_first()
     checks.raise_first()  # emptied by the first call
-    assert torch.equal(good.cpu(), x)
+    assert_same_bits(good, x, "decode with deferred checks")
 
 
 # --------------------------------------------------------------------------- raw gather
