@@ -49,7 +49,10 @@ def load_prepared(data_cfg, *, progress: bool) -> tuple["dgl.DGLGraph", dict, in
 
     ds = open_dataset(data_cfg, progress=progress)
     csc = ds.graph  # in-edges by destination; edge ids in CSC order (no edge features here)
-    g = dgl.graph(("csc", (as_tensor(csc.indptr), as_tensor(csc.indices), torch.tensor([], dtype=torch.int64))),
+    # DGL wants one id type for the whole graph: the prepared indices are int32 where node ids
+    # fit (half the memory), so they are widened to int64 here (a copy; int64 ones are mapped)
+    indices = np.asarray(csc.indices, dtype=np.int64)
+    g = dgl.graph(("csc", (as_tensor(csc.indptr), as_tensor(indices), torch.tensor([], dtype=torch.int64))),
                   num_nodes=ds.num_nodes).formats("csc")  # only CSC: workers would build COO and CSR too
     g.ndata["feat"] = ds.x
     g.ndata["label"] = ds.y  # int64, -1 for unlabeled nodes (the splits hold labeled nodes only)

@@ -113,12 +113,37 @@ def sample_edges_equal(a: SamplerOutput, b: SamplerOutput) -> bool:
 # CSC graph
 
 
+def test_index_dtype_is_int32_exactly_while_ids_fit():
+    from ibp_graph.sampling.graph import index_dtype
+
+    assert index_dtype(0) == index_dtype(111_059_956) == index_dtype(2**31) == np.int32
+    assert index_dtype(2**31 + 1) == index_dtype(2**40) == np.int64
+
+
+def test_int32_and_int64_graphs_sample_the_same():
+    """A graph with int64 indices and edge ids (too big for int32) samples exactly like its
+    int32 copy, and the sampler's outputs are int64 either way."""
+    rng = np.random.default_rng(3)
+    ei = random_edge_index(rng, 300, 3000)
+    small = CSCGraph.from_edge_index(ei, 300)
+    wide = CSCGraph(small.indptr, small.indices.astype(np.int64), small.e_id.astype(np.int64))
+    seeds = torch.tensor([5, 17, 250, 3], dtype=torch.int64)
+    a = NeighborSampler(small, [4, 3]).sample(seeds, seed=11)
+    b = NeighborSampler(wide, [4, 3]).sample(seeds, seed=11)
+    assert sample_edges_equal(a, b)
+    assert a.node.dtype == a.edge.dtype == a.row.dtype == torch.int64
+    with pytest.raises(TypeError, match="indices must be a 1-d numpy array of int32 or int64"):
+        CSCGraph(small.indptr, small.indices.astype(np.int16), small.e_id)
+    with pytest.raises(TypeError, match="indptr must be a 1-d numpy array of int64"):
+        CSCGraph(small.indptr.astype(np.int32), small.indices, small.e_id)
+
+
 def test_csc_matches_brute_force():
     rng = np.random.default_rng(0)
     ei = random_edge_index(rng, 50, 400)
     g = CSCGraph.from_edge_index(ei.to(torch.int32), 50)
     assert (g.num_nodes, g.num_edges) == (50, 400)
-    assert g.indptr.dtype == g.indices.dtype == g.e_id.dtype == np.int64
+    assert g.indptr.dtype == np.int64 and g.indices.dtype == g.e_id.dtype == np.int32  # ids fit
     for v, eids in enumerate(in_edges(ei, 50)):
         sl = slice(g.indptr[v], g.indptr[v + 1])
         assert g.e_id[sl].tolist() == eids

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from ..codec.auto import CodecSpec
-from ..sampling.graph import CSCGraph
+from ..sampling.graph import CSCGraph, index_dtype
 
 __all__ = ["PreparedDataset", "SPLITS", "build_csc", "write_prepared_meta", "encode_store", "as_tensor",
            "progress_bar", "temp_dir", "replace_dir", "FORMAT", "FORMAT_VERSION"]
@@ -269,7 +269,7 @@ def build_csc(edge_chunks: EdgeChunks, num_nodes: int, directory: PathLike, *, u
     ``num_edges + k``, as ``torch.cat([ei, ei.flip(0)], 1)`` would number it); `dedup`
     removes repeated (source, destination) pairs, keeping each node's in-neighbours
     sorted by id, like PyG's ``to_undirected`` / ``coalesce``. Memory: two int64 arrays of
-    ``num_nodes + 1`` plus one chunk; the indices and edge ids are written to memory-mapped
+    ``num_nodes + 1`` plus one chunk; the indices and edge ids (int32 where they fit) are written to memory-mapped
     files in ``directory`` (``CSCGraph.save`` layout) and returned memory-mapped.
     """
     d = Path(directory)
@@ -289,8 +289,10 @@ def build_csc(edge_chunks: EdgeChunks, num_nodes: int, directory: PathLike, *, u
     indptr = np.cumsum(counts)
     num_edges = int(indptr[-1])
     fill = indptr[:-1].copy()
-    indices = np.lib.format.open_memmap(d / "indices.npy", mode="w+", dtype=np.int64, shape=(num_edges,))
-    e_id = np.lib.format.open_memmap(d / "e_id.npy", mode="w+", dtype=np.int64, shape=(num_edges,))
+    indices = np.lib.format.open_memmap(d / "indices.npy", mode="w+", dtype=index_dtype(num_nodes),
+                                        shape=(num_edges,))
+    e_id = np.lib.format.open_memmap(d / "e_id.npy", mode="w+", dtype=index_dtype(num_edges),
+                                     shape=(num_edges,))
     indices, e_id = np.asarray(indices), np.asarray(e_id)  # plain ndarray views for the kernels
     e0 = 0
     bar = progress_bar(n_input, "graph: placing edges", progress, unit="edges")
@@ -330,7 +332,7 @@ def _dedup_csc(d: Path, indptr: np.ndarray, indices: np.ndarray, e_id: np.ndarra
     np.cumsum(new_counts, out=new_indptr[1:])
     assert int(new_indptr[-1]) == w
     for name, arr in (("indices", indices), ("e_id", e_id)):
-        tmp = np.lib.format.open_memmap(d / f"{name}.tmp.npy", mode="w+", dtype=np.int64, shape=(w,))
+        tmp = np.lib.format.open_memmap(d / f"{name}.tmp.npy", mode="w+", dtype=arr.dtype, shape=(w,))
         for lo, hi in _edge_slices(w, EDGE_CHUNK):
             tmp[lo:hi] = arr[lo:hi]
         tmp.flush()
