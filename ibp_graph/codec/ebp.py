@@ -18,20 +18,15 @@ import torch
 
 from . import ebp_kernels as K
 from .base import (
-    CompressedTensor,
     CorruptPayloadError,
-    Device,
     as_row_bytes,
-    check_offsets,
-    check_out,
-    check_row_compressed,
     check_rows_tensor,
     dtype_from_name,
     dtype_name,
     itemsize,
     random_rows,
-    resolve_device,
 )
+from .rows import RowCodec
 
 #: elements fit() reads at most (rows x elements per row) when sample_rows is not given.
 DEFAULT_SAMPLE_ELEMENTS = 1 << 21
@@ -209,7 +204,7 @@ class _TableSet:
         return t_hw, t_size, t_esc, t_dict, t_len
 
 
-class EBPCodec:
+class EBPCodec(RowCodec):
     """Entropy Bit Packing for rows of one dtype and trailing shape (docs/format.md, EBP)."""
 
     name = "ebp"
@@ -317,79 +312,22 @@ class EBPCodec:
         return candidates[int(np.argmin(sizes))]
 
     # ---- encode / decode -----------------------------------------------------
-    def _check_input(self, tensor: torch.Tensor, argname: str = "tensor") -> None:
-        check_rows_tensor(tensor, argname)
-        if tensor.dtype != self.dtype:
-            raise TypeError(f"{argname} has dtype={tensor.dtype}; this codec was fitted on "
-                            f"{self.dtype}. Nothing is converted silently: fit a codec for it.")
-        if tuple(tensor.shape[1:]) != self.row_shape:
-            raise ValueError(f"{argname} rows have shape {tuple(tensor.shape[1:])}; this codec "
-                             f"was fitted on rows of shape {self.row_shape}")
-
     def _words(self, rows: np.ndarray) -> np.ndarray:
         return rows.view(_UINT[self.itemsize]).reshape(rows.shape[0], self.n_cols)
 
-    def encode(self, tensor: torch.Tensor) -> CompressedTensor:
-        """Compress a CPU tensor of rows (first dimension) into a CompressedTensor."""
-        self._check_input(tensor)
-        if tensor.device.type != "cpu":
-            raise ValueError(f"tensor is on {tensor.device}; encode runs on CPU tensors "
-                             "(encoding belongs in the CPU workers)")
-        rows = as_row_bytes(tensor)
-        if rows.shape[0] == 0 or self.row_nbytes == 0:
-            from .bitpack import offsets_from_lengths
+    # ---- RowCodec hooks -------------------------------------------------------------
+    def _encode_rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return K.encode_rows(self._words(rows), rows, self._tables)
 
-            offsets, padded = offsets_from_lengths(np.zeros(rows.shape[0], np.int64))
-            payload = np.zeros(padded, np.uint8)
-        else:
-            payload, offsets = K.encode_rows(self._words(rows), rows, self._tables)
-        return CompressedTensor(payload=torch.from_numpy(payload),
-                                offsets=torch.from_numpy(offsets), shape=tuple(tensor.shape),
-                                dtype=self.dtype, codec=self.name, fingerprint=self.fingerprint)
+    def _decode_rows(self, payload: np.ndarray, offsets: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        return K.decode_rows(payload, offsets, self._words(rows), rows, self._tables)
 
-    def check(self, ct: CompressedTensor, argname: str = "ct") -> None:
-        """Raise unless `ct` was encoded by this codec and its offsets are consistent."""
-        check_row_compressed(self, ct, argname)
+    def _gpu_decode(self, ct, out, check):
+        from ..cuda.ebp_decode import decode_ebp
 
-    def decode(self, ct: CompressedTensor, *, device: Device = None,
-               out: Optional[torch.Tensor] = None, check=True) -> torch.Tensor:
-        """Rebuild the exact tensor from `ct` on `device` (default: where `ct` is).
+        return decode_ebp(self, ct, out=out, check=check)
 
-        `check` (GPU only; the CPU checks before returning): True raises for a corrupt row
-        after the kernel, False skips that wait, a cuda.decode.PendingChecks keeps it for
-        later.
-        """
-        self.check(ct)
-        target = torch.device(device) if device is not None else ct.device
-        if target.type == "cuda":
-            from ..cuda.ebp_decode import decode_ebp
-
-            if ct.device != resolve_device(target):  # host memory, or another GPU
-                ct = ct.to(target, non_blocking=ct.is_pinned())
-            return decode_ebp(self, ct, out=out, check=check)
-        if target.type != "cpu":
-            raise ValueError(f"device={device!r} is not supported; use 'cpu' or a CUDA device")
-        if ct.device.type != "cpu":
-            ct = ct.to("cpu")
-        out = check_out(out, ct.shape, self.dtype, torch.device("cpu"))
-        if ct.n_rows and self.row_nbytes:
-            check_offsets(ct)
-            rows = as_row_bytes(out)
-            bad = K.decode_rows(ct.payload.numpy(), ct.offsets.numpy(), self._words(rows), rows,
-                                self._tables)
-            if bad.size:
-                r = int(bad[0])
-                o = ct.offsets[r:r + 2].tolist()
-                raise CorruptPayloadError(
-                    f"ct row {r} is corrupt (offsets {o[0]}..{o[1]}, {o[1] - o[0]} bytes): its "
-                    f"bit stream does not match the EBP row format ({bad.size} corrupt rows)")
-        return out
-
-    def fetch(self, table: CompressedTensor, index: torch.Tensor, *,
-              out: Optional[torch.Tensor] = None, check=True) -> torch.Tensor:
-        """Gather rows `index` of a pinned host (or GPU) table and decode them on the GPU
-        (`check` as for decode: an out-of-range index raises IndexError)."""
-        self.check(table, "table")
+    def _gpu_fetch(self, table, index, out, check):
         from ..cuda.ebp_decode import fetch_ebp
 
         return fetch_ebp(self, table, index, out=out, check=check)

@@ -11,20 +11,15 @@ import torch
 
 from . import bitpack
 from .base import (
-    CompressedTensor,
     CorruptPayloadError,
-    Device,
     as_row_bytes,
-    check_offsets,
-    check_out,
-    resolve_device,
-    check_row_compressed,
-    random_rows,
     check_rows_tensor,
     dtype_from_name,
     dtype_name,
     itemsize,
+    random_rows,
 )
+from .rows import RowCodec
 
 #: thresholds swept by fit() when none is given (the paper's sweep).
 THRESHOLDS: tuple[float, ...] = (0.70, 0.75, 0.80, 0.85, 0.90, 0.95)
@@ -46,7 +41,7 @@ def invariant_bits(counts: np.ndarray, n_rows: int, threshold: float
     return mask, bitval
 
 
-class IBPCodec:
+class IBPCodec(RowCodec):
     """Invariant Bit Packing for rows of one dtype and trailing shape (docs/format.md)."""
 
     name = "ibp"
@@ -167,62 +162,20 @@ class IBPCodec:
         return best[1]
 
     # ---- encode / decode -----------------------------------------------------
-    def _check_input(self, tensor: torch.Tensor, argname: str = "tensor") -> None:
-        check_rows_tensor(tensor, argname)
-        if tensor.dtype != self.dtype:
-            raise TypeError(f"{argname} has dtype={tensor.dtype}; this codec was fitted on "
-                            f"{self.dtype}. Nothing is converted silently: fit a codec for it.")
-        if tuple(tensor.shape[1:]) != self.row_shape:
-            raise ValueError(f"{argname} rows have shape {tuple(tensor.shape[1:])}; this codec "
-                             f"was fitted on rows of shape {self.row_shape}")
+    # ---- RowCodec hooks -------------------------------------------------------------
+    def _encode_rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return bitpack.encode_rows(rows, self._tables)
 
-    def encode(self, tensor: torch.Tensor) -> CompressedTensor:
-        """Compress a CPU tensor of rows (first dimension) into a CompressedTensor."""
-        self._check_input(tensor)
-        if tensor.device.type != "cpu":
-            raise ValueError(f"tensor is on {tensor.device}; encode runs on CPU tensors "
-                             "(encoding belongs in the CPU workers)")
-        payload, offsets = bitpack.encode_rows(as_row_bytes(tensor), self._tables)
-        return CompressedTensor(payload=torch.from_numpy(payload),
-                                offsets=torch.from_numpy(offsets), shape=tuple(tensor.shape),
-                                dtype=self.dtype, codec=self.name, fingerprint=self.fingerprint)
+    def _decode_rows(self, payload: np.ndarray, offsets: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        bitpack.decode_rows(payload, offsets, rows, self._tables)
+        return np.zeros(0, dtype=np.int64)  # every bit string decodes; offsets were checked
 
-    def check(self, ct: CompressedTensor, argname: str = "ct") -> None:
-        """Raise unless `ct` was encoded by this codec and its offsets are consistent."""
-        check_row_compressed(self, ct, argname)
+    def _gpu_decode(self, ct, out, check):
+        from ..cuda.decode import decode_ibp
 
-    def decode(self, ct: CompressedTensor, *, device: Device = None,
-               out: Optional[torch.Tensor] = None, check=True) -> torch.Tensor:
-        """Rebuild the exact tensor from `ct` on `device` (default: where `ct` is).
+        return decode_ibp(self, ct, out=out, check=check)
 
-        `check` (GPU only; the CPU checks before returning): True raises for a corrupt row
-        after the kernel, False skips that wait, a cuda.decode.PendingChecks keeps it for
-        later.
-        """
-        self.check(ct)
-        target = torch.device(device) if device is not None else ct.device
-        if target.type == "cuda":
-            from ..cuda.decode import decode_ibp
-
-            if ct.device != resolve_device(target):  # host memory, or another GPU
-                ct = ct.to(target, non_blocking=ct.is_pinned())
-            return decode_ibp(self, ct, out=out, check=check)
-        if target.type != "cpu":
-            raise ValueError(f"device={device!r} is not supported; use 'cpu' or a CUDA device")
-        if ct.device.type != "cpu":
-            ct = ct.to("cpu")
-        out = check_out(out, ct.shape, self.dtype, torch.device("cpu"))
-        if ct.n_rows and self.row_nbytes:
-            check_offsets(ct)
-            bitpack.decode_rows(ct.payload.numpy(), ct.offsets.numpy(), as_row_bytes(out),
-                                self._tables)
-        return out
-
-    def fetch(self, table: CompressedTensor, index: torch.Tensor, *,
-              out: Optional[torch.Tensor] = None, check=True) -> torch.Tensor:
-        """Gather rows `index` of a pinned host table and decode them on the GPU in one kernel
-        (`check` as for decode: an out-of-range index raises IndexError)."""
-        self.check(table, "table")
+    def _gpu_fetch(self, table, index, out, check):
         from ..cuda.decode import fetch_ibp
 
         return fetch_ibp(self, table, index, out=out, check=check)

@@ -1,0 +1,121 @@
+"""RowCodec: what IBP and EBP share around their kernels (input checks, devices, errors).
+
+A subclass supplies its name, dtype, row_shape, row_nbytes and fingerprint, and four
+hooks: ``_encode_rows`` (CPU encoder), ``_decode_rows`` (CPU decoder, returning the
+indices of corrupt rows), and ``_gpu_decode`` / ``_gpu_fetch`` (its CUDA entry points).
+Everything a caller can get wrong is checked here, the same way for every codec.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import torch
+
+from .base import (
+    CompressedTensor,
+    CorruptPayloadError,
+    Device,
+    as_row_bytes,
+    check_offsets,
+    check_out,
+    check_row_compressed,
+    check_rows_tensor,
+    resolve_device,
+)
+
+
+class RowCodec:
+    """Base of the codecs whose rows are stored condensed, with per-row offsets."""
+
+    name: str
+    dtype: torch.dtype
+    row_shape: tuple[int, ...]
+    row_nbytes: int
+    fingerprint: int
+
+    # ---- hooks --------------------------------------------------------------------
+    def _encode_rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(payload, offsets) of a (n, row_nbytes) uint8 array, n >= 1."""
+        raise NotImplementedError
+
+    def _decode_rows(self, payload: np.ndarray, offsets: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Decode into rows (n, row_nbytes) uint8; the indices of corrupt rows (empty if none)."""
+        raise NotImplementedError
+
+    def _gpu_decode(self, ct: CompressedTensor, out: Optional[torch.Tensor], check):
+        raise NotImplementedError
+
+    def _gpu_fetch(self, table: CompressedTensor, index: torch.Tensor,
+                   out: Optional[torch.Tensor], check):
+        raise NotImplementedError
+
+    # ---- API ----------------------------------------------------------------------
+    def _check_input(self, tensor: torch.Tensor, argname: str = "tensor") -> None:
+        check_rows_tensor(tensor, argname)
+        if tensor.dtype != self.dtype:
+            raise TypeError(f"{argname} has dtype={tensor.dtype}; this codec was fitted on "
+                            f"{self.dtype}. Nothing is converted silently: fit a codec for it.")
+        if tuple(tensor.shape[1:]) != self.row_shape:
+            raise ValueError(f"{argname} rows have shape {tuple(tensor.shape[1:])}; this codec "
+                             f"was fitted on rows of shape {self.row_shape}")
+
+    def encode(self, tensor: torch.Tensor) -> CompressedTensor:
+        """Compress a CPU tensor of rows (first dimension) into a CompressedTensor."""
+        self._check_input(tensor)
+        if tensor.device.type != "cpu":
+            raise ValueError(f"tensor is on {tensor.device}; encode runs on CPU tensors "
+                             "(encoding belongs in the CPU workers)")
+        rows = as_row_bytes(tensor)
+        if rows.shape[0] == 0 or self.row_nbytes == 0:
+            from .bitpack import offsets_from_lengths
+
+            offsets, padded = offsets_from_lengths(np.zeros(rows.shape[0], np.int64))
+            payload = np.zeros(padded, np.uint8)
+        else:
+            payload, offsets = self._encode_rows(rows)
+        return CompressedTensor(payload=torch.from_numpy(payload),
+                                offsets=torch.from_numpy(offsets), shape=tuple(tensor.shape),
+                                dtype=self.dtype, codec=self.name, fingerprint=self.fingerprint)
+
+    def check(self, ct: CompressedTensor, argname: str = "ct") -> None:
+        """Raise unless `ct` was encoded by this codec and its offsets are consistent."""
+        check_row_compressed(self, ct, argname)
+
+    def decode(self, ct: CompressedTensor, *, device: Device = None,
+               out: Optional[torch.Tensor] = None, check=True) -> torch.Tensor:
+        """Rebuild the exact tensor from `ct` on `device` (default: where `ct` is).
+
+        `check` (GPU only; the CPU checks before returning): True raises for a corrupt row
+        after the kernel, False skips that wait, a cuda.decode.PendingChecks keeps it for
+        later.
+        """
+        self.check(ct)
+        target = torch.device(device) if device is not None else ct.device
+        if target.type == "cuda":
+            if ct.device != resolve_device(target):  # host memory, or another GPU
+                ct = ct.to(target, non_blocking=ct.is_pinned())
+            return self._gpu_decode(ct, out, check)
+        if target.type != "cpu":
+            raise ValueError(f"device={device!r} is not supported; use 'cpu' or a CUDA device")
+        if ct.device.type != "cpu":
+            ct = ct.to("cpu")
+        out = check_out(out, ct.shape, self.dtype, torch.device("cpu"))
+        if ct.n_rows and self.row_nbytes:
+            check_offsets(ct)
+            bad = self._decode_rows(ct.payload.numpy(), ct.offsets.numpy(), as_row_bytes(out))
+            if bad.size:
+                r = int(bad[0])
+                o = ct.offsets[r:r + 2].tolist()
+                raise CorruptPayloadError(
+                    f"ct row {r} is corrupt (offsets {o[0]}..{o[1]}, {o[1] - o[0]} bytes): its "
+                    f"bit stream does not match the {self.name.upper()} row format "
+                    f"({bad.size} corrupt rows)")
+        return out
+
+    def fetch(self, table: CompressedTensor, index: torch.Tensor, *,
+              out: Optional[torch.Tensor] = None, check=True) -> torch.Tensor:
+        """Rows `index` of a pinned host (or GPU) table, gathered and decoded on the GPU
+        (`check` as for decode: an out-of-range index raises IndexError)."""
+        self.check(table, "table")
+        return self._gpu_fetch(table, index, out, check)
