@@ -210,22 +210,3 @@ class IBPCodec(RowCodec):
                        threshold=state.get("threshold"))
         except KeyError as e:
             raise CorruptPayloadError(f"state_dict lacks the key {e.args[0]!r}") from None
-
-    def load_state_dict(self, state: dict) -> None:
-        """Replace this codec's state with `state` (as made by state_dict())."""
-        other = IBPCodec.from_state_dict(state)
-        self.__dict__.clear()
-        self.__dict__.update(other.__dict__)
-
-    def to_bytes(self) -> bytes:
-        """The state as a checksummed, versioned blob."""
-        from .format import state_to_bytes
-
-        return state_to_bytes(self.state_dict())
-
-    @classmethod
-    def from_bytes(cls, blob: bytes) -> "IBPCodec":
-        """Rebuild a codec from to_bytes()."""
-        from .format import state_from_bytes
-
-        return cls.from_state_dict(state_from_bytes(blob))

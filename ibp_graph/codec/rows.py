@@ -119,3 +119,30 @@ class RowCodec:
         (`check` as for decode: an out-of-range index raises IndexError)."""
         self.check(table, "table")
         return self._gpu_fetch(table, index, out, check)
+
+    # ---- state ----------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        raise NotImplementedError
+
+    @classmethod
+    def from_state_dict(cls, state: dict) -> "RowCodec":
+        raise NotImplementedError
+
+    def load_state_dict(self, state: dict) -> None:
+        """Replace this codec's state with `state` (as made by state_dict())."""
+        other = type(self).from_state_dict(state)
+        self.__dict__.clear()
+        self.__dict__.update(other.__dict__)
+
+    def to_bytes(self) -> bytes:
+        """The state as a checksummed, versioned blob."""
+        from .format import state_to_bytes
+
+        return state_to_bytes(self.state_dict())
+
+    @classmethod
+    def from_bytes(cls, blob: bytes) -> "RowCodec":
+        """Rebuild a codec from to_bytes()."""
+        from .format import state_from_bytes
+
+        return cls.from_state_dict(state_from_bytes(blob))
