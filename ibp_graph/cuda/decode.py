@@ -354,6 +354,21 @@ def _launch_decode(codec, payload_ptr: int, payload_nbytes: int, offsets: torch.
 
 
 # --------------------------------------------------------------------------- public API
+def _on_gpu(codec, ct, out: Optional[torch.Tensor], caller: str
+            ) -> tuple[torch.device, torch.Tensor]:
+    """Check a CompressedTensor to decode in GPU memory (and `out`); (its device, out)."""
+    _check_compressed(codec, ct, "ct")
+    if not ct.payload.is_cuda:
+        raise ValueError(f"ct.payload has {_describe(ct.payload)}; {caller} takes a "
+                         "CompressedTensor in GPU memory: move it with ct.to('cuda', "
+                         "non_blocking=True), or use codec.fetch for a zero-copy read")
+    device = ct.payload.device
+    if ct.offsets.device != device:
+        raise ValueError(f"ct.offsets is on {ct.offsets.device} but ct.payload on {device}; "
+                         "accepted: both on the same GPU")
+    return device, check_out(out, tuple(ct.shape), codec.dtype, device)
+
+
 def decode_ibp(codec, ct, out: Optional[torch.Tensor] = None, *, check: Check = True
                ) -> torch.Tensor:
     """Decode a CompressedTensor in GPU memory into its rows on the same GPU (bit exact).
@@ -364,16 +379,7 @@ def decode_ibp(codec, ct, out: Optional[torch.Tensor] = None, *, check: Check = 
     records the check for later (no synchronisation now).
     """
     _check_codec(codec)
-    _check_compressed(codec, ct, "ct")
-    if not ct.payload.is_cuda:
-        raise ValueError(f"ct.payload has {_describe(ct.payload)}; decode_ibp takes a "
-                         "CompressedTensor in GPU memory: move it with ct.to('cuda', "
-                         "non_blocking=True), or use codec.fetch for a zero-copy read")
-    device = ct.payload.device
-    if ct.offsets.device != device:
-        raise ValueError(f"ct.offsets is on {ct.offsets.device} but ct.payload on {device}; "
-                         "accepted: both on the same GPU")
-    out = check_out(out, tuple(ct.shape), codec.dtype, device)
+    device, out = _on_gpu(codec, ct, out, "decode_ibp")
     if ct.n_rows == 0 or codec.row_nbytes == 0:
         return out
     err = _error_slots(device)

@@ -23,8 +23,8 @@ import torch
 
 from ..codec.base import check_out
 from . import runtime as rt
-from .decode import (Check, _check_compressed, _check_index, _describe, _error_slots, _index_on,
-                     _operand_pointer, _report, _target_device, mark_in_use)
+from .decode import (Check, _check_compressed, _check_index, _error_slots, _index_on,
+                     _on_gpu, _operand_pointer, _report, _target_device, mark_in_use)
 from .runtime import I32, I64, PTR
 
 #: decode tables kept per (codec fingerprint, device); evicted least recently used.
@@ -152,16 +152,7 @@ def decode_ebp(codec, ct, out: Optional[torch.Tensor] = None, *, check: Check = 
     a PendingChecks records the check for later (decode.PendingChecks).
     """
     _check_codec(codec)
-    _check_compressed(codec, ct, "ct")
-    if not ct.payload.is_cuda:
-        raise ValueError(f"ct.payload has {_describe(ct.payload)}; decode_ebp takes a "
-                         "CompressedTensor in GPU memory: move it with ct.to('cuda', "
-                         "non_blocking=True), or use codec.fetch for a zero-copy read")
-    device = ct.payload.device
-    if ct.offsets.device != device:
-        raise ValueError(f"ct.offsets is on {ct.offsets.device} but ct.payload on {device}; "
-                         "accepted: both on the same GPU")
-    out = check_out(out, tuple(ct.shape), codec.dtype, device)
+    device, out = _on_gpu(codec, ct, out, "decode_ebp")
     if ct.n_rows == 0 or codec.row_nbytes == 0:
         return out
     err = _error_slots(device)
