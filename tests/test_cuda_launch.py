@@ -314,15 +314,3 @@ def test_pending_checks_raise_the_first_failure_later():
     D._report(False, torch.tensor([0, 0]), index, 3, offsets, "ct")  # never checked
     with pytest.raises(CorruptPayloadError, match="row 0"):
         D._report(True, torch.tensor([-1, 0]), None, 3, offsets, "ct")
-
-
-@pytest.mark.parametrize("fit,decode,name", [(IBPCodec.fit, D.decode_ibp, "decode_ibp"),
-                                             (EBPCodec.fit, E.decode_ebp, "decode_ebp")])
-def test_gpu_decoders_refuse_host_memory_by_name(fit, decode, name):
-    """CPU tensors where GPU ones are needed: a clear error naming the argument and the call,
-    raised before anything is launched."""
-    x = torch.randn(40, 16)
-    codec = fit(x)
-    with pytest.raises(ValueError, match=rf"ct.payload has .*cpu.*; {name} takes a CompressedTensor "
-                                         r"in GPU memory"):
-        decode(codec, codec.encode(x))

@@ -11,10 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import os
-import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +24,8 @@ from ibp_graph.cuda import ebp_decode as E
 from ibp_graph.cuda import runtime as rt
 
 try:  # the warp emulation and data helpers (pytest's default import mode puts tests/ on sys.path)
-    from test_cuda_compile import SHIM, adversarial_rows, new_seed, row_bytes
+    from test_cuda_compile import (SHIM, adversarial_rows, build_emulator, new_seed, row_bytes,
+                                   run_harness)
     from test_codec_ebp import crafted_codec, rows_for
 except ImportError:  # pragma: no cover - other import modes
     def _load(name):
@@ -39,6 +36,7 @@ except ImportError:  # pragma: no cover - other import modes
 
     _c, _e = _load("test_cuda_compile"), _load("test_codec_ebp")
     SHIM, adversarial_rows, new_seed, row_bytes = _c.SHIM, _c.adversarial_rows, _c.new_seed, _c.row_bytes
+    build_emulator, run_harness = _c.build_emulator, _c.run_harness
     crafted_codec, rows_for = _e.crafted_codec, _e.rows_for
 
 EBP_KERNELS = [k for k, src in rt.KERNELS.items() if src == "ebp_decode.cu"]
@@ -53,24 +51,6 @@ def test_ebp_kernels_compile(arch):
                                    "ebp_decode_w8", "ebp_gather"]
     for k in EBP_KERNELS:
         assert k.encode() in binary
-
-
-def test_launch_parameters_match_the_kernel_signatures():
-    """The host passes one (type, value) per kernel parameter, in order (read off the source)."""
-    import inspect
-
-    src = rt.read_source("ebp_decode.cu")
-
-    def kernel_kinds(name):
-        sig = re.search(re.escape(name) + r"\((.*?)\)", src, re.S).group(1)
-        params = [" ".join(p.replace("\\", " ").split()) for p in sig.split(",")]
-        return ["PTR" if "*" in p else "I64" if p.startswith("i64") else "I32" for p in params]
-
-    def host_kinds(fn):
-        return re.findall(r"\((PTR|I32|I64), ", inspect.getsource(fn))
-
-    assert host_kinds(E._launch_decode) == kernel_kinds("ebp_decode_w##W")
-    assert host_kinds(E._launch_gather) == kernel_kinds("void __launch_bounds__(256) ebp_gather")
 
 
 def test_host_checks_need_no_gpu():
@@ -232,22 +212,8 @@ int main(int argc, char** argv) {
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory):
     """The EBP kernels compiled as host C++ with the warp emulation (ASan + UBSan when available)."""
-    cxx = shutil.which("g++") or shutil.which("clang++")
-    if cxx is None:
-        pytest.skip("no C++ compiler (g++/clang++) to build the warp emulation")
-    d = tmp_path_factory.mktemp("ebp_emu")
-    (d / "shim.h").write_text(SHIM + EXTRA_SHIM)
-    (d / "harness.cpp").write_text(HARNESS)
-    for name in ("ebp_decode.cu",) + rt.header_names():
-        (d / name).write_text(rt.read_source(name))
-    base = [cxx, "-std=c++20", "-O1", "-g", "-pthread", "-Wall", "-Wno-unknown-pragmas",
-            "-Wno-unused-function", "-I", str(d), str(d / "harness.cpp"), "-o", str(d / "harness")]
-    san = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
-    proc = subprocess.run(base[:1] + san + base[1:], capture_output=True, text=True)
-    if proc.returncode != 0:  # no sanitizer runtime: still run the logic checks
-        proc = subprocess.run(base, capture_output=True, text=True)
-    assert proc.returncode == 0, f"ebp_decode.cu does not compile as host C++:\n{proc.stderr}"
-    return Emulator(d / "harness")
+    return Emulator(build_emulator(tmp_path_factory, "ebp_emu", SHIM + EXTRA_SHIM, HARNESS,
+                                      ("ebp_decode.cu",)))
 
 
 class Emulator:
@@ -267,17 +233,7 @@ class Emulator:
                   t.low_total, out_shift, block, grid, E.scratch_stride(t.row_nbytes)]
         arrays = {"payload": ct.payload.numpy(), "offsets": ct.offsets.numpy(), "index": idx,
                   **tabs}
-        for name, arr in arrays.items():
-            np.ascontiguousarray(arr).tofile(os.path.join(tmp, name + ".bin"))
-        with open(os.path.join(tmp, "params.txt"), "w") as f:
-            f.write(" ".join(str(int(p)) for p in params))
-        env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0")
-        proc = subprocess.run([self.exe, str(tmp)], capture_output=True, text=True, timeout=600,
-                              env=env)
-        assert proc.returncode == 0, proc.stderr[-6000:]
-        out = np.fromfile(os.path.join(tmp, "out.bin"), dtype=np.uint8)
-        err = np.fromfile(os.path.join(tmp, "err.bin"), dtype=np.uint64)
-        return out, [None if e == np.uint64(2**64 - 1) else int(e) for e in err]
+        return run_harness(self.exe, str(tmp), params, arrays, timeout=600)
 
 
 def _expect(codec, ct, index=None) -> np.ndarray:
