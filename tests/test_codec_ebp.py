@@ -521,8 +521,8 @@ def test_detectable_corruptions_are_detected():
 
 @pytest.mark.parametrize("sparse", [False, True])
 def test_a_corrupt_row_is_reported_alone_and_its_neighbours_decode(sparse):
-    """Rows decode in pairs (two dense rows in lockstep); a corrupt row at either place of
-    a pair, or next to a sparse or raw row, is the only one reported, and every other row
+    """Dense rows decode four at a time in lockstep; a corrupt row at any place of such a
+    group, or next to a sparse or raw row, is the only one reported, and every other row
     still decodes to its exact bits."""
     rng = np.random.default_rng(11)
     x = torch.from_numpy(rng.normal(0, 0.1, (41, 64)).astype(np.float32))

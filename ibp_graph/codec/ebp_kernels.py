@@ -27,6 +27,8 @@ ESC = 255
 MAX_DICT = 255
 #: high parts below 2**ENC_BITS are looked up directly when encoding; larger ones are searched.
 ENC_BITS = 12
+#: rows the decoder sorts into raw/sparse and dense (decoded four at a time) per task
+DEC_BLOCK = 256
 #: decode-table entry of a bit pattern no code starts with (only possible in a corrupt table).
 BAD_ENTRY = 0xFFFF
 
@@ -698,49 +700,66 @@ def _dense_code(row, win, pc, pe, used, ne, HE, lut, tda, t):
 
 
 @njit(inline="always")
-def _dense_pair(ra, La, oa_, pa, rb, Lb, ob, pb, d, low_total, HE, nck, nfull, ntail, epc,
-                wma, wba, cpa, cstride, da, tda):
-    """Decode two dense rows (ra at bit pa into oa_, rb at bit pb into ob) in lockstep.
+def _dense_quad(r0, o0, p0, r1, o1, p1, r2, o2, p2, r3, o3, p3, d, low_total, HE, nck, nfull,
+                ntail, epc, wma, wba, cpa, cstride, da, tda):
+    """Decode four dense rows (row address, output address, low-stream bit) in lockstep.
 
     One row's codes form a dependency chain (where a code starts depends on the previous
-    code's length); two rows give the core two independent chains, and both rows read the
-    same column's table at each step, so it stays in L1. Returns True when both rows are
-    well-formed (docs/format.md, EBP decoding); pass the same row twice to decode one.
+    code's length, through a table load); four rows give the core four independent chains,
+    and all four read the same column's table at each step, so it stays in L1. Returns the
+    code-stream end bit of each row (-1 for a row found corrupt: then the others' output
+    is incomplete too). The same row may be passed more than once.
     """
-    nea, pea, pca = _dense_start(ra, pa, d, low_total, HE)
-    neb, peb, pcb = _dense_start(rb, pb, d, low_total, HE)
-    if nea < 0 or neb < 0:
-        return False
-    ua = 0
-    ub = 0
+    n0, e0, c0 = _dense_start(r0, p0, d, low_total, HE)
+    n1, e1, c1 = _dense_start(r1, p1, d, low_total, HE)
+    n2, e2, c2 = _dense_start(r2, p2, d, low_total, HE)
+    n3, e3, c3 = _dense_start(r3, p3, d, low_total, HE)
+    if n0 < 0 or n1 < 0 or n2 < 0 or n3 < 0:
+        return -1, -1, -1, -1
+    u0 = u1 = u2 = u3 = 0
     for k in range(nck):
         nb = np.int64(_ld64(wba + 8 * k))
         m = _ld64(wma + 8 * k)
-        xa = _pdep(_get(ra, pa, nb), m)
-        xb = _pdep(_get(rb, pb, nb), m)
-        pa += nb
-        pb += nb
-        wa_ = _get(ra, pca, 64)
-        wb_ = _get(rb, pcb, 64)
+        x0 = _pdep(_get(r0, p0, nb), m)
+        x1 = _pdep(_get(r1, p1, nb), m)
+        x2 = _pdep(_get(r2, p2, nb), m)
+        x3 = _pdep(_get(r3, p3, nb), m)
+        p0 += nb
+        p1 += nb
+        p2 += nb
+        p3 += nb
+        w0 = _get(r0, c0, 64)
+        w1 = _get(r1, c1, 64)
+        w2 = _get(r2, c2, 64)
+        w3 = _get(r3, c3, 64)
         for j in range(k * epc, min(d, k * epc + epc)):
             cp = cpa + j * cstride
             t = np.int64(_ld64(cp + 8 * C_TID))
             sh = _ld64(cp + 8 * C_HSHIFT)
             lut = da + 2 * LUT_SIZE * t
-            ha, wa_, pca, ua = _dense_code(ra, wa_, pca, pea, ua, nea, HE, lut, tda, t)
-            hb, wb_, pcb, ub = _dense_code(rb, wb_, pcb, peb, ub, neb, HE, lut, tda, t)
-            if ua < 0 or ub < 0:
-                return False
-            xa |= ha << sh
-            xb |= hb << sh
+            h0, w0, c0, u0 = _dense_code(r0, w0, c0, e0, u0, n0, HE, lut, tda, t)
+            h1, w1, c1, u1 = _dense_code(r1, w1, c1, e1, u1, n1, HE, lut, tda, t)
+            h2, w2, c2, u2 = _dense_code(r2, w2, c2, e2, u2, n2, HE, lut, tda, t)
+            h3, w3, c3, u3 = _dense_code(r3, w3, c3, e3, u3, n3, HE, lut, tda, t)
+            if (u0 | u1 | u2 | u3) < 0:
+                return -1, -1, -1, -1
+            x0 |= h0 << sh
+            x1 |= h1 << sh
+            x2 |= h2 << sh
+            x3 |= h3 << sh
         if k < nfull:
-            _st64(oa_ + 8 * k, xa)
-            _st64(ob + 8 * k, xb)
+            _st64(o0 + 8 * k, x0)
+            _st64(o1 + 8 * k, x1)
+            _st64(o2 + 8 * k, x2)
+            _st64(o3 + 8 * k, x3)
         else:
             for q in range(ntail):
-                _st8(oa_ + 8 * k + q, xa >> np.uint64(8 * q))
-                _st8(ob + 8 * k + q, xb >> np.uint64(8 * q))
-    return (ua == nea and ub == neb and (pca + 7) >> 3 == La and (pcb + 7) >> 3 == Lb)
+                _st8(o0 + 8 * k + q, x0 >> np.uint64(8 * q))
+                _st8(o1 + 8 * k + q, x1 >> np.uint64(8 * q))
+                _st8(o2 + 8 * k + q, x2 >> np.uint64(8 * q))
+                _st8(o3 + 8 * k + q, x3 >> np.uint64(8 * q))
+    return (c0 if u0 == n0 else -1, c1 if u1 == n1 else -1, c2 if u2 == n2 else -1,
+            c3 if u3 == n3 else -1)
 
 
 @njit(inline="always")
@@ -762,9 +781,10 @@ def _decode_row(i, payload, offsets, words, rows, row_nbytes, sparse, HE, LS, IB
         p = 1
     ok = True
     if mode == 0:
-        orow = oa + i * row_nbytes
-        if not _dense_pair(row, L, orow, p, row, L, orow, p, d, low_total, HE, nck, nfull, ntail,
-                           epc, wma, wba, cpa, cstride, da, tda):
+        o = oa + i * row_nbytes
+        end = _dense_quad(row, o, p, row, o, p, row, o, p, row, o, p, d, low_total, HE, nck, nfull,
+                          ntail, epc, wma, wba, cpa, cstride, da, tda)[0]
+        if end < 0 or (end + 7) >> 3 != L:
             bad[i] = 1
         return
     v, p = _get_gamma(row, p)
@@ -817,7 +837,9 @@ def _decode_impl(payload, offsets, words, rows, row_nbytes, W, sparse, HE, LS, I
                  colp, colm, wmask, wbits, dlut, tdict, bad):
     """Decode every row into rows (n, row_nbytes) (words: its element view); bad[i] = 1 if corrupt.
 
-    Rows go in pairs: two dense rows decode in lockstep (_dense_pair), any other row alone.
+    Rows go in blocks of DEC_BLOCK: raw and sparse rows decode as they come, the dense ones
+    four at a time in lockstep (_dense_quad); a group with a corrupt row is decoded again
+    row by row, so only that row is reported.
     """
     n, d = words.shape
     base = np.int64(payload.ctypes.data)
@@ -833,24 +855,41 @@ def _decode_impl(payload, offsets, words, rows, row_nbytes, W, sparse, HE, LS, I
     cstride = 8 * colp.shape[1]
     da = np.int64(dlut.ctypes.data)
     tda = np.int64(tdict.ctypes.data)
-    for q in prange((n + 1) // 2):
-        i = 2 * q
-        i2 = min(i + 1, n - 1)
-        sa = offsets[i]
-        sb = offsets[i2]
-        La = offsets[i + 1] - sa
-        Lb = offsets[i2 + 1] - sb
-        pa = 1 if sparse else 0
-        if i2 > i and La != row_nbytes and Lb != row_nbytes and (
-                not sparse or (_get(base + sa, 0, 1) | _get(base + sb, 0, 1)) == _ZERO) and \
-                _dense_pair(base + sa, La, oa + i * row_nbytes, pa, base + sb, Lb,
-                            oa + i2 * row_nbytes, pa, d, low_total, HE, nck, nfull, ntail, epc,
-                            wma, wba, cpa, cstride, da, tda):
-            continue
-        for r in range(i, i2 + 1):  # one at a time: raw, sparse, a lone row, or a corrupt pair
-            _decode_row(r, payload, offsets, words, rows, row_nbytes, sparse, HE, LS, IB,
-                        low_total, colp, colm, dlut, tdict, bad, base, oa, nck, nfull, ntail, epc,
-                        HS, wma, wba, cpa, cstride, da, tda)
+    p = 1 if sparse else 0
+    for blk in prange((n + DEC_BLOCK - 1) // DEC_BLOCK):
+        a = blk * DEC_BLOCK
+        b = min(n, a + DEC_BLOCK)
+        dense = np.empty(DEC_BLOCK, dtype=np.int64)
+        nd = 0
+        for i in range(a, b):
+            L = offsets[i + 1] - offsets[i]
+            if L != row_nbytes and (not sparse or _get(base + offsets[i], 0, 1) == _ZERO):
+                dense[nd] = i
+                nd += 1
+            else:
+                _decode_row(i, payload, offsets, words, rows, row_nbytes, sparse, HE, LS, IB,
+                            low_total, colp, colm, dlut, tdict, bad, base, oa, nck, nfull, ntail,
+                            epc, HS, wma, wba, cpa, cstride, da, tda)
+        for q in range(0, nd, 4):
+            i0 = dense[q]
+            i1 = dense[min(q + 1, nd - 1)]  # fewer than four left: the last one repeats
+            i2 = dense[min(q + 2, nd - 1)]
+            i3 = dense[min(q + 3, nd - 1)]
+            ends = _dense_quad(base + offsets[i0], oa + i0 * row_nbytes, p,
+                               base + offsets[i1], oa + i1 * row_nbytes, p,
+                               base + offsets[i2], oa + i2 * row_nbytes, p,
+                               base + offsets[i3], oa + i3 * row_nbytes, p,
+                               d, low_total, HE, nck, nfull, ntail, epc, wma, wba, cpa, cstride,
+                               da, tda)
+            ok = True
+            for r, end in ((i0, ends[0]), (i1, ends[1]), (i2, ends[2]), (i3, ends[3])):
+                if end < 0 or (end + 7) >> 3 != offsets[r + 1] - offsets[r]:
+                    ok = False
+            if not ok:
+                for r in dense[q:min(q + 4, nd)]:
+                    _decode_row(r, payload, offsets, words, rows, row_nbytes, sparse, HE, LS, IB,
+                                low_total, colp, colm, dlut, tdict, bad, base, oa, nck, nfull,
+                                ntail, epc, HS, wma, wba, cpa, cstride, da, tda)
 
 
 def _build(fn):
