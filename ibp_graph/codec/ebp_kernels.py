@@ -699,7 +699,7 @@ def _dense_code(row, win, pc, pe, used, ne, HE, lut, tda, t):
     return _ld64(tda + 8 * (LUT_SIZE * t + idx)), win >> np.uint64(e >> 8), pc + (e >> 8), used
 
 
-@njit(inline="always")
+@njit(inline="never", cache=True, nogil=True)
 def _dense_quad(r0, o0, p0, r1, o1, p1, r2, o2, p2, r3, o3, p3, d, low_total, HE, nck, nfull,
                 ntail, epc, wma, wba, cpa, cstride, da, tda):
     """Decode four dense rows (row address, output address, low-stream bit) in lockstep.
@@ -708,7 +708,9 @@ def _dense_quad(r0, o0, p0, r1, o1, p1, r2, o2, p2, r3, o3, p3, d, low_total, HE
     code's length, through a table load); four rows give the core four independent chains,
     and all four read the same column's table at each step, so it stays in L1. Returns the
     code-stream end bit of each row (-1 for a row found corrupt: then the others' output
-    is incomplete too). The same row may be passed more than once.
+    is incomplete too). The same row may be passed more than once. Scalars only and never
+    inlined: one compiled copy serves every caller (inlined, the decoder took minutes to
+    compile).
     """
     n0, e0, c0 = _dense_start(r0, p0, d, low_total, HE)
     n1, e1, c1 = _dense_start(r1, p1, d, low_total, HE)
@@ -837,9 +839,9 @@ def _decode_impl(payload, offsets, words, rows, row_nbytes, W, sparse, HE, LS, I
                  colp, colm, wmask, wbits, dlut, tdict, bad):
     """Decode every row into rows (n, row_nbytes) (words: its element view); bad[i] = 1 if corrupt.
 
-    Rows go in blocks of DEC_BLOCK: raw and sparse rows decode as they come, the dense ones
-    four at a time in lockstep (_dense_quad); a group with a corrupt row is decoded again
-    row by row, so only that row is reported.
+    Rows go in blocks of DEC_BLOCK: the block's dense rows four at a time in lockstep
+    (_dense_quad), then raw and sparse rows one by one, with the rows of any group that
+    held a corrupt row (decoded again alone, so only that row is reported).
     """
     n, d = words.shape
     base = np.int64(payload.ctypes.data)
@@ -860,16 +862,17 @@ def _decode_impl(payload, offsets, words, rows, row_nbytes, W, sparse, HE, LS, I
         a = blk * DEC_BLOCK
         b = min(n, a + DEC_BLOCK)
         dense = np.empty(DEC_BLOCK, dtype=np.int64)
+        alone = np.empty(DEC_BLOCK, dtype=np.int64)  # raw, sparse, and groups with a bad row
         nd = 0
+        na = 0
         for i in range(a, b):
-            L = offsets[i + 1] - offsets[i]
-            if L != row_nbytes and (not sparse or _get(base + offsets[i], 0, 1) == _ZERO):
+            if offsets[i + 1] - offsets[i] != row_nbytes and (
+                    not sparse or _get(base + offsets[i], 0, 1) == _ZERO):
                 dense[nd] = i
                 nd += 1
             else:
-                _decode_row(i, payload, offsets, words, rows, row_nbytes, sparse, HE, LS, IB,
-                            low_total, colp, colm, dlut, tdict, bad, base, oa, nck, nfull, ntail,
-                            epc, HS, wma, wba, cpa, cstride, da, tda)
+                alone[na] = i
+                na += 1
         for q in range(0, nd, 4):
             i0 = dense[q]
             i1 = dense[min(q + 1, nd - 1)]  # fewer than four left: the last one repeats
@@ -887,9 +890,12 @@ def _decode_impl(payload, offsets, words, rows, row_nbytes, W, sparse, HE, LS, I
                     ok = False
             if not ok:
                 for r in dense[q:min(q + 4, nd)]:
-                    _decode_row(r, payload, offsets, words, rows, row_nbytes, sparse, HE, LS, IB,
-                                low_total, colp, colm, dlut, tdict, bad, base, oa, nck, nfull,
-                                ntail, epc, HS, wma, wba, cpa, cstride, da, tda)
+                    alone[na] = r
+                    na += 1
+        for k in range(na):
+            _decode_row(alone[k], payload, offsets, words, rows, row_nbytes, sparse, HE, LS, IB,
+                        low_total, colp, colm, dlut, tdict, bad, base, oa, nck, nfull, ntail, epc,
+                        HS, wma, wba, cpa, cstride, da, tda)
 
 
 def _build(fn):
