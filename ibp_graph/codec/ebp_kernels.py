@@ -689,11 +689,9 @@ def _dense_code(row, win, pc, pe, used, ne, HE, lut, tda, t):
     table (for the dictionary); escaped high parts are read from bit pe, HE bits each.
     """
     e = np.int64(_ld16(lut + 2 * np.int64(win & np.uint64(0xFF))))
-    if e == BAD_ENTRY:
-        return _ZERO, win, pc, -1
     idx = e & 0xFF
-    if idx == ESC:
-        if used >= ne:
+    if idx == ESC:  # an escape, or no code at all (BAD_ENTRY's low byte is ESC too): one test
+        if e == BAD_ENTRY or used >= ne:
             return _ZERO, win, pc, -1
         return _get(row, pe + used * HE, HE), win >> np.uint64(e >> 8), pc + (e >> 8), used + 1
     return _ld64(tda + 8 * (LUT_SIZE * t + idx)), win >> np.uint64(e >> 8), pc + (e >> 8), used
