@@ -422,9 +422,12 @@ def bit_counts(rows: np.ndarray, W: int) -> np.ndarray:
 
 def row_lengths(rows: np.ndarray, tables: "BitTables") -> np.ndarray:
     """Stored bytes of every row under the codec tables (raw rows report row_nbytes)."""
-    t = tables
-    return _pick(_row_lengths, rows.shape[0])(word_view(rows, t.W), t.W, t.row_nbytes, t.mask,
-                                              t.bitval, t.free_bits, t.header_bits)
+    return _word_lengths(word_view(rows, tables.W), tables)
+
+
+def _word_lengths(words: np.ndarray, t: "BitTables") -> np.ndarray:
+    return _pick(_row_lengths, words.shape[0])(words, t.W, t.row_nbytes, t.mask, t.bitval,
+                                               t.free_bits, t.header_bits)
 
 
 def offsets_from_lengths(lengths: np.ndarray) -> tuple[np.ndarray, int]:
@@ -441,7 +444,7 @@ def encode_rows(rows: np.ndarray, tables: "BitTables") -> tuple[np.ndarray, np.n
     """(payload, offsets) of a (rows, row_nbytes) uint8 array in the IBP row format."""
     t = tables
     words = word_view(rows, t.W)
-    lengths = row_lengths(rows, t)
+    lengths = _word_lengths(words, t)  # the words view is built once (a copy for odd widths)
     offsets, padded = offsets_from_lengths(lengths)
     out = np.empty(padded, dtype=np.uint8)  # the kernel writes every byte of every row
     out[int(offsets[-1]):] = 0

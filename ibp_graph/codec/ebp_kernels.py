@@ -833,6 +833,7 @@ def _decode_row(i, payload, offsets, words, rows, row_nbytes, sparse, HE, LS, IB
     if not ok or used != ne or (pc + 7) >> 3 != L:
         bad[i] = 1
 
+
 def _decode_impl(payload, offsets, words, rows, row_nbytes, W, sparse, HE, LS, IB, low_total,
                  colp, colm, wmask, wbits, dlut, tdict, bad):
     """Decode every row into rows (n, row_nbytes) (words: its element view); bad[i] = 1 if corrupt.
