@@ -6,7 +6,7 @@ lanes, barriers for __syncwarp/__shfl_*, AddressSanitizer and UBSan watching eve
 The emulation checks the kernels' logic (bit offsets, scan, pdep by runs, staging of rows at
 any alignment, truncated last words, store widths, error slots); it cannot check speed,
 the memory model, or that the GPU's warp intrinsics behave like the emulated ones. The GPU
-tests (tests/test_cuda_gpu.py, -m gpu) do that on a device.
+tests (tests/gpu/test_ibp_gpu.py, -m gpu) do that on a device.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from ibp_graph.cuda import decode as D
 from ibp_graph.cuda import runtime as rt
 
 # --------------------------------------------------------------------------- data helpers
-# (also imported by tests/test_cuda_gpu.py)
+# (also imported by tests/gpu/test_ibp_gpu.py)
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int8, torch.int16,
           torch.int32, torch.int64, torch.uint8, torch.bool]
@@ -232,7 +232,7 @@ def test_host_checks_need_no_gpu():
 
 def test_bench_script_builds_tables(tmp_path):
     """scripts/bench_gpu.py --dry-run: tiled compressed tables decode to the tiled raw rows."""
-    script = os.path.join(os.path.dirname(__file__), "..", "scripts", "bench_gpu.py")
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "bench_gpu.py")
     proc = subprocess.run([sys.executable, script, "--dry-run", "--families",
                            "embedding_f16,node_ids_i64", "--table-rows", "6000",
                            "--base-rows", "2048"], capture_output=True, text=True, timeout=600)

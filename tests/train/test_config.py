@@ -8,7 +8,7 @@ import yaml
 from ibp_graph.cli import main as cli
 from ibp_graph.train.config import Config, ConfigError, apply_overrides, from_dict, load_config, to_dict
 
-CONFIGS = sorted((Path(__file__).resolve().parent.parent / "configs").glob("*.yaml"))
+CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
 
 
 def test_the_five_configs_are_shipped():

@@ -1,11 +1,11 @@
 """EBP CUDA kernels without a GPU: they compile for sm_80 and sm_90 through the run-time path,
 the host passes exactly the kernels' parameters, and the kernel source decodes bit for bit
-when compiled as host C++ under the warp emulation of tests/test_cuda_compile.py (threads
+when compiled as host C++ under the warp emulation of tests/gpu/test_ibp_compile.py (threads
 as lanes, barriers for the warp intrinsics, AddressSanitizer and UBSan on every access).
 
 What the emulation cannot check: speed, the memory model, that the GPU's intrinsics behave
 like the emulated ones, and zero-copy reads of pinned memory (the gather kernel runs here on
-ordinary host memory). tests/test_cuda_gpu.py-style GPU tests must do that on a device.
+ordinary host memory). tests/gpu/test_ibp_gpu.py-style GPU tests must do that on a device.
 """
 from __future__ import annotations
 
@@ -23,21 +23,9 @@ from ibp_graph.codec import EBPCodec
 from ibp_graph.cuda import ebp_decode as E
 from ibp_graph.cuda import runtime as rt
 
-try:  # the warp emulation and data helpers (pytest's default import mode puts tests/ on sys.path)
-    from test_cuda_compile import (SHIM, adversarial_rows, build_emulator, new_seed, row_bytes,
-                                   run_harness)
-    from test_codec_ebp import crafted_codec, rows_for
-except ImportError:  # pragma: no cover - other import modes
-    def _load(name):
-        spec = importlib.util.spec_from_file_location(f"_{name}", Path(__file__).with_name(f"{name}.py"))
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        return mod
-
-    _c, _e = _load("test_cuda_compile"), _load("test_codec_ebp")
-    SHIM, adversarial_rows, new_seed, row_bytes = _c.SHIM, _c.adversarial_rows, _c.new_seed, _c.row_bytes
-    build_emulator, run_harness = _c.build_emulator, _c.run_harness
-    crafted_codec, rows_for = _e.crafted_codec, _e.rows_for
+from tests.codec.test_ebp import crafted_codec, rows_for
+from tests.gpu.test_ibp_compile import (SHIM, adversarial_rows, build_emulator, new_seed, row_bytes,
+                                      run_harness)
 
 EBP_KERNELS = [k for k, src in rt.KERNELS.items() if src == "ebp_decode.cu"]
 
@@ -89,7 +77,7 @@ def test_decode_tables_layout():
 
 # --------------------------------------------------------------------------- warp emulation
 EXTRA_SHIM = r"""
-// Warp intrinsics the EBP kernels use beyond tests/test_cuda_compile.py's shim.
+// Warp intrinsics the EBP kernels use beyond tests/gpu/test_ibp_compile.py's shim.
 static inline int __popc(unsigned x) { return __builtin_popcount(x); }
 static inline int __ffsll(long long x) { return __builtin_ffsll(x); }
 template <class T> static T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {

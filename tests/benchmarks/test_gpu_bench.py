@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "bench_gpu.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_gpu.py"
 
 
 @pytest.fixture(scope="module")

@@ -22,16 +22,8 @@ from hypothesis import strategies as st
 
 from ibp_graph.codec import CodecMismatchError, CorruptPayloadError, IBPCodec, IdentityCodec
 
-try:  # shared data helpers (pytest's default import mode puts tests/ on sys.path)
-    from test_cuda_compile import (DTYPES, adversarial_rows, crafted_codec, new_seed,
-                                   row_bytes, rows_for_codec)
-except ImportError:  # pragma: no cover - other import modes
-    _spec = importlib.util.spec_from_file_location(
-        "_cuda_test_helpers", Path(__file__).with_name("test_cuda_compile.py"))
-    _mod = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(_mod)
-    DTYPES, adversarial_rows, crafted_codec = _mod.DTYPES, _mod.adversarial_rows, _mod.crafted_codec
-    new_seed, row_bytes, rows_for_codec = _mod.new_seed, _mod.row_bytes, _mod.rows_for_codec
+from tests.gpu.test_ibp_compile import (DTYPES, adversarial_rows, crafted_codec, new_seed, row_bytes,
+                                      rows_for_codec)
 
 pytestmark = pytest.mark.gpu
 

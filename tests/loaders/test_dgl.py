@@ -306,7 +306,7 @@ def test_papers100m_script_trains_identically_with_both_loaders(graph, tmp_path)
     import json
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     sets = ["data.name=synthetic", f"data.root={tmp_path / 'data'}", "data.synthetic.num_nodes=3000",
             "train.epochs=2", "loader.num_workers=0", "loader.batch_size=256", "loader.num_neighbors=[5,5]",
             f"output.dir={tmp_path / 'runs'}", "output.progress=false", "loader.device=cpu",

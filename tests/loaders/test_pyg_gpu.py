@@ -11,7 +11,7 @@ import torch
 from ibp_graph.data.store import EncodedTable
 from ibp_graph.loaders.pyg import CompressedNeighborLoader
 
-from test_loader_pyg import make_graph
+from tests.loaders.test_pyg import make_graph
 
 pytestmark = pytest.mark.gpu
 

@@ -16,12 +16,9 @@ from hypothesis import strategies as st
 
 from ibp_graph.codec import CorruptPayloadError, EBPCodec
 
-try:  # shared helpers (pytest's default import mode puts tests/ on sys.path)
-    from test_cuda_compile import adversarial_rows, new_seed, row_bytes
-    from test_cuda_gpu import GPU_SETTINGS, gpu, poisoned  # noqa: F401  (gpu: autouse fixture)
-    from test_codec_ebp import crafted_codec, rows_for
-except ImportError:  # pragma: no cover - other import modes
-    pytest.skip("run from the tests/ folder (pytest's default import mode)", allow_module_level=True)
+from tests.codec.test_ebp import crafted_codec, rows_for
+from tests.gpu.test_ibp_compile import adversarial_rows, new_seed, row_bytes
+from tests.gpu.test_ibp_gpu import GPU_SETTINGS, gpu, poisoned  # noqa: F401  (gpu: autouse fixture)
 
 pytestmark = pytest.mark.gpu
 

@@ -25,18 +25,7 @@ from ibp_graph.codec.base import as_row_bytes
 from ibp_graph.codec.base import PAYLOAD_TAIL
 from ibp_graph.codec.ebp import canonical_codes
 
-try:  # shared strategies and helpers (pytest's default import mode puts tests/ on sys.path)
-    from test_codec_ibp import DTYPES, SPECIAL_BITS, as_bytes, row_tensors
-except ImportError:  # pragma: no cover - other import modes
-    import importlib.util
-    from pathlib import Path
-
-    _spec = importlib.util.spec_from_file_location(
-        "_ibp_test_helpers", Path(__file__).with_name("test_codec_ibp.py"))
-    _mod = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(_mod)
-    DTYPES, SPECIAL_BITS, as_bytes, row_tensors = (_mod.DTYPES, _mod.SPECIAL_BITS, _mod.as_bytes,
-                                                   _mod.row_tensors)
+from tests.codec.test_ibp import DTYPES, SPECIAL_BITS, as_bytes, row_tensors
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 

@@ -8,7 +8,7 @@ against the hardware and the kernels' __launch_bounds__ for inputs far beyond an
 (2**40 rows, rows from 1 byte to past the shared-memory limit), and an empty input must not
 launch at all (a grid of 0 is a launch error).
 
-What this cannot check: that the driver receives what `launch` packs (test_cuda_compile.py's
+What this cannot check: that the driver receives what `launch` packs (tests/gpu/test_ibp_compile.py's
 test_launch_parameters_pack_exactly does), and anything the GPU itself does.
 """
 from __future__ import annotations

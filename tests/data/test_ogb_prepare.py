@@ -20,7 +20,7 @@ from ibp_graph.cli import main as cli
 from ibp_graph.data.ogb import MissingOGBFilesError, OGB_DATASETS, prepare, required_files
 from ibp_graph.data.prepared import PreparedDataset
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _mini(n=400, e=2500, dim=16, classes=None, seed=0, nan_labels=True):
