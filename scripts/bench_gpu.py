@@ -12,7 +12,7 @@ it with each, then measures with CUDA events (warm-up, median of --reps), for ea
                     (offsets in host memory: "host offs"; in device memory: "dev offs", IBP only)
 and, in the same run, the baselines:
   h2d_raw           pinned H2D copy of the raw table
-  zc_gather_raw     zero-copy gather of the same random raw rows (ibp_graph.cuda.gather_rows)
+  zc_gather_raw     zero-copy gather of the same random raw rows (ibp_graph.gpu.gather_rows)
   dev_gather_raw    torch.index_select of the same rows from device memory
   cpu_gather_h2d    torch.index_select on the CPU into pinned memory, then H2D copy
 
@@ -35,7 +35,7 @@ import time
 import torch
 
 GB = 1e9
-#: the codecs measured, each with its fit and its GPU entry points (ibp_graph.cuda).
+#: the codecs measured, each with its fit and its GPU entry points (ibp_graph.gpu).
 CODECS = ("ibp", "ebp")
 
 
@@ -101,10 +101,10 @@ def gpu_entry_points(kind: str):
     """(decode, fetch) of codec `kind` on the GPU: decode(codec, ct, out=, check=) and
     fetch(codec, table, index, out=, check=)."""
     if kind == "ibp":
-        from ibp_graph.cuda.decode import decode_ibp, fetch_ibp
+        from ibp_graph.gpu.ibp_decode import decode_ibp, fetch_ibp
 
         return decode_ibp, fetch_ibp
-    from ibp_graph.cuda.ebp_decode import decode_ebp, fetch_ebp
+    from ibp_graph.gpu.ebp_decode import decode_ebp, fetch_ebp
 
     return decode_ebp, fetch_ebp
 
@@ -217,7 +217,7 @@ def codec_result(table, measured: dict, raw_bytes: int, m: int, rb: int,
 
 
 def bench_family(name: str, args) -> dict:
-    from ibp_graph.cuda.decode import gather_rows
+    from ibp_graph.gpu.ibp_decode import gather_rows
 
     t0 = time.perf_counter()
     raw, _, tables = build_family(name, args, pin=True)

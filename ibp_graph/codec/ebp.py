@@ -323,12 +323,12 @@ class EBPCodec(RowCodec):
         return K.decode_rows(payload, offsets, self._words(rows), rows, self._tables)
 
     def _gpu_decode(self, ct, out, check):
-        from ..cuda.ebp_decode import decode_ebp
+        from ..gpu.ebp_decode import decode_ebp
 
         return decode_ebp(self, ct, out=out, check=check)
 
     def _gpu_fetch(self, table, index, out, check):
-        from ..cuda.ebp_decode import fetch_ebp
+        from ..gpu.ebp_decode import fetch_ebp
 
         return fetch_ebp(self, table, index, out=out, check=check)
 

@@ -171,12 +171,12 @@ class IBPCodec(RowCodec):
         return np.zeros(0, dtype=np.int64)  # every bit string decodes; offsets were checked
 
     def _gpu_decode(self, ct, out, check):
-        from ..cuda.decode import decode_ibp
+        from ..gpu.ibp_decode import decode_ibp
 
         return decode_ibp(self, ct, out=out, check=check)
 
     def _gpu_fetch(self, table, index, out, check):
-        from ..cuda.decode import fetch_ibp
+        from ..gpu.ibp_decode import fetch_ibp
 
         return fetch_ibp(self, table, index, out=out, check=check)
 

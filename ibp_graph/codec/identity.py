@@ -94,7 +94,7 @@ class IdentityCodec:
         """Zero-copy gather of raw rows `index` from a pinned host table into GPU memory
         (`check` as for IBPCodec.fetch: an out-of-range index raises IndexError)."""
         self.check(table, "table")
-        from ..cuda.decode import gather_rows
+        from ..gpu.ibp_decode import gather_rows
         rows = table.payload[: table.raw_nbytes].view(table.n_rows, table.row_nbytes)
         got = gather_rows(rows, index, check=check)
         result = from_row_bytes(got.reshape(-1), (got.shape[0],) + self.row_shape, self.dtype)

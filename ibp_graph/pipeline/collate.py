@@ -81,15 +81,15 @@ class DecodeStage:
         (PendingChecks) and read in _finish, once the batch is done anyway, so the host can
         queue the next batches while this one copies and decodes.
         """
-        from ..cuda.decode import PendingChecks
+        from .. import gpu
 
-        checks = PendingChecks()
+        checks = gpu.PendingChecks()
         start, copied, done = (torch.cuda.Event(enable_timing=True) for _ in range(3))
         with torch.cuda.stream(self._stream):
             start.record()
             on_device = {k: ct.to(self.device, non_blocking=True) for k, ct in batch.groups.items()}
             copied.record()
-            decoded = {k: self.codecs[k].decode(ct, check=checks) for k, ct in on_device.items()}
+            decoded = {k: gpu.decode(self.codecs[k], ct, checks=checks) for k, ct in on_device.items()}
             done.record()
         return batch, decoded, (start, copied, done), checks
 

@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ibp_graph.codec import EBPCodec
-from ibp_graph.cuda import ebp_decode as E
-from ibp_graph.cuda import runtime as rt
+from ibp_graph.gpu import ebp_decode as E
+from ibp_graph.gpu import runtime as rt
 
 from tests.codec.test_ebp import crafted_codec, rows_for
 from tests.gpu.test_ibp_compile import (SHIM, adversarial_rows, build_emulator, new_seed, row_bytes,

@@ -27,7 +27,7 @@ FAMILIES = ["embedding_f32", "embedding_f16", "pca_bow", "tfidf", "binary_bow", 
 
 
 def _check(codec, x, index=None):
-    from ibp_graph.cuda.ebp_decode import decode_ebp, fetch_ebp
+    from ibp_graph.gpu.ebp_decode import decode_ebp, fetch_ebp
 
     ct = codec.encode(x)
     want = x if index is None else x[torch.as_tensor(index)]
@@ -78,7 +78,7 @@ def test_crafted_tables_bit_exact(seed, sparse, dtype):
 
 
 def test_bad_index_and_corrupt_rows_raise():
-    from ibp_graph.cuda.ebp_decode import decode_ebp, fetch_ebp
+    from ibp_graph.gpu.ebp_decode import decode_ebp, fetch_ebp
 
     x = torch.randn(100, 32)
     codec = EBPCodec.fit(x, sparse=False)

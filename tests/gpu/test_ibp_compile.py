@@ -26,8 +26,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ibp_graph.codec import IBPCodec
-from ibp_graph.cuda import decode as D
-from ibp_graph.cuda import runtime as rt
+from ibp_graph.gpu import ibp_decode as D
+from ibp_graph.gpu import runtime as rt
 
 # --------------------------------------------------------------------------- data helpers
 # (also imported by tests/gpu/test_ibp_gpu.py)
@@ -186,12 +186,12 @@ def test_import_needs_no_cupy():
         import sys
         sys.modules['cupy'] = None
         sys.modules['cupy_backends'] = None
-        import ibp_graph, ibp_graph.cuda, ibp_graph.cuda.decode, ibp_graph.cuda.runtime
+        import ibp_graph, ibp_graph.gpu, ibp_graph.gpu.ibp_decode, ibp_graph.gpu.runtime
         import ibp_graph.codec
-        assert ibp_graph.cuda.is_available() is False
+        assert ibp_graph.gpu.is_available() is False
         try:
-            ibp_graph.cuda.runtime.compile_cubin('ibp_decode.cu', 'sm_90', backend='nvrtc')
-        except ibp_graph.cuda.runtime.CudaUnavailableError as e:
+            ibp_graph.gpu.runtime.compile_cubin('ibp_decode.cu', 'sm_90', backend='nvrtc')
+        except ibp_graph.gpu.runtime.CudaUnavailableError as e:
             assert 'cupy' in str(e).lower()
         else:
             raise AssertionError('compiling without cupy should fail clearly')

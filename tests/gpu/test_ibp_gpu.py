@@ -58,7 +58,7 @@ def poisoned(shape, dtype, device="cuda") -> torch.Tensor:
 
 
 def decode_on_gpu(codec, ct) -> torch.Tensor:
-    from ibp_graph.cuda.decode import decode_ibp
+    from ibp_graph.gpu.ibp_decode import decode_ibp
 
     out = poisoned(ct.shape, codec.dtype)
     got = decode_ibp(codec, ct.to("cuda"), out=out)
@@ -68,7 +68,7 @@ def decode_on_gpu(codec, ct) -> torch.Tensor:
 
 
 def fetch_on_gpu(codec, table, index) -> torch.Tensor:
-    from ibp_graph.cuda.decode import fetch_ibp
+    from ibp_graph.gpu.ibp_decode import fetch_ibp
 
     out = poisoned((len(index),) + tuple(codec.row_shape), codec.dtype)
     got = fetch_ibp(codec, table, index, out=out)
@@ -148,7 +148,7 @@ def test_decode_wide_rows(dim):
 
 
 def test_rows_too_wide_for_shared_memory_are_refused():
-    from ibp_graph.cuda.decode import decode_ibp
+    from ibp_graph.gpu.ibp_decode import decode_ibp
 
     x = torch.zeros(2, 200_000, dtype=torch.float32)
     codec = IBPCodec.fit(x, word_bits=64)
@@ -170,7 +170,7 @@ def test_decode_on_a_side_stream():
 
 
 def test_decode_empty():
-    from ibp_graph.cuda.decode import decode_ibp
+    from ibp_graph.gpu.ibp_decode import decode_ibp
 
     x = torch.randn(5, 16)
     codec = IBPCodec.fit(x)
@@ -232,7 +232,7 @@ def test_fetch_out_of_range_index_raises(bad):
 
 
 def test_corrupt_rows_raise():
-    from ibp_graph.cuda.decode import decode_ibp, fetch_ibp
+    from ibp_graph.gpu.ibp_decode import decode_ibp, fetch_ibp
 
     x = adversarial_rows(np.random.default_rng(new_seed()), 64, (64,), torch.float32, raw_fraction=0)
     codec = IBPCodec.fit(x, word_bits=32)
@@ -249,7 +249,7 @@ def test_corrupt_rows_raise():
 def test_deferred_checks_raise_later_and_only_then():
     """check=PendingChecks: the decode returns without waiting; raise_first() raises what
     check=True would have, for the first failing call, and empties the record."""
-    from ibp_graph.cuda.decode import PendingChecks
+    from ibp_graph.gpu.ibp_decode import PendingChecks
 
     x = adversarial_rows(np.random.default_rng(new_seed()), 64, (64,), torch.float32, raw_fraction=0)
     codec = IBPCodec.fit(x, word_bits=32)
@@ -276,7 +276,7 @@ def test_deferred_checks_raise_later_and_only_then():
 def test_gather_rows_matches_index_select(dtype, row_shape, n, n_index, shift, seed):
     """Zero-copy gather from a pinned table starting `shift` elements into its allocation
     (so at every alignment torch can express: 1-byte dtypes at any byte)."""
-    from ibp_graph.cuda.decode import gather_rows
+    from ibp_graph.gpu.ibp_decode import gather_rows
 
     rng = np.random.default_rng(seed)
     x = adversarial_rows(rng, n, row_shape, dtype, raw_fraction=0.3)
@@ -290,7 +290,7 @@ def test_gather_rows_matches_index_select(dtype, row_shape, n, n_index, shift, s
 
 
 def test_identity_fetch_and_gather_errors():
-    from ibp_graph.cuda.decode import gather_rows
+    from ibp_graph.gpu.ibp_decode import gather_rows
 
     x = torch.randn(100, 128)
     ident = IdentityCodec.fit(x)
@@ -308,7 +308,7 @@ def test_identity_fetch_and_gather_errors():
 
 # --------------------------------------------------------------------------- bad input
 def test_bad_inputs_name_the_argument():
-    from ibp_graph.cuda.decode import decode_ibp, fetch_ibp
+    from ibp_graph.gpu.ibp_decode import decode_ibp, fetch_ibp
 
     x = torch.randn(50, 32)
     codec = IBPCodec.fit(x)
@@ -344,7 +344,7 @@ def test_bad_inputs_name_the_argument():
 
 def test_kernels_load_on_the_device():
     """Compiled for this device's arch, loaded into torch's context, queryable."""
-    from ibp_graph.cuda import runtime as rt
+    from ibp_graph.gpu import runtime as rt
 
     k = rt.get_kernel("ibp_decode_w32_g32", torch.cuda.current_device())
     assert k.ptr != 0

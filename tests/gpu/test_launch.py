@@ -1,4 +1,4 @@
-"""Every kernel launch's host side, without a GPU: a stand-in for ibp_graph.cuda.runtime
+"""Every kernel launch's host side, without a GPU: a stand-in for ibp_graph.gpu.runtime
 records the launches that the real entry points (fetch_ibp, gather_rows, fetch_ebp and the
 decoders' launch helpers) make, and each is checked against the kernel's signature read off
 kernels/*.cu: one argument per parameter, of the parameter's width (a pointer or int64 where
@@ -23,9 +23,9 @@ import torch
 
 from ibp_graph.codec import CorruptPayloadError, EBPCodec, IBPCodec
 from ibp_graph.codec.base import resolve_device
-from ibp_graph.cuda import decode as D
-from ibp_graph.cuda import ebp_decode as E
-from ibp_graph.cuda import runtime as rt
+from ibp_graph.gpu import ibp_decode as D
+from ibp_graph.gpu import ebp_decode as E
+from ibp_graph.gpu import runtime as rt
 
 SM_COUNT = 132            # an H200
 SMEM_OPTIN = 227 * 1024   # its opt-in shared memory per block

@@ -23,7 +23,7 @@ import torch
 
 from ..codec.base import check_out
 from . import runtime as rt
-from .decode import (Check, _check_compressed, _check_index, _error_slots, _index_on,
+from .ibp_decode import (Check, _check_compressed, _check_index, _error_slots, _index_on,
                      _on_gpu, _operand_pointer, _report, _target_device, mark_in_use)
 from .runtime import I32, I64, PTR
 
