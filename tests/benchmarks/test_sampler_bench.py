@@ -1,0 +1,51 @@
+"""scripts/bench_sampler.py runs, prints its table and writes JSON whose numbers add up."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_sampler.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("bench_sampler", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _run(tmp_path, capsys, *extra):
+    out = tmp_path / "s.json"
+    rc = _load().main(["--num-nodes", "3000", "--batch-size", "64", "--batches", "2", "--repeat", "1",
+                       "--num-neighbors", "4", "3", "--out", str(out), *extra])
+    assert rc == 0
+    return json.loads(out.read_text()), capsys.readouterr().out
+
+
+def test_sampler_benchmark_ours(tmp_path, capsys):
+    data, printed = _run(tmp_path, capsys, "--no-dgl")
+    (row,) = data["rows"]
+    assert row["sampler"].startswith("ibp-graph") and "ibp-graph NeighborSampler" in printed
+    assert row["edges"] > 0 and row["seconds"] > 0
+    assert row["seeds_per_s"] == pytest.approx(2 * 64 / row["seconds"])
+    assert row["edges_per_s"] == pytest.approx(row["edges"] / row["seconds"])
+    assert row["vs_ours"] == 1.0 and data["args"]["num_neighbors"] == [4, 3]
+
+
+def test_sampler_benchmark_refuses_bad_arguments(capsys):
+    with pytest.raises(SystemExit):
+        _load().main(["--num-neighbors", "5", "0"])
+    assert "--num-neighbors=[5, 0] is not accepted" in capsys.readouterr().err
+
+
+@pytest.mark.dgl
+def test_sampler_benchmark_with_dgl(tmp_path, capsys):
+    data, printed = _run(tmp_path, capsys)
+    assert [r["sampler"].split()[0] for r in data["rows"]] == ["ibp-graph", "DGL"]
+    dgl_row = data["rows"][1]
+    # DGL re-samples earlier hops' nodes at each layer, so it never samples fewer edges
+    assert dgl_row["edges"] >= data["rows"][0]["edges"] > 0
+    assert "DGL" in printed
