@@ -14,7 +14,8 @@ import numpy as np
 import torch
 
 from ..codec import EBPCodec, IBPCodec
-from ..codec.base import as_row_bytes
+from ..layout.dtypes import as_row_bytes
+from ..layout.rows import check_condensed_rows
 from ..data.synthetic import FAMILIES, make_family
 from .report import format_table, write_json
 
@@ -26,6 +27,7 @@ COLUMNS = [
     ("memcpy_gbps", "memcpy GB/s", ".2f"),
     ("ebp_fraction", "EBP frac", ".4f"), ("ebp_encode_gbps", "EBP enc", ".2f"),
     ("ebp_decode_gbps", "EBP dec", ".2f"),
+    ("gather_gbps", "gather GB/s", ".2f"), ("gather_check_pct", "check %", ".2f"),
 ]
 
 
@@ -65,6 +67,7 @@ def bench_family(name: str, *, mbytes: float, repeat: int, seed: int = 0) -> dic
         raise RuntimeError(f"family {name}: EBP decode(encode(x)) differs from x")
     t_ebp_enc = best_time(lambda: ebp.encode(x), repeat)
     t_ebp_dec = best_time(lambda: ebp.decode(ebp_ct, out=out), repeat)
+    gather_s, check_s, gathered = bench_gather(ct, repeat, seed)
     gb = raw / 1e9
     return {
         "family": name, "shape": "x".join(map(str, x.shape[1:])), "dtype": str(x.dtype).split(".")[-1],
@@ -75,7 +78,23 @@ def bench_family(name: str, *, mbytes: float, repeat: int, seed: int = 0) -> dic
         "ebp_compressed_bytes": ebp_ct.nbytes, "ebp_fraction": ebp_ct.nbytes / raw,
         "ebp_sparse": ebp.sparse, "ebp_encode_gbps": gb / t_ebp_enc,
         "ebp_decode_gbps": gb / t_ebp_dec,
+        "gather_gbps": gathered / 1e9 / gather_s, "gather_check_pct": 100.0 * check_s / gather_s,
     }
+
+
+def bench_gather(ct, repeat: int, seed: int = 0) -> tuple[float, float, int]:
+    """(seconds of ct.index_select of a random quarter of the rows, seconds of its bounds
+    check alone, compressed bytes gathered): what the store's gather costs, and the share
+    of it spent refusing offsets that would read outside the payload."""
+    idx = np.random.default_rng(seed).integers(0, ct.n_rows, max(1, ct.n_rows // 4))
+    rows = torch.from_numpy(idx)
+    t_gather = best_time(lambda: ct.index_select(rows), repeat)
+    o = ct.offsets.numpy()
+    starts = o[idx].astype(np.int64)
+    lengths = o[idx + 1].astype(np.int64) - starts
+    n = ct.payload.numel()
+    t_check = best_time(lambda: check_condensed_rows(starts, lengths, idx, n), repeat)
+    return t_gather, t_check, int(lengths.sum())
 
 
 def run(families: Sequence[str] = FAMILIES, *, mbytes: float = 64.0, repeat: int = 5,
