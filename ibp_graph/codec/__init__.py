@@ -5,21 +5,18 @@ from ..layout.dtypes import SUPPORTED_DTYPES
 from ..layout.errors import CodecError, CodecMismatchError, CorruptPayloadError
 from ..layout.format import FORMAT_VERSION
 from ..layout.tensor import CompressedTensor
-from .auto import fit_codec
+from .auto import CODEC_CLASSES, fit_codec
 from .base import DEFAULT_SAMPLE_ROWS, Codec
 from .ebp import EBPCodec
 from .ibp import IBPCodec
 from .identity import IdentityCodec
 
-_KINDS = {IBPCodec.name: IBPCodec, EBPCodec.name: EBPCodec, IdentityCodec.name: IdentityCodec}
-
-
 def codec_from_state_dict(state: dict) -> Codec:
     """Rebuild whichever codec made `state` (by its "codec" entry)."""
     name = state.get("codec") if isinstance(state, dict) else None
-    if name not in _KINDS:
-        raise CorruptPayloadError(f"state_dict names codec {name!r}; known codecs: {sorted(_KINDS)}")
-    return _KINDS[name].from_state_dict(state)
+    if name not in CODEC_CLASSES:
+        raise CorruptPayloadError(f"state_dict names codec {name!r}; known codecs: {sorted(CODEC_CLASSES)}")
+    return CODEC_CLASSES[name].from_state_dict(state)
 
 
 __all__ = [

@@ -29,7 +29,8 @@ MIN_GAIN = 0.02
 #: DEFAULT_SAMPLE_ROWS rows: half to fit, half to measure).
 DEFAULT_SAMPLE_ELEMENTS = 1 << 22
 
-_FITTERS = {"ibp": IBPCodec, "ebp": EBPCodec, "identity": IdentityCodec}
+#: the codec class of each codec name (what CompressedTensor.codec and state_dict()["codec"] hold).
+CODEC_CLASSES = {IBPCodec.name: IBPCodec, EBPCodec.name: EBPCodec, IdentityCodec.name: IdentityCodec}
 
 
 @dataclass(frozen=True)
@@ -95,10 +96,10 @@ def rank_codecs(tensor: torch.Tensor, *, candidates: tuple[str, ...] = CANDIDATE
     check_rows_tensor(tensor)
     if tensor.device.type != "cpu":
         raise ValueError(f"tensor is on {tensor.device}; fitting runs on CPU tensors")
-    unknown = [c for c in candidates if c not in _FITTERS]
+    unknown = [c for c in candidates if c not in CODEC_CLASSES]
     if unknown or not candidates:
         raise ValueError(f"candidates={candidates!r} is not accepted; use names among "
-                         f"{tuple(_FITTERS)}")
+                         f"{tuple(CODEC_CLASSES)}")
     sample = _sample(tensor, sample_rows, seed)
     n = sample.shape[0]
     if n >= 2:
@@ -115,7 +116,7 @@ def rank_codecs(tensor: torch.Tensor, *, candidates: tuple[str, ...] = CANDIDATE
             if decode is not None and torch.cuda.is_available() else torch.device("cpu"))
     out = []
     for name in candidates:
-        codec = _FITTERS[name].fit(fit_rows)
+        codec = CODEC_CLASSES[name].fit(fit_rows)
         ct = codec.encode(eval_rows)
         rate = _decode_rate(codec, ct, target, decode) if target is not None and ct.n_rows else None
         out.append(Candidate(name, ct.fraction, rate, codec))
@@ -145,7 +146,7 @@ def fit_codec(tensor: torch.Tensor, kind: str = "auto", *,
                          "number > 0 (GB/s)")
     check_rows_tensor(tensor)
     if kind != "auto":
-        return _FITTERS[kind].fit(_sample(tensor, sample_rows, seed))
+        return CODEC_CLASSES[kind].fit(_sample(tensor, sample_rows, seed))
     raw = tensor.numel() * tensor.element_size()
     if raw < MIN_BYTES or tensor.shape[0] < 2:
         return IdentityCodec.fit(tensor)
@@ -155,7 +156,7 @@ def fit_codec(tensor: torch.Tensor, kind: str = "auto", *,
             break
         if min_decode_gbps is not None and (cand.decode_gbps or 0.0) < min_decode_gbps:
             continue
-        return _FITTERS[cand.name].fit(_sample(tensor, sample_rows, seed))
+        return CODEC_CLASSES[cand.name].fit(_sample(tensor, sample_rows, seed))
     return IdentityCodec.fit(tensor)
 
 
@@ -176,4 +177,4 @@ def fit_named(tensor: torch.Tensor, kind: str = "auto", *, argname: str = "kind"
     check_kind(kind, argname)
     if kind == "auto":
         return fit_codec(tensor, kind="auto")
-    return _FITTERS[kind].fit(tensor)
+    return CODEC_CLASSES[kind].fit(tensor)

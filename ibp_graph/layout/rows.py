@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from numba import prange
+from numba import njit, prange
 
 from .bitstream import build_kernels, copy_bytes, pick_kernel
 from .errors import CorruptPayloadError
@@ -91,38 +91,44 @@ def _gather_impl(payload, starts, new_offsets, out):
 _gather = build_kernels(_gather_impl)
 
 
-def check_condensed_rows(starts: np.ndarray, lengths: np.ndarray, idx: np.ndarray,
-                         payload_nbytes: int, argname: str = "offsets") -> None:
-    """Refuse selected rows (idx, their starts and lengths) that have a negative length or lie
-    outside a payload of payload_nbytes bytes (CorruptPayloadError naming the first one)."""
-    if not idx.size:
-        return
-    bad = (lengths < 0) | (starts < 0) | (starts + lengths > payload_nbytes)
-    if bad.any():
-        k = int(np.flatnonzero(bad)[0])
-        r = int(idx[k])
-        raise CorruptPayloadError(
-            f"{argname}[{r}]={int(starts[k])}, {argname}[{r + 1}]={int(starts[k] + lengths[k])}: "
-            f"row {r} lies outside the payload of {payload_nbytes} bytes or has a negative "
-            "length; offsets must be non-decreasing and within the payload")
+@njit(cache=True, nogil=True)
+def _row_bounds(offsets, idx, payload_nbytes, starts, lengths):
+    """starts[k], lengths[k] of rows idx[k]; (k, 0) at the first row index out of range,
+    (k, 1) at the first row outside the payload or of negative length, (-1, -1) if none.
+    One pass, one load pair per row: the gather's bounds cost next to nothing."""
+    n_rows = offsets.shape[0] - 1
+    for k in range(idx.shape[0]):
+        r = idx[k]
+        if r < 0 or r >= n_rows:
+            return k, 0
+        s = np.int64(offsets[r])
+        e = np.int64(offsets[r + 1])
+        starts[k] = s
+        lengths[k] = e - s
+        if s < 0 or e < s or e > payload_nbytes:
+            return k, 1
+    return -1, -1
 
 
 def condensed_row_bounds(payload: np.ndarray, offsets: np.ndarray, idx: np.ndarray,
                          argname: str = "offsets") -> tuple[np.ndarray, np.ndarray]:
-    """(starts, lengths) of rows idx (int64), checked to lie inside the payload
-    (check_condensed_rows): vectorized over the selected rows only, never the whole table."""
+    """(starts, lengths) of rows idx (int64), refusing a row index out of range (IndexError)
+    and a row outside the payload or of negative length (CorruptPayloadError): one pass over
+    the selected rows only, never the whole table."""
     if not isinstance(offsets, np.ndarray) or offsets.ndim != 1 or offsets.dtype not in OFFSET_DTYPES:
         raise CorruptPayloadError(f"{argname} must be a 1-d int32 or int64 array, got "
                                   f"{getattr(offsets, 'dtype', type(offsets).__name__)}")
-    n_rows = offsets.shape[0] - 1
-    if idx.size:
-        lo, hi = int(idx.min()), int(idx.max())
-        if lo < 0 or hi >= n_rows:
-            raise IndexError(f"rows contains {lo if lo < 0 else hi}, outside the valid range "
-                             f"[0, {n_rows})")
-    starts = offsets[idx].astype(np.int64)
-    lengths = offsets[idx + 1].astype(np.int64) - starts
-    check_condensed_rows(starts, lengths, idx, payload.shape[0], argname)
+    starts = np.empty(idx.shape[0], np.int64)
+    lengths = np.empty(idx.shape[0], np.int64)
+    k, what = _row_bounds(offsets, idx, payload.shape[0], starts, lengths)
+    if k >= 0:
+        r = int(idx[k])
+        if what == 0:
+            raise IndexError(f"rows contains {r}, outside the valid range [0, {offsets.shape[0] - 1})")
+        raise CorruptPayloadError(
+            f"{argname}[{r}]={int(offsets[r])}, {argname}[{r + 1}]={int(offsets[r + 1])}: row {r} "
+            f"lies outside the payload of {payload.shape[0]} bytes or has a negative length; "
+            "offsets must be non-decreasing and within the payload")
     return starts, lengths
 
 

@@ -36,8 +36,6 @@ C_DDEF, C_DDEFE, C_DMIN = (_field_index(COLUMN_RECORD, n) for n in ("ddef", "dde
 C_D, C_S = _field_index(COLUMN_RECORD, "d_eoff"), _field_index(COLUMN_RECORD, "s_eoff")
 F_EOFF, F_DLIM, F_HOFF, F_HMASK, F_ESCE = (_field_index(COLUMN_RECORD, "d_" + f) - C_D
                                            for f in TABLE_FIELDS)
-#: words of a column record (columns of EBPTables.colp)
-N_COLP = COLUMN_RECORD.itemsize // 8
 if [_field_index(COLUMN_RECORD, "s_" + f) - C_S for f in TABLE_FIELDS] != \
         [F_EOFF, F_DLIM, F_HOFF, F_HMASK, F_ESCE]:  # pragma: no cover - a declaration error
     raise ImportError("COLUMN_RECORD: the sparse table fields must follow the dense ones' order")
