@@ -44,7 +44,7 @@ class EBPCodec(RowCodec):
         arrays = validate_state(self.word_bits, self.n_cols, col_tid, col_tids, col_default,
                                  t_hw, t_size, t_esc, t_dict, t_len, sparse, sparse_low_bits)
         self._tables = EBPTables.build(W=self.word_bits, d=self.n_cols, row_nbytes=self.row_nbytes,
-                                 sparse=bool(sparse), LS=int(sparse_low_bits), **arrays).freeze()
+                                 sparse=bool(sparse), LS=int(sparse_low_bits), **arrays)
 
     # ---- fitted state ------------------------------------------------------
     @property

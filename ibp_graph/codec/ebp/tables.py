@@ -7,7 +7,7 @@ numbers derived here (C_*, M_*, R_*). Changing a record's fields changes those n
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -65,7 +65,8 @@ def _records(record: np.dtype, d: int, word: type) -> tuple[np.ndarray, np.ndarr
 
 @dataclass(frozen=True, eq=False)
 class EBPTables:
-    """Everything the CPU kernels and a GPU decoder need, derived from an EBP codec's state.
+    """Everything the CPU kernels and a GPU decoder need, derived from an EBP codec's state;
+    never modified after build.
 
     State (as fitted): W (element bits), d (elements per row), row_nbytes, sparse, LS (low
     bits of a sparse element), col_tid / col_tids (dense / sparse table of each column),
@@ -194,11 +195,3 @@ class EBPTables:
             all_direct=bool(d == 0 or int(np.max(t_hw[col_tid])) <= ENC_BITS),
             wmask=np.array(masks, dtype=np.uint64),
             wbits=np.array([bin(m).count("1") for m in masks], dtype=np.int64))
-
-    def freeze(self) -> "EBPTables":
-        """Make every array field read-only (the record is shared by codecs and caches); self."""
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if isinstance(v, np.ndarray):
-                v.setflags(write=False)
-        return self

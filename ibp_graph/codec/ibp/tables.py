@@ -26,15 +26,11 @@ LOW32 = np.uint64(0xFFFFFFFF)
 WORD_DTYPE = {32: np.uint32, 64: np.uint64}
 
 
-def _frozen(a: np.ndarray) -> np.ndarray:
-    a = np.ascontiguousarray(a)
-    a.setflags(write=False)
-    return a
-
-
 @dataclass(frozen=True, eq=False)
 class IBPTables:
-    """What encoding and decoding an IBP row needs (read-only arrays), derived from (W, mask, bitval).
+    """What encoding and decoding an IBP row needs, derived from (W, mask, bitval); never
+    modified after build (the arrays stay writable: numba compiles read-only arrays apart,
+    and measurably slower).
 
     Fields: W (word bits, 32 or 64), n_words (words per row), row_nbytes, mask and bitval
     (uint64 per word column: the invariant bits and their usual values), free_mask and
@@ -75,9 +71,9 @@ class IBPTables:
         else:
             units = words
         cols = units.view(np.uint64).reshape(n_units, len(UNIT_RECORD.names))
-        return cls(W=W, n_words=n_words, row_nbytes=int(row_nbytes), mask=_frozen(mask),
-                   bitval=_frozen(bitval), free_mask=_frozen(free_mask), free_bits=_frozen(free_bits),
-                   header_bits=-(-n_words // W) * W, cols=_frozen(cols))
+        return cls(W=W, n_words=n_words, row_nbytes=int(row_nbytes), mask=mask, bitval=bitval,
+                   free_mask=free_mask, free_bits=free_bits, header_bits=-(-n_words // W) * W,
+                   cols=np.ascontiguousarray(cols))
 
 
 def word_view(rows: np.ndarray, W: int) -> np.ndarray:
