@@ -83,3 +83,16 @@ def test_payload_of_another_dtype_is_refused():
     _, _, ct = encoded(IBPCodec)
     with pytest.raises(CorruptPayloadError, match="payload of dtype int16"):
         CompressedTensor.from_bytes(reblob(ct, payload=ct.payload.numpy().view(np.int16)))
+
+
+@pytest.mark.parametrize("kind", [IBPCodec, EBPCodec])
+def test_decode_refuses_offsets_of_another_dtype_before_any_kernel(kind):
+    """A CompressedTensor built by hand with float offsets is refused by name (numba would
+    otherwise compile the kernel for floats and fail inside LLVM)."""
+    codec, x, ct = encoded(kind)
+    bad = CompressedTensor(payload=ct.payload, offsets=ct.offsets.to(torch.float64), shape=ct.shape,
+                           dtype=ct.dtype, codec=ct.codec, fingerprint=ct.fingerprint)
+    with pytest.raises(CorruptPayloadError, match=r"ct\.offsets is dtype=float64 .*int32 or int64"):
+        codec.decode(bad)
+    with pytest.raises(CorruptPayloadError, match="int32 or int64"):
+        bad.index_select(torch.tensor([0]))
