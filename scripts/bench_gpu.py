@@ -70,7 +70,7 @@ def tile_rows(x: torch.Tensor, k: int, pin: bool) -> torch.Tensor:
 def tile_compressed(ct, k: int, pin: bool):
     """A CompressedTensor of ct's rows repeated k times (payload copied, offsets shifted)."""
     from ibp_graph.codec import CompressedTensor
-    from ibp_graph.codec.base import PAYLOAD_TAIL
+    from ibp_graph.layout.rows import PAYLOAD_TAIL
 
     o = ct.offsets.to(torch.int64)
     used = int(o[-1])
@@ -130,7 +130,7 @@ def build_family(name: str, args, pin: bool):
 def check_tiling(codec, raw, table, x, n_check: int = 4096) -> None:
     """CPU check that the tiled compressed table is well formed (offsets, tail padding) and
     decodes to the tiled raw rows (a sample)."""
-    from ibp_graph.codec.base import check_offsets
+    from ibp_graph.layout.tensor import check_offsets
 
     check_offsets(table)  # raises CorruptPayloadError naming what is wrong
     idx = torch.randint(0, raw.shape[0], (min(n_check, raw.shape[0]),))

@@ -14,7 +14,8 @@ import numpy as np
 import torch
 
 from ..codec import EBPCodec, IBPCodec
-from ..codec.base import as_row_bytes
+from ..layout.dtypes import as_row_bytes
+from ..layout.rows import condensed_row_bounds
 from ..data.synthetic import FAMILIES, make_family
 from .report import format_table, write_json
 
@@ -26,6 +27,7 @@ COLUMNS = [
     ("memcpy_gbps", "memcpy GB/s", ".2f"),
     ("ebp_fraction", "EBP frac", ".4f"), ("ebp_encode_gbps", "EBP enc", ".2f"),
     ("ebp_decode_gbps", "EBP dec", ".2f"),
+    ("gather_gbps", "gather GB/s", ".2f"), ("gather_check_pct", "check %", ".2f"),
 ]
 
 
@@ -65,6 +67,7 @@ def bench_family(name: str, *, mbytes: float, repeat: int, seed: int = 0) -> dic
         raise RuntimeError(f"family {name}: EBP decode(encode(x)) differs from x")
     t_ebp_enc = best_time(lambda: ebp.encode(x), repeat)
     t_ebp_dec = best_time(lambda: ebp.decode(ebp_ct, out=out), repeat)
+    gather_s, check_s, gathered = bench_gather(ct, repeat, seed)
     gb = raw / 1e9
     return {
         "family": name, "shape": "x".join(map(str, x.shape[1:])), "dtype": str(x.dtype).split(".")[-1],
@@ -75,7 +78,28 @@ def bench_family(name: str, *, mbytes: float, repeat: int, seed: int = 0) -> dic
         "ebp_compressed_bytes": ebp_ct.nbytes, "ebp_fraction": ebp_ct.nbytes / raw,
         "ebp_sparse": ebp.sparse, "ebp_encode_gbps": gb / t_ebp_enc,
         "ebp_decode_gbps": gb / t_ebp_dec,
+        "gather_gbps": gathered / 1e9 / gather_s, "gather_check_pct": 100.0 * check_s / gather_s,
     }
+
+
+def bench_gather(ct, repeat: int, seed: int = 0) -> tuple[float, float, int]:
+    """(seconds of ct.index_select of a random quarter of the rows, seconds its bounds checks
+    add, compressed bytes gathered): what the store's gather costs, and what refusing rows
+    outside the payload adds to it (the checked bounds pass, less the same bounds computed
+    by numpy without checks; negative when the one checked pass is the faster)."""
+    idx = np.random.default_rng(seed).integers(0, ct.n_rows, max(1, ct.n_rows // 4))
+    rows = torch.from_numpy(idx)
+    t_gather = best_time(lambda: ct.index_select(rows), repeat)
+    payload, offsets = ct.payload.numpy(), ct.offsets.numpy()
+
+    def unchecked():
+        starts = offsets[idx].astype(np.int64)
+        return starts, offsets[idx + 1].astype(np.int64) - starts
+
+    t_checked = best_time(lambda: condensed_row_bounds(payload, offsets, idx), repeat)
+    t_unchecked = best_time(unchecked, repeat)
+    _, lengths = condensed_row_bounds(payload, offsets, idx)
+    return t_gather, t_checked - t_unchecked, int(lengths.sum())
 
 
 def run(families: Sequence[str] = FAMILIES, *, mbytes: float = 64.0, repeat: int = 5,

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from ..codec import IBPCodec
-from ..codec.base import as_row_bytes
+from ..layout.dtypes import as_row_bytes
 from ..data.synthetic import make_family
 
 

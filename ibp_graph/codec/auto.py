@@ -4,11 +4,13 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 import torch
 
-from .base import Codec, check_rows_tensor, random_rows
+from ..layout.dtypes import check_rows_tensor
+from ..layout.tensor import CompressedTensor
+from .base import DEFAULT_SAMPLE_ROWS, Codec, random_rows
 from .ebp import EBPCodec
 from .ibp import IBPCodec
 from .identity import IdentityCodec
@@ -23,12 +25,12 @@ KINDS: tuple[str, ...] = ("auto", "ibp", "ebp", "identity")
 MIN_BYTES = 1 << 16
 #: a codec must save at least this fraction of raw bytes (offsets included) to beat identity.
 MIN_GAIN = 0.02
-#: rows fit_codec samples (half to fit, half to measure) when sample_rows is not given.
-DEFAULT_SAMPLE_ROWS = 65536
-#: elements fit_codec samples at most when sample_rows is not given.
+#: elements fit_codec samples at most when sample_rows is not given (and at most
+#: DEFAULT_SAMPLE_ROWS rows: half to fit, half to measure).
 DEFAULT_SAMPLE_ELEMENTS = 1 << 22
 
-_FITTERS = {"ibp": IBPCodec, "ebp": EBPCodec, "identity": IdentityCodec}
+#: the codec class of each codec name (what CompressedTensor.codec and state_dict()["codec"] hold).
+CODEC_CLASSES = {IBPCodec.name: IBPCodec, EBPCodec.name: EBPCodec, IdentityCodec.name: IdentityCodec}
 
 
 @dataclass(frozen=True)
@@ -48,45 +50,56 @@ def _sample(tensor: torch.Tensor, sample_rows: Optional[int], seed: int) -> torc
     return random_rows(tensor, limit, seed)
 
 
-def _decode_rate(codec: Codec, ct, device: torch.device, repeat: int = 3) -> float:
+#: a decoder for speed targets: decode(codec, ct, out=None) -> tensor (e.g. ibp_graph.gpu.decode).
+Decoder = Callable[..., torch.Tensor]
+
+
+def _cpu_decode(codec: Codec, ct: CompressedTensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    return codec.decode(ct, out=out)
+
+
+def _decode_rate(codec: Codec, ct, device: torch.device, decode: Optional[Decoder],
+                 repeat: int = 3) -> float:
     """Decoded GB/s of ct on `device` (best of `repeat`, after one warm-up)."""
-    if device.type == "cuda":
+    if device.type == "cpu":
+        decode = decode or _cpu_decode
+    elif decode is None:
+        raise ValueError(f"device={device} needs a decoder for it: pass decode=ibp_graph.gpu.decode "
+                         "(codecs decode on the CPU only); accepted without one: device='cpu'")
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    if device.type != "cpu":
         ct = ct.to(device)
-        out = codec.decode(ct)
-        best = float("inf")
-        for _ in range(repeat):
-            torch.cuda.synchronize(device)
-            t = time.perf_counter()
-            codec.decode(ct, out=out)
-            torch.cuda.synchronize(device)
-            best = min(best, time.perf_counter() - t)
-    else:
-        out = codec.decode(ct)
-        best = float("inf")
-        for _ in range(repeat):
-            t = time.perf_counter()
-            codec.decode(ct, out=out)
-            best = min(best, time.perf_counter() - t)
+    out = decode(codec, ct)
+    best = float("inf")
+    for _ in range(repeat):
+        sync()
+        t = time.perf_counter()
+        decode(codec, ct, out=out)
+        sync()
+        best = min(best, time.perf_counter() - t)
     return ct.raw_nbytes / max(best, 1e-9) / 1e9
 
 
 def rank_codecs(tensor: torch.Tensor, *, candidates: tuple[str, ...] = CANDIDATES,
                 device: Union[str, torch.device, None] = None,
                 min_decode_gbps: Optional[float] = None, sample_rows: Optional[int] = None,
-                seed: int = 0) -> list[Candidate]:
+                seed: int = 0, decode: Optional[Decoder] = None) -> list[Candidate]:
     """Fit each candidate on half of a row sample and measure it on the other half; smallest first.
 
-    With `min_decode_gbps`, each candidate's decode speed is measured on `device` (default:
-    the current CUDA device if there is one, else the CPU) and reported; fit_codec drops
-    the slow ones. The sample is small, so a GPU's launch overhead understates its speed.
+    With `min_decode_gbps`, each candidate's decode speed is measured on `device` and
+    reported; fit_codec drops the slow ones. A GPU target needs `decode`, a function
+    (codec, ct, out=None) -> tensor such as ibp_graph.gpu.decode (codecs decode on the CPU
+    only); the default device is the current CUDA device when `decode` is given and CUDA
+    is available, else the CPU. The sample is small, so a GPU's launch overhead
+    understates its speed.
     """
     check_rows_tensor(tensor)
     if tensor.device.type != "cpu":
         raise ValueError(f"tensor is on {tensor.device}; fitting runs on CPU tensors")
-    unknown = [c for c in candidates if c not in _FITTERS]
+    unknown = [c for c in candidates if c not in CODEC_CLASSES]
     if unknown or not candidates:
         raise ValueError(f"candidates={candidates!r} is not accepted; use names among "
-                         f"{tuple(_FITTERS)}")
+                         f"{tuple(CODEC_CLASSES)}")
     sample = _sample(tensor, sample_rows, seed)
     n = sample.shape[0]
     if n >= 2:
@@ -99,13 +112,13 @@ def rank_codecs(tensor: torch.Tensor, *, candidates: tuple[str, ...] = CANDIDATE
     target = None
     if min_decode_gbps is not None:
         target = torch.device(device) if device is not None else (
-            torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available()
-            else torch.device("cpu"))
+            torch.device("cuda", torch.cuda.current_device())
+            if decode is not None and torch.cuda.is_available() else torch.device("cpu"))
     out = []
     for name in candidates:
-        codec = _FITTERS[name].fit(fit_rows)
+        codec = CODEC_CLASSES[name].fit(fit_rows)
         ct = codec.encode(eval_rows)
-        rate = _decode_rate(codec, ct, target) if target is not None and ct.n_rows else None
+        rate = _decode_rate(codec, ct, target, decode) if target is not None and ct.n_rows else None
         out.append(Candidate(name, ct.fraction, rate, codec))
     out.sort(key=lambda c: (c.fraction, candidates.index(c.name)))
     return out
@@ -114,14 +127,15 @@ def rank_codecs(tensor: torch.Tensor, *, candidates: tuple[str, ...] = CANDIDATE
 def fit_codec(tensor: torch.Tensor, kind: str = "auto", *,
               device: Union[str, torch.device, None] = None,
               min_decode_gbps: Optional[float] = None, sample_rows: Optional[int] = None,
-              seed: int = 0) -> Codec:
+              seed: int = 0, decode: Optional[Decoder] = None) -> Codec:
     """The codec that sends `tensor`'s rows in the fewest bytes (identity when nothing gains).
 
     kind="auto" tries IBP and EBP (rank_codecs: fitted on half a row sample, measured on
     the other half, offsets included) and keeps the smallest that saves at least MIN_GAIN of
     the raw bytes and, if `min_decode_gbps` is given, decodes at least that fast on
-    `device`; the winner is refitted on the whole sample. Tensors under MIN_BYTES, random
-    bits and anything no codec shrinks get an IdentityCodec. kind="ibp", "ebp" or
+    `device` (with `decode` for a GPU, as for rank_codecs); the winner is refitted on the
+    whole sample. Tensors under MIN_BYTES, random bits and anything no codec shrinks get
+    an IdentityCodec. kind="ibp", "ebp" or
     "identity" fits that codec only.
     """
     if kind not in KINDS:
@@ -132,17 +146,17 @@ def fit_codec(tensor: torch.Tensor, kind: str = "auto", *,
                          "number > 0 (GB/s)")
     check_rows_tensor(tensor)
     if kind != "auto":
-        return _FITTERS[kind].fit(_sample(tensor, sample_rows, seed))
+        return CODEC_CLASSES[kind].fit(_sample(tensor, sample_rows, seed))
     raw = tensor.numel() * tensor.element_size()
     if raw < MIN_BYTES or tensor.shape[0] < 2:
         return IdentityCodec.fit(tensor)
     for cand in rank_codecs(tensor, device=device, min_decode_gbps=min_decode_gbps,
-                            sample_rows=sample_rows, seed=seed):
+                            sample_rows=sample_rows, seed=seed, decode=decode):
         if cand.fraction > 1.0 - MIN_GAIN:
             break
         if min_decode_gbps is not None and (cand.decode_gbps or 0.0) < min_decode_gbps:
             continue
-        return _FITTERS[cand.name].fit(_sample(tensor, sample_rows, seed))
+        return CODEC_CLASSES[cand.name].fit(_sample(tensor, sample_rows, seed))
     return IdentityCodec.fit(tensor)
 
 
@@ -163,4 +177,4 @@ def fit_named(tensor: torch.Tensor, kind: str = "auto", *, argname: str = "kind"
     check_kind(kind, argname)
     if kind == "auto":
         return fit_codec(tensor, kind="auto")
-    return _FITTERS[kind].fit(tensor)
+    return CODEC_CLASSES[kind].fit(tensor)

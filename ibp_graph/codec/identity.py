@@ -7,31 +7,26 @@ from typing import Optional, Sequence
 
 import torch
 
-from .base import (
-    CodecMismatchError,
-    CompressedTensor,
-    CorruptPayloadError,
-    Device,
-    check_compressed,
-    check_out,
-    check_rows_tensor,
-    dtype_from_name,
-    dtype_name,
-    from_row_bytes,
-    itemsize,
-)
+from ..layout.dtypes import check_rows_tensor, dtype_from_name, dtype_name, from_row_bytes, itemsize
+from ..layout.errors import CodecMismatchError, CorruptPayloadError
+from ..layout.format import FORMAT_VERSION, check_state_header
+from ..layout.tensor import CompressedTensor, Device, check_out
+from .base import check_compressed, check_cpu_device
 
 
 class IdentityCodec:
     """Rows sent as they are (fixed stride, no offsets): the baseline every codec is measured against."""
 
     name = "identity"
+    #: no decode tables: a GPU decoder copies the rows as they are.
+    tables = None
 
     def __init__(self, *, dtype: torch.dtype, row_shape: Sequence[int]):
         dtype_name(dtype)
         self.dtype = dtype
         self.row_shape = tuple(int(s) for s in row_shape)
         self.row_nbytes = math.prod(self.row_shape) * itemsize(dtype)
+        self.word_bits = 8 * itemsize(dtype)
         digest = hashlib.blake2b(f"identity {dtype_name(dtype)} {self.row_shape}".encode(),
                                  digest_size=8).digest()
         self.fingerprint = int.from_bytes(digest, "little") & (2**63 - 1)
@@ -66,54 +61,38 @@ class IdentityCodec:
                                 dtype=self.dtype, codec=self.name, fingerprint=self.fingerprint)
 
     def check(self, ct: CompressedTensor, argname: str = "ct") -> None:
-        """Raise unless `ct` came from this codec."""
+        """Raise unless `ct` came from this codec (fixed-stride rows, no offsets, a whole payload)."""
         check_compressed(ct, codec=self.name, fingerprint=self.fingerprint, argname=argname)
+        if ct.offsets is not None:
+            raise CorruptPayloadError(f"{argname} has offsets; identity rows have a fixed stride "
+                                      "(accepted: offsets=None)")
         if ct.payload.numel() < ct.raw_nbytes:
             raise CorruptPayloadError(f"{argname}.payload has {ct.payload.numel()} bytes, "
                                       f"needs {ct.raw_nbytes}")
 
     def decode(self, ct: CompressedTensor, *, device: Device = None,
-               out: Optional[torch.Tensor] = None, check=True) -> torch.Tensor:
-        """The rows as a tensor on `device` (a view of the payload when no copy is needed).
-
-        `check` is accepted for the codecs' common signature: raw rows have nothing to check.
-        """
+               out: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The rows as a CPU tensor (`device`: None or "cpu"; a view of the payload when no
+        copy is needed). On a GPU: ibp_graph.gpu.decode(codec, ct)."""
+        check_cpu_device(device)
         self.check(ct)
-        target = torch.device(device) if device is not None else ct.device
-        payload = ct.payload[: ct.raw_nbytes]
-        if payload.device != target:
-            payload = payload.to(target, non_blocking=ct.is_pinned())
+        if ct.device.type != "cpu" and device is None:
+            raise ValueError(f"ct is on {ct.device}; a codec decodes on the CPU. Use "
+                             "ibp_graph.gpu.decode(codec, ct), or pass device='cpu' to copy it back")
+        payload = ct.payload[: ct.raw_nbytes].to("cpu")
         result = from_row_bytes(payload, ct.shape, self.dtype)
         if out is None:
             return result
-        check_out(out, ct.shape, self.dtype, target).copy_(result)
-        return out
-
-    def fetch(self, table: CompressedTensor, index: torch.Tensor, *,
-              out: Optional[torch.Tensor] = None, check=True) -> torch.Tensor:
-        """Zero-copy gather of raw rows `index` from a pinned host table into GPU memory
-        (`check` as for IBPCodec.fetch: an out-of-range index raises IndexError)."""
-        self.check(table, "table")
-        from ..gpu.ibp_decode import gather_rows
-        rows = table.payload[: table.raw_nbytes].view(table.n_rows, table.row_nbytes)
-        got = gather_rows(rows, index, check=check)
-        result = from_row_bytes(got.reshape(-1), (got.shape[0],) + self.row_shape, self.dtype)
-        if out is None:
-            return result
-        check_out(out, result.shape, self.dtype, result.device).copy_(result)
+        check_out(out, ct.shape, self.dtype, torch.device("cpu")).copy_(result)
         return out
 
     def state_dict(self) -> dict:
         """The dtype and row shape, with a format version."""
-        from .format import FORMAT_VERSION
-
         return {"format_version": FORMAT_VERSION, "codec": self.name,
                 "dtype": dtype_name(self.dtype), "row_shape": list(self.row_shape)}
 
     @classmethod
     def from_state_dict(cls, state: dict) -> "IdentityCodec":
         """Rebuild from state_dict()."""
-        from .format import check_state_header
-
         check_state_header(state, cls.name)
         return cls(dtype=dtype_from_name(state["dtype"]), row_shape=state["row_shape"])

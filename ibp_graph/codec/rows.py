@@ -1,9 +1,9 @@
-"""RowCodec: what IBP and EBP share around their kernels (input checks, devices, errors).
+"""RowCodec: what IBP and EBP share around their CPU kernels (input checks, errors, state blobs).
 
-A subclass supplies its name, dtype, row_shape, row_nbytes and fingerprint, and four
-hooks: ``_encode_rows`` (CPU encoder), ``_decode_rows`` (CPU decoder, returning the
-indices of corrupt rows), and ``_gpu_decode`` / ``_gpu_fetch`` (its CUDA entry points).
-Everything a caller can get wrong is checked here, the same way for every codec.
+A subclass supplies its name, dtype, row_shape, row_nbytes and fingerprint, and two
+hooks: ``_encode_rows`` (CPU encoder) and ``_decode_rows`` (CPU decoder, returning the
+indices of corrupt rows). Everything a caller can get wrong is checked here, the same way
+for every codec.
 """
 from __future__ import annotations
 
@@ -12,17 +12,12 @@ from typing import Optional
 import numpy as np
 import torch
 
-from .base import (
-    CompressedTensor,
-    CorruptPayloadError,
-    Device,
-    as_row_bytes,
-    check_offsets,
-    check_out,
-    check_row_compressed,
-    check_rows_tensor,
-    resolve_device,
-)
+from ..layout.dtypes import as_row_bytes, check_rows_tensor
+from ..layout.errors import CorruptPayloadError
+from ..layout.format import state_from_bytes, state_to_bytes
+from ..layout.rows import empty_rows
+from ..layout.tensor import CompressedTensor, Device, check_offsets, check_out
+from .base import check_cpu_device, check_row_compressed
 
 
 class RowCodec:
@@ -43,13 +38,6 @@ class RowCodec:
         """Decode into rows (n, row_nbytes) uint8; the indices of corrupt rows (empty if none)."""
         raise NotImplementedError
 
-    def _gpu_decode(self, ct: CompressedTensor, out: Optional[torch.Tensor], check):
-        raise NotImplementedError
-
-    def _gpu_fetch(self, table: CompressedTensor, index: torch.Tensor,
-                   out: Optional[torch.Tensor], check):
-        raise NotImplementedError
-
     # ---- API ----------------------------------------------------------------------
     def _check_input(self, tensor: torch.Tensor, argname: str = "tensor") -> None:
         check_rows_tensor(tensor, argname)
@@ -68,10 +56,7 @@ class RowCodec:
                              "(encoding belongs in the CPU workers)")
         rows = as_row_bytes(tensor)
         if rows.shape[0] == 0 or self.row_nbytes == 0:
-            from .bitpack import offsets_from_lengths
-
-            offsets, padded = offsets_from_lengths(np.zeros(rows.shape[0], np.int64))
-            payload = np.zeros(padded, np.uint8)
+            payload, offsets = empty_rows(rows.shape[0])
         else:
             payload, offsets = self._encode_rows(rows)
         return CompressedTensor(payload=torch.from_numpy(payload),
@@ -83,22 +68,16 @@ class RowCodec:
         check_row_compressed(self, ct, argname)
 
     def decode(self, ct: CompressedTensor, *, device: Device = None,
-               out: Optional[torch.Tensor] = None, check=True) -> torch.Tensor:
-        """Rebuild the exact tensor from `ct` on `device` (default: where `ct` is).
-
-        `check` (GPU only; the CPU checks before returning): True raises for a corrupt row
-        after the kernel, False skips that wait, a cuda.decode.PendingChecks keeps it for
-        later.
-        """
+               out: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Rebuild the exact tensor from `ct` on the CPU (`device`: None or "cpu"; a `ct` in GPU
+        memory is copied back only when device="cpu" is given). On a GPU: ibp_graph.gpu.decode."""
+        check_cpu_device(device)
         self.check(ct)
-        target = torch.device(device) if device is not None else ct.device
-        if target.type == "cuda":
-            if ct.device != resolve_device(target):  # host memory, or another GPU
-                ct = ct.to(target, non_blocking=ct.is_pinned())
-            return self._gpu_decode(ct, out, check)
-        if target.type != "cpu":
-            raise ValueError(f"device={device!r} is not supported; use 'cpu' or a CUDA device")
         if ct.device.type != "cpu":
+            if device is None:
+                raise ValueError(f"ct is on {ct.device}; a codec decodes on the CPU. Decode it "
+                                 "there with ibp_graph.gpu.decode(codec, ct), or pass "
+                                 "device='cpu' to copy it back first")
             ct = ct.to("cpu")
         out = check_out(out, ct.shape, self.dtype, torch.device("cpu"))
         if ct.n_rows and self.row_nbytes:
@@ -112,13 +91,6 @@ class RowCodec:
                     f"bit stream does not match the {self.name.upper()} row format "
                     f"({bad.size} corrupt rows)")
         return out
-
-    def fetch(self, table: CompressedTensor, index: torch.Tensor, *,
-              out: Optional[torch.Tensor] = None, check=True) -> torch.Tensor:
-        """Rows `index` of a pinned host (or GPU) table, gathered and decoded on the GPU
-        (`check` as for decode: an out-of-range index raises IndexError)."""
-        self.check(table, "table")
-        return self._gpu_fetch(table, index, out, check)
 
     # ---- state ----------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -136,13 +108,9 @@ class RowCodec:
 
     def to_bytes(self) -> bytes:
         """The state as a checksummed, versioned blob."""
-        from .format import state_to_bytes
-
         return state_to_bytes(self.state_dict())
 
     @classmethod
     def from_bytes(cls, blob: bytes) -> "RowCodec":
         """Rebuild a codec from to_bytes()."""
-        from .format import state_from_bytes
-
         return cls.from_state_dict(state_from_bytes(blob))

@@ -22,16 +22,12 @@ import torch
 
 from ..codec import IdentityCodec, codec_from_state_dict
 from ..codec.auto import CodecSpec, fit_named
-from ..codec.base import (
-    PAYLOAD_TAIL,
-    Codec,
-    CompressedTensor,
-    CorruptPayloadError,
-    dtype_from_name,
-    dtype_name,
-    itemsize,
-)
-from ..codec.format import FORMAT_VERSION, state_from_bytes, state_to_bytes
+from ..codec.base import Codec
+from ..layout.dtypes import dtype_from_name, dtype_name, itemsize
+from ..layout.errors import CorruptPayloadError
+from ..layout.format import FORMAT_VERSION, state_from_bytes, state_to_bytes
+from ..layout.rows import PAYLOAD_TAIL
+from ..layout.tensor import CompressedTensor
 
 PathLike = Union[str, os.PathLike]
 #: rows encoded per step by `EncodedTable.encode` (bounded memory for huge tables).

@@ -21,7 +21,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ..codec.base import check_out
+from ..layout.tensor import check_out
 from . import runtime as rt
 from .ibp_decode import (Check, _check_compressed, _check_index, _error_slots, _index_on,
                      _on_gpu, _operand_pointer, _report, _target_device, mark_in_use)

@@ -24,7 +24,7 @@ from typing import Optional, Union
 import numpy as np
 import torch
 
-from ..codec.base import check_out
+from ..layout.tensor import check_out
 from . import runtime as rt
 from .runtime import I32, I64, PTR
 
@@ -180,7 +180,7 @@ def _check_codec(codec) -> None:
 
 def _check_compressed(codec, ct, argname: str) -> None:
     """Same codec, same state, offsets present: the codec's own check, then layout checks."""
-    from ..codec.base import CompressedTensor
+    from ..layout.tensor import CompressedTensor
 
     if not isinstance(ct, CompressedTensor):
         raise TypeError(f"{argname} must be a CompressedTensor, got {type(ct).__name__}")
@@ -250,7 +250,7 @@ def _raise_errors(err: torch.Tensor, index: Optional[torch.Tensor], n_rows: int,
         raise IndexError(f"index[{bad_pos}] = {value} is out of range for {what} with {n_rows} "
                          f"rows; accepted: 0 <= index < {n_rows}")
     if bad_row != -1:
-        from ..codec.base import CorruptPayloadError
+        from ..layout.errors import CorruptPayloadError
 
         detail = ""
         if offsets is not None:

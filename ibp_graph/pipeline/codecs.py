@@ -8,13 +8,11 @@ import torch
 
 from ..codec import IBPCodec, IdentityCodec
 from ..codec.auto import KINDS, CodecSpec, fit_named
-from ..codec.base import Codec, random_rows
+from ..codec.base import DEFAULT_SAMPLE_ROWS, Codec, random_rows
 from .grouping import SCALAR_BLOCK, group_key, key_string
 
 #: codec names build_codecs (and every loader's `codec=`) accepts; "auto" is the default.
 CODEC_NAMES = KINDS
-#: rows of a table read to fit its group's codec.
-FIT_SAMPLE_ROWS = 65536
 
 
 def value_range_codec(dtype: torch.dtype, max_value: int) -> IBPCodec:
@@ -89,13 +87,13 @@ def build_codecs(node_attrs: Mapping[str, torch.Tensor], edge_attrs: Mapping[str
             top = max(num_nodes, num_edges, *[int(t.max()) + 1 for t in members if t.numel()])
             codecs[key] = value_range_codec(torch.int64, top)
         elif scalar:
-            flat = torch.cat([t.reshape(-1)[:FIT_SAMPLE_ROWS * SCALAR_BLOCK] for t in members])
+            flat = torch.cat([t.reshape(-1)[:DEFAULT_SAMPLE_ROWS * SCALAR_BLOCK] for t in members])
             n = flat.numel() // SCALAR_BLOCK
             sample = flat[: n * SCALAR_BLOCK].reshape(n, SCALAR_BLOCK) if n else \
                 torch.zeros(1, SCALAR_BLOCK, dtype=dtype)
             codecs[key] = fit_named(sample.contiguous(), kind)
         else:
-            codecs[key] = fit_named(_sample_rows(members, FIT_SAMPLE_ROWS), kind)
+            codecs[key] = fit_named(_sample_rows(members, DEFAULT_SAMPLE_ROWS), kind)
     if not isinstance(codec, str) and not used_custom:
         raise ValueError(f"codec {codec!r} matches no group of this data (dtype {codec.dtype}, rows "
                          f"{tuple(codec.row_shape)}); groups: {sorted(tables)}")

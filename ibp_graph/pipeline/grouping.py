@@ -13,7 +13,7 @@ from typing import Mapping
 
 import torch
 
-from ..codec.base import dtype_from_name, dtype_name
+from ..layout.dtypes import dtype_from_name, dtype_name
 
 #: elements per row of a scalar group (64 x int64 = 512 bytes, like a feature row).
 SCALAR_BLOCK = 64

@@ -12,7 +12,8 @@ from typing import Mapping, Optional
 import numpy as np
 import torch
 
-from ..codec.base import Codec, CompressedTensor, dtype_name
+from ..codec.base import Codec
+from ..layout import CompressedTensor, dtype_name
 from ..data.store import EncodedTable
 from ..sampling.neighbor import NeighborSampler
 from .grouping import GroupLayout, Member, group_tensors

@@ -20,10 +20,12 @@ from ibp_graph.codec import (
     IdentityCodec,
     codec_from_state_dict,
 )
-from ibp_graph.codec import ebp_kernels as K
-from ibp_graph.codec.base import as_row_bytes
-from ibp_graph.codec.base import PAYLOAD_TAIL
-from ibp_graph.codec.ebp import canonical_codes
+from ibp_graph.codec.ebp.codes import ESC, LUT_BITS, MAX_DICT, build_code_tables
+from ibp_graph.codec.ebp.decode import decode_rows
+from ibp_graph.codec.ebp.huffman import huffman_lengths
+from ibp_graph.layout import bitstream
+from ibp_graph.layout.dtypes import as_row_bytes
+from ibp_graph.layout.rows import PAYLOAD_TAIL
 
 from tests.codec.test_ibp import DTYPES, SPECIAL_BITS, as_bytes, row_tensors
 
@@ -40,6 +42,28 @@ def roundtrip(codec, x):
 
 
 # --------------------------------------------------------------------------- reference encoder
+def canonical_codes(lens: np.ndarray, has_esc: bool) -> list[tuple[int, int, int]]:
+    """(dictionary index, code, length) of each symbol: canonical prefix code, MSB-first codes.
+
+    Symbols are the dictionary indices 0..len(lens)-1 (lens[k] their lengths) and, with
+    has_esc, the escape (index 255) whose length is lens[-1]. Order: by length, then index.
+    """
+    n_dict = len(lens) - (1 if has_esc else 0)
+    syms = [(int(lens[k]), k) for k in range(n_dict)]
+    if has_esc:
+        syms.append((int(lens[-1]), ESC))
+    syms.sort()
+    out = []
+    code = 0
+    prev = syms[0][0] if syms else 0
+    for ln, idx in syms:
+        code <<= ln - prev
+        out.append((idx, code, ln))
+        code += 1
+        prev = ln
+    return out
+
+
 class BitWriter:
     """LSB-first bit stream, as docs/format.md numbers bits."""
 
@@ -165,14 +189,14 @@ def crafted_codec(rng: np.random.Generator, dtype: torch.dtype, row_shape: tuple
             vals = list(range(1 << hw))
             esc = False
         else:
-            cap = min(K.MAX_DICT, (1 << min(hw, 20)) - 1)
+            cap = min(MAX_DICT, (1 << min(hw, 20)) - 1)
             n = int(rng.integers(1, min(cap, 40) + 1))
             vals = sorted({int(rng.integers(0, 1 << min(hw, 62))) for _ in range(n)})
             rng.shuffle(vals)
             esc = True
         leaves = len(vals) + esc
         w = rng.integers(1, 1000, leaves) ** (1 + 2 * rng.random())
-        lens = list(K.huffman_lengths(np.asarray(w, dtype=np.int64), K.LUT_BITS)) if leaves > 1 \
+        lens = list(huffman_lengths(np.asarray(w, dtype=np.int64), LUT_BITS)) if leaves > 1 \
             else [0]
         return (hw, vals, lens, esc)
 
@@ -350,8 +374,8 @@ def test_canonical_codes_and_lookup_tables_agree():
     rng = np.random.default_rng(3)
     for _ in range(30):
         m = int(rng.integers(2, 40))
-        lens = K.huffman_lengths(rng.integers(1, 10**6, m).astype(np.int64), K.LUT_BITS)
-        assert lens.max() <= K.LUT_BITS and abs(sum(2.0 ** -lens) - 1.0) < 1e-12  # complete
+        lens = huffman_lengths(rng.integers(1, 10**6, m).astype(np.int64), LUT_BITS)
+        assert lens.max() <= LUT_BITS and abs(sum(2.0 ** -lens) - 1.0) < 1e-12  # complete
         codes = canonical_codes(lens, True)
         words = ["".join(str((c >> k) & 1) for k in range(ln - 1, -1, -1)) for _, c, ln in codes]
         assert all(not b.startswith(a) for a in words for b in words if a is not b)  # prefix-free
@@ -360,12 +384,12 @@ def test_canonical_codes_and_lookup_tables_agree():
         t_len[0, 255] = lens[-1]
         t_dict = np.zeros((1, 256), np.uint64)
         t_dict[0, :m - 1] = np.arange(m - 1) * 3
-        got_codes, dlut, *_ = K.build_code_tables(np.array([m - 1]), np.array([1]), t_len,
+        got_codes, dlut, *_ = build_code_tables(np.array([m - 1]), np.array([1]), t_len,
                                                        t_dict, np.array([4096]), np.array([0]))
         for idx, code, ln in codes:
             rev = int("".join(reversed(format(code, f"0{ln}b"))), 2)
             assert got_codes[0, idx] == rev
-            for f in range(1 << (K.LUT_BITS - ln)):
+            for f in range(1 << (LUT_BITS - ln)):
                 assert dlut[0, rev | (f << ln)] == idx | (ln << 8)
 
 
@@ -382,12 +406,12 @@ def test_huffman_lengths_optimal_when_unconstrained():
             a, b = heapq.heappop(heap), heapq.heappop(heap)
             cost += a + b
             heapq.heappush(heap, a + b)
-        lens = K.huffman_lengths(w, 60)
+        lens = huffman_lengths(w, 60)
         assert int((w * lens).sum()) == cost
-    assert list(K.huffman_lengths(np.array([5]), 8)) == [0]
+    assert list(huffman_lengths(np.array([5]), 8)) == [0]
     # a geometric distribution needs the length limit
     w = (2 ** np.arange(20)).astype(np.int64)
-    lens = K.huffman_lengths(w, 8)
+    lens = huffman_lengths(w, 8)
     assert lens.max() == 8 and abs(sum(2.0 ** -lens) - 1.0) < 1e-12
 
 
@@ -431,15 +455,13 @@ def test_fit_reads_only_the_sample_and_is_deterministic():
 
 
 def test_parallel_and_serial_kernels_agree(monkeypatch):
-    from ibp_graph.codec import bitpack
-
     rng = np.random.default_rng(6)
     x = torch.from_numpy(rng.normal(0, 0.1, (9000, 37)).astype(np.float32))
     x[::3, 5:] = 0
     codec = EBPCodec.fit(x)
-    monkeypatch.setattr(bitpack, "PARALLEL_MIN_ROWS", 1)
+    monkeypatch.setattr(bitstream, "PARALLEL_MIN_ROWS", 1)
     par = codec.encode(x)
-    monkeypatch.setattr(bitpack, "PARALLEL_MIN_ROWS", 10**9)
+    monkeypatch.setattr(bitstream, "PARALLEL_MIN_ROWS", 10**9)
     ser = codec.encode(x)
     assert torch.equal(par.payload, ser.payload) and torch.equal(par.offsets, ser.offsets)
     assert as_bytes(codec.decode(par)) == as_bytes(x)
@@ -529,7 +551,7 @@ def test_a_corrupt_row_is_reported_alone_and_its_neighbours_decode(sparse):
         payload[int(ct.offsets[r]):int(ct.offsets[r + 1])] = 0  # a dense row, escape count 0 bits
         out = np.zeros((x.shape[0], t.row_nbytes), dtype=np.uint8)
         words = out.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[t.W // 8])
-        bad = K.decode_rows(payload.numpy(), ct.offsets.numpy(), words.reshape(x.shape[0], -1),
+        bad = decode_rows(payload.numpy(), ct.offsets.numpy(), words.reshape(x.shape[0], -1),
                             out, t)
         assert bad.tolist() == [r], f"row {r}"
         good = np.ones(x.shape[0], dtype=bool)

@@ -15,8 +15,9 @@ from ibp_graph.codec import (
     IdentityCodec,
     SUPPORTED_DTYPES,
 )
-from ibp_graph.codec import bitpack
-from ibp_graph.codec.base import PAYLOAD_TAIL
+from ibp_graph.codec.ibp import fit as ibp_fit
+from ibp_graph.layout import bitstream
+from ibp_graph.layout.rows import PAYLOAD_TAIL
 
 DTYPES = list(SUPPORTED_DTYPES.values())
 
@@ -220,12 +221,12 @@ from numba import njit  # noqa: E402
 
 @njit
 def _pext(x, m):
-    return bitpack._pext(x, m)
+    return bitstream.pext(x, m)
 
 
 @njit
 def _pdep(x, m):
-    return bitpack._pdep(x, m)
+    return bitstream.pdep(x, m)
 
 
 def test_random_bits_cost_at_most_documented_overhead():
@@ -258,13 +259,13 @@ def test_fit_picks_smallest_over_the_sweep():
 def test_fit_reads_only_the_sample(monkeypatch):
     x = torch.randn(20000, 16)
     seen = []
-    real = bitpack.bit_counts
+    real = ibp_fit.bit_counts
 
     def spy(rows, W):
         seen.append(rows.shape[0])
         return real(rows, W)
 
-    monkeypatch.setattr(bitpack, "bit_counts", spy)
+    monkeypatch.setattr(ibp_fit, "bit_counts", spy)
     codec = IBPCodec.fit(x, sample_rows=500)
     assert seen and all(n == 500 for n in seen)
     roundtrip(codec, x)
@@ -276,9 +277,9 @@ def test_parallel_and_serial_kernels_agree(monkeypatch):
     rng = np.random.default_rng(6)
     x = torch.from_numpy(rng.normal(0, 0.1, (9000, 37)).astype(np.float32))
     codec = IBPCodec.fit(x)
-    monkeypatch.setattr(bitpack, "PARALLEL_MIN_ROWS", 1)
+    monkeypatch.setattr(bitstream, "PARALLEL_MIN_ROWS", 1)
     par = codec.encode(x)
-    monkeypatch.setattr(bitpack, "PARALLEL_MIN_ROWS", 10**9)
+    monkeypatch.setattr(bitstream, "PARALLEL_MIN_ROWS", 10**9)
     ser = codec.encode(x)
     assert torch.equal(par.payload, ser.payload) and torch.equal(par.offsets, ser.offsets)
     assert as_bytes(codec.decode(par)) == as_bytes(x)

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from ibp_graph.codec import CompressedTensor, EBPCodec, IBPCodec, IdentityCodec, codec_from_state_dict
-from ibp_graph.codec.format import state_from_bytes, state_to_bytes
+from ibp_graph.layout.format import state_from_bytes, state_to_bytes
 
 PINNED = Path(__file__).with_name("pinned")
 

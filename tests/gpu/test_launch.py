@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from ibp_graph.codec import CorruptPayloadError, EBPCodec, IBPCodec
-from ibp_graph.codec.base import resolve_device
+from ibp_graph.layout.tensor import device_with_index
 from ibp_graph.gpu import ibp_decode as D
 from ibp_graph.gpu import ebp_decode as E
 from ibp_graph.gpu import runtime as rt
@@ -289,10 +289,10 @@ def test_ebp_launch_shapes_within_limits(fake, n_out):
 def test_cuda_without_index_is_the_current_device(monkeypatch):
     """A target of "cuda" is compared with tensors' "cuda:N" only once resolved."""
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
-    assert resolve_device("cuda") == torch.device("cuda", 3)
-    assert resolve_device(torch.device("cuda")) == torch.device("cuda", 3)
-    assert resolve_device("cuda:1") == torch.device("cuda", 1)
-    assert resolve_device("cpu") == torch.device("cpu")
+    assert device_with_index("cuda") == torch.device("cuda", 3)
+    assert device_with_index(torch.device("cuda")) == torch.device("cuda", 3)
+    assert device_with_index("cuda:1") == torch.device("cuda", 1)
+    assert device_with_index("cpu") == torch.device("cpu")
 
 
 def test_pending_checks_raise_the_first_failure_later():

@@ -9,36 +9,14 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from . import bitpack
-from .base import (
-    CorruptPayloadError,
-    as_row_bytes,
-    check_rows_tensor,
-    dtype_from_name,
-    dtype_name,
-    itemsize,
-    random_rows,
-)
-from .rows import RowCodec
-
-#: thresholds swept by fit() when none is given (the paper's sweep).
-THRESHOLDS: tuple[float, ...] = (0.70, 0.75, 0.80, 0.85, 0.90, 0.95)
-#: word widths tried by fit() when none is given.
-WORD_BITS: tuple[int, ...] = (32, 64)
-#: rows fit() reads when sample_rows is not given.
-DEFAULT_SAMPLE_ROWS = 65536
-
-
-def invariant_bits(counts: np.ndarray, n_rows: int, threshold: float
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    """(mask, bitval) per column from per-bit one-counts, by the paper's threshold rule."""
-    W = counts.shape[1]
-    ones = counts > threshold * n_rows
-    zeros = counts < (1.0 - threshold) * n_rows
-    weights = np.uint64(1) << np.arange(W, dtype=np.uint64)
-    mask = ((ones | zeros).astype(np.uint64) * weights).sum(axis=1, dtype=np.uint64)
-    bitval = (ones.astype(np.uint64) * weights).sum(axis=1, dtype=np.uint64)
-    return mask, bitval
+from ...layout.dtypes import dtype_from_name, dtype_name, itemsize
+from ...layout.errors import CorruptPayloadError
+from ...layout.format import FORMAT_VERSION, check_state_header
+from ..rows import RowCodec
+from .decode import decode_rows
+from .encode import encode_rows
+from .fit import WORD_BITS, fit_ibp
+from .tables import IBPTables
 
 
 class IBPCodec(RowCodec):
@@ -66,9 +44,14 @@ class IBPCodec(RowCodec):
         if (bitval & ~mask).any():
             raise ValueError("bitval has bits set outside mask")
         self.threshold = threshold
-        self._tables = bitpack.BitTables(word_bits, self.row_nbytes, mask, bitval)
+        self._tables = IBPTables.build(word_bits, self.row_nbytes, mask, bitval)
 
     # ---- fitted state ------------------------------------------------------
+    @property
+    def tables(self) -> IBPTables:
+        """The decode tables (one frozen record: mask, bitval, free bits, header, kernel units)."""
+        return self._tables
+
     @property
     def n_words(self) -> int:
         """W-bit words per row (the last one zero-padded)."""
@@ -93,11 +76,6 @@ class IBPCodec(RowCodec):
     def header_bits(self) -> int:
         """Participation-bit header of a row, rounded up to the word."""
         return self._tables.header_bits
-
-    @property
-    def tables(self) -> bitpack.BitTables:
-        """The decoder tables (mask, bitval, free bits, pdep runs)."""
-        return self._tables
 
     @property
     def state_nbytes(self) -> int:
@@ -131,60 +109,25 @@ class IBPCodec(RowCodec):
             seed: int = 0) -> "IBPCodec":
         """Learn mask and bitval on (a random sample of) the rows of `tensor`.
 
-        Sweeps the threshold over THRESHOLDS and the word width over WORD_BITS when they
-        are not given, keeping the combination with the fewest encoded bytes on the sample.
-        At most `sample_rows` rows are read (default DEFAULT_SAMPLE_ROWS, chosen with `seed`),
-        so fitting a memory-mapped 57 GB table touches only those rows.
+        Sweeps the threshold over fit.THRESHOLDS and the word width over fit.WORD_BITS when
+        they are not given, keeping the combination with the fewest encoded bytes on the
+        sample. At most `sample_rows` rows are read (default codec.base.DEFAULT_SAMPLE_ROWS,
+        chosen with `seed`), so fitting a memory-mapped 57 GB table touches only those rows.
         """
-        check_rows_tensor(tensor)
-        if tensor.device.type != "cpu":
-            raise ValueError(f"tensor is on {tensor.device}; fit runs on CPU tensors")
-        if word_bits is not None and word_bits not in WORD_BITS:
-            raise ValueError(f"word_bits={word_bits!r} is not accepted; use None or one of {WORD_BITS}")
-        if threshold is not None and not (0.5 <= float(threshold) <= 1.0):
-            raise ValueError(f"threshold={threshold!r} is not accepted; use None or a number in [0.5, 1]")
-        if sample_rows is not None and (not isinstance(sample_rows, int) or sample_rows < 1):
-            raise ValueError(f"sample_rows={sample_rows!r} is not accepted; use None or an int >= 1")
-        limit = DEFAULT_SAMPLE_ROWS if sample_rows is None else sample_rows
-        sample = random_rows(tensor, limit, seed)
-        rows = as_row_bytes(sample)
-        row_shape = tuple(tensor.shape[1:])
-        best = None
-        for W in (WORD_BITS if word_bits is None else (word_bits,)):
-            counts = bitpack.bit_counts(rows, W)
-            for t in (THRESHOLDS if threshold is None else (float(threshold),)):
-                mask, bitval = invariant_bits(counts, rows.shape[0], t)
-                cand = cls(dtype=tensor.dtype, row_shape=row_shape, word_bits=W, mask=mask,
-                           bitval=bitval, threshold=t)
-                size = int(bitpack.row_lengths(rows, cand.tables).sum())
-                if best is None or size < best[0]:
-                    best = (size, cand)
-        return best[1]
+        return fit_ibp(cls, tensor, word_bits=word_bits, threshold=threshold,
+                       sample_rows=sample_rows, seed=seed)
 
-    # ---- encode / decode -----------------------------------------------------
     # ---- RowCodec hooks -------------------------------------------------------------
     def _encode_rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return bitpack.encode_rows(rows, self._tables)
+        return encode_rows(rows, self._tables)
 
     def _decode_rows(self, payload: np.ndarray, offsets: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        bitpack.decode_rows(payload, offsets, rows, self._tables)
+        decode_rows(payload, offsets, rows, self._tables)
         return np.zeros(0, dtype=np.int64)  # every bit string decodes; offsets were checked
-
-    def _gpu_decode(self, ct, out, check):
-        from ..gpu.ibp_decode import decode_ibp
-
-        return decode_ibp(self, ct, out=out, check=check)
-
-    def _gpu_fetch(self, table, index, out, check):
-        from ..gpu.ibp_decode import fetch_ibp
-
-        return fetch_ibp(self, table, index, out=out, check=check)
 
     # ---- state ------------------------------------------------------------------
     def state_dict(self) -> dict:
         """Everything needed to rebuild this codec (tensors and plain values)."""
-        from .format import FORMAT_VERSION
-
         return {
             "format_version": FORMAT_VERSION,
             "codec": self.name,
@@ -199,8 +142,6 @@ class IBPCodec(RowCodec):
     @classmethod
     def from_state_dict(cls, state: dict) -> "IBPCodec":
         """Rebuild a codec from state_dict(); refuse other codecs and format versions."""
-        from .format import check_state_header
-
         check_state_header(state, cls.name)
         try:
             return cls(dtype=dtype_from_name(state["dtype"]), row_shape=state["row_shape"],

@@ -1,4 +1,8 @@
-"""Serialized layout of compressed tensors and codec state: magic, version, JSON meta, sections, CRC32."""
+"""Serialized container of ibp-graph blobs: magic, version, kind, JSON meta, sections, CRC32.
+
+Compressed tensors (CompressedTensor.to_bytes) and codec states (state_to_bytes) are both
+stored in it; docs/format.md, "Serialized form", describes the bytes.
+"""
 from __future__ import annotations
 
 import json
@@ -8,7 +12,7 @@ import zlib
 import numpy as np
 import torch
 
-from .base import CompressedTensor, CorruptPayloadError, dtype_from_name, dtype_name
+from .errors import CorruptPayloadError
 
 #: bumped whenever docs/format.md changes.
 FORMAT_VERSION = 1
@@ -19,7 +23,8 @@ _HEAD = struct.Struct("<4sHHI")  # magic, version, kind, meta length
 _CRC = struct.Struct("<I")
 
 
-def _pack(kind: int, meta: dict, sections: list[np.ndarray]) -> bytes:
+def pack_blob(kind: int, meta: dict, sections: list[np.ndarray]) -> bytes:
+    """A checksummed blob of `kind` holding JSON `meta` and the raw bytes of `sections`."""
     meta = dict(meta, sections=[[a.dtype.str, int(a.nbytes)] for a in sections])
     mb = json.dumps(meta, sort_keys=True).encode()
     parts = [_HEAD.pack(MAGIC, FORMAT_VERSION, kind, len(mb)), mb]
@@ -28,7 +33,8 @@ def _pack(kind: int, meta: dict, sections: list[np.ndarray]) -> bytes:
     return body + _CRC.pack(zlib.crc32(body))
 
 
-def _unpack(blob: bytes, kind: int, what: str) -> tuple[dict, list[np.ndarray]]:
+def unpack_blob(blob: bytes, kind: int, what: str) -> tuple[dict, list[np.ndarray]]:
+    """(meta, sections) of a pack_blob blob of `kind`; CorruptPayloadError naming `what` on any damage."""
     if not isinstance(blob, (bytes, bytearray, memoryview)):
         raise TypeError(f"blob must be bytes, got {type(blob).__name__}")
     blob = memoryview(blob)
@@ -67,32 +73,6 @@ def _unpack(blob: bytes, kind: int, what: str) -> tuple[dict, list[np.ndarray]]:
     return meta, sections
 
 
-def compressed_to_bytes(ct: CompressedTensor) -> bytes:
-    """Serialize a CPU CompressedTensor."""
-    payload = ct.payload.detach().cpu().numpy()
-    sections = [payload] + ([] if ct.offsets is None else [ct.offsets.detach().cpu().numpy()])
-    meta = {"shape": list(ct.shape), "dtype": dtype_name(ct.dtype), "codec": ct.codec,
-            "fingerprint": ct.fingerprint, "has_offsets": ct.offsets is not None}
-    return _pack(KIND_TENSOR, meta, sections)
-
-
-def compressed_from_bytes(blob: bytes) -> CompressedTensor:
-    """Parse compressed_to_bytes output; CorruptPayloadError on any damage."""
-    meta, sections = _unpack(blob, KIND_TENSOR, "CompressedTensor")
-    try:
-        payload = torch.from_numpy(sections[0])
-        offsets = torch.from_numpy(sections[1]) if meta["has_offsets"] else None
-        ct = CompressedTensor(payload=payload, offsets=offsets, shape=tuple(meta["shape"]),
-                              dtype=dtype_from_name(meta["dtype"]), codec=meta["codec"],
-                              fingerprint=int(meta["fingerprint"]))
-    except (KeyError, IndexError) as e:
-        raise CorruptPayloadError(f"CompressedTensor blob lacks {e}") from None
-    if offsets is not None and offsets.numel() != ct.n_rows + 1:
-        raise CorruptPayloadError(f"CompressedTensor blob has {offsets.numel()} offsets for "
-                                  f"{ct.n_rows} rows")
-    return ct
-
-
 def check_state_header(state: dict, codec: str) -> None:
     """Refuse a state_dict of another codec or another format version, naming both."""
     if not isinstance(state, dict):
@@ -114,12 +94,12 @@ def state_to_bytes(state: dict) -> bytes:
             sections.append(v.detach().cpu().numpy())
         else:
             meta[k] = {"value": v}
-    return _pack(KIND_STATE, {"state": meta}, sections)
+    return pack_blob(KIND_STATE, {"state": meta}, sections)
 
 
 def state_from_bytes(blob: bytes) -> dict:
     """Parse state_to_bytes output back into a state_dict."""
-    meta, sections = _unpack(blob, KIND_STATE, "codec state")
+    meta, sections = unpack_blob(blob, KIND_STATE, "codec state")
     try:
         return {k: (torch.from_numpy(sections[v["section"]]) if "section" in v else v["value"])
                 for k, v in meta["state"].items()}

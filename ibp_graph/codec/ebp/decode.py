@@ -1,0 +1,263 @@
+"""CPU decoder of the EBP row format (docs/format.md, "EBP row format"), compiled with numba.
+
+Dense rows are decoded four at a time in lockstep (_dense_quad); raw and sparse rows, and
+any group that held a corrupt row, one by one (_decode_row), so exactly the corrupt rows
+are reported.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from ...layout.bitstream import build_kernels, copy_bytes, get_bits, ld16, ld64, pdep, pick_kernel, st8, st64
+from .codes import BAD_ENTRY, DEC_BLOCK, ESC, LUT_BITS, LUT_SIZE
+from .stream import get_gamma
+from .tables import C_HSHIFT, C_TID, C_TIDS, M_DEFAULT, EBPTables
+
+_ONE = np.uint64(1)
+_ZERO = np.uint64(0)
+
+
+# --------------------------------------------------------------------------- decode
+@njit(inline="always")
+def _dense_start(row, p, d, low_total, HE):
+    """(ne, escape-area bit, code-stream bit) of a dense row whose low stream starts at bit
+    p; ne = -1 when the escape count is corrupt."""
+    v, q = get_gamma(row, p + low_total)
+    ne = v - 1
+    if v == 0 or ne > d:
+        return -1, 0, 0
+    return ne, q, q + ne * HE
+
+
+@njit(inline="always")
+def _dense_code(row, win, pc, pe, used, ne, HE, lut, tda, t):
+    """One dense code: (high part, window, code bit, escapes used), used = -1 if corrupt.
+
+    win holds the row's code stream from bit pc; lut is the column's decode table, t its
+    table (for the dictionary); escaped high parts are read from bit pe, HE bits each.
+    """
+    e = np.int64(ld16(lut + 2 * np.int64(win & np.uint64(0xFF))))
+    idx = e & 0xFF
+    if idx == ESC:  # an escape, or no code at all (BAD_ENTRY's low byte is ESC too): one test
+        if e == BAD_ENTRY or used >= ne:
+            return _ZERO, win, pc, -1
+        return get_bits(row, pe + used * HE, HE), win >> np.uint64(e >> 8), pc + (e >> 8), used + 1
+    return ld64(tda + 8 * (LUT_SIZE * t + idx)), win >> np.uint64(e >> 8), pc + (e >> 8), used
+
+
+@njit(inline="never", cache=True, nogil=True)
+def _dense_quad(r0, o0, p0, r1, o1, p1, r2, o2, p2, r3, o3, p3, d, low_total, HE, nck, nfull,
+                ntail, epc, wma, wba, cpa, cstride, da, tda):
+    """Decode four dense rows (row address, output address, low-stream bit) in lockstep.
+
+    One row's codes form a dependency chain (where a code starts depends on the previous
+    code's length, through a table load); four rows give the core four independent chains,
+    and all four read the same column's table at each step, so it stays in L1. Returns the
+    code-stream end bit of each row (-1 for a row found corrupt: then the others' output
+    is incomplete too). The same row may be passed more than once. Scalars only and never
+    inlined: one compiled copy serves every caller (inlined, the decoder took minutes to
+    compile).
+    """
+    n0, e0, c0 = _dense_start(r0, p0, d, low_total, HE)
+    n1, e1, c1 = _dense_start(r1, p1, d, low_total, HE)
+    n2, e2, c2 = _dense_start(r2, p2, d, low_total, HE)
+    n3, e3, c3 = _dense_start(r3, p3, d, low_total, HE)
+    if n0 < 0 or n1 < 0 or n2 < 0 or n3 < 0:
+        return -1, -1, -1, -1
+    u0 = u1 = u2 = u3 = 0
+    for k in range(nck):
+        nb = np.int64(ld64(wba + 8 * k))
+        m = ld64(wma + 8 * k)
+        x0 = pdep(get_bits(r0, p0, nb), m)
+        x1 = pdep(get_bits(r1, p1, nb), m)
+        x2 = pdep(get_bits(r2, p2, nb), m)
+        x3 = pdep(get_bits(r3, p3, nb), m)
+        p0 += nb
+        p1 += nb
+        p2 += nb
+        p3 += nb
+        w0 = get_bits(r0, c0, 64)
+        w1 = get_bits(r1, c1, 64)
+        w2 = get_bits(r2, c2, 64)
+        w3 = get_bits(r3, c3, 64)
+        for j in range(k * epc, min(d, k * epc + epc)):
+            cp = cpa + j * cstride
+            t = np.int64(ld64(cp + 8 * C_TID))
+            sh = ld64(cp + 8 * C_HSHIFT)
+            lut = da + 2 * LUT_SIZE * t
+            h0, w0, c0, u0 = _dense_code(r0, w0, c0, e0, u0, n0, HE, lut, tda, t)
+            h1, w1, c1, u1 = _dense_code(r1, w1, c1, e1, u1, n1, HE, lut, tda, t)
+            h2, w2, c2, u2 = _dense_code(r2, w2, c2, e2, u2, n2, HE, lut, tda, t)
+            h3, w3, c3, u3 = _dense_code(r3, w3, c3, e3, u3, n3, HE, lut, tda, t)
+            if (u0 | u1 | u2 | u3) < 0:
+                return -1, -1, -1, -1
+            x0 |= h0 << sh
+            x1 |= h1 << sh
+            x2 |= h2 << sh
+            x3 |= h3 << sh
+        if k < nfull:
+            st64(o0 + 8 * k, x0)
+            st64(o1 + 8 * k, x1)
+            st64(o2 + 8 * k, x2)
+            st64(o3 + 8 * k, x3)
+        else:
+            for q in range(ntail):
+                st8(o0 + 8 * k + q, x0 >> np.uint64(8 * q))
+                st8(o1 + 8 * k + q, x1 >> np.uint64(8 * q))
+                st8(o2 + 8 * k + q, x2 >> np.uint64(8 * q))
+                st8(o3 + 8 * k + q, x3 >> np.uint64(8 * q))
+    return (c0 if u0 == n0 else -1, c1 if u1 == n1 else -1, c2 if u2 == n2 else -1,
+            c3 if u3 == n3 else -1)
+
+
+@njit(inline="always")
+def _decode_row(i, payload, offsets, words, rows, row_nbytes, sparse, HE, LS, IB, low_total, colp,
+                colm, dlut, t_dict, bad, base, oa, nck, nfull, ntail, epc, HS, wma, wba, cpa, cstride,
+                da, tda):
+    """Decode row i alone (raw, dense or sparse); bad[i] = 1 if it is corrupt."""
+    n, d = words.shape
+    start = offsets[i]
+    L = offsets[i + 1] - start
+    row = base + start
+    if L == row_nbytes:
+        copy_bytes(oa + i * row_nbytes, row, row_nbytes)
+        return
+    p = 0
+    mode = 0
+    if sparse:
+        mode = int(get_bits(row, 0, 1))
+        p = 1
+    ok = True
+    if mode == 0:
+        o = oa + i * row_nbytes
+        end = _dense_quad(row, o, p, row, o, p, row, o, p, row, o, p, d, low_total, HE, nck, nfull,
+                          ntail, epc, wma, wba, cpa, cstride, da, tda)[0]
+        if end < 0 or (end + 7) >> 3 != L:
+            bad[i] = 1
+        return
+    v, p = get_gamma(row, p)
+    nnz = v - 1
+    if v == 0 or nnz > d:
+        bad[i] = 1
+        return
+    v, p = get_gamma(row, p)
+    ne = v - 1
+    if v == 0 or ne > nnz:
+        bad[i] = 1
+        return
+    for j in range(d):
+        words[i, j] = colm[j, M_DEFAULT]
+    ppos = p
+    plow = ppos + nnz * IB
+    pesc = plow + nnz * LS
+    pc = pesc + ne * HS
+    used = 0
+    prev = -1
+    for k in range(nnz):
+        j = int(get_bits(row, ppos + k * IB, IB))
+        if j <= prev or j >= d:
+            ok = False
+            break
+        prev = j
+        t = colp[j, C_TIDS]
+        e = int(dlut[t, int(get_bits(row, pc, LUT_BITS))])
+        if e == BAD_ENTRY:
+            ok = False
+            break
+        pc += e >> 8
+        idx = e & 0xFF
+        if idx == ESC:
+            if used >= ne:
+                ok = False
+                break
+            hi = get_bits(row, pesc + used * HS, HS)
+            used += 1
+        else:
+            hi = t_dict[t, idx]
+        lo = get_bits(row, plow + k * LS, LS)
+        if LS < 64:
+            lo |= hi << np.uint64(LS)
+        words[i, j] = lo
+    if not ok or used != ne or (pc + 7) >> 3 != L:
+        bad[i] = 1
+
+
+def _decode_impl(payload, offsets, words, rows, row_nbytes, W, sparse, HE, LS, IB, low_total,
+                 colp, colm, wmask, wbits, dlut, t_dict, bad):
+    """Decode every row into rows (n, row_nbytes) (words: its element view); bad[i] = 1 if corrupt.
+
+    Rows go in blocks of DEC_BLOCK: the block's dense rows four at a time in lockstep
+    (_dense_quad), then raw and sparse rows one by one, with the rows of any group that
+    held a corrupt row (decoded again alone, so only that row is reported).
+    """
+    n, d = words.shape
+    base = np.int64(payload.ctypes.data)
+    oa = np.int64(rows.ctypes.data)
+    nck = wmask.shape[0]
+    nfull = row_nbytes >> 3
+    ntail = row_nbytes & 7
+    epc = 64 // W
+    HS = W - LS
+    wma = np.int64(wmask.ctypes.data)
+    wba = np.int64(wbits.ctypes.data)
+    cpa = np.int64(colp.ctypes.data)
+    cstride = 8 * colp.shape[1]
+    da = np.int64(dlut.ctypes.data)
+    tda = np.int64(t_dict.ctypes.data)
+    p = 1 if sparse else 0
+    for blk in prange((n + DEC_BLOCK - 1) // DEC_BLOCK):
+        a = blk * DEC_BLOCK
+        b = min(n, a + DEC_BLOCK)
+        dense = np.empty(DEC_BLOCK, dtype=np.int64)
+        alone = np.empty(DEC_BLOCK, dtype=np.int64)  # raw, sparse, and groups with a bad row
+        nd = 0
+        na = 0
+        for i in range(a, b):
+            if offsets[i + 1] - offsets[i] != row_nbytes and (
+                    not sparse or get_bits(base + offsets[i], 0, 1) == _ZERO):
+                dense[nd] = i
+                nd += 1
+            else:
+                alone[na] = i
+                na += 1
+        for q in range(0, nd, 4):
+            i0 = dense[q]
+            i1 = dense[min(q + 1, nd - 1)]  # fewer than four left: the last one repeats
+            i2 = dense[min(q + 2, nd - 1)]
+            i3 = dense[min(q + 3, nd - 1)]
+            ends = _dense_quad(base + offsets[i0], oa + i0 * row_nbytes, p,
+                               base + offsets[i1], oa + i1 * row_nbytes, p,
+                               base + offsets[i2], oa + i2 * row_nbytes, p,
+                               base + offsets[i3], oa + i3 * row_nbytes, p,
+                               d, low_total, HE, nck, nfull, ntail, epc, wma, wba, cpa, cstride,
+                               da, tda)
+            ok = True
+            for r, end in ((i0, ends[0]), (i1, ends[1]), (i2, ends[2]), (i3, ends[3])):
+                if end < 0 or (end + 7) >> 3 != offsets[r + 1] - offsets[r]:
+                    ok = False
+            if not ok:
+                for r in dense[q:min(q + 4, nd)]:
+                    alone[na] = r
+                    na += 1
+        for k in range(na):
+            _decode_row(alone[k], payload, offsets, words, rows, row_nbytes, sparse, HE, LS, IB,
+                        low_total, colp, colm, dlut, t_dict, bad, base, oa, nck, nfull, ntail, epc,
+                        HS, wma, wba, cpa, cstride, da, tda)
+
+
+_decode = build_kernels(_decode_impl)
+
+DECODE_TABLE_ARGS = ("row_nbytes", "W", "sparse", "HE", "LS", "IB", "low_total", "colp", "colm",
+                     "wmask", "wbits", "dlut", "t_dict")
+"""The EBPTables fields _decode_impl takes, in its parameter order (a test checks both sides)."""
+
+
+def decode_rows(payload: np.ndarray, offsets: np.ndarray, words: np.ndarray, rows: np.ndarray,
+                t: EBPTables) -> np.ndarray:
+    """Decode into words (n, d) (rows: its byte view); return the indices of corrupt rows."""
+    n = words.shape[0]
+    bad = np.zeros(n, dtype=np.uint8)
+    pick_kernel(_decode, n)(payload, offsets, words, rows,
+                            *(getattr(t, name) for name in DECODE_TABLE_ARGS), bad)
+    return np.flatnonzero(bad)

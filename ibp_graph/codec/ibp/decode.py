@@ -1,0 +1,71 @@
+"""CPU decoder of the IBP row format (docs/format.md), compiled with numba."""
+from __future__ import annotations
+
+import numpy as np
+from numba import prange
+
+from ...layout.bitstream import build_kernels, copy_bytes, get_bits, pick_kernel, st32, st64
+from .tables import UNIT_BYTES, LOW32, WORD_DTYPE, IBPTables, not_part32, unpack_unit
+
+_ONE = np.uint64(1)
+
+
+def _decode_impl(payload, offsets, words, rows, row_nbytes, cols, header_bits):
+    """Decode every row of payload into words (rows, n_words); rows is its byte view."""
+    W = words.itemsize * 8
+    n, n_words = words.shape
+    base = np.int64(payload.ctypes.data)
+    dst = np.int64(words.ctypes.data)
+    col = np.int64(cols.ctypes.data)
+    for i in prange(n):
+        start = offsets[i]
+        L = offsets[i + 1] - start
+        row = base + start
+        if L == row_nbytes:
+            copy_bytes(np.int64(rows.ctypes.data) + i * rows.strides[0], row, row_nbytes)
+            continue
+        wrow = dst + i * n_words * (W // 8)
+        p = header_bits
+        for c0 in range(0, n_words, 64):
+            c1 = min(c0 + 64, n_words)
+            hb = get_bits(row, c0, c1 - c0)
+            j = c0
+            if W == 32:
+                while j + 1 < c1:  # a unit of two words: one read, one pdep, one 8-byte store
+                    q = hb >> np.uint64(j - c0)
+                    x, nb = unpack_unit(row, p, col + (j >> 1) * UNIT_BYTES,
+                                        not_part32(q & _ONE, (q >> _ONE) & _ONE))
+                    st64(wrow + 4 * j, x)
+                    p += nb
+                    j += 2
+                if j < c1:
+                    npm = (((hb >> np.uint64(j - c0)) & _ONE) - _ONE) & LOW32
+                    x, nb = unpack_unit(row, p, col + (j >> 1) * UNIT_BYTES, npm)
+                    st32(wrow + 4 * j, x)
+                    p += nb
+            else:
+                while j < c1:
+                    npm = ((hb >> np.uint64(j - c0)) & _ONE) - _ONE
+                    x, nb = unpack_unit(row, p, col + j * UNIT_BYTES, npm)
+                    st64(wrow + 8 * j, x)
+                    p += nb
+                    j += 1
+
+
+_decode = build_kernels(_decode_impl)
+
+
+def decode_rows(payload: np.ndarray, offsets: np.ndarray, out: np.ndarray,
+                tables: IBPTables) -> None:
+    """Decode into out, a (rows, row_nbytes) uint8 array (offsets checked by the caller)."""
+    t = tables
+    wb = t.W // 8
+    if out.shape[1] % wb == 0:
+        words, rows = out.view(WORD_DTYPE[t.W]), out
+    else:
+        words = np.empty((out.shape[0], t.n_words), dtype=WORD_DTYPE[t.W])
+        rows = words.view(np.uint8)
+    pick_kernel(_decode, out.shape[0])(payload, offsets, words, rows, t.row_nbytes, t.cols,
+                                       t.header_bits)
+    if rows is not out:
+        out[:] = rows[:, : out.shape[1]]

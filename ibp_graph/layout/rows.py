@@ -1,0 +1,150 @@
+"""The condensed-row layout shared by every codec with offsets (docs/format.md, "Row layout").
+
+Row ``i`` of a payload is ``payload[offsets[i]:offsets[i+1]]``; offsets start at 0, never
+decrease, and the payload holds at least PAYLOAD_TAIL bytes past the last row. This module
+builds offsets, validates them, and gathers rows without decoding them.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from numba import njit, prange
+
+from .bitstream import build_kernels, copy_bytes, pick_kernel
+from .errors import CorruptPayloadError
+
+#: payload bytes past the last row (at least), so decoders may read two whole 64-bit words past any bit.
+PAYLOAD_TAIL = 16
+#: integer dtypes an offsets array may have (int32 below 2 GiB of rows, else int64).
+OFFSET_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
+
+
+def offsets_from_lengths(lengths: np.ndarray) -> tuple[np.ndarray, int]:
+    """Row offsets (int32 below 2 GiB of rows, else int64) and the padded payload size."""
+    total = int(lengths.sum()) if lengths.size else 0
+    dtype = np.int32 if total < 2**31 else np.int64
+    offsets = np.zeros(lengths.shape[0] + 1, dtype=dtype)
+    np.cumsum(lengths, out=offsets[1:])
+    padded = (total + PAYLOAD_TAIL + 7) // 8 * 8
+    return offsets, padded
+
+
+def empty_rows(n_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """(payload, offsets) of n_rows rows of zero bytes: offsets all 0, the payload only its tail."""
+    offsets, padded = offsets_from_lengths(np.zeros(n_rows, np.int64))
+    return np.zeros(padded, np.uint8), offsets
+
+
+def check_offsets_array(offsets: np.ndarray, payload_nbytes: int, row_nbytes: int,
+                        argname: str = "offsets") -> None:
+    """Refuse offsets that are not 1-d int32/int64, do not start at 0, decrease, give a row
+    more than row_nbytes bytes, or leave fewer than PAYLOAD_TAIL payload bytes past the last
+    row (CorruptPayloadError naming the first bad entry). One vectorized pass."""
+    if not isinstance(offsets, np.ndarray) or offsets.ndim != 1 or offsets.dtype not in OFFSET_DTYPES:
+        what = f"dtype={offsets.dtype} shape={offsets.shape}" if isinstance(offsets, np.ndarray) \
+            else type(offsets).__name__
+        raise CorruptPayloadError(f"{argname} is {what}; accepted: a 1-d int32 or int64 array")
+    if offsets.shape[0] == 0:
+        raise CorruptPayloadError(f"{argname} is empty; accepted: n_rows + 1 >= 1 entries")
+    if offsets[0] != 0:
+        raise CorruptPayloadError(f"{argname}[0] is {int(offsets[0])}, must be 0")
+    d = np.diff(offsets.astype(np.int64, copy=False))
+    bad = (d < 0) | (d > row_nbytes)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise CorruptPayloadError(f"{argname} gives row {i} the length {int(d[i])} "
+                                  f"({argname}[{i}]={int(offsets[i])}, {argname}[{i + 1}]="
+                                  f"{int(offsets[i + 1])}); lengths must lie in [0, row_nbytes="
+                                  f"{row_nbytes}]")
+    need = int(offsets[-1]) + PAYLOAD_TAIL
+    if payload_nbytes < need:
+        raise CorruptPayloadError(f"the payload has {payload_nbytes} bytes; {argname} needs at "
+                                  f"least {need} (rows plus {PAYLOAD_TAIL} bytes of tail padding)")
+
+
+def check_row_index(rows, n_rows: int, argname: str = "rows") -> np.ndarray:
+    """Validate a 1-d integer row index against n_rows; return it as contiguous int64 numpy."""
+    if isinstance(rows, np.ndarray):
+        rows = torch.from_numpy(rows)
+    if not isinstance(rows, torch.Tensor):
+        raise TypeError(f"{argname} must be a 1-d integer tensor, got {type(rows).__name__}")
+    if rows.dim() != 1 or rows.dtype.is_floating_point or rows.dtype == torch.bool or rows.is_complex():
+        raise TypeError(f"{argname} must be a 1-d integer tensor, got dtype={rows.dtype} "
+                        f"shape={tuple(rows.shape)}")
+    idx = rows.detach().to("cpu", torch.int64).numpy()
+    if idx.size:
+        lo, hi = int(idx.min()), int(idx.max())
+        if lo < 0 or hi >= n_rows:
+            bad = lo if lo < 0 else hi
+            raise IndexError(f"{argname} contains {bad}, outside the valid range [0, {n_rows})")
+    return np.ascontiguousarray(idx)
+
+
+def _gather_impl(payload, starts, new_offsets, out):
+    """Copy the rows starting at starts[k] (new_offsets[k + 1] - new_offsets[k] bytes) to out."""
+    src0 = np.int64(payload.ctypes.data)
+    dst0 = np.int64(out.ctypes.data)
+    for k in prange(starts.shape[0]):
+        copy_bytes(dst0 + new_offsets[k], src0 + starts[k], new_offsets[k + 1] - new_offsets[k])
+
+
+_gather = build_kernels(_gather_impl)
+
+
+@njit(cache=True, nogil=True)
+def _row_bounds(offsets, idx, payload_nbytes, starts, lengths):
+    """starts[k], lengths[k] of rows idx[k]; (k, 0) at the first row index out of range,
+    (k, 1) at the first row outside the payload or of negative length, (-1, -1) if none.
+    One pass, one load pair per row: the gather's bounds cost next to nothing."""
+    n_rows = offsets.shape[0] - 1
+    for k in range(idx.shape[0]):
+        r = idx[k]
+        if r < 0 or r >= n_rows:
+            return k, 0
+        s = np.int64(offsets[r])
+        e = np.int64(offsets[r + 1])
+        starts[k] = s
+        lengths[k] = e - s
+        if s < 0 or e < s or e > payload_nbytes:
+            return k, 1
+    return -1, -1
+
+
+def condensed_row_bounds(payload: np.ndarray, offsets: np.ndarray, idx: np.ndarray,
+                         argname: str = "offsets") -> tuple[np.ndarray, np.ndarray]:
+    """(starts, lengths) of rows idx (int64), refusing a row index out of range (IndexError)
+    and a row outside the payload or of negative length (CorruptPayloadError): one pass over
+    the selected rows only, never the whole table."""
+    if not isinstance(offsets, np.ndarray) or offsets.ndim != 1 or offsets.dtype not in OFFSET_DTYPES:
+        raise CorruptPayloadError(f"{argname} must be a 1-d int32 or int64 array, got "
+                                  f"{getattr(offsets, 'dtype', type(offsets).__name__)}")
+    starts = np.empty(idx.shape[0], np.int64)
+    lengths = np.empty(idx.shape[0], np.int64)
+    k, what = _row_bounds(offsets, idx, payload.shape[0], starts, lengths)
+    if k >= 0:
+        r = int(idx[k])
+        if what == 0:
+            raise IndexError(f"rows contains {r}, outside the valid range [0, {offsets.shape[0] - 1})")
+        raise CorruptPayloadError(
+            f"{argname}[{r}]={int(offsets[r])}, {argname}[{r + 1}]={int(offsets[r + 1])}: row {r} "
+            f"lies outside the payload of {payload.shape[0]} bytes or has a negative length; "
+            "offsets must be non-decreasing and within the payload")
+    return starts, lengths
+
+
+def gather_condensed_rows(payload: np.ndarray, offsets: np.ndarray, idx: np.ndarray
+                          ) -> tuple[np.ndarray, np.ndarray]:
+    """Compressed rows idx of (payload, offsets) as a new (payload, offsets), without decoding.
+
+    Never reads or writes outside its buffers: the selected rows' bounds are checked first
+    (condensed_row_bounds), then one numba kernel copies them.
+    """
+    if payload.dtype != np.uint8 or payload.ndim != 1:
+        raise CorruptPayloadError(f"payload must be a 1-d uint8 array, got dtype={payload.dtype} "
+                                  f"shape={payload.shape}")
+    idx = np.ascontiguousarray(idx, dtype=np.int64)
+    starts, lengths = condensed_row_bounds(payload, offsets, idx)
+    new_offsets, padded = offsets_from_lengths(lengths)
+    out = np.zeros(padded, dtype=np.uint8)
+    pick_kernel(_gather, idx.shape[0])(payload, starts, new_offsets, out)
+    return out, new_offsets

@@ -1,0 +1,131 @@
+"""The condensed-row layout: offsets checks and the gather, which never reads or writes outside
+its buffers, whatever offsets or rows it is handed."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from ibp_graph.layout import CompressedTensor, CorruptPayloadError
+from ibp_graph.layout.rows import (PAYLOAD_TAIL, check_offsets_array, check_row_index,
+                                   empty_rows, gather_condensed_rows, offsets_from_lengths)
+
+
+def reference_gather(payload: np.ndarray, offsets: np.ndarray, idx) -> bytes:
+    """The selected rows' bytes, back to back (plain Python)."""
+    return b"".join(payload[int(offsets[i]):int(offsets[i + 1])].tobytes() for i in idx)
+
+
+def random_rows(seed: int, n: int, max_len: int = 40):
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(0, max_len + 1, n)
+    offsets, padded = offsets_from_lengths(lengths)
+    payload = np.zeros(padded, np.uint8)
+    payload[: int(offsets[-1])] = rng.integers(0, 256, int(offsets[-1]))
+    return payload, offsets
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_gather_matches_reference(seed):
+    payload, offsets = random_rows(seed, 300)
+    idx = np.random.default_rng(seed + 10).integers(0, 300, 500)
+    out, new = gather_condensed_rows(payload, offsets, idx)
+    assert new[0] == 0 and out.shape[0] >= int(new[-1]) + PAYLOAD_TAIL
+    assert out[: int(new[-1])].tobytes() == reference_gather(payload, offsets, idx)
+    assert not out[int(new[-1]):].any()  # the tail is zeros
+
+
+def test_offsets_from_lengths_dtype_and_padding():
+    offsets, padded = offsets_from_lengths(np.array([3, 0, 5]))
+    assert offsets.dtype == np.int32 and offsets.tolist() == [0, 3, 3, 8]
+    assert padded % 8 == 0 and padded >= 8 + PAYLOAD_TAIL
+    payload, offsets = empty_rows(4)
+    assert offsets.tolist() == [0] * 5 and payload.shape[0] >= PAYLOAD_TAIL and not payload.any()
+
+
+@pytest.mark.parametrize("bad, match", [
+    (lambda o: o.__setitem__(5, o[4] - 1), "negative length|outside the payload"),   # decreasing
+    (lambda o: o.__setitem__(slice(7, None), o[7:] + 10**6), "outside the payload"),  # past the end
+    (lambda o: o.__setitem__(slice(3, None), o[3:] - 10**6), "outside the payload"),  # negative
+])
+def test_gather_refuses_offsets_outside_the_payload(bad, match):
+    payload, offsets = random_rows(1, 20)
+    offsets = offsets.astype(np.int64)
+    bad(offsets)
+    with pytest.raises(CorruptPayloadError, match=match):
+        gather_condensed_rows(payload, offsets, np.arange(20))
+
+
+def test_gather_touches_only_the_selected_rows():
+    """Offsets of rows that are not gathered are not read (a whole-table check would cost O(table))."""
+    payload, offsets = random_rows(2, 50)
+    offsets = offsets.astype(np.int64)
+    offsets[40:] = -5  # rows 39.. are corrupt
+    out, new = gather_condensed_rows(payload, offsets, np.array([0, 7, 38]))
+    assert out[: int(new[-1])].tobytes() == reference_gather(payload, offsets, [0, 7, 38])
+    with pytest.raises(CorruptPayloadError, match=r"row 39"):
+        gather_condensed_rows(payload, offsets, np.array([0, 39]))
+
+
+@pytest.mark.parametrize("idx", [[0, 20], [-1], [10**9]])
+def test_gather_refuses_rows_out_of_range(idx):
+    payload, offsets = random_rows(3, 20)
+    with pytest.raises(IndexError, match=r"outside the valid range \[0, 20\)"):
+        gather_condensed_rows(payload, offsets, np.array(idx))
+
+
+@pytest.mark.parametrize("offsets", [np.zeros(3, np.float64), np.zeros((2, 2), np.int64),
+                                     np.zeros(3, np.uint16)])
+def test_gather_refuses_offsets_of_another_type(offsets):
+    with pytest.raises(CorruptPayloadError, match="int32 or int64"):
+        gather_condensed_rows(np.zeros(32, np.uint8), offsets, np.array([0]))
+
+
+def test_index_select_refuses_corrupt_offsets_without_crashing():
+    payload, offsets = random_rows(4, 30)
+    offsets = offsets.astype(np.int64)
+    offsets[10] = 10**9
+    ct = CompressedTensor(payload=torch.from_numpy(payload), offsets=torch.from_numpy(offsets),
+                          shape=(30, 40), dtype=torch.uint8, codec="ibp", fingerprint=1)
+    with pytest.raises(CorruptPayloadError, match=r"row 9 lies outside the payload"):
+        ct.index_select(torch.tensor([9]))
+    with pytest.raises(CorruptPayloadError, match=r"offsets has 30 entries"):
+        CompressedTensor(payload=ct.payload, offsets=ct.offsets[:-1], shape=(30, 40),
+                         dtype=torch.uint8, codec="ibp", fingerprint=1).index_select(torch.tensor([0]))
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda o: o.__setitem__(0, 1), r"offsets\[0\] is 1, must be 0"),
+    (lambda o: o.__setitem__(4, o[3] - 1), r"row 3 the length -1"),
+    (lambda o: o.__setitem__(slice(6, None), o[6:] + 100), r"row 5 the length 1\d\d .*row_nbytes=40"),
+])
+def test_check_offsets_array_names_the_first_bad_entry(change, match):
+    payload, offsets = random_rows(5, 12)
+    offsets = offsets.astype(np.int64)
+    check_offsets_array(offsets, payload.shape[0], 40)
+    change(offsets)
+    with pytest.raises(CorruptPayloadError, match=match):
+        check_offsets_array(offsets, payload.shape[0], 40)
+
+
+def test_check_offsets_array_needs_the_tail_padding():
+    payload, offsets = random_rows(5, 12)
+    need = int(offsets[-1]) + PAYLOAD_TAIL
+    check_offsets_array(offsets, need, 40)
+    with pytest.raises(CorruptPayloadError, match=f"has {need - 1} bytes; offsets needs at least {need}"):
+        check_offsets_array(offsets, need - 1, 40)
+
+
+def test_check_offsets_array_refuses_other_dtypes():
+    with pytest.raises(CorruptPayloadError, match="int32 or int64"):
+        check_offsets_array(np.zeros(3), 64, 8)
+    with pytest.raises(CorruptPayloadError, match="empty"):
+        check_offsets_array(np.zeros(0, np.int64), 64, 8)
+
+
+def test_check_row_index():
+    assert check_row_index(torch.tensor([2, 0], dtype=torch.int32), 3).dtype == np.int64
+    with pytest.raises(TypeError, match="1-d integer tensor"):
+        check_row_index(torch.tensor([0.5]), 3)
+    with pytest.raises(IndexError, match=r"contains 3, outside the valid range \[0, 3\)"):
+        check_row_index(torch.tensor([3]), 3)
