@@ -322,16 +322,6 @@ class EBPCodec(RowCodec):
     def _decode_rows(self, payload: np.ndarray, offsets: np.ndarray, rows: np.ndarray) -> np.ndarray:
         return K.decode_rows(payload, offsets, self._words(rows), rows, self._tables)
 
-    def _gpu_decode(self, ct, out, check):
-        from ..gpu.ebp_decode import decode_ebp
-
-        return decode_ebp(self, ct, out=out, check=check)
-
-    def _gpu_fetch(self, table, index, out, check):
-        from ..gpu.ebp_decode import fetch_ebp
-
-        return fetch_ebp(self, table, index, out=out, check=check)
-
     # ---- state ------------------------------------------------------------------
     def state_dict(self) -> dict:
         """Everything needed to rebuild this codec (tensors and plain values)."""

@@ -170,16 +170,6 @@ class IBPCodec(RowCodec):
         bitpack.decode_rows(payload, offsets, rows, self._tables)
         return np.zeros(0, dtype=np.int64)  # every bit string decodes; offsets were checked
 
-    def _gpu_decode(self, ct, out, check):
-        from ..gpu.ibp_decode import decode_ibp
-
-        return decode_ibp(self, ct, out=out, check=check)
-
-    def _gpu_fetch(self, table, index, out, check):
-        from ..gpu.ibp_decode import fetch_ibp
-
-        return fetch_ibp(self, table, index, out=out, check=check)
-
     # ---- state ------------------------------------------------------------------
     def state_dict(self) -> dict:
         """Everything needed to rebuild this codec (tensors and plain values)."""

@@ -89,20 +89,6 @@ class IdentityCodec:
         check_out(out, ct.shape, self.dtype, target).copy_(result)
         return out
 
-    def fetch(self, table: CompressedTensor, index: torch.Tensor, *,
-              out: Optional[torch.Tensor] = None, check=True) -> torch.Tensor:
-        """Zero-copy gather of raw rows `index` from a pinned host table into GPU memory
-        (`check` as for IBPCodec.fetch: an out-of-range index raises IndexError)."""
-        self.check(table, "table")
-        from ..gpu.ibp_decode import gather_rows
-        rows = table.payload[: table.raw_nbytes].view(table.n_rows, table.row_nbytes)
-        got = gather_rows(rows, index, check=check)
-        result = from_row_bytes(got.reshape(-1), (got.shape[0],) + self.row_shape, self.dtype)
-        if out is None:
-            return result
-        check_out(out, result.shape, self.dtype, result.device).copy_(result)
-        return out
-
     def state_dict(self) -> dict:
         """The dtype and row shape, with a format version."""
         from .format import FORMAT_VERSION
