@@ -140,6 +140,7 @@ def fetch(codec, table: CompressedTensor, index: torch.Tensor, *,
     shape = (index.shape[0],) + tuple(codec.row_shape)
     if kind == IDENTITY:
         device = gather_device(index, out, table.payload)
+        operand_pointer(table.payload, "table.payload", device)  # checked before allocating
         out = out_buffer(out, shape, codec.dtype, device)
         rows = table.payload[:table.raw_nbytes].view(table.n_rows, table.row_nbytes)
         gather_raw_rows(rows, index, out=bytes_view(out, table.row_nbytes), checks=checks)
