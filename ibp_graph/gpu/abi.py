@@ -1,9 +1,9 @@
 """What crosses the Python / CUDA boundary, declared once: every kernel entry point with its
 parameter block, the device table records, and the error slots.
 
-The kernels in ``kernels/*.cu`` mirror these declarations (C parameter lists, structs,
-``#define``\\ s); tests/gpu/test_launch.py parses those sources and fails on any difference
-in order, name or type. A launch is packed from a :class:`ParamBlock` by parameter name
+The kernels in ``kernels/*.cu`` mirror these declarations (C parameter lists, structs and
+macros); tests/gpu/test_launch.py parses those sources and fails on any difference in
+order, name or type. A launch is packed from a :class:`ParamBlock` by parameter name
 (:meth:`ParamBlock.pack`), so a missing, extra or misplaced argument raises before the
 driver sees it.
 """
