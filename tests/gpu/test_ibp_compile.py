@@ -571,18 +571,18 @@ class Emulator:
     def decode(self, tmp, codec, ct, index=None, *, payload_shift=0, out_shift=0, block=64,
                grid=2):
         """Launch ibp_decode_w*_g* with the shapes ibp_graph.gpu.ibp would pick."""
-        W, n_words, rb = codec.word_bits, codec.n_words, codec.row_nbytes
+        tabs = D.host_tables(codec)  # what the runtime uploads
+        W, n_words, rb = tabs.word_bits, tabs.n_words, tabs.row_nbytes
         G = D.group_size(n_words)
-        cols, runs = D.build_decode_tables(codec.mask, codec.bitval, W)
         n_out = ct.n_rows if index is None else len(index)
         idx = np.zeros(0, np.int64) if index is None else np.asarray(index, dtype=np.int64)
         params = [f"ibp_decode_w{W}_g{G}", W, G, n_out, ct.n_rows, ct.payload.numel(),
                   payload_shift, ct.offsets.dtype == torch.int64, index is not None, n_words, rb,
-                  codec.header_bits, D.store_unit(W // 8, rb, out_shift), D.stage_bytes(rb),
+                  tabs.header_bits, D.store_unit(W // 8, rb, out_shift), D.stage_bytes(rb),
                   out_shift, block, grid, 0]
         return self._run(str(tmp), params, {"payload": ct.payload.numpy(),
                                             "offsets": ct.offsets.numpy(), "index": idx,
-                                            "cols": cols, "runs": runs})
+                                            "cols": tabs.cols, "runs": tabs.runs})
 
     def gather(self, tmp, table: np.ndarray, index, *, table_shift=0, out_shift=0, block=64,
                grid=2):
