@@ -76,13 +76,15 @@ def check_compressed(codec, kind: str, ct, argname: str) -> None:
             raise CorruptPayloadError(f"{argname}.payload has {p.numel()} bytes, needs "
                                       f"{ct.raw_nbytes}")
         return
-    if ct.offsets is None or ct.offsets.numel() != ct.n_rows + 1:
+    o = ct.offsets
+    if o is not None:
+        o = need_tensor(o, f"{argname}.offsets")
+        if o.dtype not in (torch.int32, torch.int64) or o.dim() != 1 or not o.is_contiguous():
+            raise ValueError(f"{argname}.offsets has {describe(o)}; accepted: a contiguous 1-d "
+                             "int32 or int64 tensor")
+    if o is None or o.numel() != ct.n_rows + 1:
         raise CorruptPayloadError(f"{argname}.offsets must have n_rows + 1 = {ct.n_rows + 1} "
-                                  f"entries, has {None if ct.offsets is None else ct.offsets.numel()}")
-    o = need_tensor(ct.offsets, f"{argname}.offsets")
-    if o.dtype not in (torch.int32, torch.int64) or o.dim() != 1 or not o.is_contiguous():
-        raise ValueError(f"{argname}.offsets has {describe(o)}; accepted: a contiguous 1-d "
-                         "int32 or int64 tensor")
+                                  f"entries, has {None if o is None else o.numel()}")
 
 
 def decode(codec, ct: CompressedTensor, *, device=None, out: Optional[torch.Tensor] = None,

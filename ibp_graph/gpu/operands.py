@@ -14,6 +14,7 @@ import torch
 # the row-layout rules every decoder shares (the only names gpu/ takes from codec.base)
 from ..codec.base import check_out, from_row_bytes
 from .checks import CudaUnavailableError
+from .runtime import device_pointer
 
 
 def describe(t: torch.Tensor) -> str:
@@ -94,8 +95,6 @@ def operand_pointer(t: torch.Tensor, argname: str, device: torch.device) -> int:
         raise ValueError(f"{argname} has {describe(t)}: zero-copy reads need page-locked host "
                          "memory; accepted: a pinned tensor (call .pin_memory() once, e.g. on "
                          "the whole table) or one on the GPU")
-    from .runtime import device_pointer
-
     return device_pointer(t, argname)
 
 

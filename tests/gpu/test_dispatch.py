@@ -70,6 +70,8 @@ def test_a_damaged_layout_is_refused_before_any_gpu_work(codec):
     with pytest.raises(ValueError, match=r"ct\.payload has dtype=torch\.int32.*1-d uint8"):
         gpu.decode(codec, dataclasses.replace(ct, payload=ct.payload[:ct.payload.numel() // 4 * 4]
                                               .view(torch.int32)))
+    with pytest.raises(TypeError, match=r"ct\.offsets must be a torch\.Tensor, got list"):
+        gpu.decode(codec, dataclasses.replace(ct, offsets=ct.offsets.tolist()))
     with pytest.raises(TypeError, match=r"ct\.payload must be a torch\.Tensor, got bytes"):
         gpu.decode(codec, dataclasses.replace(ct, payload=b"\0" * 8))
 
