@@ -152,14 +152,14 @@ def launch(kernel: Kernel, grid: int, block: int, args: Mapping[str, int], *,
     unknown name raises TypeError before the launch; a launch the driver refuses raises
     here; faults surface at the next synchronisation (the error checks read the slots).
     """
+    values, params = kernel.params.pack(args)  # `values` must live until the launch returns
+    if grid < 1 or block < 1:
+        raise ValueError(f"launch of {kernel.name} with grid={grid}, block={block}: both must be >= 1")
     import torch
 
     cupy = _cupy()
     from cupy_backends.cuda.api import driver
 
-    values, params = kernel.params.pack(args)  # `values` must live until the launch returns
-    if grid < 1 or block < 1:
-        raise ValueError(f"launch of {kernel.name} with grid={grid}, block={block}: both must be >= 1")
     if stream is None:
         stream = torch.cuda.current_stream(kernel.device).cuda_stream
     with cupy.cuda.Device(kernel.device):

@@ -121,6 +121,17 @@ def test_the_comparison_catches_a_swap_a_rename_and_a_type():
     assert mismatches(sig[:-1], sig) == [f"declared {len(sig) - 1} entries, source {len(sig)}"]
 
 
+def test_a_launch_with_a_missing_or_unknown_argument_raises_before_the_driver():
+    kernel = rt.Kernel("ebp_gather", 0, None, 0)  # never loaded: nothing may reach the driver
+    args = {p.name: 0 for p in abi.EBP_GATHER.params}
+    with pytest.raises(TypeError, match=r"missing \['stride'\]"):
+        rt.launch(kernel, 1, 32, {k: v for k, v in args.items() if k != "stride"})
+    with pytest.raises(TypeError, match=r"not parameters \['n_cols'\]"):
+        rt.launch(kernel, 1, 32, dict(args, n_cols=3))
+    with pytest.raises(ValueError, match="grid=0"):
+        rt.launch(kernel, 0, 32, args)
+
+
 @pytest.mark.parametrize("struct", sorted(abi.RECORDS))
 def test_table_records_are_the_kernels_structs(struct):
     dtype = abi.RECORDS[struct]
