@@ -1,5 +1,6 @@
 // EBP decoders on the GPU (row format: docs/format.md, "EBP row format"; host side:
-// ibp_graph/cuda/ebp_decode.py). Shares the IBP kernels' helpers and error slots.
+// ibp_graph/gpu/ebp.py; parameter blocks declared once in ibp_graph/gpu/abi.py). Shares the
+// IBP kernels' helpers and error slots.
 //
 // Kernels (extern "C"):
 //   ebp_decode_w{8,16,32,64}
@@ -79,13 +80,23 @@ __device__ __forceinline__ void ebp_store(u8* orow, u32 col, u64 x) {
   else reinterpret_cast<u64*>(orow)[col] = x;
 }
 
-// colinfo[j] = (bit offset of column j's low bits in the low stream, dense table id,
-//               sparse table id, low bits lw_j); dlut: 256 u16 per table; dict: 256 u64
-//               per table; defaults: u64 per column.
+// Per-column entry of the EBP decoder (16 bytes), declared once on the host as
+// ibp_graph.gpu.abi.EBP_COLUMN (tests/gpu/test_launch.py checks both agree):
+//   low_at: bit offset of column j's low bits in a dense row's low stream
+//   tid: the column's dense code table; sparse_tid: its sparse code table
+//   low_bits: lw_j, the low bits stored verbatim
+// dlut: 256 u16 per table; dict: 256 u64 per table; defaults: u64 per column.
+struct alignas(16) EbpColumn {
+  u32 low_at;
+  u32 tid;
+  u32 sparse_tid;
+  u32 low_bits;
+};
+
 template <int W>
 __device__ __forceinline__ void ebp_decode_impl(
     const u8* payload, const void* offsets, int off64, const i64* index, const i64* starts,
-    const int* lens, i64 n_out, i64 n_rows, i64 payload_nbytes, const uint4* colinfo,
+    const int* lens, i64 n_out, i64 n_rows, i64 payload_nbytes, const EbpColumn* colinfo,
     const u64* defaults, const u16* dlut, const u64* dict, int d_i, int row_nbytes_i,
     int sparse, int HE_i, int LS_i, int IB_i, int low_total_i, u8* out, u64* err) {
   static_assert(W == 8 || W == 16 || W == 32 || W == 64, "W is 8, 16, 32 or 64");
@@ -193,7 +204,7 @@ __device__ __forceinline__ void ebp_decode_impl(
         for (u32 k = c0; k < end; ++k) {
           u32 tid;
           if (mode == 0u) {
-            tid = __ldg(&colinfo[k].y);
+            tid = __ldg(&colinfo[k].tid);
           } else {
             const u32 col = (u32)ebp_get(w, qmax, pos_start + k * IB, IB);
             if ((i64)col <= prev || col >= d) {
@@ -201,7 +212,7 @@ __device__ __forceinline__ void ebp_decode_impl(
               break;
             }
             prev = (i64)col;
-            tid = __ldg(&colinfo[col].z);
+            tid = __ldg(&colinfo[col].sparse_tid);
           }
           const u32 e = __ldg(dlut + (u64)tid * 256u + (u32)ebp_get(w, qmax, pc, 8));
           if (e == EBP_BAD) {
@@ -256,15 +267,16 @@ __device__ __forceinline__ void ebp_decode_impl(
             u32 col, lw, tid;
             u64 lo;
             if (rmode == 0u) {
-              const uint4 ci = __ldg(colinfo + k);
+              const uint4 ci = __ldg(reinterpret_cast<const uint4*>(colinfo + k));
+              const EbpColumn c = {ci.x, ci.y, ci.z, ci.w};  // one 16-byte load
               col = k;
-              lw = ci.w;
-              tid = ci.y;
-              lo = ebp_get(rw, rq, rlow + ci.x, lw);
+              lw = c.low_bits;
+              tid = c.tid;
+              lo = ebp_get(rw, rq, rlow + c.low_at, lw);
             } else {
               col = (u32)ebp_get(rw, rq, rpos + k * IB, IB);  // checked in phase 1
               lw = LS;
-              tid = __ldg(&colinfo[col].z);
+              tid = __ldg(&colinfo[col].sparse_tid);
               lo = ebp_get(rw, rq, rlow + k * LS, LS);
             }
             const u64 hi = esc ? ebp_get(rw, rq, resc + slot * ew, ew)
@@ -287,7 +299,7 @@ __device__ __forceinline__ void ebp_decode_impl(
 #define EBP_DECODE_KERNEL(W)                                                                   \
   extern "C" __global__ void __launch_bounds__(256) ebp_decode_w##W(                           \
       const u8* payload, const void* offsets, int off64, const i64* index, const i64* starts,  \
-      const int* lens, i64 n_out, i64 n_rows, i64 payload_nbytes, const uint4* colinfo,        \
+      const int* lens, i64 n_out, i64 n_rows, i64 payload_nbytes, const EbpColumn* colinfo,    \
       const u64* defaults, const u16* dlut, const u64* dict, int d, int row_nbytes,            \
       int sparse, int HE, int LS, int IB, int low_total, u8* out, u64* err) {                  \
     ebp_decode_impl<W>(payload, offsets, off64, index, starts, lens, n_out, n_rows,            \

@@ -1,4 +1,5 @@
-// IBP decoders on the GPU (row format: docs/format.md; host side: ibp_graph/cuda/).
+// IBP decoders on the GPU (row format: docs/format.md; host side: ibp_graph/gpu/ibp.py and raw.py;
+// parameter blocks declared once in ibp_graph/gpu/abi.py).
 //
 // Kernels (extern "C", one per template instance so the host looks them up by name):
 //   ibp_decode_w{32,64}_g{1,2,4,8,16,32}
@@ -46,7 +47,7 @@ extern __shared__ uint4 ibp_smem[];
 template <int W, int G>
 __device__ __forceinline__ void ibp_decode_impl(
     const u8* payload, const void* offsets, int off64, const i64* index, i64 n_out,
-    i64 n_rows, i64 payload_nbytes, const uint4* cols, const u32* runs, int n_words_i,
+    i64 n_rows, i64 payload_nbytes, const IbpColumn* cols, const u32* runs, int n_words_i,
     int row_nbytes_i, int header_bits_i, int store_unit_i, int cap_bytes_i, u8* out, u64* err) {
   static_assert(W == 32 || W == 64, "W is 32 or 64");
   static_assert(G == 1 || G == 2 || G == 4 || G == 8 || G == 16 || G == 32, "G | 32");
@@ -106,15 +107,15 @@ __device__ __forceinline__ void ibp_decode_impl(
     for (u32 c = 0; c < n_words; c += (u32)G) {
       const u32 j = c + lane;
       const bool active = j < n_words;
-      uint4 ci = make_uint4(0u, 0u, 0u, 0u);
+      IbpColumn ci = {0u, 0u, 0u, 0u};
       u32 part = 0, w = 0;
       if (active) {
         if (raw) {
           w = W;
         } else {
-          ci = __ldg(cols + j);
+          ci = ibp_load_column(cols + j);
           part = ((u32)s8[shift0 + (j >> 3)] >> (j & 7u)) & 1u;
-          w = part ? (ci.z & 0xffu) : (u32)W;
+          w = part ? (ci.widths & 0xffu) : (u32)W;
         }
       }
       // Inclusive scan of the widths over the group: lane l gets w_0 + ... + w_l.
@@ -149,7 +150,7 @@ __device__ __forceinline__ void ibp_decode_impl(
 #define IBP_DECODE_KERNEL(W, G)                                                                \
   extern "C" __global__ void __launch_bounds__(256) ibp_decode_w##W##_g##G(                    \
       const u8* payload, const void* offsets, int off64, const i64* index, i64 n_out,          \
-      i64 n_rows, i64 payload_nbytes, const uint4* cols, const u32* runs, int n_words,         \
+      i64 n_rows, i64 payload_nbytes, const IbpColumn* cols, const u32* runs, int n_words,     \
       int row_nbytes, int header_bits, int store_unit, int cap_bytes, u8* out, u64* err) {     \
     ibp_decode_impl<W, G>(payload, offsets, off64, index, n_out, n_rows, payload_nbytes, cols, \
                           runs, n_words, row_nbytes, header_bits, store_unit, cap_bytes, out,  \

@@ -1,7 +1,7 @@
 // Device helpers of the IBP decoders (kernels/ibp_decode.cu); row format: docs/format.md.
 //
 // No standard headers: NVRTC compiles this without any include path. The same text also
-// compiles as host C++ under the warp emulation of tests/test_cuda_compile.py, so
+// compiles as host C++ under the warp emulation of tests/gpu/test_ibp_compile.py, so
 // everything here stays plain C++17 plus the CUDA intrinsics that emulation provides.
 #pragma once
 
@@ -11,7 +11,8 @@ typedef unsigned int u32;
 typedef unsigned long long u64;
 typedef long long i64;
 
-// Error slots written by every kernel (err[] in device memory, initialised to ~0 by the
+// Error slots written by every kernel (their indices are declared once on the host as
+// ibp_graph.gpu.abi.ERR_INDEX / ERR_CORRUPT; tests/gpu/test_launch.py checks both agree) (err[] in device memory, initialised to ~0 by the
 // host, read back after the launch). atomicMin keeps the smallest offender, so the host
 // can name one deterministic culprit.
 #define IBP_ERR_INDEX 0   // smallest output position i whose index[i] is out of range
@@ -86,11 +87,13 @@ __device__ __forceinline__ u64 ibp_extract64(const u32* s, u32 p, u32 n, u32 qma
   return v & ibp_lenmask64(n);
 }
 
-// Per-column decode table entry (16 bytes, one vector load):
-//   x: bitval bits 0..31        y: bitval bits 32..63 (0 for W = 32)
-//   z: free_bits (bits 0..7) | n_runs (bits 8..15) | run 0 (bits 16..28: shift in 16..21,
-//      length in 22..28)
-//   w: index into the runs array of this column's run 1 (runs 1 .. n_runs-1 follow)
+// Per-column decode table entry of the IBP decoder (16 bytes, one vector load). Declared
+// once on the host as ibp_graph.gpu.abi.IBP_COLUMN (tests/gpu/test_launch.py checks that
+// both agree field by field):
+//   bitval_lo, bitval_hi: bitval bits 0..31 and 32..63 (bitval_hi is 0 for W = 32)
+//   widths:  free_bits (bits 0..7) | n_runs (bits 8..15) | run 0 (bits 16..28: shift in
+//            16..21, length in 22..28)
+//   runs_at: index into the runs array of this column's run 1 (runs 1 .. n_runs-1 follow)
 // A run (shift, length, src) says: bits [src, src + length) of the compacted value go to
 // bits [shift, shift + length) of the word. Run 0 always has src = 0. A run entry in the
 // runs array packs shift (bits 0..7) | length (bits 8..15) | src (bits 16..23).
@@ -99,28 +102,46 @@ __device__ __forceinline__ u64 ibp_extract64(const u32* s, u32 p, u32 n, u32 qma
 // consecutive bit positions (typically one or two: the low mantissa bits, maybe an
 // exponent bit), so scattering is one shift-mask-shift-or per run. Adversarial masks (every
 // other bit free) cost W/2 runs: slower, never wrong.
-__device__ __forceinline__ u32 ibp_pdep32(u32 v, uint4 ci, const u32* runs) {
-  u32 x = ci.x;
-  const u32 nr = (ci.z >> 8) & 0xffu;
+struct alignas(16) IbpColumn {
+  u32 bitval_lo;
+  u32 bitval_hi;
+  u32 widths;
+  u32 runs_at;
+};
+
+// One column's entry, read with a single 16-byte read-only load.
+__device__ __forceinline__ IbpColumn ibp_load_column(const IbpColumn* p) {
+  const uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
+  IbpColumn c;
+  c.bitval_lo = v.x;
+  c.bitval_hi = v.y;
+  c.widths = v.z;
+  c.runs_at = v.w;
+  return c;
+}
+
+__device__ __forceinline__ u32 ibp_pdep32(u32 v, IbpColumn ci, const u32* runs) {
+  u32 x = ci.bitval_lo;
+  const u32 nr = (ci.widths >> 8) & 0xffu;
   if (nr) {
-    const u32 r0 = ci.z >> 16;
+    const u32 r0 = ci.widths >> 16;
     x |= (v & ibp_lenmask32((r0 >> 6) & 0x7fu)) << (r0 & 0x3fu);
     for (u32 k = 1; k < nr; ++k) {
-      const u32 rr = __ldg(runs + ci.w + k - 1u);
+      const u32 rr = __ldg(runs + ci.runs_at + k - 1u);
       x |= ((v >> (rr >> 16)) & ibp_lenmask32((rr >> 8) & 0xffu)) << (rr & 0xffu);
     }
   }
   return x;
 }
 
-__device__ __forceinline__ u64 ibp_pdep64(u64 v, uint4 ci, const u32* runs) {
-  u64 x = ((u64)ci.y << 32) | (u64)ci.x;
-  const u32 nr = (ci.z >> 8) & 0xffu;
+__device__ __forceinline__ u64 ibp_pdep64(u64 v, IbpColumn ci, const u32* runs) {
+  u64 x = ((u64)ci.bitval_hi << 32) | (u64)ci.bitval_lo;
+  const u32 nr = (ci.widths >> 8) & 0xffu;
   if (nr) {
-    const u32 r0 = ci.z >> 16;
+    const u32 r0 = ci.widths >> 16;
     x |= (v & ibp_lenmask64((r0 >> 6) & 0x7fu)) << (r0 & 0x3fu);
     for (u32 k = 1; k < nr; ++k) {
-      const u32 rr = __ldg(runs + ci.w + k - 1u);
+      const u32 rr = __ldg(runs + ci.runs_at + k - 1u);
       x |= ((v >> (rr >> 16)) & ibp_lenmask64((rr >> 8) & 0xffu)) << (rr & 0xffu);
     }
   }

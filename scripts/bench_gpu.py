@@ -12,7 +12,7 @@ it with each, then measures with CUDA events (warm-up, median of --reps), for ea
                     (offsets in host memory: "host offs"; in device memory: "dev offs", IBP only)
 and, in the same run, the baselines:
   h2d_raw           pinned H2D copy of the raw table
-  zc_gather_raw     zero-copy gather of the same random raw rows (ibp_graph.gpu.gather_rows)
+  zc_gather_raw     zero-copy gather of the same random raw rows (ibp_graph.gpu.gather_raw_rows)
   dev_gather_raw    torch.index_select of the same rows from device memory
   cpu_gather_h2d    torch.index_select on the CPU into pinned memory, then H2D copy
 
@@ -35,7 +35,7 @@ import time
 import torch
 
 GB = 1e9
-#: the codecs measured, each with its fit and its GPU entry points (ibp_graph.gpu).
+#: the codecs measured (ibp_graph.gpu decodes each, dispatching on the codec).
 CODECS = ("ibp", "ebp")
 
 
@@ -97,16 +97,27 @@ def fit_kind(kind: str, x: torch.Tensor):
     return {"ibp": IBPCodec, "ebp": EBPCodec}[kind].fit(x)
 
 
+def unchecked():
+    """A PendingChecks nobody reads: a timed call skips its error check (no host wait); every
+    decoder's output was checked bit for bit, with its error checks, before timing."""
+    from ibp_graph.gpu import PendingChecks
+
+    return PendingChecks()
+
+
 def gpu_entry_points(kind: str):
-    """(decode, fetch) of codec `kind` on the GPU: decode(codec, ct, out=, check=) and
-    fetch(codec, table, index, out=, check=)."""
-    if kind == "ibp":
-        from ibp_graph.gpu.ibp_decode import decode_ibp, fetch_ibp
+    """(decode, fetch) on the GPU for codec `kind`: decode(codec, ct, out=, check=) and
+    fetch(codec, table, index, out=, check=), where check=False skips the error check.
+    ibp_graph.gpu dispatches on the codec itself; `kind` is the benchmark's hook."""
+    from ibp_graph import gpu
 
-        return decode_ibp, fetch_ibp
-    from ibp_graph.gpu.ebp_decode import decode_ebp, fetch_ebp
+    def decode(codec, ct, out=None, check=True):
+        return gpu.decode(codec, ct, out=out, checks=None if check else unchecked())
 
-    return decode_ebp, fetch_ebp
+    def fetch(codec, table, index, out=None, check=True):
+        return gpu.fetch(codec, table, index, out=out, checks=None if check else unchecked())
+
+    return decode, fetch
 
 
 def build_family(name: str, args, pin: bool):
@@ -217,7 +228,7 @@ def codec_result(table, measured: dict, raw_bytes: int, m: int, rb: int,
 
 
 def bench_family(name: str, args) -> dict:
-    from ibp_graph.gpu.ibp_decode import gather_rows
+    from ibp_graph.gpu import gather_raw_rows
 
     t0 = time.perf_counter()
     raw, _, tables = build_family(name, args, pin=True)
@@ -237,10 +248,12 @@ def bench_family(name: str, args) -> dict:
     pinned_rows = torch.empty_like(out_idx, device="cpu").pin_memory()
 
     R, Wm = args.reps, args.warmup
-    baseline_checks = {"zc_gather_raw": same_bits(gather_rows(raw, index, out=out_raw), raw_dev[index])}
+    baseline_checks = {"zc_gather_raw": same_bits(gather_raw_rows(raw, index, out=out_raw),
+                                                  raw_dev[index])}
     baseline = {
         "h2d_raw": timed(lambda: raw.to(dev, non_blocking=True), R, Wm),
-        "zc_gather_raw": timed(lambda: gather_rows(raw, index, out=out_raw, check=False), R, Wm),
+        "zc_gather_raw": timed(lambda: gather_raw_rows(raw, index, out=out_raw, checks=unchecked()),
+                               R, Wm),
         "dev_gather_raw": timed(lambda: torch.index_select(raw_dev, 0, index, out=out_raw), R, Wm),
         "cpu_gather_h2d": timed(lambda: out_raw.copy_(
             torch.index_select(raw, 0, index_cpu, out=pinned_rows), non_blocking=True), R, Wm),

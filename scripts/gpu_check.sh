@@ -67,7 +67,7 @@ if ! "$PY" -m pip install -q --no-deps --no-build-isolation -e .; then
         [ -e "ibp_graph/$pkg" ] || ln -s "../$pkg" "ibp_graph/$pkg"
     done
     export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-    "$PY" -c "import ibp_graph.loaders.pyg, ibp_graph.gpu.runtime as r; r.read_source('ibp_decode.cuh')" \
+    "$PY" -c "import ibp_graph.loaders.pyg, ibp_graph.gpu.compiler as c; c.read_source('ibp_decode.cuh')" \
         || { echo "ibp_graph cannot be imported from the checkout either"; exit 1; }
 fi
 

@@ -19,21 +19,23 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ibp_graph import gpu
 from ibp_graph.codec import EBPCodec
-from ibp_graph.gpu import ebp_decode as E
-from ibp_graph.gpu import runtime as rt
+from ibp_graph.gpu import abi
+from ibp_graph.gpu import compiler as cc
+from ibp_graph.gpu import ebp as E
 
 from tests.codec.test_ebp import crafted_codec, rows_for
 from tests.gpu.test_ibp_compile import (SHIM, adversarial_rows, build_emulator, new_seed, row_bytes,
                                       run_harness)
 
-EBP_KERNELS = [k for k, src in rt.KERNELS.items() if src == "ebp_decode.cu"]
+EBP_KERNELS = [k for k, e in abi.KERNELS.items() if e.source == "ebp_decode.cu"]
 
 
 # --------------------------------------------------------------------------- compilation
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_ebp_kernels_compile(arch):
-    binary = rt.compile_cubin("ebp_decode.cu", arch)
+    binary = cc.compile_cubin("ebp_decode.cu", arch)
     assert binary[:4] == b"\x7fELF"
     assert sorted(EBP_KERNELS) == ["ebp_decode_w16", "ebp_decode_w32", "ebp_decode_w64",
                                    "ebp_decode_w8", "ebp_gather"]
@@ -45,19 +47,17 @@ def test_host_checks_need_no_gpu():
     x = torch.randn(20, 8)
     codec = EBPCodec.fit(x)
     ct = codec.encode(x)
-    with pytest.raises(ValueError, match=r"ct\.payload .*device=cpu.*ct\.to\('cuda'"):
-        E.decode_ebp(codec, ct)
     with pytest.raises(TypeError, match=r"ct must be a CompressedTensor"):
-        E.decode_ebp(codec, ct.payload)
-    with pytest.raises(TypeError, match=r"codec must be an EBPCodec"):
-        E.decode_ebp(object(), ct)
+        gpu.decode(codec, ct.payload)
+    with pytest.raises(TypeError, match=r"codec must be an IBPCodec, EBPCodec or IdentityCodec"):
+        gpu.decode(object(), ct)
     with pytest.raises(TypeError, match=r"index has dtype=torch\.int32.*int64"):
-        E.fetch_ebp(codec, ct, torch.zeros(3, dtype=torch.int32))
+        gpu.fetch(codec, ct, torch.zeros(3, dtype=torch.int32))
     if not torch.cuda.is_available():
-        with pytest.raises(rt.CudaUnavailableError, match="no CUDA device"):
-            E.fetch_ebp(codec, ct, torch.zeros(3, dtype=torch.int64))
-        with pytest.raises(rt.CudaUnavailableError, match="no CUDA device"):
-            codec.fetch(ct, torch.zeros(3, dtype=torch.int64))
+        with pytest.raises(gpu.CudaUnavailableError, match="no CUDA device"):
+            gpu.fetch(codec, ct, torch.zeros(3, dtype=torch.int64))
+        with pytest.raises(gpu.CudaUnavailableError, match="no CUDA device"):
+            gpu.decode(codec, ct)
 
 
 def test_decode_tables_layout():
@@ -66,12 +66,15 @@ def test_decode_tables_layout():
     x[::2, 5:] = 0
     codec = EBPCodec.fit(x)
     t = codec.tables
-    tabs = E.build_decode_tables(codec)
-    assert tabs["colinfo"].shape == (40, 4) and tabs["colinfo"].dtype == np.uint32
-    assert list(tabs["colinfo"][:, 0]) == list(np.concatenate([[0], np.cumsum(t.col_lw)[:-1]]))
-    assert (tabs["colinfo"][:, 3] == t.col_lw).all() and (tabs["colinfo"][:, 1] == t.col_tid).all()
-    assert tabs["dlut"].shape == (t.n_tables, 256) and (tabs["dlut"] == t.dlut).all()
-    assert (tabs["dict"] == t.t_dict).all() and (tabs["defaults"] == t.col_default).all()
+    tabs = E.host_tables(codec)
+    ci = tabs.colinfo
+    assert ci.shape == (40,) and ci.dtype == abi.EBP_COLUMN and ci.itemsize == 16
+    assert list(ci["low_at"]) == list(np.concatenate([[0], np.cumsum(t.col_lw)[:-1]]))
+    assert (ci["low_bits"] == t.col_lw).all() and (ci["tid"] == t.col_tid).all()
+    assert (ci["sparse_tid"] == (t.col_tids if t.sparse else 0)).all()
+    assert tabs.dlut.shape == (t.n_tables, 256) and (tabs.dlut == t.dlut).all()
+    assert (tabs.dict == t.t_dict).all() and (tabs.defaults == t.col_default).all()
+    assert (tabs.d, tabs.HE, tabs.LS, tabs.IB, tabs.low_total) == (t.d, t.HE, t.LS, t.IB, t.low_total)
     assert E.scratch_stride(512) % 16 == 0 and E.scratch_stride(512) >= 512 + 15 + 12
 
 
@@ -133,7 +136,7 @@ template <class F> static void launch(long grid, long block, F body) {
   }
 }
 typedef void (*decode_fn)(const u8*, const void*, int, const i64*, const i64*, const int*, i64, i64,
-                          i64, const uint4*, const u64*, const u16*, const u64*, int, int, int, int,
+                          i64, const EbpColumn*, const u64*, const u16*, const u64*, int, int, int, int,
                           int, int, int, u8*, u64*);
 int main(int argc, char** argv) {
   std::string dir = argv[1];
@@ -151,7 +154,7 @@ int main(int argc, char** argv) {
   auto offsets = exact<void>(slurp(dir + "/offsets.bin"));
   auto index_v = slurp(dir + "/index.bin");
   i64* index_p = has_index ? exact<i64>(index_v) : nullptr;
-  auto colinfo = exact<uint4>(slurp(dir + "/colinfo.bin"));
+  auto colinfo = exact<EbpColumn>(slurp(dir + "/colinfo.bin"));
   auto defaults = exact<u64>(slurp(dir + "/defaults.bin"));
   auto dlut = exact<u16>(slurp(dir + "/dlut.bin"));
   auto dict = exact<u64>(slurp(dir + "/dict.bin"));
@@ -213,14 +216,15 @@ class Emulator:
     def run(self, tmp, codec, ct, index=None, *, fetch=False, payload_shift=0, out_shift=0,
             block=64, grid=2):
         t = codec.tables
-        tabs = E.build_decode_tables(codec)
+        tabs = E.host_tables(codec)
         n_out = ct.n_rows if index is None else len(index)
         idx = np.zeros(0, np.int64) if index is None else np.asarray(index, dtype=np.int64)
         params = [t.W, int(fetch), n_out, ct.n_rows, payload_shift, ct.offsets.dtype == torch.int64,
                   index is not None, t.d, t.row_nbytes, int(t.sparse), t.HE, t.LS, t.IB,
                   t.low_total, out_shift, block, grid, E.scratch_stride(t.row_nbytes)]
         arrays = {"payload": ct.payload.numpy(), "offsets": ct.offsets.numpy(), "index": idx,
-                  **tabs}
+                  "colinfo": tabs.colinfo, "defaults": tabs.defaults, "dlut": tabs.dlut,
+                  "dict": tabs.dict}
         return run_harness(self.exe, str(tmp), params, arrays, timeout=600)
 
 

@@ -14,6 +14,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ibp_graph import gpu
 from ibp_graph.codec import CorruptPayloadError, EBPCodec
 
 from tests.codec.test_ebp import crafted_codec, rows_for
@@ -27,19 +28,17 @@ FAMILIES = ["embedding_f32", "embedding_f16", "pca_bow", "tfidf", "binary_bow", 
 
 
 def _check(codec, x, index=None):
-    from ibp_graph.gpu.ebp_decode import decode_ebp, fetch_ebp
-
     ct = codec.encode(x)
     want = x if index is None else x[torch.as_tensor(index)]
     out = poisoned(ct.shape, codec.dtype)
-    assert decode_ebp(codec, ct.to("cuda"), out=out) is out
+    assert gpu.decode(codec, ct.to("cuda"), out=out) is out
     assert np.array_equal(row_bytes(out), row_bytes(x))
     if index is None:
         return
     idx = torch.as_tensor(index, dtype=torch.int64)
     for table in (ct.to("cuda"), ct.pin_memory()):
         out = poisoned((len(idx),) + tuple(x.shape[1:]), codec.dtype)
-        assert fetch_ebp(codec, table, idx.cuda(), out=out) is out
+        assert gpu.fetch(codec, table, idx.cuda(), out=out) is out
         assert np.array_equal(row_bytes(out), row_bytes(want))
 
 
@@ -78,17 +77,15 @@ def test_crafted_tables_bit_exact(seed, sparse, dtype):
 
 
 def test_bad_index_and_corrupt_rows_raise():
-    from ibp_graph.gpu.ebp_decode import decode_ebp, fetch_ebp
-
     x = torch.randn(100, 32)
     codec = EBPCodec.fit(x, sparse=False)
     ct = codec.encode(x)
     for table in (ct.to("cuda"), ct.pin_memory()):
         with pytest.raises(IndexError, match=r"index\[2\] = 100"):
-            fetch_ebp(codec, table, torch.tensor([0, 1, 100, 3]).cuda())
+            gpu.fetch(codec, table, torch.tensor([0, 1, 100, 3]).cuda())
     r = int(np.flatnonzero(ct.row_lengths().numpy() < codec.row_nbytes)[0])
     o = ct.offsets.clone()
     o[r + 1:] -= 1
     p = torch.cat([ct.payload[:int(ct.offsets[r + 1]) - 1], ct.payload[int(ct.offsets[r + 1]):]])
     with pytest.raises(CorruptPayloadError, match=f"row {r}"):
-        decode_ebp(codec, dataclasses.replace(ct, offsets=o, payload=p).to("cuda"))
+        gpu.decode(codec, dataclasses.replace(ct, offsets=o, payload=p).to("cuda"))

@@ -25,9 +25,11 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ibp_graph import gpu
 from ibp_graph.codec import IBPCodec
-from ibp_graph.gpu import ibp_decode as D
-from ibp_graph.gpu import runtime as rt
+from ibp_graph.gpu import abi
+from ibp_graph.gpu import compiler as cc
+from ibp_graph.gpu import ibp as D
 
 # --------------------------------------------------------------------------- data helpers
 # (also imported by tests/gpu/test_ibp_gpu.py)
@@ -152,33 +154,33 @@ def rows_for_codec(rng: np.random.Generator, codec: IBPCodec, n: int, p_part: fl
 # --------------------------------------------------------------------------- compilation
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_every_kernel_compiles(arch):
-    names = rt.compile_all(arch)
-    assert names == list(rt.KERNEL_SOURCES)
-    for source in rt.KERNEL_SOURCES:
-        binary = rt.compile_cubin(source, arch)
+    names = cc.compile_all(arch)
+    assert names == list(abi.KERNEL_SOURCES)
+    for source in abi.KERNEL_SOURCES:
+        binary = cc.compile_cubin(source, arch)
         assert binary[:4] == b"\x7fELF", "NVRTC should produce a cubin (ELF), not PTX"
-        for kernel, src in rt.KERNELS.items():
-            if src == source:
+        for kernel, entry in abi.KERNELS.items():
+            if entry.source == source:
                 assert kernel.encode() in binary
 
 
-@pytest.mark.skipif(rt._nvcc_path() is None, reason="nvcc is not installed here")
+@pytest.mark.skipif(cc._nvcc_path() is None, reason="nvcc is not installed here")
 def test_kernels_compile_with_nvcc_too():
-    binary = rt.compile_cubin("ibp_decode.cu", "sm_90", backend="nvcc")
+    binary = cc.compile_cubin("ibp_decode.cu", "sm_90", backend="nvcc")
     assert binary[:4] == b"\x7fELF"
-    assert all(k.encode() in binary for k, src in rt.KERNELS.items() if src == "ibp_decode.cu")
+    assert all(k.encode() in binary for k, e in abi.KERNELS.items() if e.source == "ibp_decode.cu")
 
 
 def test_compile_error_carries_the_log():
-    with pytest.raises(rt.KernelCompileError, match="undefined_thing"):
-        rt._compile_nvrtc("broken.cu", 'extern "C" __global__ void k() { undefined_thing(); }',
-                          "90", rt.COMPILE_OPTIONS)
+    with pytest.raises(gpu.KernelCompileError, match="undefined_thing"):
+        cc._compile_nvrtc("broken.cu", 'extern "C" __global__ void k() { undefined_thing(); }',
+                          "90", cc.COMPILE_OPTIONS)
 
 
 def test_arch_spellings():
-    assert {rt.normalize_arch(a) for a in ("sm_90", "90", 90, "compute_90", (9, 0))} == {"90"}
+    assert {cc.normalize_arch(a) for a in ("sm_90", "90", 90, "compute_90", (9, 0))} == {"90"}
     with pytest.raises(ValueError, match="not a CUDA architecture"):
-        rt.normalize_arch("hopper")
+        cc.normalize_arch("hopper")
 
 
 def test_import_needs_no_cupy():
@@ -186,12 +188,12 @@ def test_import_needs_no_cupy():
         import sys
         sys.modules['cupy'] = None
         sys.modules['cupy_backends'] = None
-        import ibp_graph, ibp_graph.gpu, ibp_graph.gpu.ibp_decode, ibp_graph.gpu.runtime
+        import ibp_graph, ibp_graph.gpu, ibp_graph.gpu.dispatch, ibp_graph.gpu.runtime
         import ibp_graph.codec
         assert ibp_graph.gpu.is_available() is False
         try:
-            ibp_graph.gpu.runtime.compile_cubin('ibp_decode.cu', 'sm_90', backend='nvrtc')
-        except ibp_graph.gpu.runtime.CudaUnavailableError as e:
+            ibp_graph.gpu.compiler.compile_cubin('ibp_decode.cu', 'sm_90', backend='nvrtc')
+        except ibp_graph.gpu.CudaUnavailableError as e:
             assert 'cupy' in str(e).lower()
         else:
             raise AssertionError('compiling without cupy should fail clearly')
@@ -200,14 +202,24 @@ def test_import_needs_no_cupy():
 
 
 def test_launch_parameters_pack_exactly():
+    """The driver reads each argument at its declared C width, in the declared order, however
+    the caller ordered the names; a missing or unknown name raises before any launch."""
     import ctypes
 
-    args = [(rt.PTR, 0xDEADBEEF0000), (rt.I32, 1), (rt.I32, -7), (rt.I64, 2**40 + 3), (rt.PTR, 0)]
-    values, params = rt.pack_params(args)
+    block = abi.ParamBlock(("p", "const u8*"), ("a", "int"), ("b", "int"), ("n", "i64"),
+                           ("q", "u64*"))
+    args = {"n": 2**40 + 3, "q": 0, "a": 1, "p": 0xDEADBEEF0000, "b": -7}
+    values, params = block.pack(args)
     assert [ctypes.sizeof(v) for v in values] == [8, 4, 4, 8, 8]
-    read = [ctypes.cast(params[k], ctypes.POINTER(kind)).contents.value
-            for k, (kind, _) in enumerate(args)]
+    read = [ctypes.cast(params[k], ctypes.POINTER(p.ctypes_type)).contents.value
+            for k, p in enumerate(block.params)]
     assert read == [0xDEADBEEF0000, 1, -7, 2**40 + 3, 0]
+    with pytest.raises(TypeError, match=r"missing \['b'\]"):
+        block.pack({k: v for k, v in args.items() if k != "b"})
+    with pytest.raises(TypeError, match=r"not parameters \['c'\]"):
+        block.pack(dict(args, c=3))
+    with pytest.raises(ValueError, match="C type 'float'"):
+        abi.ParamBlock(("x", "float"))
 
 
 def test_host_checks_need_no_gpu():
@@ -215,19 +227,19 @@ def test_host_checks_need_no_gpu():
     x = torch.randn(20, 8)
     codec = IBPCodec.fit(x)
     ct = codec.encode(x)
-    with pytest.raises(ValueError, match=r"ct\.payload .*device=cpu.*ct\.to\('cuda'"):
-        D.decode_ibp(codec, ct)
     with pytest.raises(TypeError, match=r"ct must be a CompressedTensor"):
-        D.decode_ibp(codec, ct.payload)
+        gpu.decode(codec, ct.payload)
     with pytest.raises(TypeError, match=r"index has dtype=torch\.int32.*int64"):
-        D.fetch_ibp(codec, ct, torch.zeros(3, dtype=torch.int32))
+        gpu.fetch(codec, ct, torch.zeros(3, dtype=torch.int32))
     with pytest.raises(TypeError, match=r"index must be a torch\.Tensor"):
-        D.gather_rows(x, [1, 2])
-    with pytest.raises(TypeError, match=r"codec must be an IBPCodec"):
-        D.decode_ibp(object(), ct)
+        gpu.gather_raw_rows(x, [1, 2])
+    with pytest.raises(TypeError, match=r"codec must be an IBPCodec, EBPCodec or IdentityCodec"):
+        gpu.decode(object(), ct)
     if not torch.cuda.is_available():
-        with pytest.raises(rt.CudaUnavailableError, match="no CUDA device"):
-            D.fetch_ibp(codec, ct, torch.zeros(3, dtype=torch.int64))
+        with pytest.raises(gpu.CudaUnavailableError, match="no CUDA device"):
+            gpu.fetch(codec, ct, torch.zeros(3, dtype=torch.int64))
+        with pytest.raises(gpu.CudaUnavailableError, match="no CUDA device"):
+            gpu.decode(codec, ct)
 
 
 def test_bench_script_builds_tables(tmp_path):
@@ -263,15 +275,15 @@ def py_pext(x: int, mask: int, W: int) -> int:
 
 def table_pdep(v: int, col: np.ndarray, runs: np.ndarray, W: int) -> int:
     """What the kernel computes from one column's table entry (ibp_pdep32/64)."""
-    x = int(col[0]) | (int(col[1]) << 32)
-    z = int(col[2])
+    x = int(col["bitval_lo"]) | (int(col["bitval_hi"]) << 32)
+    z = int(col["widths"])
     nr = (z >> 8) & 0xFF
     if nr:
         r0 = z >> 16
         s, ln = r0 & 0x3F, (r0 >> 6) & 0x7F
         x |= (v & ((1 << ln) - 1)) << s
         for k in range(1, nr):
-            rr = int(runs[int(col[3]) + k - 1])
+            rr = int(runs[int(col["runs_at"]) + k - 1])
             s, ln, src = rr & 0xFF, (rr >> 8) & 0xFF, rr >> 16
             x |= ((v >> src) & ((1 << ln) - 1)) << s
     return x & ((1 << W) - 1)
@@ -289,11 +301,12 @@ def _check_tables(masks, W, rng):
     bitvals = [m & int(rng.integers(0, 1 << 62)) * 3 for m in masks]
     cols, runs = D.build_decode_tables(np.array(masks, dtype=np.uint64),
                                        np.array(bitvals, dtype=np.uint64), W)
-    assert cols.shape == (len(masks), 4) and cols.dtype == np.uint32 and runs.dtype == np.uint32
+    assert cols.shape == (len(masks),) and cols.dtype == abi.IBP_COLUMN and runs.dtype == np.uint32
+    assert cols.itemsize == 16  # one 16-byte load per column in the kernel
     for j, (m, bv) in enumerate(zip(masks, bitvals)):
         free = W - bin(m).count("1")
-        assert int(cols[j, 2]) & 0xFF == free
-        assert ((int(cols[j, 2]) >> 8) & 0xFF) == len(D.free_bit_runs(m, W))
+        assert int(cols[j]["widths"]) & 0xFF == free
+        assert ((int(cols[j]["widths"]) >> 8) & 0xFF) == len(D.free_bit_runs(m, W))
         for _ in range(6):
             x = int(rng.integers(0, 1 << 62)) * 5 & ((1 << W) - 1)
             c = py_pext(x, m, W)
@@ -338,10 +351,10 @@ def test_launch_shape_helpers():
         cap = D.stage_bytes(rb)
         # staged blocks (<= rb + 30 bytes) and 3-word reads past the row end fit
         assert cap % 16 == 0 and cap >= rb + 30 and cap >= rb + 27
-    assert D._store_unit(8, 512, 256) == 8
-    assert D._store_unit(8, 12, 256) == 4
-    assert D._store_unit(4, 6, 256) == 2
-    assert D._store_unit(4, 512, 3) == 1
+    assert D.store_unit(8, 512, 256) == 8
+    assert D.store_unit(8, 12, 256) == 4
+    assert D.store_unit(4, 6, 256) == 2
+    assert D.store_unit(4, 512, 3) == 1
 
 
 # --------------------------------------------------------------------------- warp emulation
@@ -435,7 +448,7 @@ template <class T> static T* exact(const std::vector<unsigned char>& v) {  // ex
   if (!v.empty()) std::memcpy(p, v.data(), v.size());
   return p;
 }
-typedef void (*decode_fn)(const u8*, const void*, int, const i64*, i64, i64, i64, const uint4*,
+typedef void (*decode_fn)(const u8*, const void*, int, const i64*, i64, i64, i64, const IbpColumn*,
                           const u32*, int, int, int, int, int, u8*, u64*);
 typedef void (*gather_fn)(const u8*, i64, i64, const i64*, i64, int, u8*, u64*);
 int main(int argc, char** argv) {
@@ -457,7 +470,7 @@ int main(int argc, char** argv) {
   auto offsets = exact<void>(slurp(dir + "/offsets.bin"));
   auto index_v = slurp(dir + "/index.bin");
   i64* index_p = has_index ? exact<i64>(index_v) : nullptr;
-  auto cols = exact<uint4>(slurp(dir + "/cols.bin"));
+  auto cols = exact<IbpColumn>(slurp(dir + "/cols.bin"));
   auto runs = exact<u32>(slurp(dir + "/runs.bin"));
   long out_bytes = n_out * row_nbytes;
   unsigned char* oraw = (unsigned char*)std::malloc(out_bytes + out_shift + 1);
@@ -513,8 +526,8 @@ def build_emulator(tmp_path_factory, name: str, shim: str, harness: str, sources
     d = tmp_path_factory.mktemp(name)
     (d / "shim.h").write_text(shim)
     (d / "harness.cpp").write_text(harness)
-    for source in tuple(sources) + tuple(rt.header_names()):
-        (d / source).write_text(rt.read_source(source))
+    for source in tuple(sources) + tuple(cc.header_names()):
+        (d / source).write_text(cc.read_source(source))
     base = [cxx, "-std=c++20", "-O1", "-g", "-pthread", "-Wall", "-Wno-unknown-pragmas",
             "-Wno-unused-function", "-I", str(d), str(d / "harness.cpp"), "-o", str(d / "harness")]
     san = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
@@ -543,7 +556,7 @@ def run_harness(exe, d, params, arrays, timeout=300):
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory):
     """The kernels compiled as host C++ with the warp emulation (ASan + UBSan when available)."""
-    return Emulator(build_emulator(tmp_path_factory, "emu", SHIM, HARNESS, rt.KERNEL_SOURCES))
+    return Emulator(build_emulator(tmp_path_factory, "emu", SHIM, HARNESS, abi.KERNEL_SOURCES))
 
 
 class Emulator:
@@ -557,23 +570,23 @@ class Emulator:
 
     def decode(self, tmp, codec, ct, index=None, *, payload_shift=0, out_shift=0, block=64,
                grid=2):
-        """Launch ibp_decode_w*_g* with the shapes decode.py would pick."""
-        W, n_words, rb = codec.word_bits, codec.n_words, codec.row_nbytes
+        """Launch ibp_decode_w*_g* with the shapes ibp_graph.gpu.ibp would pick."""
+        tabs = D.host_tables(codec)  # what the runtime uploads
+        W, n_words, rb = tabs.word_bits, tabs.n_words, tabs.row_nbytes
         G = D.group_size(n_words)
-        cols, runs = D.build_decode_tables(codec.mask, codec.bitval, W)
         n_out = ct.n_rows if index is None else len(index)
         idx = np.zeros(0, np.int64) if index is None else np.asarray(index, dtype=np.int64)
         params = [f"ibp_decode_w{W}_g{G}", W, G, n_out, ct.n_rows, ct.payload.numel(),
                   payload_shift, ct.offsets.dtype == torch.int64, index is not None, n_words, rb,
-                  codec.header_bits, D._store_unit(W // 8, rb, out_shift), D.stage_bytes(rb),
+                  tabs.header_bits, D.store_unit(W // 8, rb, out_shift), D.stage_bytes(rb),
                   out_shift, block, grid, 0]
         return self._run(str(tmp), params, {"payload": ct.payload.numpy(),
                                             "offsets": ct.offsets.numpy(), "index": idx,
-                                            "cols": cols, "runs": runs})
+                                            "cols": tabs.cols, "runs": tabs.runs})
 
     def gather(self, tmp, table: np.ndarray, index, *, table_shift=0, out_shift=0, block=64,
                grid=2):
-        """Launch ibp_gather_v* with the shapes decode.gather_rows would pick."""
+        """Launch ibp_gather_v* with the shapes ibp_graph.gpu.gather_raw_rows would pick."""
         n_rows, rb = table.shape
         vw = next(v for v in (16, 8, 4, 2, 1)
                   if rb % v == 0 and table_shift % v == 0 and out_shift % v == 0)
@@ -582,7 +595,7 @@ class Emulator:
         params = [f"ibp_gather_v{vw}", 0, 0, len(idx), n_rows, table.size, table_shift, 0, 1, 0,
                   rb, 0, 0, 0, out_shift, block, grid, lanes]
         return self._run(str(tmp), params, {"payload": table.reshape(-1), "offsets": np.zeros(1, np.int32),
-                                            "index": idx, "cols": np.zeros(4, np.uint32),
+                                            "index": idx, "cols": np.zeros(1, abi.IBP_COLUMN),
                                             "runs": np.zeros(1, np.uint32)})
 
 

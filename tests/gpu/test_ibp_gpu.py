@@ -20,6 +20,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import ibp_graph
+from ibp_graph import gpu
 from ibp_graph.codec import CodecMismatchError, CorruptPayloadError, IBPCodec, IdentityCodec
 
 from tests.gpu.test_ibp_compile import (DTYPES, adversarial_rows, crafted_codec, new_seed, row_bytes,
@@ -58,20 +60,16 @@ def poisoned(shape, dtype, device="cuda") -> torch.Tensor:
 
 
 def decode_on_gpu(codec, ct) -> torch.Tensor:
-    from ibp_graph.gpu.ibp_decode import decode_ibp
-
     out = poisoned(ct.shape, codec.dtype)
-    got = decode_ibp(codec, ct.to("cuda"), out=out)
+    got = gpu.decode(codec, ct.to("cuda"), out=out)
     assert got is out
     torch.cuda.synchronize()
     return out
 
 
 def fetch_on_gpu(codec, table, index) -> torch.Tensor:
-    from ibp_graph.gpu.ibp_decode import fetch_ibp
-
     out = poisoned((len(index),) + tuple(codec.row_shape), codec.dtype)
-    got = fetch_ibp(codec, table, index, out=out)
+    got = gpu.fetch(codec, table, index, out=out)
     assert got is out
     torch.cuda.synchronize()
     return out
@@ -98,9 +96,11 @@ def test_decode_matches_cpu(dtype, W, row_shape, n, raw, seed):
     ct = codec.encode(x)
     want = codec.decode(ct)
     assert_same_bits(want, x, "CPU round trip")
-    assert_same_bits(decode_on_gpu(codec, ct), want, f"decode_ibp seed={seed}")
-    # the codec's own route (decode(device=...)) lands in the same kernel
-    assert_same_bits(codec.decode(ct.pin_memory(), device="cuda"), want, "codec.decode(cuda)")
+    assert_same_bits(decode_on_gpu(codec, ct), want, f"gpu.decode seed={seed}")
+    # a host tensor is copied over first; the package's one-call decode lands in the same kernel
+    assert_same_bits(gpu.decode(codec, ct.pin_memory()), want, "gpu.decode(pinned host ct)")
+    assert_same_bits(ibp_graph.decode(codec, ct.pin_memory(), device="cuda"), want,
+                     "ibp_graph.decode(cuda)")
 
 
 @GPU_SETTINGS
@@ -148,12 +148,10 @@ def test_decode_wide_rows(dim):
 
 
 def test_rows_too_wide_for_shared_memory_are_refused():
-    from ibp_graph.gpu.ibp_decode import decode_ibp
-
     x = torch.zeros(2, 200_000, dtype=torch.float32)
     codec = IBPCodec.fit(x, word_bits=64)
     with pytest.raises(ValueError, match="shared memory"):
-        decode_ibp(codec, codec.encode(x).to("cuda"))
+        gpu.decode(codec, codec.encode(x).to("cuda"))
 
 
 def test_decode_on_a_side_stream():
@@ -164,18 +162,16 @@ def test_decode_on_a_side_stream():
     s = torch.cuda.Stream()
     with torch.cuda.stream(s):
         dev = ct.to("cuda", non_blocking=True)
-        out = codec.decode(dev)
+        out = gpu.decode(codec, dev)
     s.synchronize()
     assert_same_bits(out, x, f"side stream seed={seed}")
 
 
 def test_decode_empty():
-    from ibp_graph.gpu.ibp_decode import decode_ibp
-
     x = torch.randn(5, 16)
     codec = IBPCodec.fit(x)
     empty = codec.encode(x[:0])
-    assert decode_ibp(codec, empty.to("cuda")).shape == (0, 16)
+    assert gpu.decode(codec, empty.to("cuda")).shape == (0, 16)
 
 
 # --------------------------------------------------------------------------- fetch
@@ -198,8 +194,8 @@ def test_fetch_matches_cpu(dtype, W, row_shape, n, n_index, where, index_on, see
     index = torch.from_numpy(rng.integers(0, n, n_index)).to(index_on)
     got = fetch_on_gpu(codec, table, index)
     assert_same_bits(got, want_all[index.cpu()], f"fetch {where} seed={seed}")
-    if where == "pinned":  # the codec's own route
-        assert_same_bits(codec.fetch(table, index), want_all[index.cpu()], "codec.fetch")
+    if where == "pinned":  # without an out buffer: allocated on the index's device
+        assert_same_bits(gpu.fetch(codec, table, index), want_all[index.cpu()], "gpu.fetch")
 
 
 def test_fetch_misaligned_pinned_payload():
@@ -226,14 +222,12 @@ def test_fetch_out_of_range_index_raises(bad):
     index = torch.arange(0, 1000, 7, device="cuda")
     index[11] = bad
     with pytest.raises(IndexError, match=rf"index\[11\] = {bad}\b.*0 <= index < 1000"):
-        codec.fetch(table, index)
+        gpu.fetch(codec, table, index)
     torch.cuda.synchronize()  # the failed launch left the device healthy
-    assert_same_bits(codec.fetch(table, index[:11]), x[index[:11].cpu()], "after an IndexError")
+    assert_same_bits(gpu.fetch(codec, table, index[:11]), x[index[:11].cpu()], "after an IndexError")
 
 
 def test_corrupt_rows_raise():
-    from ibp_graph.gpu.ibp_decode import decode_ibp, fetch_ibp
-
     x = adversarial_rows(np.random.default_rng(new_seed()), 64, (64,), torch.float32, raw_fraction=0)
     codec = IBPCodec.fit(x, word_bits=32)
     ct = codec.encode(x)
@@ -241,26 +235,24 @@ def test_corrupt_rows_raise():
     offs[10] = offs[9] + codec.row_nbytes + 8  # row 9 longer than a raw row
     bad = dataclasses.replace(ct, offsets=offs)
     with pytest.raises(CorruptPayloadError, match="row 9"):
-        decode_ibp(codec, bad.to("cuda"))
+        gpu.decode(codec, bad.to("cuda"))
     with pytest.raises(CorruptPayloadError, match="row 9"):
-        fetch_ibp(codec, bad.pin_memory(), torch.tensor([1, 9, 3], device="cuda"))
+        gpu.fetch(codec, bad.pin_memory(), torch.tensor([1, 9, 3], device="cuda"))
 
 
 def test_deferred_checks_raise_later_and_only_then():
-    """check=PendingChecks: the decode returns without waiting; raise_first() raises what
-    check=True would have, for the first failing call, and empties the record."""
-    from ibp_graph.gpu.ibp_decode import PendingChecks
-
+    """checks=PendingChecks: the decode returns without waiting; raise_first() raises what
+    checks=None would have, for the first failing call, and empties the record."""
     x = adversarial_rows(np.random.default_rng(new_seed()), 64, (64,), torch.float32, raw_fraction=0)
     codec = IBPCodec.fit(x, word_bits=32)
     ct = codec.encode(x)
     offs = ct.offsets.clone()
     offs[10] = offs[9] + codec.row_nbytes + 8  # row 9 longer than a raw row
     bad = dataclasses.replace(ct, offsets=offs).to("cuda")
-    checks = PendingChecks()
-    good = codec.decode(ct.to("cuda"), check=checks)  # no error: nothing to raise
-    codec.decode(bad, check=checks)  # returns: the check waits in `checks`
-    codec.fetch(ct.pin_memory(), torch.tensor([1, 64], device="cuda"), check=checks)
+    checks = gpu.PendingChecks()
+    good = gpu.decode(codec, ct.to("cuda"), checks=checks)  # no error: nothing to raise
+    gpu.decode(codec, bad, checks=checks)  # returns: the check waits in `checks`
+    gpu.fetch(codec, ct.pin_memory(), torch.tensor([1, 64], device="cuda"), checks=checks)
     torch.cuda.synchronize()
     with pytest.raises(CorruptPayloadError, match="row 9"):
         checks.raise_first()
@@ -273,11 +265,9 @@ def test_deferred_checks_raise_later_and_only_then():
 @given(dtype=st.sampled_from(DTYPES), row_shape=st.sampled_from(ROW_SHAPES + [(3000,)]),
        n=st.integers(1, 400), n_index=st.integers(0, 700), shift=st.sampled_from([0, 1, 2, 3]),
        seed=st.integers(0, 2**32 - 1))
-def test_gather_rows_matches_index_select(dtype, row_shape, n, n_index, shift, seed):
+def test_gather_raw_rows_matches_index_select(dtype, row_shape, n, n_index, shift, seed):
     """Zero-copy gather from a pinned table starting `shift` elements into its allocation
     (so at every alignment torch can express: 1-byte dtypes at any byte)."""
-    from ibp_graph.gpu.ibp_decode import gather_rows
-
     rng = np.random.default_rng(seed)
     x = adversarial_rows(rng, n, row_shape, dtype, raw_fraction=0.3)
     big = torch.zeros(x.numel() + 16, dtype=dtype).pin_memory()
@@ -285,61 +275,57 @@ def test_gather_rows_matches_index_select(dtype, row_shape, n, n_index, shift, s
     table.copy_(x)
     index = torch.from_numpy(rng.integers(0, n, n_index)).cuda()
     out = poisoned((n_index,) + tuple(row_shape), dtype)
-    assert gather_rows(table, index, out=out) is out
+    assert gpu.gather_raw_rows(table, index, out=out) is out
     assert_same_bits(out, x[index.cpu()], f"gather seed={seed}")
 
 
 def test_identity_fetch_and_gather_errors():
-    from ibp_graph.gpu.ibp_decode import gather_rows
-
     x = torch.randn(100, 128)
     ident = IdentityCodec.fit(x)
     table = ident.encode(x).pin_memory()
     index = torch.randint(0, 100, (500,), device="cuda")
-    assert_same_bits(ident.fetch(table, index), x[index.cpu()], "identity fetch")
+    assert_same_bits(gpu.fetch(ident, table, index), x[index.cpu()], "identity fetch")
     out = poisoned((100, 128), torch.float32)  # on "cuda:0"; the target "cuda" is that device
-    assert ident.decode(table, device="cuda", out=out) is out
+    assert gpu.decode(ident, table, device="cuda", out=out) is out
     assert_same_bits(out, x, "identity decode into out")
     with pytest.raises(IndexError, match=r"index\[3\] = 100\b"):
-        gather_rows(x.pin_memory(), torch.tensor([0, 1, 2, 100], device="cuda"))
+        gpu.gather_raw_rows(x.pin_memory(), torch.tensor([0, 1, 2, 100], device="cuda"))
     with pytest.raises(ValueError, match="pin_memory"):
-        gather_rows(x, index)
+        gpu.gather_raw_rows(x, index)
 
 
 # --------------------------------------------------------------------------- bad input
 def test_bad_inputs_name_the_argument():
-    from ibp_graph.gpu.ibp_decode import decode_ibp, fetch_ibp
-
     x = torch.randn(50, 32)
     codec = IBPCodec.fit(x)
     ct = codec.encode(x)
     dev = ct.to("cuda")
     pinned = ct.pin_memory()
     index = torch.arange(10, device="cuda")
-    with pytest.raises(ValueError, match=r"ct\.payload .*device=cpu.*ct\.to\('cuda'"):
-        decode_ibp(codec, ct)
+    with pytest.raises(ValueError, match=r"device='cpu' is not a CUDA device"):
+        gpu.decode(codec, dev, device="cpu")
     with pytest.raises(ValueError, match=r"table\.payload .*pageable.*pin_memory"):
-        fetch_ibp(codec, ct, index)
+        gpu.fetch(codec, ct, index)
     with pytest.raises(TypeError, match=r"out has dtype=torch\.float64.*torch\.float32"):
-        decode_ibp(codec, dev, out=torch.empty(50, 32, dtype=torch.float64, device="cuda"))
+        gpu.decode(codec, dev, out=torch.empty(50, 32, dtype=torch.float64, device="cuda"))
     with pytest.raises(ValueError, match=r"out has shape \(50, 31\).*\(50, 32\)"):
-        decode_ibp(codec, dev, out=torch.empty(50, 31, device="cuda"))
+        gpu.decode(codec, dev, out=torch.empty(50, 31, device="cuda"))
     with pytest.raises(ValueError, match=r"out is on cpu"):
-        decode_ibp(codec, dev, out=torch.empty(50, 32))
+        gpu.decode(codec, dev, out=torch.empty(50, 32))
     with pytest.raises(ValueError, match=r"out is not contiguous"):
-        decode_ibp(codec, dev, out=torch.empty(32, 50, device="cuda").t())
+        gpu.decode(codec, dev, out=torch.empty(32, 50, device="cuda").t())
     with pytest.raises(TypeError, match=r"index has dtype=torch\.int32.*int64"):
-        fetch_ibp(codec, pinned, index.to(torch.int32))
+        gpu.fetch(codec, pinned, index.to(torch.int32))
     with pytest.raises(TypeError, match=r"index must be a torch\.Tensor"):
-        fetch_ibp(codec, pinned, [1, 2, 3])
+        gpu.fetch(codec, pinned, [1, 2, 3])
     other = IBPCodec.fit(torch.randn(50, 32) * 1000)
     assert other.fingerprint != codec.fingerprint
     with pytest.raises(CodecMismatchError, match="fingerprint"):
-        decode_ibp(other, dev)
+        gpu.decode(other, dev)
     with pytest.raises(CodecMismatchError, match="fingerprint"):
-        fetch_ibp(other, pinned, index)
+        gpu.fetch(other, pinned, index)
     with pytest.raises(TypeError, match="CompressedTensor"):
-        decode_ibp(codec, dev.payload)
+        gpu.decode(codec, dev.payload)
 
 
 def test_kernels_load_on_the_device():

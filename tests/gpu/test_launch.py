@@ -1,74 +1,157 @@
-"""Every kernel launch's host side, without a GPU: a stand-in for ibp_graph.gpu.runtime
-records the launches that the real entry points (fetch_ibp, gather_rows, fetch_ebp and the
-decoders' launch helpers) make, and each is checked against the kernel's signature read off
-kernels/*.cu: one argument per parameter, of the parameter's width (a pointer or int64 where
-the kernel takes an `int` would shift every later argument), carrying the right value (the
-payload where the payload goes, n_out where n_out goes, ...). Launch shapes are checked
-against the hardware and the kernels' __launch_bounds__ for inputs far beyond any test
-(2**40 rows, rows from 1 byte to past the shared-memory limit), and an empty input must not
-launch at all (a grid of 0 is a launch error).
+"""Every kernel launch's host side, without a GPU.
 
-What this cannot check: that the driver receives what `launch` packs (tests/gpu/test_ibp_compile.py's
-test_launch_parameters_pack_exactly does), and anything the GPU itself does.
+1. What crosses the Python / CUDA boundary is declared once in ``ibp_graph.gpu.abi`` and
+   mirrored in kernels/*.cu: each entry point's parameter list (order, name, C type), the
+   table records (structs), the error slots and the bit fields of the IBP column record are
+   read off the sources here and must equal the declarations.
+2. A stand-in for ``ibp_graph.gpu.runtime`` records the launches that the real entry points
+   (gpu.fetch, gpu.decode, gpu.gather_raw_rows and the launchers) make: each is packed by
+   the declared parameter block (a missing or unknown name raises) and must carry the right
+   value in each parameter (the payload where the payload goes, n_out where n_out goes, ...).
+   Launch shapes are checked against the hardware and the kernels' __launch_bounds__ for
+   inputs far beyond any test (2**40 rows, rows from 1 byte to past the shared-memory
+   limit), and an empty input must not launch at all (a grid of 0 is a launch error).
+
+What this cannot check: that the driver receives what the pack produces
+(tests/gpu/test_ibp_compile.py's test_launch_parameters_pack_exactly does), and anything the
+GPU itself does.
 """
 from __future__ import annotations
 
 import dataclasses
 import re
-from collections import OrderedDict
 
 import numpy as np
 import pytest
 import torch
 
-from ibp_graph.codec import CorruptPayloadError, EBPCodec, IBPCodec
-from ibp_graph.layout.tensor import device_with_index
-from ibp_graph.gpu import ibp_decode as D
-from ibp_graph.gpu import ebp_decode as E
+from ibp_graph import gpu
+from ibp_graph.codec import CorruptPayloadError, EBPCodec, IBPCodec, IdentityCodec
+from ibp_graph.gpu import abi, dispatch, operands, raw, tables
+from ibp_graph.gpu import compiler as cc
+from ibp_graph.gpu import ebp as E
+from ibp_graph.gpu import ibp as D
 from ibp_graph.gpu import runtime as rt
+from ibp_graph.gpu.checks import check_checks, report
+from ibp_graph.gpu.operands import RowSource
 
 SM_COUNT = 132            # an H200
 SMEM_OPTIN = 227 * 1024   # its opt-in shared memory per block
 MAX_GRID_X = 2**31 - 1
-_WIDTH = {"PTR": rt.PTR, "I32": rt.I32, "I64": rt.I64}
-_SCALAR = {"int": "I32", "u32": "I32", "unsigned": "I32", "i64": "I64", "u64": "I64",
-           "long long": "I64"}
+CPU = torch.device("cpu")
+_NP_CTYPE = {np.dtype("<u4"): "u32", np.dtype("<u8"): "u64", np.dtype("<u2"): "u16",
+             np.dtype("<i4"): "int", np.dtype("<i8"): "i64"}
 
 
-# --------------------------------------------------------------------------- signatures
+# --------------------------------------------------------------------------- the sources
+def _sources() -> dict[str, str]:
+    names = tuple(abi.KERNEL_SOURCES) + tuple(cc.header_names())
+    return {n: cc.read_source(n).replace("\\\n", " ") for n in names}
+
+
+def _ctype(decl: str) -> str:
+    """'const u8 * ' -> 'const u8*': one spelling per C type."""
+    return re.sub(r"\s*\*", "*", " ".join(decl.split()))
+
+
 def kernel_signatures() -> dict[str, tuple[int, list[tuple[str, str]]]]:
-    """{kernel name: (launch bound, [(kind, parameter name), ...])} for every entry point,
-    read off the sources (macro-generated names expanded against rt.KERNELS)."""
+    """{kernel name: (launch bound, [(parameter name, C type), ...])} for every entry point,
+    read off the sources (macro-generated names expanded against abi.KERNELS)."""
     found = {}
-    for source in rt.KERNEL_SOURCES:
-        text = rt.read_source(source).replace("\\\n", " ")
+    for source in abi.KERNEL_SOURCES:
+        text = _sources()[source]
         for m in re.finditer(r'extern "C" __global__ void __launch_bounds__\((\d+)\)\s+([\w#]+)\s*'
                              r"\((.*?)\)\s*\{", text, re.S):
             bound, template, params = int(m.group(1)), m.group(2), m.group(3)
             pattern = re.sub(r"##[A-Za-z_]+(?:##)?", "[0-9]+", template)
             sig = []
             for p in params.split(","):
-                p = " ".join(p.split())
-                name = p.replace("*", " ").split()[-1]
-                if "*" in p:
-                    sig.append(("PTR", name))
-                else:
-                    base = " ".join(t for t in p.split()[:-1] if t != "const")
-                    assert base in _SCALAR, f"{template}: parameter {p!r} of unknown width"
-                    sig.append((_SCALAR[base], name))
-            for k, src in rt.KERNELS.items():
-                if src == source and re.fullmatch(pattern, k):
+                name = re.search(r"(\w+)\s*$", p).group(1)
+                sig.append((name, _ctype(p[:p.rstrip().rindex(name)])))
+            for k, e in abi.KERNELS.items():
+                if e.source == source and re.fullmatch(pattern, k):
                     found[k] = (bound, sig)
     return found
+
+
+def struct_fields() -> dict[str, list[tuple[str, str]]]:
+    """{struct name: [(field name, C type), ...]} of every `struct alignas(16) X {...};`."""
+    found = {}
+    for text in _sources().values():
+        for m in re.finditer(r"struct\s+alignas\(16\)\s+(\w+)\s*\{(.*?)\};", text, re.S):
+            fields = [tuple(reversed(f.split())) for f in m.group(2).split(";") if f.strip()]
+            found[m.group(1)] = [(n, t) for n, t in fields]
+    return found
+
+
+def mismatches(declared: list[tuple[str, str]], parsed: list[tuple[str, str]]) -> list[str]:
+    """Every position where a declaration and a source disagree (name or C type), and
+    a difference in length."""
+    out = [f"position {i}: declared {d}, source {p}"
+           for i, (d, p) in enumerate(zip(declared, parsed)) if d != p]
+    if len(declared) != len(parsed):
+        out.append(f"declared {len(declared)} entries, source {len(parsed)}")
+    return out
 
 
 SIGNATURES = kernel_signatures()
 
 
-def test_every_entry_point_has_a_signature():
-    assert set(SIGNATURES) == set(rt.KERNELS)
+def test_every_entry_point_is_declared_and_defined():
+    assert set(SIGNATURES) == set(abi.KERNELS)
     bound, sig = SIGNATURES["ibp_gather_v16"]
-    assert bound == 256 and sig[1] == ("I64", "n_rows") and sig[5] == ("I32", "lanes")
+    assert bound == 256 and sig[1] == ("n_rows", "i64") and sig[5] == ("lanes", "int")
+
+
+@pytest.mark.parametrize("kernel", sorted(abi.KERNELS))
+def test_declared_parameters_are_the_kernels(kernel):
+    """Order, name and C type of every parameter, and the block-size bound."""
+    bound, sig = SIGNATURES[kernel]
+    declared = [(p.name, p.ctype) for p in abi.KERNELS[kernel].params.params]
+    assert mismatches(declared, sig) == []
+    assert bound == abi.MAX_THREADS
+
+
+def test_the_comparison_catches_a_swap_a_rename_and_a_type():
+    sig = SIGNATURES["ebp_gather"][1]
+    swapped = [sig[1], sig[0]] + sig[2:]
+    assert len(mismatches(swapped, sig)) == 2
+    assert mismatches([("payloads", sig[0][1])] + sig[1:], sig) != []
+    assert mismatches([(sig[0][0], "const u16*")] + sig[1:], sig) != []
+    assert mismatches(sig[:-1], sig) == [f"declared {len(sig) - 1} entries, source {len(sig)}"]
+
+
+def test_a_launch_with_a_missing_or_unknown_argument_raises_before_the_driver():
+    kernel = rt.Kernel("ebp_gather", 0, None, 0)  # never loaded: nothing may reach the driver
+    args = {p.name: 0 for p in abi.EBP_GATHER.params}
+    with pytest.raises(TypeError, match=r"missing \['stride'\]"):
+        rt.launch(kernel, 1, 32, {k: v for k, v in args.items() if k != "stride"})
+    with pytest.raises(TypeError, match=r"not parameters \['n_cols'\]"):
+        rt.launch(kernel, 1, 32, dict(args, n_cols=3))
+    with pytest.raises(ValueError, match="grid=0"):
+        rt.launch(kernel, 0, 32, args)
+
+
+@pytest.mark.parametrize("struct", sorted(abi.RECORDS))
+def test_table_records_are_the_kernels_structs(struct):
+    dtype = abi.RECORDS[struct]
+    declared = [(name, _NP_CTYPE[dtype.fields[name][0]]) for name in dtype.names]
+    assert mismatches(declared, struct_fields()[struct]) == []
+    assert dtype.itemsize == 16  # alignas(16): one vector load per record
+
+
+def test_error_slots_and_bit_fields_are_the_kernels():
+    head = _sources()["ibp_decode.cuh"]
+    slots = dict(re.findall(r"#define (IBP_ERR_\w+) (\d+)", head))
+    assert (int(slots["IBP_ERR_INDEX"]), int(slots["IBP_ERR_CORRUPT"])) == (abi.ERR_INDEX,
+                                                                          abi.ERR_CORRUPT)
+    assert abi.N_ERR_SLOTS == len(slots)
+    # how the kernel unpacks IbpColumn.widths and a runs entry (ibp_pdep32 and ibp_pdep64)
+    for expr in (f"(ci.widths >> {abi.WIDTHS_RUNS_SHIFT}) & 0xffu",
+                 f"r0 = ci.widths >> {abi.WIDTHS_RUN0_SHIFT};",
+                 f"(r0 >> {abi.RUN0_SHIFT_BITS}) & 0x7fu", f"(r0 & {hex((1 << abi.RUN0_SHIFT_BITS) - 1)}u)",
+                 f"(rr >> {abi.RUN_SRC_SHIFT})", f"(rr >> {abi.RUN_LENGTH_SHIFT}) & 0xffu"):
+        assert head.count(expr) == 2, expr
 
 
 # --------------------------------------------------------------------------- fake runtime
@@ -79,21 +162,21 @@ class Launch:
     block: int
     shared_mem: int
     optin: int           # dynamic shared memory the kernel was allowed (ensure_shared)
-    values: dict         # parameter name -> value, after the kind check
+    values: dict         # parameter name -> value, as the driver reads it
 
     def __getitem__(self, key):
         return self.values[key]
 
 
 class FakeRuntime:
-    """Records launches, checks each against its kernel's signature on the spot."""
+    """Records launches, packs each by its declared parameters on the spot."""
 
     def __init__(self):
         self.launches: list[Launch] = []
         self.optin: dict[str, int] = {}
 
     def get_kernel(self, name, device):
-        assert name in rt.KERNELS, name
+        assert name in abi.KERNELS, name
         return rt.Kernel(name, device, None, 0x1000)
 
     def occupancy(self, kernel, block, shared_mem):
@@ -104,16 +187,12 @@ class FakeRuntime:
         assert nbytes <= SMEM_OPTIN
         self.optin[kernel.name] = max(self.optin.get(kernel.name, 48 * 1024), nbytes)
 
-    def launch(self, kernel, grid, block, args, shared_mem=0, stream=None):
+    def launch(self, kernel, grid, block, args, *, shared_mem=0, stream=None):
         bound, sig = SIGNATURES[kernel.name]
-        kinds = [kind for kind, _ in args]
-        want = [_WIDTH[k] for k, _ in sig]
-        assert len(args) == len(sig), (kernel.name, len(args), [n for _, n in sig])
-        assert kinds == want, f"{kernel.name}: argument widths differ from the kernel's parameters"
-        values, _ = rt.pack_params(args)  # what the driver would read
+        values, _ = kernel.params.pack(args)  # raises on a missing or unknown name
         self.launches.append(Launch(kernel.name, int(grid), int(block), int(shared_mem),
                                     self.optin.get(kernel.name, 48 * 1024),
-                                    {n: v.value for (_, n), v in zip(sig, values)}))
+                                    {n: v.value for (n, _), v in zip(sig, values)}))
         assert 1 <= grid <= MAX_GRID_X and 32 <= block <= bound and block % 32 == 0, \
             (kernel.name, grid, block)
 
@@ -126,10 +205,11 @@ def fake(monkeypatch):
         monkeypatch.setattr(rt, name, getattr(f, name))
     monkeypatch.setattr(rt, "sm_count", lambda device: SM_COUNT)
     monkeypatch.setattr(rt, "max_shared_optin", lambda device: SMEM_OPTIN)
-    for mod in (D, E):
-        monkeypatch.setattr(mod, "_target_device", lambda *a: torch.device("cpu"))
-        monkeypatch.setattr(mod, "_operand_pointer", lambda t, argname, device: int(t.data_ptr()))
-        monkeypatch.setattr(mod, "_tables", OrderedDict())  # no host tables in the real cache
+    for mod in (dispatch, raw):
+        monkeypatch.setattr(mod, "gather_device", lambda *a: CPU)
+        monkeypatch.setattr(mod, "operand_pointer", lambda t, argname, device: int(t.data_ptr()))
+    monkeypatch.setattr(dispatch, "cuda_device", lambda device, argname="device": CPU)
+    monkeypatch.setattr(tables, "CACHE", tables.TableCache())  # no host tables in the real cache
     return f
 
 
@@ -139,6 +219,12 @@ def _grid_covers(launch: Launch, n_out: int, rows_per_block: int) -> None:
     assert 1 <= launch.grid <= min(need, 32 * SM_COUNT)
     if need <= SM_COUNT:
         assert launch.grid == need
+
+
+def _source(payload, offsets, n_out, n_rows, payload_nbytes=None, index=None) -> RowSource:
+    return RowSource(payload=payload.data_ptr(), payload_nbytes=payload_nbytes or payload.numel(),
+                     offsets=offsets.data_ptr(), off64=offsets.dtype == torch.int64, index=index,
+                     n_out=n_out, n_rows=n_rows)
 
 
 # --------------------------------------------------------------------------- IBP
@@ -155,7 +241,7 @@ def test_ibp_fetch_arguments(fake, dtype, row_shape, W, off64):
     if off64:
         ct = dataclasses.replace(ct, offsets=ct.offsets.to(torch.int64))
     index = torch.tensor([3, 1, 4, 1, 5, 9, 2, 6], dtype=torch.int64)
-    out = D.fetch_ibp(codec, ct, index)
+    out = gpu.fetch(codec, ct, index)
     (ln,) = fake.launches
     G = D.group_size(codec.n_words)
     assert ln.name == f"ibp_decode_w{W}_g{G}"
@@ -171,6 +257,19 @@ def test_ibp_fetch_arguments(fake, dtype, row_shape, W, off64):
     assert ln.shared_mem == (ln.block // G) * ln["cap_bytes"]
 
 
+def test_ibp_decode_arguments(fake):
+    """gpu.decode of a tensor: every row in order (no index), the table's own offsets."""
+    x = torch.randn(70, 33)
+    codec = IBPCodec.fit(x, word_bits=64)
+    ct = codec.encode(x)
+    out = gpu.decode(codec, ct)
+    (ln,) = fake.launches
+    assert ln.name == f"ibp_decode_w64_g{D.group_size(codec.n_words)}"
+    assert (ln["index"], ln["n_out"], ln["n_rows"]) == (0, 70, 70)
+    assert ln["payload"] == ct.payload.data_ptr() and ln["offsets"] == ct.offsets.data_ptr()
+    assert ln["out"] == out.data_ptr() and out.shape == (70, 33)
+
+
 @pytest.mark.parametrize("n_out", [1, 31, 4096, 10**6, 2**31 + 5, 2**40])
 @pytest.mark.parametrize("row_elems", [1, 2, 3, 17, 128, 3000, 16_000, 50_000])
 def test_ibp_launch_shapes_within_limits(fake, n_out, row_elems):
@@ -180,8 +279,9 @@ def test_ibp_launch_shapes_within_limits(fake, n_out, row_elems):
     payload = torch.zeros(64, dtype=torch.uint8)
     offsets = torch.zeros(5, dtype=torch.int64)
     out, err = torch.zeros(1), torch.zeros(2, dtype=torch.int64)
-    D._launch_decode(codec, payload.data_ptr(), 2**40, offsets, offsets.data_ptr(), None, n_out,
-                     n_out, out, torch.device("cpu"), err)
+    tabs = tables.upload(D.host_tables(codec), CPU)
+    D.launch_decode(tabs, _source(payload, offsets, n_out, n_out, payload_nbytes=2**40), out, err,
+                    CPU)
     (ln,) = fake.launches
     G = D.group_size(codec.n_words)
     groups = ln.block // G
@@ -194,17 +294,18 @@ def test_ibp_launch_shapes_within_limits(fake, n_out, row_elems):
 def test_ibp_rows_past_shared_memory_are_refused(fake):
     codec = IBPCodec.fit(torch.zeros(2, 60_000), word_bits=64)  # 240 KB rows
     t = torch.zeros(8, dtype=torch.int64)
+    tabs = tables.upload(D.host_tables(codec), CPU)
     with pytest.raises(ValueError, match="shared memory"):
-        D._launch_decode(codec, 0, 0, t, 0, None, 1, 1, t, torch.device("cpu"), t)
+        D.launch_decode(tabs, _source(t, t, 1, 1), t, t, CPU)
     assert fake.launches == []
 
 
 @pytest.mark.parametrize("row_nbytes,align", [(512, 0), (6, 2), (7, 3), (12_000, 4), (1, 1)])
-def test_gather_rows_arguments(fake, row_nbytes, align):
+def test_gather_raw_rows_arguments(fake, row_nbytes, align):
     big = torch.zeros(40 * row_nbytes + 16, dtype=torch.uint8)
     table = big[align:align + 40 * row_nbytes].view(40, row_nbytes)
     index = torch.arange(39, -1, -3)
-    out = D.gather_rows(table, index)
+    out = gpu.gather_raw_rows(table, index)
     (ln,) = fake.launches
     vw = int(ln.name.rsplit("v", 1)[1])
     assert row_nbytes % vw == 0 and ln["table"] % vw == 0 and ln["out"] % vw == 0
@@ -213,14 +314,40 @@ def test_gather_rows_arguments(fake, row_nbytes, align):
     assert ln["lanes"] == D.group_size(row_nbytes // vw) and ln["index"] != 0 and ln["err"] != 0
 
 
+def test_identity_fetch_is_the_raw_gather_into_out(fake):
+    x = torch.randn(30, 6)
+    codec = IdentityCodec.fit(x)
+    ct = codec.encode(x)
+    out = torch.empty(4, 6)
+    assert gpu.fetch(codec, ct, torch.tensor([1, 29, 0, 3]), out=out) is out
+    (ln,) = fake.launches
+    assert ln.name.startswith("ibp_gather_v") and ln["table"] == ct.payload.data_ptr()
+    assert ln["out"] == out.data_ptr() and (ln["n_rows"], ln["row_nbytes"], ln["n_out"]) == (30, 24, 4)
+
+
 def test_empty_inputs_never_launch(fake):
     x = torch.randn(20, 8)
-    for codec, fetch in ((IBPCodec.fit(x), D.fetch_ibp), (EBPCodec.fit(x), E.fetch_ebp)):
+    for codec in (IBPCodec.fit(x), EBPCodec.fit(x), IdentityCodec.fit(x)):
         ct = codec.encode(x)
-        assert fetch(codec, ct, torch.zeros(0, dtype=torch.int64)).shape == (0, 8)
-        assert fetch(codec, codec.encode(x[:0]), torch.zeros(0, dtype=torch.int64)).shape == (0, 8)
-    assert D.gather_rows(x, torch.zeros(0, dtype=torch.int64)).shape == (0, 8)
+        assert gpu.fetch(codec, ct, torch.zeros(0, dtype=torch.int64)).shape == (0, 8)
+        assert gpu.fetch(codec, codec.encode(x[:0]), torch.zeros(0, dtype=torch.int64)).shape == (0, 8)
+        if codec.name != "identity":
+            assert gpu.decode(codec, codec.encode(x[:0])).shape == (0, 8)
+    assert gpu.gather_raw_rows(x, torch.zeros(0, dtype=torch.int64)).shape == (0, 8)
     assert fake.launches == []
+
+
+def test_one_table_cache_for_every_kind(fake):
+    """Tables are built once per (kind, codec state, device), whatever the entry point."""
+    x = torch.randn(40, 16)
+    ibp_c, ebp_c = IBPCodec.fit(x), EBPCodec.fit(x)
+    for codec in (ibp_c, ebp_c):
+        ct = codec.encode(x)
+        gpu.decode(codec, ct)
+        gpu.fetch(codec, ct, torch.tensor([0, 5]))
+    assert len(tables.CACHE) == 2
+    ibp_launches = [ln for ln in fake.launches if ln.name.startswith("ibp_decode")]
+    assert len({ln["cols"] for ln in ibp_launches}) == 1 and len(ibp_launches) == 2
 
 
 # --------------------------------------------------------------------------- EBP
@@ -236,7 +363,7 @@ def test_ebp_zero_copy_fetch_arguments(fake, dtype, row_shape):
     codec = EBPCodec.fit(x)
     ct = codec.encode(x)
     index = torch.tensor([5, 0, 59, 7, 7], dtype=torch.int64)
-    out = E.fetch_ebp(codec, ct, index)
+    out = gpu.fetch(codec, ct, index)
     gather, dec = fake.launches
     assert gather.name == "ebp_gather" and dec.name == f"ebp_decode_w{codec.word_bits}"
     rb, stride = codec.row_nbytes, E.scratch_stride(codec.row_nbytes)
@@ -262,12 +389,17 @@ def test_ebp_decode_from_offsets_arguments(fake, off64):
     ct = codec.encode(x)
     offsets = ct.offsets.to(torch.int64) if off64 else ct.offsets
     out, err = torch.empty(30, 16), torch.zeros(2, dtype=torch.int64)
-    E._launch_decode(codec, ct.payload.data_ptr(), ct.payload.numel(), offsets, offsets.data_ptr(),
-                     None, None, None, 30, 30, out, torch.device("cpu"), err)
+    tabs = tables.upload(E.host_tables(codec), CPU)
+    E.launch_decode(tabs, _source(ct.payload, offsets, 30, 30), out, err, CPU)
     (ln,) = fake.launches
     assert ln["off64"] == int(off64) and ln["offsets"] == offsets.data_ptr()
     assert (ln["index"], ln["starts"], ln["lens"]) == (0, 0, 0)
     assert ln["payload_nbytes"] == ct.payload.numel() and ln["out"] == out.data_ptr()
+    gpu.decode(codec, dataclasses.replace(ct, offsets=offsets))  # the same through the dispatch
+    buffers = {"out", "err", "colinfo", "defaults", "dlut", "dict"}  # allocated per call
+    via = fake.launches[1].values
+    assert {k: v for k, v in via.items() if k not in buffers} == \
+        {k: v for k, v in ln.values.items() if k not in buffers}
 
 
 @pytest.mark.parametrize("n_out", [1, 33, 10**6, 2**40])
@@ -275,9 +407,10 @@ def test_ebp_launch_shapes_within_limits(fake, n_out):
     """256 threads (the static shared memory is sized for 8 warps), no dynamic shared memory."""
     codec = EBPCodec.fit(torch.randn(40, 16))
     t = torch.zeros(4, dtype=torch.int64)
-    E._launch_decode(codec, 0, 2**40, t, 0, None, None, None, n_out, n_out, t,
-                     torch.device("cpu"), t)
-    E._launch_gather(0, 2**40, t, 0, t, n_out, n_out, 64, 128, t, t, t, torch.device("cpu"), t)
+    tabs = tables.upload(E.host_tables(codec), CPU)
+    src = _source(t, t, n_out, n_out, payload_nbytes=2**40, index=t)
+    E.launch_decode(tabs, src, t, t, CPU)
+    E.launch_gather(src, 64, t, t, t, t, CPU)
     dec, gather = fake.launches
     assert dec.block == E.THREADS == 256 and dec.shared_mem == 0
     _grid_covers(dec, n_out, 256)     # a warp decodes 32 rows
@@ -285,32 +418,37 @@ def test_ebp_launch_shapes_within_limits(fake, n_out):
     assert dec["n_out"] == gather["n_out"] == n_out
 
 
-# --------------------------------------------------------------------------- devices
+# --------------------------------------------------------------------------- devices, checks
 def test_cuda_without_index_is_the_current_device(monkeypatch):
     """A target of "cuda" is compared with tensors' "cuda:N" only once resolved."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
-    assert device_with_index("cuda") == torch.device("cuda", 3)
-    assert device_with_index(torch.device("cuda")) == torch.device("cuda", 3)
-    assert device_with_index("cuda:1") == torch.device("cuda", 1)
-    assert device_with_index("cpu") == torch.device("cpu")
+    assert operands.cuda_device("cuda") == torch.device("cuda", 3)
+    assert operands.cuda_device(torch.device("cuda")) == torch.device("cuda", 3)
+    assert operands.cuda_device("cuda:1") == torch.device("cuda", 1)
+    with pytest.raises(ValueError, match=r"device='cpu' is not a CUDA device"):
+        operands.cuda_device("cpu")
 
 
 def test_pending_checks_raise_the_first_failure_later():
     """PendingChecks (the decode stage's deferred error checks) raise, when asked, what an
     immediate check would have raised for the first failing call, then start empty."""
-    checks = D.PendingChecks()
+    checks = gpu.PendingChecks()
     offsets = torch.tensor([0, 5, 9, 20], dtype=torch.int32)
     index = torch.tensor([0, 7, 2])
-    D._report(checks, torch.tensor([-1, -1]), None, 3, offsets, "ct")          # a clean launch
-    D._report(checks, torch.tensor([1, -1]), index, 3, offsets, "table")       # index[1] = 7
-    D._report(checks, torch.tensor([-1, 2]), None, 3, offsets, "ct")           # row 2 corrupt
+    report(checks, torch.tensor([-1, -1]), None, 3, offsets, "ct")          # a clean launch
+    report(checks, torch.tensor([1, -1]), index, 3, offsets, "table")       # index[1] = 7
+    report(checks, torch.tensor([-1, 2]), None, 3, offsets, "ct")           # row 2 corrupt
+    assert len(checks) == 3
     with pytest.raises(IndexError, match=r"index\[1\] = 7 is out of range for table with 3 rows"):
         checks.raise_first()
     checks.raise_first()  # emptied
-    D._report(checks, torch.tensor([-1, 2]), None, 3, offsets, "ct")
+    report(checks, torch.tensor([-1, 2]), None, 3, offsets, "ct")
     with pytest.raises(CorruptPayloadError, match=r"ct row 2 is corrupt \(offsets 9..20, 11 bytes\)"):
         checks.raise_first()
-    assert checks  # truthy even when empty: `if check:` in the entry points must not skip it
-    D._report(False, torch.tensor([0, 0]), index, 3, offsets, "ct")  # never checked
+    assert checks  # truthy even when empty: an empty record still defers
+    report(gpu.PendingChecks(), torch.tensor([0, 0]), index, 3, offsets, "ct")  # filed, not read
     with pytest.raises(CorruptPayloadError, match="row 0"):
-        D._report(True, torch.tensor([-1, 0]), None, 3, offsets, "ct")
+        report(None, torch.tensor([-1, 0]), None, 3, offsets, "ct")
+    with pytest.raises(TypeError, match=r"checks=False is not accepted.*PendingChecks"):
+        check_checks(False)
