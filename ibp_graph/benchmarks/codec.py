@@ -16,7 +16,7 @@ import torch
 from ..codec import EBPCodec, IBPCodec
 from ..codec.base import as_row_bytes
 from ..data.synthetic import FAMILIES, make_family
-from .report import format_table, write_json
+from ..tables import format_table, write_json
 
 COLUMNS = [
     ("family", "family", "s"), ("shape", "row shape", "s"), ("dtype", "dtype", "s"),

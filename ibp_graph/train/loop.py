@@ -323,7 +323,7 @@ def _summary(epochs: list[dict], majority: float) -> dict:
 
 def _write(cfg: Config, codec: str, dist: Dist, result: dict) -> Path:
     """OUTPUT.DIR/<name>-<time>-<codec>[-w<ranks>].json (so `ibp-graph report runs/*.json` finds it)."""
-    from ..benchmarks.report import machine
+    from ..tables import machine
 
     d = Path(cfg.output.dir)
     d.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,7 @@ from torch_geometric.data import Data
 
 from ibp_graph.codec import EBPCodec, IBPCodec, IdentityCodec, fit_codec
 from ibp_graph.loaders.pyg import CompressedNeighborLoader
-from ibp_graph.pipeline.worker import BatchRequests
+from ibp_graph.pipeline.requests import BatchRequests
 
 
 def make_graph(num_nodes=3000, num_edges=30000, dim=24, seed=0):
