@@ -23,8 +23,10 @@ from ..codec.auto import KINDS
 from ..data.graphgen import GraphSpec
 
 __all__ = ["Config", "DataConfig", "LoaderConfig", "ModelConfig", "TrainConfig", "OutputConfig",
-           "ConfigError", "load_config", "from_dict", "apply_overrides", "to_dict", "DATASETS"]
+           "ConfigError", "load_config", "from_dict", "apply_overrides", "to_dict", "DATASETS", "FRAMEWORKS"]
 
+#: front-ends `loader.framework` accepts: the loader and model of PyG or of DGL.
+FRAMEWORKS = ("pyg", "dgl")
 #: data sets `data.name` accepts.
 DATASETS = ("synthetic", "ogbn-papers100M", "ogbn-products", "ogbn-arxiv")
 
@@ -63,8 +65,10 @@ class DataConfig:
 
 @dataclass
 class LoaderConfig:
-    """CompressedNeighborLoader settings."""
+    """Loader settings: the front-end (CompressedNeighborLoader or CompressedDGLDataLoader) and its batches."""
 
+    framework: str = _choice("pyg", FRAMEWORKS, "pyg: CompressedNeighborLoader and PyG's models; dgl: "
+                             "CompressedDGLDataLoader and DGL's GraphSAGE (runs in .venv-dgl, `make venv-dgl`)")
     batch_size: int = _num(1024, "seed nodes per training batch", 1)
     eval_batch_size: int = _num(2048, "seed nodes per evaluation batch", 1)
     num_neighbors: list[int] = field(default_factory=lambda: [10, 5], metadata={
