@@ -3,6 +3,7 @@ worker-death naming and the host-memory checks of their inputs."""
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
@@ -87,25 +88,74 @@ def _may_be_a_death(e: BaseException) -> bool:
     return isinstance(e, (ConnectionError, EOFError))
 
 
+def _message(loader: str, stages: str, dead: Sequence, e: BaseException) -> str:
+    how = "; ".join(f"pid {w.pid} {_how(w.exitcode)}" for w in dead) or "see below"
+    return f"{loader}: a worker process died while {stages} a batch ({how}; {type(e).__name__}: {e})"
+
+
+#: worker pid -> (loader, stages, process) of the loaders iterating now (see _sigchld).
+_WATCHED: dict[int, tuple[str, str, Any]] = {}
+
+
+def _sigchld(previous):
+    """A SIGCHLD handler around torch's: the RuntimeError torch raises (asynchronously, wherever
+    the main thread is) when a worker dies becomes the message of the loader that worker served."""
+    def handler(signum, frame):
+        try:
+            if callable(previous):
+                previous(signum, frame)
+        except RuntimeError as e:
+            dead = [(loader, stages, w) for loader, stages, w in list(_WATCHED.values()) if w.exitcode is not None]
+            if not dead:
+                raise
+            loader, stages = dead[0][:2]
+            raise RuntimeError(_message(loader, stages, [w for _, _, w in dead], e)) from e
+
+    handler.wraps_torch = True
+    return handler
+
+
+def _watch(procs: Sequence, loader: str, stages: str) -> None:
+    """Name these workers' deaths even when torch reports them from its SIGCHLD handler."""
+    for w in procs:
+        _WATCHED[w.pid] = (loader, stages, w)
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGCHLD"):
+        return
+    current = signal.getsignal(signal.SIGCHLD)
+    if not getattr(current, "wraps_torch", False):
+        signal.signal(signal.SIGCHLD, _sigchld(current))
+
+
 def name_worker_deaths(batches: Iterator, loader: str, stages: str,
                        workers: Callable[[], Sequence] = lambda: ()) -> Iterator:
     """Re-raise a DataLoader worker's death as the loader's RuntimeError: which worker, which signal.
 
-    A dead worker surfaces in torch as a RuntimeError, or, when it dies while the main
+    A dead worker surfaces in torch as a RuntimeError (from the iterator, or from torch's
+    SIGCHLD handler wherever the main thread happens to be) or, when it dies while the main
     process fetches a batch's shared memory from it, as a bare ConnectionResetError or
-    EOFError; `workers` returns the processes to look at for the one that died.
+    EOFError. `workers` returns the processes to look at for the one that died. While the
+    loader iterates, its workers are watched by a SIGCHLD handler wrapped around torch's
+    (installed once, from the main thread, when the first loader iterates).
     """
+    watched: list = []
     try:
-        yield from batches
+        first = True
+        for batch in batches:
+            if first:  # the workers exist once the DataLoader iterator has started
+                watched = list(workers())
+                _watch(watched, loader, stages)
+                first = False
+            yield batch
     except Exception as e:
-        if not _may_be_a_death(e):
-            raise
+        if not _may_be_a_death(e) or str(e).startswith(f"{loader}: a worker process died"):
+            raise  # not a death, or already named (by the SIGCHLD handler)
         dead = _dead(list(workers()), DEATH_WAIT_S)
         if not dead and not isinstance(e, RuntimeError):
             raise  # a broken connection with every worker alive: not a death
-        how = "; ".join(f"pid {w.pid} {_how(w.exitcode)}" for w in dead) or "see below"
-        raise RuntimeError(f"{loader}: a worker process died while {stages} a batch ({how}; "
-                           f"{type(e).__name__}: {e})") from e
+        raise RuntimeError(_message(loader, stages, dead, e)) from e
+    finally:
+        for w in watched:
+            _WATCHED.pop(w.pid, None)
 
 
 def host_table(value: Any, argname: str, num_rows: Optional[int] = None, *,

@@ -326,6 +326,17 @@ def test_papers100m_script_trains_identically_with_both_loaders(graph, tmp_path)
     assert "moved" in r.stdout and "valid" in r.stdout
 
 
+@needs_dgl
+def test_importing_the_loader_leaves_dgl_backend_unset():
+    """dgl is imported with the pytorch backend, and os.environ is left as it was."""
+    code = ("import os; import ibp_graph.loaders.dgl as m; "
+            "assert 'DGLBACKEND' not in os.environ; assert m.dgl.backend.backend_name == 'pytorch'; print('ok')")
+    env = {k: v for k, v in os.environ.items() if k != "DGLBACKEND"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
+    assert "backend not selected" not in r.stderr
+
+
 def test_import_without_dgl_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "dgl", None)  # `import dgl` now raises ImportError
     monkeypatch.delitem(sys.modules, "ibp_graph.loaders.dgl", raising=False)
