@@ -8,7 +8,7 @@ dgl.dataloading.DataLoader. Runs in the DGL environment (`make venv-dgl`; dgl 2.
 torch 2.2.1)::
 
     .venv-dgl/bin/python scripts/train_papers100m_dgl.py --root DATA
-    ... --synthetic 20000        # the generated papers100M-like stand-in, smaller
+    ... --set data.name=synthetic --set data.synthetic.num_nodes=20000   # generated stand-in
     ... --baseline               # also train with DGL's own (uncompressed) DataLoader
 
 One run per codec in loader.codecs (and one, codec "native", for the baseline): a line per
@@ -32,22 +32,15 @@ def parse(argv=None) -> tuple[argparse.Namespace, list[str]]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default=str(CONFIG), help="the experiment (default configs/papers100m_dgl.yaml)")
     p.add_argument("--root", help="the folder holding OGB's ogbn_papers100M folder")
-    p.add_argument("--synthetic", type=int, metavar="NODES",
-                   help="train on the generated papers100M-like data set with NODES nodes instead")
     p.add_argument("--epochs", type=int)
     p.add_argument("--num-workers", type=int)
     p.add_argument("--device", help="cpu (default: the index's dgl is a CPU build), auto, cuda")
     p.add_argument("--baseline", action="store_true", help="also run DGL's own DataLoader (uncompressed)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any other config key")
     a = p.parse_args(argv)
-    sets = []
-    if a.synthetic is not None:
-        spec = {"num_nodes": a.synthetic, "avg_citations": 14.5, "labeled_fraction": 0.0136}
-        sets += ["data.name=synthetic", "data.root=data_cache"] + [f"data.synthetic.{k}={v}" for k, v in spec.items()]
     flags = {"data.root": a.root, "train.epochs": a.epochs, "loader.num_workers": a.num_workers,
              "loader.device": a.device}
-    sets += [f"{k}={v}" for k, v in flags.items() if v is not None]
-    return a, sets + a.set
+    return a, [f"{k}={v}" for k, v in flags.items() if v is not None] + a.set
 
 
 def main(argv=None) -> int:
