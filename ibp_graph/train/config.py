@@ -67,8 +67,6 @@ class DataConfig:
 class LoaderConfig:
     """Loader settings: the front-end (CompressedNeighborLoader or CompressedDGLDataLoader) and its batches."""
 
-    framework: str = _choice("pyg", FRAMEWORKS, "pyg: CompressedNeighborLoader and PyG's models; dgl: "
-                             "CompressedDGLDataLoader and DGL's GraphSAGE (runs in .venv-dgl, `make venv-dgl`)")
     batch_size: int = _num(1024, "seed nodes per training batch", 1)
     eval_batch_size: int = _num(2048, "seed nodes per evaluation batch", 1)
     num_neighbors: list[int] = field(default_factory=lambda: [10, 5], metadata={
@@ -79,6 +77,8 @@ class LoaderConfig:
                                   "ebp, identity when neither gains), ibp, ebp, identity"})
     prefetch: int = _num(2, "batches decoded ahead on the device", 0)
     device: str = field(default="auto", metadata={"help": "auto, cpu, cuda or cuda:N"})
+    framework: str = _choice("pyg", FRAMEWORKS, "pyg: CompressedNeighborLoader and PyG's models; dgl: "
+                             "CompressedDGLDataLoader and DGL's GraphSAGE (runs in .venv-dgl, `make venv-dgl`)")
 
 
 @dataclass
