@@ -28,20 +28,6 @@ class EncodedBatch:
         """Pinned copy of every group (called by the DataLoader's pin-memory thread)."""
         return replace(self, groups={k: ct.pin_memory() for k, ct in self.groups.items()})
 
-    def is_pinned(self) -> bool:
-        """Whether every group lives in page-locked memory."""
-        return all(ct.is_pinned() for ct in self.groups.values())
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes this batch moves to the device."""
-        return sum(ct.nbytes for ct in self.groups.values())
-
-    @property
-    def raw_nbytes(self) -> int:
-        """Bytes it would move uncompressed."""
-        return sum(ct.raw_nbytes for ct in self.groups.values())
-
 
 class DecodedBatch(dict):
     """Named, decoded tensors of one batch, with the `meta` its EncodedBatch carried."""
