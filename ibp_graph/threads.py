@@ -38,9 +38,8 @@ def in_worker() -> bool:
 def use_parallel(n_items: int, min_items: int) -> bool:
     """Parallel kernels pay off: enough work, more than one numba thread, not in a worker.
 
-    When it says yes, numba's threading layer is made fork-safe first (use_forksafe_layer).
+    numba's threading layer is made fork-safe first (use_forksafe_layer): asking numba for
+    its thread count already starts its threads, and fixes the layer.
     """
-    parallel = n_items >= min_items and numba.get_num_threads() > 1 and not in_worker()
-    if parallel:
-        use_forksafe_layer()
-    return parallel
+    use_forksafe_layer()
+    return n_items >= min_items and numba.get_num_threads() > 1 and not in_worker()

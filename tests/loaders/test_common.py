@@ -105,3 +105,20 @@ def test_nothing_is_set_on_import_and_a_starting_loader_picks_a_forksafe_layer()
                         "assert numba.config.THREADING_LAYER == 'workqueue'"],
                        capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
+
+
+def test_the_first_parallel_kernel_already_runs_on_a_forksafe_layer():
+    """Fitting a codec before any loader (as `prepare` does) must not fix numba on GNU OpenMP,
+    whose forked children (the loader's workers) die with SIGTERM."""
+    import subprocess
+    import sys
+
+    code = ("import numba, torch\n"
+            "from ibp_graph.codec import fit_codec\n"
+            "fit_codec(torch.randn(200000, 16).half().float())\n"
+            "print(numba.config.THREADING_LAYER, numba.threading_layer())\n")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_THREADING_LAYER"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    chosen, layer = r.stdout.split()
+    assert chosen == "forksafe" and layer in ("tbb", "workqueue"), r.stdout
