@@ -32,6 +32,9 @@ class PyG:
         """Refuse, before any data is loaded, what this front-end cannot run."""
         check_arch(self.name, cfg.model.arch)
 
+    def check_device(self, device: torch.device) -> None:
+        """Every device torch has is fine."""
+
     def prepare(self, ds: PreparedDataset) -> Any:
         """Nothing: the loader samples the prepared CSC graph itself."""
         return None
@@ -96,6 +99,16 @@ class DGL:
         """Refuse, before any data is loaded, what this front-end cannot run: no dgl, another model."""
         check_arch(self.name, cfg.model.arch)
         self.dgl  # noqa: B018 - raises ImportError saying where dgl runs
+
+    def check_device(self, device: torch.device) -> None:
+        """Refuse a device this dgl cannot place graphs on (the index's dgl wheels are CPU builds)."""
+        if device.type == "cpu":
+            return
+        try:
+            self.dgl.graph(([0], [0])).to(device)
+        except Exception as e:
+            raise ValueError(f"loader.device={str(device)!r}, but this dgl cannot place graphs there "
+                             f"({type(e).__name__}: {e}); use loader.device=cpu or a CUDA build of dgl") from None
 
     def prepare(self, ds: PreparedDataset):
         """The prepared data set as a DGL graph (CSC only) with ndata "feat" and "label".

@@ -216,6 +216,7 @@ def run(cfg: Config, *, baseline: bool = False) -> list[dict]:
     front = frontends.get(cfg.loader.framework)
     front.check(cfg)  # before any data is generated or loaded
     dist, device = setup_distributed(cfg.loader.device)
+    front.check_device(device)
     ds = open_dataset(cfg.data, dist, progress=cfg.output.progress)
     graph = front.prepare(ds)
     codecs = list(cfg.loader.codecs) + ([frontends.NATIVE] if baseline else [])
