@@ -11,32 +11,57 @@ them where DGL would have: ``blocks[0].srcdata``, ``blocks[-1].dstdata``, ``bloc
 
 Needs dgl 2.1 (the newest Linux wheel in the package index), which loads only with
 torch <= 2.2.1 and numpy < 2: ``make test-dgl`` builds such an environment (.venv-dgl).
+
+DGL picks its backend when it is imported, from ``DGLBACKEND`` (else its config file).
+Importing this module imports dgl with ``DGLBACKEND=pytorch`` unless the user set it,
+and puts the environment back as it was; a dgl running another backend is refused.
+A loader, when it starts, makes numba's threading layer fork-safe (ibp_graph.threads).
 """
 from __future__ import annotations
 
 import os
 import time
-from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterator, Optional, Union
 
 import torch
 
 from ibp_graph.codec.base import Codec
-from ibp_graph.pipeline.codecs import CodecSpec, build_codecs
-from ibp_graph.pipeline.collate import DecodeStage, name_worker_deaths
-from ibp_graph.pipeline.stats import LoaderStats
-from ibp_graph.pipeline.worker import EncodedBatch, encode_groups
+from ibp_graph.loaders import _common
+from ibp_graph.pipeline.batch import DecodedBatch, EncodedBatch
+from ibp_graph.pipeline.codec_setup import CodecSpec
+from ibp_graph.pipeline.grouping import GroupKey
+from ibp_graph.pipeline.worker import encode_groups
 
 _INSTALL = ("pip install 'dgl==2.1.0' 'torch==2.2.1' 'numpy<2' 'torchdata==0.7.1' pandas pydantic "
             "(or `make venv-dgl`, which builds .venv-dgl)")
-os.environ.setdefault("DGLBACKEND", "pytorch")
+
+
+def _import_dgl():
+    """dgl, imported with DGLBACKEND=pytorch unless the user set it; os.environ left as it was."""
+    unset = "DGLBACKEND" not in os.environ
+    if unset:
+        os.environ["DGLBACKEND"] = "pytorch"
+    try:
+        import dgl
+    finally:
+        if unset:
+            os.environ.pop("DGLBACKEND", None)
+    if dgl.backend.backend_name != "pytorch":
+        raise ImportError(f"ibp_graph.loaders.dgl needs dgl's pytorch backend; dgl runs "
+                          f"{dgl.backend.backend_name!r} (DGLBACKEND={os.environ.get('DGLBACKEND')!r}): "
+                          "set DGLBACKEND=pytorch")
+    return dgl
+
+
 try:
-    import dgl
+    dgl = _import_dgl()
     from dgl.dataloading import DataLoader as _DGLDataLoader
     from dgl.dataloading import Sampler as _DGLSampler
     from dgl.frame import LazyFeature
 except ImportError as e:
+    if "backend" in str(e) and "DGLBACKEND" in str(e):
+        raise
     raise ImportError(f"ibp_graph.loaders.dgl needs dgl ({e}); install it with: {_INSTALL}") from e
 except Exception as e:  # dgl is there but cannot load, e.g. its libraries built for another torch
     raise ImportError(f"ibp_graph.loaders.dgl needs a dgl that loads with this torch "
@@ -56,19 +81,27 @@ class _Slot:
     key: str
 
 
+@dataclass(frozen=True)
+class _Meta:
+    """The front-end's pass-through in an EncodedBatch: the slots (from the worker) and, once in
+    the main process, the sampler's (input_nodes, output_nodes, blocks) that DGL moved to `device`."""
+
+    slots: tuple[_Slot, ...]
+    sampled: Optional[tuple] = None
+
+
 class _Encoded:
-    """One batch's compressed features inside DGL's pipeline, with the slots they fill.
+    """One batch's compressed features inside DGL's pipeline (the 4th item of the sampler's tuple).
 
     DGL moves every leaf of a batch with ``.to(device, non_blocking=True)`` and torch's
     pin-memory thread calls ``.pin_memory()``; the compressed groups stay on the host
     (pinned when the device is a GPU) until the decode stage copies them on its stream.
     """
 
-    __slots__ = ("batch", "slots")
+    __slots__ = ("batch",)
 
-    def __init__(self, batch: EncodedBatch, slots: tuple[_Slot, ...]):
+    def __init__(self, batch: EncodedBatch):
         self.batch = batch
-        self.slots = slots
 
     def to(self, device, non_blocking: bool = False) -> "_Encoded":
         """Unchanged: the decode stage does the copy."""
@@ -76,7 +109,7 @@ class _Encoded:
 
     def pin_memory(self) -> "_Encoded":
         """Page-locked copy of every compressed group."""
-        return _Encoded(self.batch.pin_memory(), self.slots)
+        return _Encoded(self.batch.pin_memory())
 
 
 def _views(g) -> tuple[tuple[str, Any, str, str], ...]:
@@ -102,7 +135,7 @@ def _graphs(out: Any) -> list:
 class _CompressingSampler(_DGLSampler):
     """Runs the user's sampler in a worker, then fetches and encodes the features it marked lazy."""
 
-    def __init__(self, sampler, codecs: dict[str, Codec]):
+    def __init__(self, sampler, codecs: dict[GroupKey, Codec]):
         super().__init__()
         self.sampler = sampler
         self.codecs = codecs
@@ -129,13 +162,9 @@ class _CompressingSampler(_DGLSampler):
                     del view[key]  # DGL's prefetcher must not fetch it again, uncompressed
         t2 = time.perf_counter()
         groups, layouts = encode_groups(tensors, self.codecs)
-        hops = graphs[::-1] if graphs[0].is_block else []
-        batch = EncodedBatch(
-            groups=groups, layouts=layouts, batch_size=int(output_nodes.shape[0]),
-            num_sampled_nodes=[int(output_nodes.shape[0])] + [b.num_src_nodes() - b.num_dst_nodes() for b in hops],
-            num_sampled_edges=[b.num_edges() for b in hops],
-            seconds={"sample": t1 - t0, "gather": t2 - t1, "encode": time.perf_counter() - t2})
-        return input_nodes, output_nodes, blocks, _Encoded(batch, tuple(slots))
+        batch = EncodedBatch(groups=groups, layouts=layouts, meta=_Meta(tuple(slots)),
+                             seconds={"sample": t1 - t0, "gather": t2 - t1, "encode": time.perf_counter() - t2})
+        return input_nodes, output_nodes, blocks, _Encoded(batch)
 
 
 class CompressedDGLDataLoader(_DGLDataLoader):
@@ -149,6 +178,10 @@ class CompressedDGLDataLoader(_DGLDataLoader):
     Remaining keyword arguments go to DGL's DataLoader (`num_workers`, `persistent_workers`,
     ...). With the same seeds (``numpy``, ``torch``, ``dgl.seed``) it yields the same
     (input_nodes, output_nodes, blocks) as DGL's DataLoader, bit for bit.
+
+    Starting a loader makes numba's threading layer fork-safe unless the user chose one
+    (ibp_graph.threads) and compiles each codec's kernels once here (a warm-up encode),
+    so that forked workers inherit them.
     """
 
     def __init__(
@@ -172,6 +205,7 @@ class CompressedDGLDataLoader(_DGLDataLoader):
         prefetch: int = 2,
         **kwargs: Any,
     ):
+        _common.start()
         if use_uva:
             raise NotImplementedError("use_uva=True is not supported: CompressedDGLDataLoader samples, "
                                       "fetches and encodes in CPU workers; use use_uva=False")
@@ -193,40 +227,51 @@ class CompressedDGLDataLoader(_DGLDataLoader):
             raise TypeError(f"graph_sampler must be a dgl.dataloading sampler (with .sample), got "
                             f"{type(graph_sampler).__name__}")
         node_names, edge_names = _feature_names(graph, graph_sampler)
-        node_attrs = {k: _cpu_table(graph.ndata[k], f"graph.ndata[{k!r}]") for k in node_names}
-        edge_attrs = {k: _cpu_table(graph.edata[k], f"graph.edata[{k!r}]") for k in edge_names}
-        self.codecs: dict[str, Codec] = build_codecs(node_attrs, edge_attrs, num_nodes=graph.num_nodes(),
-                                                      num_edges=graph.num_edges(), codec=codec)
-        _warm_up(self.codecs)
-        super().__init__(graph, indices, _CompressingSampler(graph_sampler, self.codecs), device=device,
+        node_attrs = {k: _common.host_table(graph.ndata[k], f"graph.ndata[{k!r}]") for k in node_names}
+        edge_attrs = {k: _common.host_table(graph.edata[k], f"graph.edata[{k!r}]") for k in edge_names}
+        out_device = torch.device(device) if device is not None else torch.device("cpu")
+        self._codecs: dict[GroupKey, Codec] = _common.setup_codecs(
+            node_attrs, edge_attrs, num_nodes=graph.num_nodes(), num_edges=graph.num_edges(), codec=codec,
+            device=out_device)
+        super().__init__(graph, indices, _CompressingSampler(graph_sampler, self._codecs), device=device,
                          use_ddp=use_ddp, ddp_seed=ddp_seed, batch_size=batch_size, drop_last=drop_last,
                          shuffle=shuffle, use_prefetch_thread=use_prefetch_thread,
                          use_alternate_streams=use_alternate_streams, pin_prefetcher=pin_prefetcher,
                          use_uva=False, gpu_cache=None, **kwargs)
         self.graph_sampler = graph_sampler  # the user's; the wrapper lives in collate_fn
-        self.stats = LoaderStats()
-        self._stage = DecodeStage(self.codecs, self.device, prefetch=prefetch, stats=self.stats)
+        self._stage, self.stats = _common.decode_stage(self._codecs, self.device, prefetch)
+
+    @property
+    def codecs(self) -> dict[str, Codec]:
+        """The codec of each group of a batch, by the group's printed name (as in `stats`)."""
+        return _common.by_name(self._codecs)
 
     def __iter__(self) -> Iterator[tuple]:
-        pending: deque = deque()
-
-        def encoded(batches):
-            for input_nodes, output_nodes, blocks, enc in batches:
-                pending.append((input_nodes, output_nodes, blocks, enc.slots))
-                yield enc.batch
-
-        batches = name_worker_deaths(super().__iter__(), "CompressedDGLDataLoader",
-                                     "sampling, fetching or encoding")
-        for decoded in self._stage(encoded(batches)):
-            input_nodes, output_nodes, blocks, slots = pending.popleft()
-            graphs = blocks if isinstance(blocks, (list, tuple)) else [blocks]
-            for s in slots:
-                getattr(graphs[s.graph], s.view)[s.key] = decoded[s.name]
-            yield input_nodes, output_nodes, blocks
+        it = super().__iter__()
+        batches = _common.name_worker_deaths(it, "CompressedDGLDataLoader", "sampling, fetching or encoding",
+                                             lambda: _common.worker_processes(it))
+        for decoded in self._stage(_with_graphs(batches)):
+            yield _fill(decoded)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(sampler={type(self.graph_sampler).__name__}, batches={len(self)}, "
                 f"codecs={ {k: c.name for k, c in self.codecs.items()} }, device={self.device})")
+
+
+def _with_graphs(batches: Iterator[tuple]) -> Iterator[EncodedBatch]:
+    """DGL's (input_nodes, output_nodes, blocks, _Encoded) -> the EncodedBatch, the three riding in its meta."""
+    for input_nodes, output_nodes, blocks, enc in batches:
+        yield replace(enc.batch, meta=replace(enc.batch.meta, sampled=(input_nodes, output_nodes, blocks)))
+
+
+def _fill(decoded: DecodedBatch) -> tuple:
+    """DGL's (input_nodes, output_nodes, blocks), the decoded features put where DGL puts them."""
+    meta: _Meta = decoded.meta
+    input_nodes, output_nodes, blocks = meta.sampled
+    graphs = blocks if isinstance(blocks, (list, tuple)) else [blocks]
+    for s in meta.slots:
+        getattr(graphs[s.graph], s.view)[s.key] = decoded[s.name]
+    return input_nodes, output_nodes, blocks
 
 
 def _names(value: Any, argname: str) -> list[str]:
@@ -250,15 +295,3 @@ def _feature_names(graph, sampler) -> tuple[list[str], list[str]]:
         if missing:
             raise KeyError(f"graph_sampler prefetches {missing}, not in {what} (has {sorted(data.keys())})")
     return list(dict.fromkeys(nodes)), list(dict.fromkeys(edges))
-
-
-def _cpu_table(t: torch.Tensor, argname: str) -> torch.Tensor:
-    if t.device.type != "cpu":
-        raise ValueError(f"{argname} is on {t.device}; the loader reads features from host memory")
-    return t
-
-
-def _warm_up(codecs: dict[str, Codec]) -> None:
-    """Compile the kernels here, so forked workers inherit them; touches no random generator."""
-    for c in codecs.values():
-        c.decode(c.encode(torch.zeros((2,) + tuple(c.row_shape), dtype=c.dtype)), device="cpu")

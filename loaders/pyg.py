@@ -8,10 +8,12 @@ from torch.utils.data import DataLoader
 
 from ibp_graph.codec.base import Codec
 from ibp_graph.data.store import EncodedTable
-from ibp_graph.pipeline.codecs import CodecSpec, build_codecs
-from ibp_graph.pipeline.collate import DecodeStage, DecodedBatch, name_worker_deaths
-from ibp_graph.pipeline.stats import LoaderStats
-from ibp_graph.pipeline.worker import BatchProducer, BatchRequests
+from ibp_graph.loaders import _common
+from ibp_graph.pipeline.batch import DecodedBatch
+from ibp_graph.pipeline.codec_setup import CodecSpec
+from ibp_graph.pipeline.grouping import GroupKey
+from ibp_graph.pipeline.requests import BatchRequests
+from ibp_graph.pipeline.worker import BatchProducer
 from ibp_graph.sampling.graph import CSCGraph
 from ibp_graph.sampling.neighbor import NeighborSampler
 
@@ -34,11 +36,16 @@ class CompressedNeighborLoader(DataLoader):
 
     Arguments up to `directed` are NeighborLoader's, in its order; `codec` (``"auto"``, the
     default: per group the smallest of IBP and EBP, or identity when neither gains;
-    ``"ibp"``, ``"ebp"``, ``"identity"`` or a fitted codec object), `device` and
-    `prefetch` are ours. Options NeighborLoader has but this loader cannot honour raise
+    ``"ibp"``, ``"ebp"``, ``"identity"`` or a fitted codec object), `device`, `prefetch`
+    and `rank`/`world_size` (this process's share of every epoch's seeds; default
+    torch.distributed's when initialised) are ours. Options NeighborLoader has but this loader cannot honour raise
     NotImplementedError naming them. Remaining keyword arguments go to DataLoader
     (`batch_size`, `shuffle`, `drop_last`, `num_workers`, `persistent_workers`,
     `pin_memory`, `prefetch_factor`, `timeout`, ...).
+
+    Starting a loader makes numba's threading layer fork-safe unless the user chose one
+    (ibp_graph.threads), and compiles the kernels once in this process (a warm-up encode
+    per codec and one sampled batch), so that forked workers inherit them.
     """
 
     def __init__(
@@ -63,8 +70,11 @@ class CompressedNeighborLoader(DataLoader):
         codec: CodecSpec = "auto",
         device: Union[str, torch.device, None] = None,
         prefetch: int = 2,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
         **kwargs: Any,
     ):
+        _common.start()
         given = {"input_time": input_time, "subgraph_type": subgraph_type, "disjoint": disjoint,
                  "temporal_strategy": temporal_strategy, "time_attr": time_attr,
                  "weight_attr": weight_attr, "transform_sampler_output": transform_sampler_output,
@@ -101,47 +111,44 @@ class CompressedNeighborLoader(DataLoader):
         self.input_nodes = _input_nodes(input_nodes, num_nodes)
         self.device = _device(device)
         self.transform = transform
-        self.codecs: dict[str, Codec] = build_codecs(node_attrs, edge_attrs, num_nodes=num_nodes,
-                                                      num_edges=self.graph.num_edges, codec=codec)
-        self.stats = LoaderStats()
-        self._stage = DecodeStage(self.codecs, self.device, prefetch=prefetch, stats=self.stats)
-        producer = BatchProducer(self.sampler, self.input_nodes, node_attrs, edge_attrs, self.codecs)
-
-        rank, world = 0, 1
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
         self.requests = BatchRequests(self.input_nodes.numel(), batch_size, shuffle=shuffle,
                                       drop_last=drop_last, generator=generator, rank=rank,
-                                      world_size=world)
+                                      world_size=world_size)
+        self._codecs: dict[GroupKey, Codec] = _common.setup_codecs(
+            node_attrs, edge_attrs, num_nodes=num_nodes, num_edges=self.graph.num_edges, codec=codec,
+            device=self.device)
+        self._stage, self.stats = _common.decode_stage(self._codecs, self.device, prefetch)
+        if self.input_nodes.numel():  # compile the sampler here too (a fixed seed: no RNG touched)
+            self.sampler.sample(self.input_nodes[:2], seed=0)
+        producer = BatchProducer(self.sampler, self.input_nodes, node_attrs, edge_attrs, self._codecs)
         kwargs.setdefault("pin_memory", self.device.type == "cuda")
         if kwargs.get("num_workers", 0) == 0:
             kwargs.pop("persistent_workers", None) if not kwargs.get("persistent_workers") else None
-        self._warm_up(producer)
         super().__init__(producer, batch_size=None, sampler=self.requests,
                          collate_fn=_identity, **kwargs)
-
-    def _warm_up(self, producer: BatchProducer) -> None:
-        """Compile the kernels once here, so forked workers inherit them instead of each compiling."""
-        if self.input_nodes.numel():
-            from ibp_graph.pipeline.worker import BatchRequest
-
-            producer[BatchRequest(index=torch.arange(min(2, self.input_nodes.numel())), seed=0)]
 
     def set_epoch(self, epoch: int) -> None:
         """Distributed runs: a new shuffle of the input nodes, the same on every rank."""
         self.requests.set_epoch(epoch)
 
+    @property
+    def codecs(self) -> dict[str, Codec]:
+        """The codec of each group of a batch, by the group's printed name (as in `stats`)."""
+        return _common.by_name(self._codecs)
+
     def __iter__(self) -> Iterator[Data]:
-        batches = name_worker_deaths(super().__iter__(), "CompressedNeighborLoader",
-                                     "sampling, gathering or encoding")
+        it = super().__iter__()
+        batches = _common.name_worker_deaths(it, "CompressedNeighborLoader", "sampling, gathering or encoding",
+                                             lambda: _common.worker_processes(it))
         for batch in self._stage(batches):
             yield self._to_data(batch)
 
     def _to_data(self, batch: DecodedBatch) -> Data:
+        """NeighborLoader's Data: the named tensors, and its fields from the batch's meta."""
         data = Data(**batch)
-        data.batch_size = batch.batch_size
-        data.num_sampled_nodes = batch.num_sampled_nodes
-        data.num_sampled_edges = batch.num_sampled_edges
+        data.batch_size = batch.meta["num_seeds"]
+        data.num_sampled_nodes = batch.meta["nodes_per_hop"]
+        data.num_sampled_edges = batch.meta["edges_per_hop"]
         return self.transform(data) if self.transform is not None else data
 
     def __repr__(self) -> str:
@@ -196,7 +203,7 @@ def _graph_and_attrs(data) -> tuple[CSCGraph, dict, dict]:
         graph = data[1]
         node = {}
         for key, value in data[0].items():
-            _check_attr(key, value, graph.num_nodes)
+            _check_attr(f"features[{key!r}]", value, graph.num_nodes)
             node[key] = value if isinstance(value, EncodedTable) else value.contiguous()
         return graph, node, {}
     if not isinstance(data, Data):
@@ -210,13 +217,12 @@ def _graph_and_attrs(data) -> tuple[CSCGraph, dict, dict]:
     node, edge = {}, {}
     for key, value in data.items():
         if isinstance(value, EncodedTable):
-            _check_attr(key, value, num_nodes)
+            _check_attr(f"data.{key}", value, num_nodes)
             node[key] = value
             continue
         if key == "edge_index" or not isinstance(value, torch.Tensor) or value.dim() == 0:
             continue
-        if value.device.type != "cpu":
-            raise ValueError(f"data.{key} is on {value.device}; the loader reads features from host memory")
+        _common.host_table(value, f"data.{key}")
         if data.is_node_attr(key) and value.shape[0] == num_nodes:
             node[key] = value.contiguous()
         elif data.is_edge_attr(key) and value.shape[0] == num_edges:
@@ -224,11 +230,7 @@ def _graph_and_attrs(data) -> tuple[CSCGraph, dict, dict]:
     return graph, node, edge
 
 
-def _check_attr(key: str, value, num_nodes: int) -> None:
+def _check_attr(argname: str, value, num_nodes: int) -> None:
     """A node attribute must be a CPU tensor or an EncodedTable with one row per node."""
-    if not isinstance(value, (torch.Tensor, EncodedTable)):
-        raise TypeError(f"features[{key!r}] must be a tensor or an EncodedTable, got {type(value).__name__}")
-    if isinstance(value, torch.Tensor) and value.device.type != "cpu":
-        raise ValueError(f"features[{key!r}] is on {value.device}; the loader reads features from host memory")
-    if value.shape[0] != num_nodes:
-        raise ValueError(f"features[{key!r}] has {value.shape[0]} rows; the graph has {num_nodes} nodes")
+    _common.host_table(value, argname, num_nodes, accepted=(torch.Tensor, EncodedTable),
+                       what="a tensor or an EncodedTable")

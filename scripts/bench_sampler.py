@@ -102,7 +102,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     import numba
 
-    from ibp_graph.benchmarks.report import format_table, write_json
+    from ibp_graph.tables import format_table, write_json
 
     numba.set_num_threads(1)
     torch.set_num_threads(1)

@@ -17,7 +17,7 @@ from ..codec import EBPCodec, IBPCodec
 from ..layout.dtypes import as_row_bytes
 from ..layout.rows import condensed_row_bounds
 from ..data.synthetic import FAMILIES, make_family
-from .report import format_table, write_json
+from ..tables import format_table, write_json
 
 COLUMNS = [
     ("family", "family", "s"), ("shape", "row shape", "s"), ("dtype", "dtype", "s"),

@@ -14,7 +14,7 @@ import torch
 
 from ..data.store import EncodedTable
 from ..data.synthetic import make_family
-from .report import format_table, write_json
+from ..tables import format_table, write_json
 
 VARIANTS = ("identity", "ibp", "ibp-store", "auto-store")
 #: on a GPU also: features already resident in GPU memory (no transfer at all), the ceiling.

@@ -1,1 +1,13 @@
-"""From seeds to a decoded batch: grouping, worker-side encode, main-side decode, stats."""
+"""From seeds to a decoded batch, framework-neutral (the front-ends in ibp_graph.loaders shape it).
+
+One batch passes through each module once, in this order:
+
+- ``requests``: BatchRequests, the epoch's batches (input positions, sampling seed; rank share).
+- ``worker``: BatchProducer, in a DataLoader worker: sample -> gather -> group -> encode.
+- ``grouping``: GroupKey and GroupLayout, tensors grouped by dtype/row shape, split back.
+- ``batch``: EncodedBatch (worker -> main: groups, layouts, the front-end's meta, stage
+  times) and DecodedBatch (named tensors and meta).
+- ``decode``: DecodeStage, copy and decode on the device (ibp_graph.gpu) or the CPU.
+- ``stats``: LoaderStats, bytes per group and seconds per stage.
+- ``codec_setup``: build_codecs, which codec each group gets (fitted once, in the main process).
+"""

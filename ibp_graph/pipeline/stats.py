@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from ..benchmarks.report import format_table
+from ..tables import format_table
 
 #: pipeline stages in data-flow order; worker stages first.
 STAGES = ("sample", "gather", "encode", "copy", "decode")
@@ -20,7 +20,7 @@ class LoaderStats:
     seconds: dict = field(default_factory=lambda: defaultdict(float))
 
     def add_group(self, key: str, raw: int, sent: int) -> None:
-        """Count one group of one batch."""
+        """Count one group of one batch under its printed name (str of its GroupKey)."""
         self.raw_bytes[key] += raw
         self.sent_bytes[key] += sent
 

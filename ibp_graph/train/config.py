@@ -23,8 +23,10 @@ from ..codec.auto import KINDS
 from ..data.graphgen import GraphSpec
 
 __all__ = ["Config", "DataConfig", "LoaderConfig", "ModelConfig", "TrainConfig", "OutputConfig",
-           "ConfigError", "load_config", "from_dict", "apply_overrides", "to_dict", "DATASETS"]
+           "ConfigError", "load_config", "from_dict", "apply_overrides", "to_dict", "DATASETS", "FRAMEWORKS"]
 
+#: front-ends `loader.framework` accepts: the loader and model of PyG or of DGL.
+FRAMEWORKS = ("pyg", "dgl")
 #: data sets `data.name` accepts.
 DATASETS = ("synthetic", "ogbn-papers100M", "ogbn-products", "ogbn-arxiv")
 
@@ -63,7 +65,7 @@ class DataConfig:
 
 @dataclass
 class LoaderConfig:
-    """CompressedNeighborLoader settings."""
+    """Loader settings: the front-end (CompressedNeighborLoader or CompressedDGLDataLoader) and its batches."""
 
     batch_size: int = _num(1024, "seed nodes per training batch", 1)
     eval_batch_size: int = _num(2048, "seed nodes per evaluation batch", 1)
@@ -75,6 +77,8 @@ class LoaderConfig:
                                   "ebp, identity when neither gains), ibp, ebp, identity"})
     prefetch: int = _num(2, "batches decoded ahead on the device", 0)
     device: str = field(default="auto", metadata={"help": "auto, cpu, cuda or cuda:N"})
+    framework: str = _choice("pyg", FRAMEWORKS, "pyg: CompressedNeighborLoader and PyG's models; dgl: "
+                             "CompressedDGLDataLoader and DGL's GraphSAGE (runs in .venv-dgl, `make venv-dgl`)")
 
 
 @dataclass

@@ -1,5 +1,8 @@
 """Train and evaluate a GNN on a prepared data set, one run per codec; multi-GPU/multi-node via DDP.
 
+One loop for both front-ends (``loader.framework``: ``pyg``, the default, or ``dgl``;
+train/frontends.py holds what differs: the loader, the model, one forward step).
+
 Under ``torchrun`` (``WORLD_SIZE > 1``) every process joins the default process group
 (NCCL on GPUs, gloo on CPUs), the loaders give each rank an equal share of every
 epoch's seeds, gradients are averaged by DistributedDataParallel, and losses,
@@ -20,8 +23,8 @@ import torch
 import torch.nn.functional as F
 
 from ..data.prepared import PreparedDataset
+from . import frontends
 from .config import Config, LoaderConfig, to_dict
-from .models import build_model, feature_stats
 
 __all__ = ["Dist", "setup_distributed", "resolve_device", "open_dataset", "make_loader", "train_epoch",
            "evaluate", "run", "run_one", "main", "main_config", "RUN_FORMAT"]
@@ -152,35 +155,23 @@ def _prepare(cfg, path: Path, *, progress: bool) -> None:
 
 
 def make_loader(ds: PreparedDataset, input_nodes: torch.Tensor, cfg: LoaderConfig, codec: str, *,
-                batch_size: int, shuffle: bool, device: torch.device, use_store: bool = True):
-    """A CompressedNeighborLoader over the prepared graph; features from the store when _from_store says so."""
-    from ..loaders.pyg import CompressedNeighborLoader
-
-    x = ds.store() if _from_store(ds, codec, use_store) else ds.x
-    return CompressedNeighborLoader(({"x": x}, ds.graph), list(cfg.num_neighbors), input_nodes=input_nodes,
-                                    batch_size=batch_size, shuffle=shuffle, codec=codec, device=device,
-                                    prefetch=cfg.prefetch, num_workers=cfg.num_workers,
-                                    persistent_workers=cfg.num_workers > 0)
-
-
-def _from_store(ds: PreparedDataset, codec: str, use_store: bool) -> bool:
-    """Whether features come pre-encoded from the store or from the raw table.
-
-    The store serves codec "auto" (prepare chose its codec with fit_codec) and the codec
-    it was encoded with; any other codec encodes the raw table's rows in the workers.
-    """
-    return use_store and ds.has_store() and codec in ("auto", ds.store_codec)
+                batch_size: int, shuffle: bool, device: torch.device, use_store: bool = True, graph=None):
+    """The loader of `cfg.framework` over the prepared data set (for dgl, `graph`: its DGL graph,
+    built from `ds` when not given); features from the store when the front-end says so."""
+    front = frontends.get(cfg.framework)
+    if graph is None:
+        graph = front.prepare(ds)
+    return front.make_loader(ds, graph, input_nodes, cfg, codec, batch_size=batch_size, shuffle=shuffle,
+                             device=device, use_store=use_store)
 
 
-def _forward(model, batch):
-    return model(batch.x, batch.edge_index, batch.batch_size, batch.num_sampled_nodes, batch.num_sampled_edges)
-
-
-def train_epoch(model, loader, optimizer, labels: torch.Tensor, *, max_batches: Optional[int] = None,
-                progress: bool = False, desc: str = "train") -> dict:
-    """One pass over `loader`; `labels[i]` is the class of the loader's i-th input node (on its device)."""
+def train_epoch(model, loader, optimizer, labels: Optional[torch.Tensor], *, max_batches: Optional[int] = None,
+                progress: bool = False, desc: str = "train", front=None) -> dict:
+    """One pass over `loader`; `labels[i]` is the class of the loader's i-th input node (on its device)
+    for PyG; DGL's batches carry their labels. `front`: the front-end (default PyG's)."""
     from tqdm import tqdm
 
+    front = front or frontends.PyG()
     model.train()
     loss_sum = correct = count = 0.0
     total = len(loader) if max_batches is None else min(len(loader), max_batches)
@@ -188,8 +179,7 @@ def train_epoch(model, loader, optimizer, labels: torch.Tensor, *, max_batches: 
                dynamic_ncols=True)
     t = time.perf_counter()
     for i, batch in enumerate(loader):
-        y = labels[batch.input_id]
-        out = _forward(model, batch)
+        out, y = front.forward(model, batch, labels)
         loss = F.cross_entropy(out, y)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -207,67 +197,79 @@ def train_epoch(model, loader, optimizer, labels: torch.Tensor, *, max_batches: 
 
 
 @torch.no_grad()
-def evaluate(model, loader, labels: torch.Tensor) -> dict:
+def evaluate(model, loader, labels: Optional[torch.Tensor], *, front=None) -> dict:
     """Correct predictions and count over `loader` (this rank's share)."""
+    front = front or frontends.PyG()
     model.eval()
     correct = count = 0.0
     t = time.perf_counter()
     for batch in loader:
-        y = labels[batch.input_id]
-        correct += float((_forward(model, batch).argmax(1) == y).sum())
+        out, y = front.forward(model, batch, labels)
+        correct += float((out.argmax(1) == y).sum())
         count += y.numel()
     return {"correct": correct, "count": count, "seconds": time.perf_counter() - t}
 
 
-def run(cfg: Config) -> list[dict]:
-    """Run the experiment once per codec in `cfg.loader.codecs`; return the results (rank 0 writes JSON)."""
+def run(cfg: Config, *, baseline: bool = False) -> list[dict]:
+    """Run the experiment once per codec in `cfg.loader.codecs` (and, with `baseline`, once with the
+    framework's own uncompressed loader: codec "native"); return the results (rank 0 writes JSON)."""
+    front = frontends.get(cfg.loader.framework)
+    front.check(cfg)  # before any data is generated or loaded
     dist, device = setup_distributed(cfg.loader.device)
+    front.check_device(device)
     ds = open_dataset(cfg.data, dist, progress=cfg.output.progress)
-    results = [run_one(cfg, codec, ds, dist, device) for codec in cfg.loader.codecs]
+    graph = front.prepare(ds)
+    codecs = list(cfg.loader.codecs) + ([frontends.NATIVE] if baseline else [])
+    results = [run_one(cfg, codec, ds, dist, device, front=front, graph=graph) for codec in codecs]
     if dist.world_size > 1:
         dist.barrier()
     return results
 
 
-def run_one(cfg: Config, codec: str, ds: PreparedDataset, dist: Dist, device: torch.device) -> dict:
+def run_one(cfg: Config, codec: str, ds: PreparedDataset, dist: Dist, device: torch.device, *,
+            front=None, graph=None) -> dict:
     """Train and evaluate with one codec; one line per epoch; the result as a dict (and JSON on rank 0)."""
     t_start = time.perf_counter()
-    torch.manual_seed(cfg.train.seed)
+    front = front or frontends.get(cfg.loader.framework)
+    if graph is None:
+        graph = front.prepare(ds)
+    front.seed(cfg.train.seed)
     say = print if dist.main else (lambda *a, **k: None)
     lc = cfg.loader
     splits = {k: ds.split[k] for k in ("train", "valid", "test")}
     loaders, labels = {}, {}
     for part, idx in splits.items():
         train = part == "train"
-        loaders[part] = make_loader(ds, idx, lc, codec, batch_size=lc.batch_size if train else lc.eval_batch_size,
-                                    shuffle=train, device=device, use_store=cfg.data.store)
+        loaders[part] = front.make_loader(ds, graph, idx, lc, codec, shuffle=train, device=device,
+                                          batch_size=lc.batch_size if train else lc.eval_batch_size,
+                                          use_store=cfg.data.store)
         labels[part] = ds.y[idx].to(device)
     num_layers = len(lc.num_neighbors)
-    model = build_model(cfg.model, ds.x.shape[1], ds.num_classes, num_layers, stats=feature_stats(ds.x)).to(device)
+    model = front.build_model(cfg, ds).to(device)
     if dist.world_size > 1:
         model = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
     majority = ds.majority_accuracy("test")
-    feature_src = "store" if _from_store(ds, codec, cfg.data.store) else "table"
+    feature_src = "store" if front.from_store(ds, codec, cfg.data.store) else "table"
     group_codecs = {k: c.name for k, c in sorted(loaders["train"].codecs.items())}  # what auto chose
     chosen = ", ".join(f"{k}: {v}" for k, v in group_codecs.items())
     say(f"[{cfg.name}] {ds.name}: {ds.num_nodes:,} nodes, {ds.graph.num_edges:,} edges, {ds.num_classes} classes; "
         f"train/valid/test {splits['train'].numel():,}/{splits['valid'].numel():,}/{splits['test'].numel():,}; "
-        f"{cfg.model.arch} x{num_layers}, fan-out {list(lc.num_neighbors)}, batch {lc.batch_size}, codec {codec} "
+        f"{cfg.model.arch} x{num_layers} ({front.name}), fan-out {list(lc.num_neighbors)}, batch {lc.batch_size}, codec {codec} "
         f"({chosen}; features from the {feature_src}), device {device}, {dist.world_size} process(es)", flush=True)
 
     epochs = []
     for epoch in range(1, cfg.train.epochs + 1):
         for ld in loaders.values():
             ld.stats.reset()
-        loaders["train"].set_epoch(epoch)
+        front.set_epoch(loaders["train"], epoch)
         tr = train_epoch(model, loaders["train"], optimizer, labels["train"], max_batches=cfg.train.max_batches,
-                         progress=cfg.output.progress and dist.main, desc=f"epoch {epoch}")
+                         progress=cfg.output.progress and dist.main, desc=f"epoch {epoch}", front=front)
         ev = {}
         if epoch % cfg.train.eval_every == 0 or epoch == cfg.train.epochs:
             for part in ("valid", "test"):
-                ev[part] = evaluate(model, loaders[part], labels[part])
+                ev[part] = evaluate(model, loaders[part], labels[part], front=front)
         stats = [ld.stats for ld in loaders.values()]
         summed = dist.sum([tr["loss_sum"], tr["correct"], tr["count"],
                            *[ev.get(p, {}).get(k, 0.0) for p in ("valid", "test") for k in ("correct", "count")],
@@ -291,6 +293,7 @@ def run_one(cfg: Config, codec: str, ds: PreparedDataset, dist: Dist, device: to
 
     final = _summary(epochs, majority)
     result = {"format": RUN_FORMAT, "version": 1, "name": cfg.name, "dataset": ds.name, "codec": codec,
+              "framework": front.name,
               "group_codecs": group_codecs, "features": feature_src, "arch": cfg.model.arch, "world_size": dist.world_size, "device": str(device),
               "num_nodes": ds.num_nodes, "num_edges": ds.graph.num_edges, "config": to_dict(cfg),
               "epochs": epochs, "final": final, "wall_seconds": dist.max(time.perf_counter() - t_start)}
@@ -323,7 +326,7 @@ def _summary(epochs: list[dict], majority: float) -> dict:
 
 def _write(cfg: Config, codec: str, dist: Dist, result: dict) -> Path:
     """OUTPUT.DIR/<name>-<time>-<codec>[-w<ranks>].json (so `ibp-graph report runs/*.json` finds it)."""
-    from ..benchmarks.report import machine
+    from ..tables import machine
 
     d = Path(cfg.output.dir)
     d.mkdir(parents=True, exist_ok=True)
@@ -347,6 +350,8 @@ def main(argv=None) -> int:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a key, e.g. --set loader.batch_size=2048 (VALUE is YAML)")
     p.add_argument("--keys", action="store_true", help="list every key with its type and default, then exit")
+    p.add_argument("--baseline", action="store_true", help="also train with the framework's own, uncompressed "
+                   "loader (codec 'native'; loader.framework=dgl)")
     a = p.parse_args(argv)
     if a.keys:
         print("\n".join(describe()))
@@ -356,14 +361,15 @@ def main(argv=None) -> int:
     except ConfigError as e:
         print(f"ibp-graph train: {e}", file=sys.stderr)
         return 2
-    return main_config(cfg)
+    return main_config(cfg, baseline=a.baseline)
 
 
-def main_config(cfg: Config) -> int:
-    """Run an experiment as a command does: errors about the data as messages, exit status."""
+def main_config(cfg: Config, *, baseline: bool = False) -> int:
+    """Run an experiment as a command does: errors about the config, the environment or the data as
+    messages, exit status. (The whole config is validated first, before any data is touched.)"""
     try:
-        run(cfg)
-    except (FileNotFoundError, ValueError) as e:
+        run(cfg, baseline=baseline)
+    except (FileNotFoundError, ValueError, ImportError) as e:
         print(f"ibp-graph train: {e}", file=sys.stderr)
         return 1
     finally:

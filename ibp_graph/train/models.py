@@ -1,4 +1,5 @@
-"""GNNs for node classification on sampled subgraphs: GraphSAGE, GCN and GAT (PyG's layers)."""
+"""GNNs for node classification on sampled subgraphs: GraphSAGE, GCN and GAT (PyG's layers), and
+GraphSAGE on DGL's blocks. Each framework is imported only by its own model, when it is built."""
 from __future__ import annotations
 
 from typing import Optional, Sequence
@@ -6,9 +7,29 @@ from typing import Optional, Sequence
 import torch
 
 ARCHS = ("sage", "gcn", "gat")
+#: architectures of each framework's model (loader.framework -> model.arch).
+FRAMEWORK_ARCHS = {"pyg": ARCHS, "dgl": ("sage",)}
 
 
-class NodeClassifier(torch.nn.Module):
+class _Standardised(torch.nn.Module):
+    """Inputs standardised on the device, ``(x - mean) / std`` per column (set_feature_stats)."""
+
+    def __init__(self, in_channels: int):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(in_channels))
+        self.register_buffer("inv_std", torch.ones(in_channels))
+
+    def set_feature_stats(self, mean: torch.Tensor, std: torch.Tensor) -> None:
+        """Standardise inputs with these per-column statistics."""
+        self.mean.copy_(mean)
+        self.inv_std.copy_(1.0 / std.clamp_min(1e-12))
+
+    def standardise(self, x: torch.Tensor) -> torch.Tensor:
+        """`x` as float32, standardised."""
+        return (x.float() - self.mean) * self.inv_std
+
+
+class NodeClassifier(_Standardised):
     """A PyG BasicGNN that returns the logits of a batch's seed nodes only.
 
     Features are standardised on the device (``(x - mean) / std``, per column, with
@@ -20,7 +41,7 @@ class NodeClassifier(torch.nn.Module):
 
     def __init__(self, arch: str, in_channels: int, hidden: int, num_classes: int, num_layers: int, *,
                  dropout: float = 0.5, heads: int = 4, norm: Optional[str] = None):
-        super().__init__()
+        super().__init__(in_channels)
         try:
             from torch_geometric.nn.models import GAT, GCN, GraphSAGE
         except ImportError as e:  # pragma: no cover - torch_geometric is a test dependency
@@ -44,13 +65,6 @@ class NodeClassifier(torch.nn.Module):
         # changes (hop-l nodes lose their hop-(l+1) edges); SAGE and GAT only read the
         # in-edges of the nodes they compute, which trimming keeps
         self.trim = arch != "gcn"
-        self.register_buffer("mean", torch.zeros(in_channels))
-        self.register_buffer("inv_std", torch.ones(in_channels))
-
-    def set_feature_stats(self, mean: torch.Tensor, std: torch.Tensor) -> None:
-        """Standardise inputs with these per-column statistics."""
-        self.mean.copy_(mean)
-        self.inv_std.copy_(1.0 / std.clamp_min(1e-12))
 
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor, batch_size: int,
                 num_sampled_nodes: Optional[Sequence[int]] = None,
@@ -58,11 +72,37 @@ class NodeClassifier(torch.nn.Module):
         """Logits of the first `batch_size` nodes (the seeds)."""
         trim = self.trim and num_sampled_nodes is not None and num_sampled_edges is not None \
             and len(num_sampled_edges) == self.gnn.num_layers
-        x = (x.float() - self.mean) * self.inv_std
+        x = self.standardise(x)
         out = self.gnn(x, edge_index,
                        num_sampled_nodes_per_hop=list(num_sampled_nodes) if trim else None,
                        num_sampled_edges_per_hop=list(num_sampled_edges) if trim else None)
         return out[:batch_size]
+
+
+class BlockSAGE(_Standardised):
+    """DGL's GraphSAGE on a mini-batch of blocks (SAGEConv, mean): logits of the last block's nodes."""
+
+    def __init__(self, in_channels: int, hidden: int, num_classes: int, num_layers: int, *,
+                 dropout: float = 0.5):
+        super().__init__(in_channels)
+        try:
+            import dgl.nn
+        except ImportError as e:  # pragma: no cover - exercised only without dgl
+            raise ImportError("BlockSAGE needs dgl: run it in the DGL environment (`make venv-dgl`, .venv-dgl)") from e
+        if num_layers < 1:
+            raise ValueError(f"num_layers={num_layers!r} is not accepted; use an int >= 1")
+        sizes = [in_channels] + [hidden] * (num_layers - 1) + [num_classes]
+        self.layers = torch.nn.ModuleList(dgl.nn.SAGEConv(a, b, "mean") for a, b in zip(sizes[:-1], sizes[1:]))
+        self.dropout = torch.nn.Dropout(dropout)
+
+    def forward(self, blocks, x: torch.Tensor) -> torch.Tensor:
+        """Logits of ``blocks[-1]``'s destination nodes (the seeds)."""
+        h = self.standardise(x)
+        for i, (layer, block) in enumerate(zip(self.layers, blocks)):
+            h = layer(block, h)
+            if i < len(self.layers) - 1:
+                h = self.dropout(h.relu())
+        return h
 
 
 def feature_stats(x: torch.Tensor, sample_rows: int = 65536, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -75,11 +115,25 @@ def feature_stats(x: torch.Tensor, sample_rows: int = 65536, seed: int = 0) -> t
     return x.mean(0).float(), x.std(0).float() if x.shape[0] > 1 else torch.ones(x.shape[1])
 
 
+def check_arch(framework: str, arch: str) -> None:
+    """Refuse a model.arch the framework's model does not build."""
+    archs = FRAMEWORK_ARCHS.get(framework, ())
+    if arch not in archs:
+        raise ValueError(f"model.arch={arch!r} is not accepted with loader.framework={framework!r}; "
+                         f"use one of {list(archs)}")
+
+
 def build_model(cfg, in_channels: int, num_classes: int, num_layers: int,
-                stats: Optional[tuple[torch.Tensor, torch.Tensor]] = None) -> NodeClassifier:
-    """The model a ModelConfig describes (inputs standardised with `stats` = (mean, std) when given)."""
-    model = NodeClassifier(cfg.arch, in_channels, cfg.hidden, num_classes, num_layers,
-                           dropout=cfg.dropout, heads=cfg.heads, norm=cfg.norm)
+                stats: Optional[tuple[torch.Tensor, torch.Tensor]] = None, *,
+                framework: str = "pyg") -> torch.nn.Module:
+    """The model a ModelConfig describes for `framework` (inputs standardised with `stats` =
+    (mean, std) when given): a NodeClassifier (PyG) or a BlockSAGE (DGL)."""
+    check_arch(framework, cfg.arch)
+    if framework == "dgl":
+        model = BlockSAGE(in_channels, cfg.hidden, num_classes, num_layers, dropout=cfg.dropout)
+    else:
+        model = NodeClassifier(cfg.arch, in_channels, cfg.hidden, num_classes, num_layers,
+                               dropout=cfg.dropout, heads=cfg.heads, norm=cfg.norm)
     if stats is not None:
         model.set_feature_stats(*stats)
     return model

@@ -8,7 +8,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Optional, Sequence
 
-from ..benchmarks.report import format_table
+from ..tables import format_table
 from .loop import RUN_FORMAT
 
 __all__ = ["load_runs", "table", "plot", "main"]

@@ -317,12 +317,24 @@ def test_papers100m_script_trains_identically_with_both_loaders(graph, tmp_path)
                        timeout=600, cwd=root, env=dict(os.environ, DGLBACKEND="pytorch"))
     assert r.returncode == 0, r.stdout + r.stderr
     runs = {}
-    for f in (tmp_path / "runs" / "papers100m_dgl").glob("*.json"):
+    for f in (tmp_path / "runs").glob("papers100m_dgl-*.json"):
         rec = json.loads(f.read_text())
-        runs[rec["loader"]] = [e["loss"] for e in rec["epochs"]]
-    assert set(runs) == {"ibp", "identity", "dgl"}
-    assert runs["ibp"] == runs["identity"] == runs["dgl"]  # exactly
+        assert rec["framework"] == "dgl"
+        runs[rec["codec"]] = [e["loss"] for e in rec["epochs"]]
+    assert set(runs) == {"ibp", "identity", "native"}  # native: DGL's own DataLoader
+    assert runs["ibp"] == runs["identity"] == runs["native"]  # exactly
     assert "moved" in r.stdout and "valid" in r.stdout
+
+
+@needs_dgl
+def test_importing_the_loader_leaves_dgl_backend_unset():
+    """dgl is imported with the pytorch backend, and os.environ is left as it was."""
+    code = ("import os; import ibp_graph.loaders.dgl as m; "
+            "assert 'DGLBACKEND' not in os.environ; assert m.dgl.backend.backend_name == 'pytorch'; print('ok')")
+    env = {k: v for k, v in os.environ.items() if k != "DGLBACKEND"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
+    assert "backend not selected" not in r.stderr
 
 
 def test_import_without_dgl_says_what_to_install(monkeypatch):

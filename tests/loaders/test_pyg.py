@@ -9,7 +9,7 @@ from torch_geometric.data import Data
 
 from ibp_graph.codec import EBPCodec, IBPCodec, IdentityCodec, fit_codec
 from ibp_graph.loaders.pyg import CompressedNeighborLoader
-from ibp_graph.pipeline.worker import BatchRequests
+from ibp_graph.pipeline.requests import BatchRequests
 
 
 def make_graph(num_nodes=3000, num_edges=30000, dim=24, seed=0):
@@ -358,3 +358,61 @@ def test_bad_feature_store_input():
         CompressedNeighborLoader(({"x": [1, 2]}, graph), [2])
     with pytest.raises(TypeError, match="data must be a torch_geometric.data.Data"):
         CompressedNeighborLoader("graph.pt", [2])
+
+
+_KILL_SCRIPT = r"""
+import multiprocessing as mp, os, signal, sys, time
+import torch
+from tests.loaders.test_pyg import make_graph
+from ibp_graph.loaders.pyg import CompressedNeighborLoader
+
+data = make_graph(num_nodes=3000, num_edges=30000, dim=64)
+for delay in (0.0, 0.002, 0.02, 0.2):
+    loader = CompressedNeighborLoader(data, [5, 5], batch_size=64, num_workers=2, timeout=60)
+    it = iter(loader)
+    next(it)
+    try:
+        for victim in mp.active_children():
+            os.kill(victim.pid, signal.SIGKILL)
+            break
+        time.sleep(delay)
+        for _ in it:
+            pass
+        print("OUTCOME no error", flush=True)
+    except BaseException as e:
+        print("OUTCOME", type(e).__name__, str(e).splitlines()[0], flush=True)
+    del it, loader
+"""
+
+
+def test_a_worker_killed_by_a_signal_gives_the_loaders_message_naming_it():
+    """SIGKILL a worker mid-epoch, at several moments: always the loader's RuntimeError naming
+    the signal (never a bare ConnectionResetError); in a subprocess, so a hang fails the test."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    r = subprocess.run([sys.executable, "-c", _KILL_SCRIPT], capture_output=True, text=True, timeout=600,
+                       cwd=root)
+    outcomes = [line for line in r.stdout.splitlines() if line.startswith("OUTCOME")]
+    assert len(outcomes) == 4, r.stdout[-2000:] + r.stderr[-3000:]
+    for line in outcomes:
+        assert line.startswith("OUTCOME RuntimeError CompressedNeighborLoader: a worker process died while "
+                               "sampling, gathering or encoding a batch (pid "), line
+        assert "killed by signal SIGKILL" in line, line
+
+
+def test_rank_and_world_size_are_loader_arguments():
+    data = make_graph(num_nodes=600, num_edges=4000)
+    g = torch.Generator
+    parts = [list(CompressedNeighborLoader(data, [2], batch_size=100, shuffle=True, rank=r, world_size=3,
+                                           generator=g().manual_seed(4))) for r in range(3)]
+    seeds = [torch.cat([b.n_id[: b.batch_size] for b in p]) for p in parts]
+    assert [s.numel() for s in seeds] == [200, 200, 200]
+    assert torch.equal(torch.cat(seeds).sort().values, torch.arange(600))  # disjoint and covering
+    for p in parts:
+        for b in p:
+            check_batch(b, data, torch.arange(600))
+    with pytest.raises(ValueError, match="rank=3 is not accepted"):
+        CompressedNeighborLoader(data, [2], rank=3, world_size=3)

@@ -96,8 +96,9 @@ def test_a_corrupt_group_raises_when_its_batch_is_handed_out():
     loader = CompressedNeighborLoader(data, [6, 4], batch_size=256, shuffle=True, codec="ibp",
                                       device="cuda", prefetch=2)
     encoded = list(DataLoader.__iter__(loader))[:4]
-    key = "float32[32]"  # the group of x
-    assert loader.codecs[key].name == "ibp"
+    name = "float32[32]"  # the group of x
+    assert loader.codecs[name].name == "ibp"
+    key = next(k for k in encoded[2].groups if str(k) == name)  # its GroupKey
     ct = encoded[2].groups[key]
     offs = ct.offsets.clone()
     offs[2] = offs[1] + ct.raw_nbytes // ct.n_rows + 8  # row 1 longer than a raw row

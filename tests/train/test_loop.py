@@ -124,3 +124,30 @@ def test_a_distributed_run_does_not_prepare_large_data_sets(tmp_path):
     big = load_config(None, [f"data.root={tmp_path}", "data.synthetic.num_nodes=111059956"])
     with pytest.raises(FileNotFoundError, match="data.synthetic.num_nodes=111059956"):
         open_dataset(big.data, Dist(rank=0, world_size=2))
+
+
+def test_framework_key_unknown_value_and_dgl_missing_are_clear_errors(tmp_path, monkeypatch, capsys):
+    from ibp_graph.train.config import ConfigError
+    from ibp_graph.train.loop import main_config
+
+    with pytest.raises(ConfigError, match=r"loader.framework='jax' is not accepted; choose from \['pyg', 'dgl'\]"):
+        load_config(None, ["loader.framework=jax"])
+    assert load_config(None).loader.framework == "pyg"
+    monkeypatch.setitem(sys.modules, "dgl", None)  # `import dgl` raises ImportError
+    monkeypatch.delitem(sys.modules, "ibp_graph.loaders.dgl", raising=False)
+    cfg = load_config(None, TINY + [f"data.root={tmp_path / 'data'}", f"output.dir={tmp_path}",
+                                    "loader.framework=dgl"])
+    assert main_config(cfg) == 1
+    err = capsys.readouterr().err
+    assert "loader.framework='dgl' needs dgl, which does not import here" in err
+    assert "make test-dgl" in err and ".venv-dgl" in err
+    assert not (tmp_path / "data").exists()  # refused before any data was generated
+
+
+def test_the_pyg_loop_imports_no_dgl_and_the_dgl_loop_no_torch_geometric():
+    """The loop, its front-ends and models import each framework only when it is used."""
+    code = ("import sys; sys.modules['dgl'] = None; sys.modules['torch_geometric'] = None\n"
+            "import ibp_graph.train.loop, ibp_graph.train.frontends, ibp_graph.train.models\n"
+            "from ibp_graph.train import frontends; frontends.get('dgl'); frontends.get('pyg')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr

@@ -1,9 +1,10 @@
 """Main side: copy each encoded batch to the device and decode it, `prefetch` batches ahead.
 
-On a CUDA device the copy (from pinned memory) and the decode kernels run on a side
-stream, so they overlap the training step running on the current stream; each yielded
-tensor is handed over with an event wait and `record_stream`. Without a GPU the same
-stage decodes on the CPU.
+On a CUDA device the copy (from pinned memory) and the decode kernels (``ibp_graph.gpu``)
+run on a side stream, so they overlap the training step running on the current stream;
+each yielded tensor is handed over with an event wait and `record_stream`. Without a
+GPU the same stage decodes on the CPU (``codec.decode``). Either way a corrupt group
+raises before its batch is handed out, and the batch's `meta` passes through untouched.
 """
 from __future__ import annotations
 
@@ -14,36 +15,17 @@ from typing import Iterator, Mapping, Optional
 import torch
 
 from ..codec.base import Codec
+from .batch import DecodedBatch, EncodedBatch
+from .grouping import GroupKey
 from .stats import LoaderStats
-from .worker import EncodedBatch
-
-
-def name_worker_deaths(batches: Iterator, loader: str, stages: str) -> Iterator:
-    """Re-raise a DataLoader worker's death naming the loader and the stages it was running."""
-    try:
-        yield from batches
-    except RuntimeError as e:
-        if "DataLoader worker" in str(e) and "exited unexpectedly" in str(e):
-            raise RuntimeError(f"{loader}: a worker process died while {stages} a batch ({e})") from e
-        raise
-
-
-class DecodedBatch(dict):
-    """Named, decoded tensors of one batch plus its metadata (batch_size, sampled counts)."""
-
-    def __init__(self, tensors: Mapping[str, torch.Tensor], source: EncodedBatch):
-        super().__init__(tensors)
-        self.batch_size = source.batch_size
-        self.num_sampled_nodes = source.num_sampled_nodes
-        self.num_sampled_edges = source.num_sampled_edges
 
 
 class DecodeStage:
-    """Turns an iterator of EncodedBatches into DecodedBatches on `device`."""
+    """Turns an iterator of EncodedBatches into DecodedBatches on `device`, counting into `stats`."""
 
-    def __init__(self, codecs: Mapping[str, Codec], device: torch.device, *, prefetch: int = 2,
+    def __init__(self, codecs: Mapping[GroupKey, Codec], device: torch.device, *, prefetch: int = 2,
                  stats: Optional[LoaderStats] = None):
-        if not isinstance(prefetch, int) or prefetch < 0:
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
             raise ValueError(f"prefetch={prefetch!r} is not accepted; use an int >= 0 (batches in flight)")
         self.codecs = dict(codecs)
         self.device = torch.device(device)
@@ -51,25 +33,33 @@ class DecodeStage:
         self.stats = stats if stats is not None else LoaderStats()
         self._stream = None
 
+    def _codec(self, key: GroupKey) -> Codec:
+        codec = self.codecs.get(key)
+        if codec is None:
+            raise KeyError(f"the batch has group {str(key)!r}, for which this stage has no codec; "
+                           f"codecs exist for {sorted(map(str, self.codecs))}")
+        return codec
+
     def _count(self, batch: EncodedBatch) -> None:
         self.stats.batches += 1
         for key, ct in batch.groups.items():
-            self.stats.add_group(key, ct.raw_nbytes, ct.nbytes)
+            self.stats.add_group(str(key), ct.raw_nbytes, ct.nbytes)
         for stage, sec in batch.seconds.items():
             self.stats.add_time(stage, sec)
 
-    def _split(self, batch: EncodedBatch, decoded: Mapping[str, torch.Tensor]) -> DecodedBatch:
+    @staticmethod
+    def _split(batch: EncodedBatch, decoded: Mapping[GroupKey, torch.Tensor]) -> DecodedBatch:
         tensors = {}
         for key, t in decoded.items():
             tensors.update(batch.layouts[key].split(t))
-        return DecodedBatch(tensors, batch)
+        return DecodedBatch(tensors, batch.meta)
 
     # ---- CPU ------------------------------------------------------------------
     def _cpu(self, batches: Iterator[EncodedBatch]) -> Iterator[DecodedBatch]:
         for batch in batches:
             self._count(batch)
             t = time.perf_counter()
-            decoded = {k: self.codecs[k].decode(ct, device="cpu") for k, ct in batch.groups.items()}
+            decoded = {k: self._codec(k).decode(ct) for k, ct in batch.groups.items()}
             self.stats.add_time("decode", time.perf_counter() - t)
             yield self._split(batch, decoded)
 
@@ -78,8 +68,8 @@ class DecodeStage:
         """Queue copy + decode of one batch on the side stream; return what finishing needs.
 
         Nothing here waits for the GPU: the decoders' error checks are collected
-        (PendingChecks) and read in _finish, once the batch is done anyway, so the host can
-        queue the next batches while this one copies and decodes.
+        (gpu.PendingChecks) and read in _finish, once the batch is done anyway, so the host
+        can queue the next batches while this one copies and decodes.
         """
         from .. import gpu
 
@@ -89,7 +79,7 @@ class DecodeStage:
             start.record()
             on_device = {k: ct.to(self.device, non_blocking=True) for k, ct in batch.groups.items()}
             copied.record()
-            decoded = {k: gpu.decode(self.codecs[k], ct, checks=checks) for k, ct in on_device.items()}
+            decoded = {k: gpu.decode(self._codec(k), ct, checks=checks) for k, ct in on_device.items()}
             done.record()
         return batch, decoded, (start, copied, done), checks
 

@@ -9,7 +9,7 @@ import torch
 from ..codec import IBPCodec, IdentityCodec
 from ..codec.auto import KINDS, CodecSpec, fit_named
 from ..codec.base import DEFAULT_SAMPLE_ROWS, Codec, random_rows
-from .grouping import SCALAR_BLOCK, group_key, key_string
+from .grouping import SCALAR_BLOCK, GroupKey, group_key, store_key
 
 #: codec names build_codecs (and every loader's `codec=`) accepts; "auto" is the default.
 CODEC_NAMES = KINDS
@@ -39,8 +39,8 @@ def _sample_rows(tables: list[torch.Tensor], limit: int, seed: int = 0) -> torch
 
 
 def build_codecs(node_attrs: Mapping[str, torch.Tensor], edge_attrs: Mapping[str, torch.Tensor],
-                 *, num_nodes: int, num_edges: int, codec: CodecSpec = "auto") -> dict[str, Codec]:
-    """One codec per group key of the batches a loader will produce.
+                 *, num_nodes: int, num_edges: int, codec: CodecSpec = "auto") -> dict[GroupKey, Codec]:
+    """One codec per group (GroupKey) of the batches a loader will produce.
 
     `codec` is "auto" (each group gets fit_codec's choice on a sample of its tables: IBP,
     EBP, or identity when nothing gains), "ibp" or "ebp" (that codec, fitted on the
@@ -55,29 +55,25 @@ def build_codecs(node_attrs: Mapping[str, torch.Tensor], edge_attrs: Mapping[str
         raise TypeError(f"codec must be one of {CODEC_NAMES} or a codec object "
                         f"(encode/decode/fingerprint), got {type(codec).__name__}")
     from ..data.store import EncodedTable
-    from .worker import store_key
 
-    tables: dict[str, list[torch.Tensor]] = {}
-    codecs: dict[str, Codec] = {}
+    tables: dict[GroupKey, list[torch.Tensor]] = {}
+    codecs: dict[GroupKey, Codec] = {}
     for name, t in list(node_attrs.items()) + list(edge_attrs.items()):
         if isinstance(t, EncodedTable):
-            codecs[store_key(name)] = t.codec  # encoded once, with its own codec
+            codecs[store_key(name, t.dtype, tuple(t.shape[1:]))] = t.codec  # encoded once, with its own codec
             continue
-        dtype, row_shape, scalar = group_key(name, t)
-        tables.setdefault(key_string(dtype, row_shape, scalar), []).append(t)
+        tables.setdefault(group_key(name, t), []).append(t)
     # the index group always exists: n_id, e_id, input_id and edge_index are int64
-    int64_key = key_string("int64", (), True)
+    int64_key = group_key("n_id", torch.zeros(0, dtype=torch.int64))
     tables.setdefault(int64_key, [])
 
     kind = codec if isinstance(codec, str) else "auto"  # for groups a codec object does not match
     used_custom = False
     for key, members in tables.items():
-        scalar = key.endswith("[*]")
-        dtype = members[0].dtype if members else torch.int64
-        row_shape = (SCALAR_BLOCK,) if scalar else tuple(members[0].shape[1:])
+        dtype, row_shape = key.torch_dtype, key.codec_row_shape
         if codec == "identity":
             codecs[key] = IdentityCodec(dtype=dtype, row_shape=row_shape)
-        elif not isinstance(codec, str) and not scalar and codec.dtype == dtype \
+        elif not isinstance(codec, str) and not key.scalar and codec.dtype == dtype \
                 and tuple(codec.row_shape) == row_shape:
             codecs[key] = codec
             used_custom = True
@@ -86,7 +82,7 @@ def build_codecs(node_attrs: Mapping[str, torch.Tensor], edge_attrs: Mapping[str
             # are usually far smaller; anything else is stored exactly as an exception
             top = max(num_nodes, num_edges, *[int(t.max()) + 1 for t in members if t.numel()])
             codecs[key] = value_range_codec(torch.int64, top)
-        elif scalar:
+        elif key.scalar:
             flat = torch.cat([t.reshape(-1)[:DEFAULT_SAMPLE_ROWS * SCALAR_BLOCK] for t in members])
             n = flat.numel() // SCALAR_BLOCK
             sample = flat[: n * SCALAR_BLOCK].reshape(n, SCALAR_BLOCK) if n else \
@@ -96,13 +92,8 @@ def build_codecs(node_attrs: Mapping[str, torch.Tensor], edge_attrs: Mapping[str
             codecs[key] = fit_named(_sample_rows(members, DEFAULT_SAMPLE_ROWS), kind)
     if not isinstance(codec, str) and not used_custom:
         raise ValueError(f"codec {codec!r} matches no group of this data (dtype {codec.dtype}, rows "
-                         f"{tuple(codec.row_shape)}); groups: {sorted(tables)}")
+                         f"{tuple(codec.row_shape)}); groups: {sorted(map(str, tables))}")
     return codecs
 
 
-def describe(codecs: Mapping[str, Codec]) -> str:
-    """One line per group: its codec."""
-    return "\n".join(f"{k}: {c!r}" for k, c in sorted(codecs.items()))
-
-
-__all__ = ["build_codecs", "value_range_codec", "describe", "CODEC_NAMES"]
+__all__ = ["build_codecs", "value_range_codec", "CODEC_NAMES", "CodecSpec"]

@@ -1,4 +1,4 @@
-"""Shared output of the benchmarks: a fixed-width table on stdout and a JSON file."""
+"""Plain-text tables and JSON result files (loader stats, training runs, reports, benchmarks)."""
 from __future__ import annotations
 
 import json
@@ -40,7 +40,7 @@ def format_table(rows: Sequence[dict], columns: Sequence[tuple[str, str, str]]) 
 
 
 def write_json(path: str | os.PathLike, payload: dict) -> Path:
-    """Write the benchmark's results (with the machine description) as JSON."""
+    """Write results (with the machine description) as JSON."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(dict(payload, machine=machine()), indent=2))

@@ -1,0 +1,98 @@
+"""What to produce: the BatchRequests of an epoch (input positions and a sampling seed per batch)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class BatchRequest:
+    """One batch to produce: positions into the loader's input nodes and the sampling seed."""
+
+    index: torch.Tensor
+    seed: int
+
+
+def batch_seeds(base_seed: int, n_batches: int) -> np.ndarray:
+    """Independent 63-bit sampling seeds for the batches of one epoch (splitmix64 of base+k)."""
+    z = (np.uint64(base_seed) + np.arange(1, n_batches + 1, dtype=np.uint64)
+         * np.uint64(0x9E3779B97F4A7C15))
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(1)).astype(np.int64)
+
+
+def distributed_place(rank: Optional[int], world_size: Optional[int]) -> tuple[int, int]:
+    """(rank, world size): the ones given, else torch.distributed's when initialised, else (0, 1)."""
+    if rank is None and world_size is None:
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            return torch.distributed.get_rank(), torch.distributed.get_world_size()
+        return 0, 1
+    if rank is None or world_size is None:
+        raise ValueError(f"rank={rank!r}, world_size={world_size!r}: give both or neither "
+                         "(neither: torch.distributed's, when initialised)")
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size={world_size!r} is not accepted; use an int >= 1")
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
+        raise ValueError(f"rank={rank!r} is not accepted; use an int in [0, world_size={world_size})")
+    return rank, world_size
+
+
+class BatchRequests(torch.utils.data.Sampler):
+    """Yields the BatchRequests of an epoch: shuffled (or not) input positions cut into batches.
+
+    The order and the epoch's base sampling seed come from `generator`, or from torch's
+    global RNG when it is None, drawn in the main process when iteration starts: so
+    `torch.manual_seed` makes a whole run reproducible, whatever the codec.
+
+    With ``world_size > 1`` each rank takes every world_size-th position of the epoch's
+    order (an equal share; the remainder is dropped), so every rank must draw the same
+    order: from `generator` when given (seeded alike on every rank), else from a generator
+    seeded by the epoch only (`set_epoch`), like torch's DistributedSampler. Each rank
+    samples with its own seeds. `rank` and `world_size` default to torch.distributed's
+    when it is initialised (else 0 and 1).
+    """
+
+    def __init__(self, num_inputs: int, batch_size: int, *, shuffle: bool, drop_last: bool,
+                 generator: Optional[torch.Generator] = None, rank: Optional[int] = None,
+                 world_size: Optional[int] = None):
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size={batch_size!r} is not accepted; use an int >= 1")
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+        self.rank, self.world_size = distributed_place(rank, world_size)
+        self.num_inputs = num_inputs
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.drop_last = drop_last
+        self.generator = generator
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Distributed runs without a generator: reshuffle identically on every rank for this epoch."""
+        self.epoch = epoch
+
+    def _per_rank(self) -> int:
+        return self.num_inputs // self.world_size if self.world_size > 1 else self.num_inputs
+
+    def __len__(self) -> int:
+        n = self._per_rank()
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def __iter__(self):
+        g = self.generator
+        if self.world_size > 1 and g is None:
+            g = torch.Generator().manual_seed(1_000_003 * self.epoch + 17)
+        order = torch.randperm(self.num_inputs, generator=g) if self.shuffle else torch.arange(self.num_inputs)
+        base = int(torch.randint(0, 2**62, (1,), generator=g))
+        if self.world_size > 1:
+            order = order[self.rank:self._per_rank() * self.world_size:self.world_size]
+            base += self.rank
+        n = len(self)
+        seeds = batch_seeds(base, n)
+        for k in range(n):
+            yield BatchRequest(index=order[k * self.batch_size:(k + 1) * self.batch_size], seed=int(seeds[k]))

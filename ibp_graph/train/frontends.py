@@ -1,0 +1,196 @@
+"""The training loop's two front-ends: PyG (CompressedNeighborLoader, PyG's models) and DGL
+(CompressedDGLDataLoader, DGL's GraphSAGE on blocks).
+
+A front-end turns the prepared data set into loaders, builds the model and runs it on
+one batch; the loop (train/loop.py) does everything else the same way for both. Each
+front-end imports its framework only when it is used, so the DGL one runs where
+torch_geometric is not installed (.venv-dgl) and the PyG one where dgl is not.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+from ..data.prepared import PreparedDataset
+from .config import FRAMEWORKS
+from .models import build_model, check_arch, feature_stats
+
+#: the codec label of a run with the framework's own, uncompressed loader (`--baseline`).
+NATIVE = "native"
+
+DGL_ENV = ("dgl 2.1 loads only with torch <= 2.2.1 and numpy < 2: run in the DGL environment that "
+           "`make test-dgl` uses (`make venv-dgl` builds .venv-dgl; then .venv-dgl/bin/ibp-graph train ...)")
+
+
+class PyG:
+    """CompressedNeighborLoader batches (torch_geometric Data) into a PyG NodeClassifier."""
+
+    name = "pyg"
+
+    def check(self, cfg) -> None:
+        """Refuse, before any data is loaded, what this front-end cannot run."""
+        check_arch(self.name, cfg.model.arch)
+
+    def check_device(self, device: torch.device) -> None:
+        """Every device torch has is fine."""
+
+    def prepare(self, ds: PreparedDataset) -> Any:
+        """Nothing: the loader samples the prepared CSC graph itself."""
+        return None
+
+    def from_store(self, ds: PreparedDataset, codec: str, use_store: bool) -> bool:
+        """Whether features come pre-encoded from the store or from the raw table.
+
+        The store serves codec "auto" (prepare chose its codec with fit_codec) and the codec
+        it was encoded with; any other codec encodes the raw table's rows in the workers.
+        """
+        return use_store and ds.has_store() and codec in ("auto", ds.store_codec)
+
+    def make_loader(self, ds: PreparedDataset, graph: Any, input_nodes: torch.Tensor, lc, codec: str, *,
+                    batch_size: int, shuffle: bool, device: torch.device, use_store: bool = True):
+        """A CompressedNeighborLoader over the prepared graph (features from the store when from_store)."""
+        if codec == NATIVE:
+            raise ValueError("a baseline run with PyG's own NeighborLoader is not available here "
+                             "(it needs pyg-lib or torch-sparse); use loader.framework=dgl for --baseline")
+        from ..loaders.pyg import CompressedNeighborLoader
+
+        x = ds.store() if self.from_store(ds, codec, use_store) else ds.x
+        return CompressedNeighborLoader(({"x": x}, ds.graph), list(lc.num_neighbors), input_nodes=input_nodes,
+                                        batch_size=batch_size, shuffle=shuffle, codec=codec, device=device,
+                                        prefetch=lc.prefetch, num_workers=lc.num_workers,
+                                        persistent_workers=lc.num_workers > 0)
+
+    def build_model(self, cfg, ds: PreparedDataset) -> torch.nn.Module:
+        """The NodeClassifier cfg.model describes, inputs standardised with the table's statistics."""
+        return build_model(cfg.model, ds.x.shape[1], ds.num_classes, len(cfg.loader.num_neighbors),
+                           stats=feature_stats(ds.x), framework=self.name)
+
+    def forward(self, model, batch, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits of the batch's seeds, their classes); `labels[i]` is the class of input node i."""
+        out = model(batch.x, batch.edge_index, batch.batch_size, batch.num_sampled_nodes, batch.num_sampled_edges)
+        return out, labels[batch.input_id]
+
+    def seed(self, seed: int) -> None:
+        """Seed what shuffling, sampling and the model's initialisation draw from."""
+        torch.manual_seed(seed)
+
+    def set_epoch(self, loader, epoch: int) -> None:
+        """Distributed runs: the epoch's shuffle, the same on every rank."""
+        loader.set_epoch(epoch)
+
+
+class DGL:
+    """CompressedDGLDataLoader batches (input_nodes, output_nodes, blocks) into DGL's GraphSAGE."""
+
+    name = "dgl"
+
+    def __init__(self):
+        self._dgl = None
+
+    @property
+    def dgl(self):
+        """The dgl module (imported on first use)."""
+        if self._dgl is None:
+            self._dgl = import_dgl()
+        return self._dgl
+
+    def check(self, cfg) -> None:
+        """Refuse, before any data is loaded, what this front-end cannot run: no dgl, another model."""
+        check_arch(self.name, cfg.model.arch)
+        self.dgl  # noqa: B018 - raises ImportError saying where dgl runs
+
+    def check_device(self, device: torch.device) -> None:
+        """Refuse a device this dgl cannot place graphs on (the index's dgl wheels are CPU builds)."""
+        if device.type == "cpu":
+            return
+        try:
+            self.dgl.graph(([0], [0])).to(device)
+        except Exception as e:
+            raise ValueError(f"loader.device={str(device)!r}, but this dgl cannot place graphs there "
+                             f"({type(e).__name__}: {e}); use loader.device=cpu or a CUDA build of dgl") from None
+
+    def prepare(self, ds: PreparedDataset):
+        """The prepared data set as a DGL graph (CSC only) with ndata "feat" and "label".
+
+        The feature table stays memory-mapped (not copied); DGL wants one id type for the whole
+        graph, so int32 indices are widened to int64 (a copy).
+        """
+        import numpy as np
+
+        from ..data.prepared import as_tensor
+
+        dgl = self.dgl
+        csc = ds.graph  # in-edges by destination; edge ids in CSC order (no edge features here)
+        indices = np.asarray(csc.indices, dtype=np.int64)
+        g = dgl.graph(("csc", (as_tensor(csc.indptr), as_tensor(indices), torch.tensor([], dtype=torch.int64))),
+                      num_nodes=ds.num_nodes).formats("csc")  # only CSC: workers would build COO and CSR too
+        g.ndata["feat"] = ds.x
+        g.ndata["label"] = ds.y  # int64, -1 for unlabeled nodes (the splits hold labeled nodes only)
+        return g
+
+    def from_store(self, ds: PreparedDataset, codec: str, use_store: bool) -> bool:
+        """Never: DGL's graph holds tensors, so the workers encode the raw table's rows."""
+        return False
+
+    def make_loader(self, ds: PreparedDataset, graph: Any, input_nodes: torch.Tensor, lc, codec: str, *,
+                    batch_size: int, shuffle: bool, device: torch.device, use_store: bool = True):
+        """CompressedDGLDataLoader (or DGL's own DataLoader for codec NATIVE) with DGL's NeighborSampler."""
+        dgl = self.dgl
+        sampler = dgl.dataloading.NeighborSampler(list(lc.num_neighbors), prefetch_node_feats=["feat"],
+                                                  prefetch_labels=["label"])
+        ddp = torch.distributed.is_available() and torch.distributed.is_initialized()
+        kw = dict(device=device, batch_size=batch_size, shuffle=shuffle, num_workers=lc.num_workers,
+                  persistent_workers=lc.num_workers > 0, use_ddp=ddp)
+        if codec == NATIVE:
+            from ..pipeline.stats import LoaderStats
+
+            loader = dgl.dataloading.DataLoader(graph, input_nodes, sampler, **kw)
+            loader.stats, loader.codecs = LoaderStats(), {}  # nothing compressed, nothing counted
+            return loader
+        from ..loaders.dgl import CompressedDGLDataLoader
+
+        return CompressedDGLDataLoader(graph, input_nodes, sampler, codec=codec, prefetch=lc.prefetch, **kw)
+
+    def build_model(self, cfg, ds: PreparedDataset) -> torch.nn.Module:
+        """DGL's GraphSAGE (BlockSAGE), inputs standardised with the table's statistics."""
+        return build_model(cfg.model, ds.x.shape[1], ds.num_classes, len(cfg.loader.num_neighbors),
+                           stats=feature_stats(ds.x), framework=self.name)
+
+    def forward(self, model, batch, labels: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits of the output nodes, their classes from ``blocks[-1].dstdata["label"]``)."""
+        _, _, blocks = batch
+        return model(blocks, blocks[0].srcdata["feat"]), blocks[-1].dstdata["label"]
+
+    def seed(self, seed: int) -> None:
+        """numpy (DGL's shuffle), torch (model, worker seeds) and dgl (sampling; repeatable with one thread)."""
+        import numpy as np
+
+        dgl = self.dgl
+        dgl.utils.set_num_threads(1)
+        np.random.seed(seed)
+        torch.manual_seed(seed)
+        dgl.seed(seed)
+
+    def set_epoch(self, loader, epoch: int) -> None:
+        """Distributed runs (use_ddp): DGL's DistributedSampler epoch."""
+        if getattr(loader, "use_ddp", False):
+            loader.set_epoch(epoch)
+
+
+def import_dgl():
+    """dgl, or an ImportError saying where it runs (loaders.dgl chooses its backend)."""
+    try:
+        from ..loaders import dgl as front  # imports dgl with the pytorch backend
+    except ImportError as e:
+        raise ImportError(f"loader.framework='dgl' needs dgl, which does not import here ({e}). {DGL_ENV}") from None
+    return front.dgl
+
+
+def get(framework: str):
+    """The front-end of `loader.framework`."""
+    if framework == "pyg":
+        return PyG()
+    if framework == "dgl":
+        return DGL()
+    raise ValueError(f"loader.framework={framework!r} is not accepted; use one of {list(FRAMEWORKS)}")

@@ -1,0 +1,171 @@
+"""What the PyG and DGL front-ends share: start-up, codec set-up and warm-up, the decode stage,
+worker-death naming and the host-memory checks of their inputs."""
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
+
+import torch
+
+from ibp_graph.codec.base import Codec
+from ibp_graph.pipeline.codec_setup import CodecSpec, build_codecs
+from ibp_graph.pipeline.decode import DecodeStage
+from ibp_graph.pipeline.grouping import GroupKey
+from ibp_graph.pipeline.stats import LoaderStats
+from ibp_graph.threads import use_forksafe_layer
+
+#: seconds to wait for a worker's death to become visible after a broken connection to it.
+DEATH_WAIT_S = 5.0
+
+
+def start() -> None:
+    """What every loader does first: numba's fork-safe threading layer (ibp_graph.threads)."""
+    use_forksafe_layer()
+
+
+def setup_codecs(node_attrs: Mapping[str, Any], edge_attrs: Mapping[str, Any], *, num_nodes: int,
+                 num_edges: int, codec: CodecSpec, device: torch.device) -> dict[GroupKey, Codec]:
+    """One codec per group (pipeline.codec_setup.build_codecs), warmed up for `device`."""
+    codecs = build_codecs(node_attrs, edge_attrs, num_nodes=num_nodes, num_edges=num_edges, codec=codec)
+    warm_up(codecs, device)
+    return codecs
+
+
+def by_name(codecs: Mapping[GroupKey, Codec]) -> dict[str, Codec]:
+    """Codecs keyed by their group's printed name ("float32[128]", "int64[*]", "x@store")."""
+    return {str(k): c for k, c in codecs.items()}
+
+
+def warm_up(codecs: Mapping[GroupKey, Codec], device: torch.device) -> None:
+    """Compile each codec's encoder here, and its CPU decoder when `device` is the CPU, so forked
+    workers inherit the kernels instead of each compiling them; touches no random generator."""
+    for c in codecs.values():
+        ct = c.encode(torch.zeros((2,) + tuple(c.row_shape), dtype=c.dtype))
+        if torch.device(device).type == "cpu":
+            c.decode(ct)
+
+
+def decode_stage(codecs: Mapping[GroupKey, Codec], device: torch.device, prefetch: int
+                 ) -> tuple[DecodeStage, LoaderStats]:
+    """The loader's decode stage and the stats it counts into (the loader's `.stats`)."""
+    stats = LoaderStats()
+    return DecodeStage(codecs, device, prefetch=prefetch, stats=stats), stats
+
+
+def worker_processes(iterator: Any) -> list:
+    """The worker processes behind a DataLoader iterator (torch's, or DGL's wrapper of it)."""
+    inner = getattr(iterator, "dataloader_it", iterator)
+    return list(getattr(inner, "_workers", ()))
+
+
+def _how(exitcode: Optional[int]) -> str:
+    if exitcode is not None and exitcode < 0:
+        try:
+            return f"killed by signal {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exited with status {exitcode}"
+
+
+def _dead(workers: Sequence, wait: float) -> list:
+    """Workers that have exited, waiting up to `wait` seconds for one to."""
+    deadline = time.monotonic() + wait
+    while True:
+        dead = [w for w in workers if w.exitcode is not None]
+        if dead or time.monotonic() >= deadline:
+            return dead
+        time.sleep(0.02)
+
+
+def _may_be_a_death(e: BaseException) -> bool:
+    """A DataLoader's report of a dead worker, or a broken connection to one (shared-memory fds)."""
+    text = str(e)
+    if isinstance(e, RuntimeError) and "DataLoader worker" in text and (
+            "exited unexpectedly" in text or "killed by signal" in text):
+        return True
+    return isinstance(e, (ConnectionError, EOFError))
+
+
+def _message(loader: str, stages: str, dead: Sequence, e: BaseException) -> str:
+    how = "; ".join(f"pid {w.pid} {_how(w.exitcode)}" for w in dead) or "see below"
+    return f"{loader}: a worker process died while {stages} a batch ({how}; {type(e).__name__}: {e})"
+
+
+#: worker pid -> (loader, stages, process) of the loaders iterating now (see _sigchld).
+_WATCHED: dict[int, tuple[str, str, Any]] = {}
+
+
+def _sigchld(previous):
+    """A SIGCHLD handler around torch's: the RuntimeError torch raises (asynchronously, wherever
+    the main thread is) when a worker dies becomes the message of the loader that worker served."""
+    def handler(signum, frame):
+        try:
+            if callable(previous):
+                previous(signum, frame)
+        except RuntimeError as e:
+            dead = [(loader, stages, w) for loader, stages, w in list(_WATCHED.values()) if w.exitcode is not None]
+            if not dead:
+                raise
+            loader, stages = dead[0][:2]
+            raise RuntimeError(_message(loader, stages, [w for _, _, w in dead], e)) from e
+
+    handler.wraps_torch = True
+    return handler
+
+
+def _watch(procs: Sequence, loader: str, stages: str) -> None:
+    """Name these workers' deaths even when torch reports them from its SIGCHLD handler."""
+    for w in procs:
+        _WATCHED[w.pid] = (loader, stages, w)
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGCHLD"):
+        return
+    current = signal.getsignal(signal.SIGCHLD)
+    if not getattr(current, "wraps_torch", False):
+        signal.signal(signal.SIGCHLD, _sigchld(current))
+
+
+def name_worker_deaths(batches: Iterator, loader: str, stages: str,
+                       workers: Callable[[], Sequence] = lambda: ()) -> Iterator:
+    """Re-raise a DataLoader worker's death as the loader's RuntimeError: which worker, which signal.
+
+    A dead worker surfaces in torch as a RuntimeError (from the iterator, or from torch's
+    SIGCHLD handler wherever the main thread happens to be) or, when it dies while the main
+    process fetches a batch's shared memory from it, as a bare ConnectionResetError or
+    EOFError. `workers` returns the processes to look at for the one that died. While the
+    loader iterates, its workers are watched by a SIGCHLD handler wrapped around torch's
+    (installed once, from the main thread, when the first loader iterates).
+    """
+    watched: list = []
+    try:
+        first = True
+        for batch in batches:
+            if first:  # the workers exist once the DataLoader iterator has started
+                watched = list(workers())
+                _watch(watched, loader, stages)
+                first = False
+            yield batch
+    except Exception as e:
+        if not _may_be_a_death(e) or str(e).startswith(f"{loader}: a worker process died"):
+            raise  # not a death, or already named (by the SIGCHLD handler)
+        dead = _dead(list(workers()), DEATH_WAIT_S)
+        if not dead and not isinstance(e, RuntimeError):
+            raise  # a broken connection with every worker alive: not a death
+        raise RuntimeError(_message(loader, stages, dead, e)) from e
+    finally:
+        for w in watched:
+            _WATCHED.pop(w.pid, None)
+
+
+def host_table(value: Any, argname: str, num_rows: Optional[int] = None, *,
+               accepted: tuple = (torch.Tensor,), what: str = "a tensor") -> Any:
+    """`value` checked as a table the loader reads rows from: a CPU tensor (or one of `accepted`)
+    with `num_rows` rows when given."""
+    if not isinstance(value, accepted):
+        raise TypeError(f"{argname} must be {what}, got {type(value).__name__}")
+    if isinstance(value, torch.Tensor) and value.device.type != "cpu":
+        raise ValueError(f"{argname} is on {value.device}; the loader reads features from host memory")
+    if num_rows is not None and value.shape[0] != num_rows:
+        raise ValueError(f"{argname} has {value.shape[0]} rows; the graph has {num_rows} nodes")
+    return value

@@ -1,0 +1,74 @@
+"""The decode stage on the CPU: order, meta passed through, stats counted, corrupt groups raise first."""
+import dataclasses
+
+import pytest
+import torch
+
+from ibp_graph.pipeline.batch import DecodedBatch, EncodedBatch
+from ibp_graph.pipeline.codec_setup import build_codecs
+from ibp_graph.pipeline.decode import DecodeStage
+from ibp_graph.pipeline.grouping import GroupKey, ROWS
+from ibp_graph.pipeline.worker import encode_groups
+
+
+def _tensors(k: int) -> dict:
+    g = torch.Generator().manual_seed(k)
+    return {"x": torch.randn(20 + k, 8, generator=g).half().float(), "n_id": torch.arange(k, k + 20 + k),
+            "y": torch.randint(0, 5, (20 + k,), generator=g)}
+
+
+@pytest.fixture(scope="module")
+def codecs():
+    sample = _tensors(0)
+    return build_codecs({"x": sample["x"], "y": sample["y"]}, {}, num_nodes=100, num_edges=0, codec="ibp")
+
+
+def _batch(k, codecs) -> EncodedBatch:
+    groups, layouts = encode_groups(_tensors(k), codecs)
+    return EncodedBatch(groups, layouts, meta={"k": k}, seconds={"sample": 0.5, "encode": 0.25})
+
+
+def test_batches_come_out_in_order_with_their_meta(codecs):
+    stage = DecodeStage(codecs, torch.device("cpu"))
+    out = list(stage(_batch(k, codecs) for k in range(5)))
+    assert [b.meta for b in out] == [{"k": k} for k in range(5)]
+    for k, b in enumerate(out):
+        assert isinstance(b, DecodedBatch) and sorted(b) == ["n_id", "x", "y"]
+        for name, t in _tensors(k).items():
+            assert torch.equal(b[name], t), (k, name)
+
+
+def test_stats_count_every_group_by_its_printed_name(codecs):
+    stage = DecodeStage(codecs, torch.device("cpu"))
+    batches = [_batch(k, codecs) for k in range(3)]
+    list(stage(iter(batches)))
+    s = stage.stats
+    assert s.batches == 3
+    assert sorted(s.raw_bytes) == ["float32[8]", "int64[*]"]
+    for name in s.raw_bytes:
+        key = next(k for k in codecs if str(k) == name)
+        assert s.raw_bytes[name] == sum(b.groups[key].raw_nbytes for b in batches)
+        assert s.sent_bytes[name] == sum(b.groups[key].nbytes for b in batches)
+    assert s.seconds["sample"] == pytest.approx(1.5) and s.seconds["encode"] == pytest.approx(0.75)
+    assert s.seconds["decode"] > 0 and s.fraction < 1.0
+
+
+def test_a_corrupt_group_raises_before_its_batch_is_handed_out(codecs):
+    bad = _batch(2, codecs)
+    key = GroupKey("float32", (8,), ROWS)
+    ct = bad.groups[key]
+    bad.groups[key] = dataclasses.replace(ct, payload=ct.payload[:3].clone())  # truncated
+    it = DecodeStage(codecs, torch.device("cpu"))(iter([_batch(0, codecs), _batch(1, codecs), bad,
+                                                        _batch(3, codecs)]))
+    assert [next(it).meta, next(it).meta] == [{"k": 0}, {"k": 1}]
+    with pytest.raises(ValueError, match="payload"):
+        next(it)
+
+
+def test_unknown_group_and_bad_prefetch_are_refused(codecs):
+    batch = _batch(0, codecs)
+    only_rows = {k: c for k, c in codecs.items() if k.kind == ROWS}
+    with pytest.raises(KeyError, match="group 'int64\\[\\*\\]'.*codecs exist for \\['float32\\[8\\]'\\]"):
+        list(DecodeStage(only_rows, torch.device("cpu"))(iter([batch])))
+    with pytest.raises(ValueError, match="prefetch=-1 is not accepted"):
+        DecodeStage(codecs, torch.device("cpu"), prefetch=-1)

@@ -1,0 +1,96 @@
+"""grouping: keys are small dataclasses with readable names; a group splits back into its tensors."""
+import dataclasses
+import pickle
+
+import pytest
+import torch
+
+from ibp_graph.codec import SUPPORTED_DTYPES
+from ibp_graph.pipeline.grouping import (ROWS, SCALAR_BLOCK, SCALARS, STORE, GroupKey, group_key,
+                                         group_tensors, store_key, store_layout)
+
+
+def _tensor(dtype: torch.dtype, shape, seed: int) -> torch.Tensor:
+    """Random bits of `dtype` (every pattern, NaNs included for floats)."""
+    n = 1
+    for s in shape:
+        n *= s
+    size = torch.empty((), dtype=dtype).element_size()
+    raw = torch.randint(0, 256, (n * size,), dtype=torch.uint8, generator=torch.Generator().manual_seed(seed))
+    if dtype == torch.bool:
+        raw = raw & 1
+    return raw.view(dtype).reshape(shape)
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view(-1).view(torch.uint8)
+
+
+def test_keys_are_frozen_dataclasses_with_readable_names():
+    k = GroupKey("float32", (128,), ROWS)
+    assert str(k) == "float32[128]" and k.codec_row_shape == (128,) and not k.scalar
+    assert str(GroupKey("int64", (), SCALARS)) == "int64[*]"
+    assert GroupKey("int64", (), SCALARS).codec_row_shape == (SCALAR_BLOCK,)
+    assert str(GroupKey("float16", (4, 3), ROWS)) == "float16[4,3]"
+    s = store_key("x", torch.float32, (128,))
+    assert str(s) == "x@store" and s.kind == STORE and s.name == "x" and s.torch_dtype == torch.float32
+    assert s != GroupKey("float32", (128,), ROWS)  # a store is its own group, even with the same rows
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        k.dtype = "int8"
+    assert pickle.loads(pickle.dumps(k)) == k and hash(pickle.loads(pickle.dumps(k))) == hash(k)
+    with pytest.raises(ValueError, match="kind='feature' is not accepted"):
+        GroupKey("float32", (1,), "feature")
+    with pytest.raises(ValueError, match="name='x' with kind='rows'"):
+        GroupKey("float32", (1,), ROWS, "x")
+    with pytest.raises(ValueError, match="name=None with kind='store'"):
+        GroupKey("float32", (1,), STORE)
+    with pytest.raises(ValueError, match="row_shape=\\(3,\\) with kind='scalars'"):
+        GroupKey("int64", (3,), SCALARS)
+
+
+def test_group_key_of_named_tensors():
+    assert group_key("x", torch.zeros(5, 8)) == GroupKey("float32", (8,), ROWS)
+    assert group_key("y", torch.zeros(5, dtype=torch.int64)) == GroupKey("int64", (), SCALARS)
+    # edge_index is 2-d but joins the id stream
+    assert group_key("edge_index", torch.zeros(2, 7, dtype=torch.int64)) == GroupKey("int64", (), SCALARS)
+    assert group_key("w", torch.zeros(5, 2, 3, dtype=torch.float16)) == GroupKey("float16", (2, 3), ROWS)
+
+
+@pytest.mark.parametrize("dtype_name", sorted(SUPPORTED_DTYPES))
+@pytest.mark.parametrize("row_shape", [(), (1,), (7,), (3, 5)], ids=["scalar", "1", "7", "3x5"])
+def test_split_round_trip_for_every_dtype_and_row_shape(dtype_name, row_shape):
+    dtype = SUPPORTED_DTYPES[dtype_name]
+    tensors = {"a": _tensor(dtype, (13,) + row_shape, 1), "b": _tensor(dtype, (0,) + row_shape, 2),
+               "c": _tensor(dtype, (70,) + row_shape, 3)}
+    if row_shape == ():
+        tensors["edge_index"] = _tensor(dtype, (2, 9), 4)
+    grouped = group_tensors(tensors)
+    (key,) = grouped
+    layout, data = grouped[key]
+    assert key == layout.key and key.dtype == dtype_name and key.torch_dtype == dtype
+    assert key.kind == (SCALARS if row_shape == () else ROWS)
+    assert data.dtype == dtype and data.is_contiguous() and tuple(data.shape[1:]) == key.codec_row_shape
+    if key.scalar:  # one element stream, cut into zero-padded rows of SCALAR_BLOCK
+        n = sum(t.numel() for t in tensors.values())
+        assert data.shape[0] == -(-n // SCALAR_BLOCK)
+        assert not _bits(data.reshape(-1)[n:]).any()
+    else:
+        assert data.shape[0] == sum(t.shape[0] for t in tensors.values())
+    out = layout.split(data.clone())
+    assert list(out) == list(tensors)
+    for name, t in tensors.items():
+        assert out[name].dtype == t.dtype and out[name].shape == t.shape, name
+        assert torch.equal(_bits(out[name]), _bits(t)), name
+
+
+def test_mixed_groups_and_store_layout():
+    tensors = {"x": torch.randn(10, 4), "y": torch.arange(10), "n_id": torch.arange(10, 20),
+               "edge_attr": torch.randn(6, 4), "mask": torch.ones(10, dtype=torch.bool)}
+    grouped = group_tensors(tensors)
+    assert sorted(map(str, grouped)) == ["bool[*]", "float32[4]", "int64[*]"]
+    rows = grouped[GroupKey("float32", (4,), ROWS)][0]
+    assert [(m.name, m.start) for m in rows.members] == [("x", 0), ("edge_attr", 10)]
+    layout = store_layout("x", torch.float16, (10, 4))
+    assert layout.key == store_key("x", torch.float16, (4,)) and str(layout.key) == "x@store"
+    decoded = torch.randn(10, 4).half()
+    assert layout.split(decoded)["x"] is not None and torch.equal(layout.split(decoded)["x"], decoded)
