@@ -24,7 +24,8 @@ from typing import Optional, Union
 import numpy as np
 
 from ..codec.auto import CodecSpec, check_kind
-from .prepared import (SPLITS, build_csc, encode_store, progress_bar, replace_dir, temp_dir,
+from .files import replace_dir, work_dir
+from .prepared import (PreparedDataset, SPLITS, build_csc, encode_store, progress_bar,
                        write_prepared_meta)
 
 __all__ = ["OGBSpec", "OGB_DATASETS", "MissingOGBFilesError", "prepare", "check_files", "dataset_dir", "required_files",
@@ -257,92 +258,92 @@ def prepare(name: str, root: PathLike, out: Optional[PathLike] = None, *, undire
         check_kind(codec, "codec")  # before hours of conversion, not after
     src = check_files(name, root)
     final = Path(out) if out is not None else src / "ibp_prepared"
-    tmp = temp_dir(final)
-    t0 = time.perf_counter()
-    say = print if progress else (lambda *a, **k: None)
-    say(f"preparing {name} from {src} into {final}", flush=True)
+    with work_dir(final) as tmp:  # removed however this ends; dead processes' ones too
+        t0 = time.perf_counter()
+        say = print if progress else (lambda *a, **k: None)
+        say(f"preparing {name} from {src} into {final}", flush=True)
 
-    # ---- graph and node counts
-    if spec.binary:
-        npz = src / "raw" / "data.npz"
-        num_nodes_list = np.concatenate(list(_NpzArray(npz, "num_nodes_list").rows()))
-        if num_nodes_list.shape[0] != 1:
-            raise ValueError(f"{npz} holds {num_nodes_list.shape[0]} graphs; node-property data sets have one")
-        num_nodes = int(num_nodes_list[0])
-        edges = _NpzArray(npz, "edge_index")
-        num_input_edges = edges.shape[1]
-        chunks = lambda: edges.edge_pairs(chunk_rows)  # noqa: E731
-        feat = _NpzArray(npz, "node_feat")
-        feat_rows, feat_shape, feat_dtype = (lambda: feat.rows(chunk_rows)), feat.shape, np.dtype(np.float32)
-    else:
-        raw = src / "raw"
-        num_nodes = _csv_scalar(raw / "num-node-list.csv.gz")
-        num_input_edges = _csv_scalar(raw / "num-edge-list.csv.gz")
-        chunks = lambda: ((c[:, 0], c[:, 1]) for c in _csv_chunks(raw / "edge.csv.gz", np.int64, chunk_rows))  # noqa
-        first = next(_csv_chunks(raw / "node-feat.csv.gz", np.float32, 1))
-        feat_shape, feat_dtype = (num_nodes, first.shape[1]), np.dtype(np.float32)
-        feat_rows = lambda: _csv_chunks(raw / "node-feat.csv.gz", np.float32, chunk_rows)  # noqa: E731
+        # ---- graph and node counts
+        if spec.binary:
+            npz = src / "raw" / "data.npz"
+            num_nodes_list = np.concatenate(list(_NpzArray(npz, "num_nodes_list").rows()))
+            if num_nodes_list.shape[0] != 1:
+                raise ValueError(f"{npz} holds {num_nodes_list.shape[0]} graphs; node-property data sets have one")
+            num_nodes = int(num_nodes_list[0])
+            edges = _NpzArray(npz, "edge_index")
+            num_input_edges = edges.shape[1]
+            chunks = lambda: edges.edge_pairs(chunk_rows)  # noqa: E731
+            feat = _NpzArray(npz, "node_feat")
+            feat_rows, feat_shape, feat_dtype = (lambda: feat.rows(chunk_rows)), feat.shape, np.dtype(np.float32)
+        else:
+            raw = src / "raw"
+            num_nodes = _csv_scalar(raw / "num-node-list.csv.gz")
+            num_input_edges = _csv_scalar(raw / "num-edge-list.csv.gz")
+            chunks = lambda: ((c[:, 0], c[:, 1]) for c in _csv_chunks(raw / "edge.csv.gz", np.int64, chunk_rows))  # noqa
+            first = next(_csv_chunks(raw / "node-feat.csv.gz", np.float32, 1))
+            feat_shape, feat_dtype = (num_nodes, first.shape[1]), np.dtype(np.float32)
+            feat_rows = lambda: _csv_chunks(raw / "node-feat.csv.gz", np.float32, chunk_rows)  # noqa: E731
 
-    # OGB's add_inverse_edge duplicates each raw edge reversed: the same graph as undirected=True
-    both = undirected or spec.add_inverse_edge
-    graph = build_csc(chunks, num_nodes, tmp / "graph", undirected=both, dedup=undirected, progress=progress,
-                      total_edges=num_input_edges)
-    num_edges = graph.num_edges
-    del graph
+        # OGB's add_inverse_edge duplicates each raw edge reversed: the same graph as undirected=True
+        both = undirected or spec.add_inverse_edge
+        graph = build_csc(chunks, num_nodes, tmp / "graph", undirected=both, dedup=undirected, progress=progress,
+                          total_edges=num_input_edges)
+        num_edges = graph.num_edges
+        del graph
 
-    # ---- features
-    if len(feat_shape) != 2 or feat_shape[0] != num_nodes:
-        raise ValueError(f"{name}: node features have shape {feat_shape}; expected ({num_nodes}, dim)")
-    x = np.lib.format.open_memmap(tmp / "x.npy", mode="w+", dtype=feat_dtype, shape=tuple(feat_shape))
-    pos = 0
-    bar = progress_bar(num_nodes, "features", progress)
-    for block in feat_rows():
-        x[pos:pos + block.shape[0]] = block
-        pos += block.shape[0]
-        bar.update(block.shape[0])
-    bar.close()
-    if pos != num_nodes:
-        raise ValueError(f"{name}: the feature file has {pos} rows; the graph has {num_nodes} nodes")
-    del x
+        # ---- features
+        if len(feat_shape) != 2 or feat_shape[0] != num_nodes:
+            raise ValueError(f"{name}: node features have shape {feat_shape}; expected ({num_nodes}, dim)")
+        x = np.lib.format.open_memmap(tmp / "x.npy", mode="w+", dtype=feat_dtype, shape=tuple(feat_shape))
+        pos = 0
+        bar = progress_bar(num_nodes, "features", progress)
+        for block in feat_rows():
+            x[pos:pos + block.shape[0]] = block
+            pos += block.shape[0]
+            bar.update(block.shape[0])
+        bar.close()
+        if pos != num_nodes:
+            raise ValueError(f"{name}: the feature file has {pos} rows; the graph has {num_nodes} nodes")
+        del x
 
-    # ---- labels
-    y = np.lib.format.open_memmap(tmp / "y.npy", mode="w+", dtype=np.int64, shape=(num_nodes,))
-    if spec.binary:
-        where = f"{src / 'raw' / 'node-label.npz'}"
-        blocks = _NpzArray(src / "raw" / "node-label.npz", "node_label").rows(chunk_rows)
-    else:
-        where = f"{src / 'raw' / 'node-label.csv.gz'}"
-        blocks = _csv_chunks(src / "raw" / "node-label.csv.gz", np.float64, chunk_rows)
-    pos = 0
-    for block in blocks:
-        y[pos:pos + block.shape[0]] = _labels_to_int(block, spec.num_classes, where)
-        pos += block.shape[0]
-    if pos != num_nodes:
-        raise ValueError(f"{where} has {pos} labels; the graph has {num_nodes} nodes")
-    labeled = int((y >= 0).sum())
-    y_mem = np.asarray(y)
+        # ---- labels
+        y = np.lib.format.open_memmap(tmp / "y.npy", mode="w+", dtype=np.int64, shape=(num_nodes,))
+        if spec.binary:
+            where = f"{src / 'raw' / 'node-label.npz'}"
+            blocks = _NpzArray(src / "raw" / "node-label.npz", "node_label").rows(chunk_rows)
+        else:
+            where = f"{src / 'raw' / 'node-label.csv.gz'}"
+            blocks = _csv_chunks(src / "raw" / "node-label.csv.gz", np.float64, chunk_rows)
+        pos = 0
+        for block in blocks:
+            y[pos:pos + block.shape[0]] = _labels_to_int(block, spec.num_classes, where)
+            pos += block.shape[0]
+        if pos != num_nodes:
+            raise ValueError(f"{where} has {pos} labels; the graph has {num_nodes} nodes")
+        labeled = int((y >= 0).sum())
+        y_mem = np.asarray(y)
 
-    # ---- splits: labeled nodes only
-    (tmp / "split").mkdir()
-    sizes, dropped = {}, {}
-    for part in SPLITS:
-        path = src / "split" / spec.split / f"{part}.csv.gz"
-        idx = np.concatenate([c.reshape(-1) for c in _csv_chunks(path, np.int64)] or [np.zeros(0, np.int64)])
-        if idx.size and (idx.min() < 0 or idx.max() >= num_nodes):
-            raise ValueError(f"{path} names node {idx.min() if idx.min() < 0 else idx.max()}, outside [0, {num_nodes})")
-        keep = y_mem[idx] >= 0
-        dropped[part] = int((~keep).sum())
-        idx = idx[keep]
-        np.save(tmp / "split" / f"{part}.npy", idx.astype(np.int64))
-        sizes[part] = idx.shape[0]
-    del y, y_mem
+        # ---- splits: labeled nodes only
+        (tmp / "split").mkdir()
+        sizes, dropped = {}, {}
+        for part in SPLITS:
+            path = src / "split" / spec.split / f"{part}.csv.gz"
+            idx = np.concatenate([c.reshape(-1) for c in _csv_chunks(path, np.int64)] or [np.zeros(0, np.int64)])
+            if idx.size and (idx.min() < 0 or idx.max() >= num_nodes):
+                raise ValueError(f"{path} names node {idx.min() if idx.min() < 0 else idx.max()}, outside [0, {num_nodes})")
+            keep = y_mem[idx] >= 0
+            dropped[part] = int((~keep).sum())
+            idx = idx[keep]
+            np.save(tmp / "split" / f"{part}.npy", idx.astype(np.int64))
+            sizes[part] = idx.shape[0]
+        del y, y_mem
 
-    # ---- the pre-encoded feature store
-    stored = encode_store(tmp, codec, progress=progress) if store else {"store_fraction": None}
-    write_prepared_meta(tmp, name=name, num_classes=spec.num_classes,
-                        source={"ogb": name, "raw": str(src), "url": spec.url}, undirected=undirected,
-                        labeled=labeled, unlabeled_split_nodes_dropped=dropped, **stored)
-    replace_dir(tmp, final, keep_complete=keep_complete)
+        # ---- the pre-encoded feature store
+        stored = encode_store(tmp, codec, progress=progress) if store else {"store_fraction": None}
+        write_prepared_meta(tmp, name=name, num_classes=spec.num_classes,
+                            source={"ogb": name, "raw": str(src), "url": spec.url}, undirected=undirected,
+                            labeled=labeled, unlabeled_split_nodes_dropped=dropped, **stored)
+        replace_dir(tmp, final, keep=PreparedDataset.is_complete if keep_complete else lambda p: False)
     raw_bytes = int(np.prod(feat_shape)) * feat_dtype.itemsize
     say(f"prepared {name} in {final}: {num_nodes:,} nodes, {num_edges:,} edges"
         f" ({'undirected' if undirected else 'as given'}), x {tuple(feat_shape)} float32, {labeled:,} labeled;"
