@@ -21,13 +21,13 @@ import xxhash
 from ..codec.base import CorruptPayloadError
 from .files import write_text
 
-__all__ = ["MANIFEST", "CHUNK_BYTES", "VERIFY_MODES", "SAMPLE_CHUNKS", "ChecksumError", "UnverifiedDataWarning", "Damage",
+__all__ = ["MANIFEST", "ALGORITHM", "CHUNK_BYTES", "VERIFY_MODES", "SAMPLE_CHUNKS", "ChecksumError", "UnverifiedDataWarning", "Damage",
            "check_mode", "write_manifest", "read_manifest", "find_damage", "verify"]
 
 PathLike = Union[str, os.PathLike]
 MANIFEST = "checksums.json"
 _FORMAT = "ibp_graph.checksums"
-_ALGORITHM = "xxh3_64"
+ALGORITHM = "xxh3_64"
 #: bytes per checksum: a damaged chunk condemns at most this much of a file.
 CHUNK_BYTES = 1 << 20
 #: random chunks read per large file by verify="sample" (besides its first and last).
@@ -92,8 +92,8 @@ def write_manifest(directory: PathLike, names: Sequence[str], *, chunk_bytes: in
     files = {}
     for name in names:
         path = d / name
-        files[name] = {"size": path.stat().st_size, _ALGORITHM: _digests(path, chunk_bytes)}
-    manifest = {"format": _FORMAT, "version": 1, "algorithm": _ALGORITHM, "chunk_bytes": chunk_bytes,
+        files[name] = {"size": path.stat().st_size, ALGORITHM: _digests(path, chunk_bytes)}
+    manifest = {"format": _FORMAT, "version": 1, "algorithm": ALGORITHM, "chunk_bytes": chunk_bytes,
                 "files": files}
     return write_text(d / MANIFEST, json.dumps(manifest, separators=(",", ":")) + "\n")
 
@@ -108,13 +108,13 @@ def read_manifest(directory: PathLike) -> Optional[dict]:
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise ChecksumError(f"{path} is not readable JSON ({e}); run `ibp-graph verify --write "
                             f"{Path(directory)}` to record the present files' checksums") from None
-    ok = (isinstance(m, dict) and m.get("format") == _FORMAT and m.get("algorithm") == _ALGORITHM
+    ok = (isinstance(m, dict) and m.get("format") == _FORMAT and m.get("algorithm") == ALGORITHM
           and isinstance(m.get("chunk_bytes"), int) and m["chunk_bytes"] > 0 and isinstance(m.get("files"), dict)
-          and all(isinstance(v, dict) and isinstance(v.get("size"), int) and isinstance(v.get(_ALGORITHM), list)
+          and all(isinstance(v, dict) and isinstance(v.get("size"), int) and isinstance(v.get(ALGORITHM), list)
                   for v in m["files"].values()))
     if not ok:
         raise ChecksumError(f"{path} is not a checksum list of this ibp-graph (format {_FORMAT!r}, "
-                            f"algorithm {_ALGORITHM!r}); re-run the step that wrote the folder")
+                            f"algorithm {ALGORITHM!r}); re-run the step that wrote the folder")
     return m
 
 
@@ -149,7 +149,7 @@ def find_damage(directory: PathLike, manifest: dict, mode: str = "full", *, name
         if size != entry["size"]:
             out.append(Damage(name, size=size, expected_size=entry["size"]))
             continue
-        recorded = entry[_ALGORITHM]
+        recorded = entry[ALGORITHM]
         if len(recorded) != -(-size // chunk_bytes):
             out.append(Damage(name, size=size, expected_size=len(recorded) * chunk_bytes))
             continue

@@ -169,7 +169,7 @@ class EncodedTable:
         write_text(d / "meta.json", json.dumps(meta, indent=2))
         if self.compressed.offsets is None:  # fixed stride: a stale offsets file from an earlier table must not linger
             (d / "offsets.npy").unlink(missing_ok=True)
-        write_manifest(d, _FILES + (("offsets.npy",) if self.compressed.offsets is not None else ()))
+        write_manifest(d, FILES + (("offsets.npy",) if self.compressed.offsets is not None else ()))
 
     @classmethod
     def load(cls, directory: PathLike, *, mmap: bool = True, verify: str = "sample") -> "EncodedTable":
@@ -186,7 +186,7 @@ class EncodedTable:
         d = Path(directory)
         if not d.is_dir():
             raise FileNotFoundError(f"{d} is not an encoded table: {'a file' if d.exists() else 'no such folder'}")
-        missing = [f for f in _FILES if not (d / f).is_file()]
+        missing = [f for f in FILES if not (d / f).is_file()]
         if missing:
             raise FileNotFoundError(f"{d} is not an encoded table: missing {', '.join(missing)} "
                                     "(write one with EncodedTable.encode(..., directory=) or save())")
@@ -228,7 +228,7 @@ class EncodedTable:
 
 
 #: the files every store has (offsets.npy too, except for the identity codec).
-_FILES = ("payload.bin", "codec.bin", "meta.json")
+FILES = ("payload.bin", "codec.bin", "meta.json")
 _META_KEYS = {"format_version": int, "shape": list, "dtype": str, "codec": str, "fingerprint": int,
               "payload_bytes": int}
 

@@ -19,8 +19,9 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from ..data.prepared import PreparedDataset
-from .config import Config, LoaderConfig, to_dict
+from ..data.files import write_text
+from ..data.prepared import PreparedDataset, add_store
+from .config import Config, LoaderConfig, check_config, to_dict
 from .models import build_model, feature_stats
 
 __all__ = ["Dist", "setup_distributed", "resolve_device", "open_dataset", "make_loader", "train_epoch",
@@ -141,6 +142,9 @@ def _ready(cfg, path: Path) -> bool:
 
 
 def _prepare(cfg, path: Path, *, progress: bool) -> None:
+    if PreparedDataset.is_complete(path):  # prepared with --no-store: make only the store, regenerate nothing
+        add_store(path, progress=progress)
+        return
     if cfg.name == "synthetic":
         from ..data import graphgen
 
@@ -221,6 +225,7 @@ def evaluate(model, loader, labels: torch.Tensor) -> dict:
 
 def run(cfg: Config) -> list[dict]:
     """Run the experiment once per codec in `cfg.loader.codecs`; return the results (rank 0 writes JSON)."""
+    check_config(cfg)  # the whole config, before any data is generated or loaded
     dist, device = setup_distributed(cfg.loader.device)
     ds = open_dataset(cfg.data, dist, progress=cfg.output.progress)
     results = [run_one(cfg, codec, ds, dist, device) for codec in cfg.loader.codecs]
@@ -331,7 +336,7 @@ def _write(cfg: Config, codec: str, dist: Dist, result: dict) -> Path:
     path, k = d / f"{stem}.json", 1
     while path.exists():
         path, k = d / f"{stem}-{k}.json", k + 1
-    path.write_text(json.dumps(dict(result, machine=machine()), indent=2) + "\n")
+    write_text(path, json.dumps(dict(result, machine=machine()), indent=2) + "\n")
     return path
 
 
