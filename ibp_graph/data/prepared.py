@@ -148,7 +148,7 @@ class PreparedDataset:
             meta = json.loads(path.read_text())
         except (OSError, ValueError):
             return False
-        return meta.get("format") == FORMAT and meta.get("version") == FORMAT_VERSION
+        return isinstance(meta, dict) and meta.get("format") == FORMAT and meta.get("version") == FORMAT_VERSION
 
     @classmethod
     def load(cls, directory: PathLike, *, mmap: bool = True, verify: str = "sample") -> "PreparedDataset":
