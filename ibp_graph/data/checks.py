@@ -1,13 +1,14 @@
 """Structure checks of index arrays read from disk or given by a user (offsets, indptr, node tables).
 
-Each check is one vectorized pass in bounded-memory chunks (papers100M's offsets and
-indptr hold 111 M entries, its indices 3.2 G), and reports the first bad position so
-the error can name it.
+Each check is one vectorized pass that allocates nothing (papers100M's offsets and indptr
+hold 111 M entries, its indices 3.2 G), and reports the first bad position so the error
+can name it.
 """
 from __future__ import annotations
 
 from typing import Optional
 
+import numba
 import numpy as np
 
 __all__ = ["first_bad_step", "first_outside", "check_node_table"]
@@ -16,16 +17,27 @@ __all__ = ["first_bad_step", "first_outside", "check_node_table"]
 STEP = 1 << 23
 
 
+@numba.njit(cache=True, nogil=True)
+def _first_bad_step(values, limit):
+    """Blocks are scanned branch-free (vectorized); a block with a bad step is scanned again for its index."""
+    n = values.shape[0]
+    block = 1 << 14
+    for lo in range(0, n - 1, block):
+        hi = min(n - 1, lo + block)
+        bad = False
+        for i in range(lo, hi):  # a negative step wraps above any limit
+            bad |= np.uint64(np.int64(values[i + 1]) - np.int64(values[i])) > limit
+        if bad:
+            for i in range(lo, hi):
+                if np.uint64(np.int64(values[i + 1]) - np.int64(values[i])) > limit:
+                    return i
+    return -1
+
+
 def first_bad_step(values: np.ndarray, max_step: Optional[int] = None) -> int:
     """Index i of the first step ``values[i + 1] - values[i]`` that is negative or above `max_step`; -1 if none."""
-    n = values.shape[0]
-    for lo in range(0, max(n - 1, 0), STEP):
-        hi = min(n, lo + STEP + 1)
-        d = np.diff(values[lo:hi].astype(np.int64, copy=False))
-        bad = d < 0 if max_step is None else (d < 0) | (d > max_step)
-        if bad.any():
-            return lo + int(np.argmax(bad))
-    return -1
+    limit = np.uint64(np.iinfo(np.int64).max if max_step is None else max_step)
+    return int(_first_bad_step(values, limit))
 
 
 def first_outside(values: np.ndarray, lo: int, hi: int) -> int:
@@ -40,10 +52,10 @@ def first_outside(values: np.ndarray, lo: int, hi: int) -> int:
 
 def check_node_table(name: str, table, num_nodes: int) -> None:
     """Raise ValueError unless node attribute `name` (tensor, array or EncodedTable) has `num_nodes` rows."""
-    rows = table.shape[0] if getattr(table, "shape", None) else None
-    if rows is None:
-        raise ValueError(f"node attribute {name!r} has shape {getattr(table, 'shape', None)}; accepted: "
+    shape = getattr(table, "shape", None)
+    if shape is None or len(shape) == 0:
+        raise ValueError(f"node attribute {name!r} has shape {None if shape is None else tuple(shape)}; accepted: "
                          f"a table with one row per node ({num_nodes} rows)")
-    if rows != num_nodes:
-        raise ValueError(f"node attribute {name!r} has {rows} rows; the graph has {num_nodes} nodes: "
+    if shape[0] != num_nodes:
+        raise ValueError(f"node attribute {name!r} has {shape[0]} rows; the graph has {num_nodes} nodes: "
                          "accepted: one row per node")

@@ -19,7 +19,7 @@ import numpy as np
 import xxhash
 
 from ..codec.base import CorruptPayloadError
-from .files import write_text
+from .files import read_json, write_text
 
 __all__ = ["MANIFEST", "ALGORITHM", "CHUNK_BYTES", "VERIFY_MODES", "SAMPLE_CHUNKS", "ChecksumError", "UnverifiedDataWarning", "Damage",
            "check_mode", "write_manifest", "read_manifest", "find_damage", "verify"]
@@ -103,12 +103,8 @@ def read_manifest(directory: PathLike) -> Optional[dict]:
     path = Path(directory) / MANIFEST
     if not path.is_file():
         return None
-    try:
-        m = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise ChecksumError(f"{path} is not readable JSON ({e}); run `ibp-graph verify --write "
-                            f"{Path(directory)}` to record the present files' checksums") from None
-    ok = (isinstance(m, dict) and m.get("format") == _FORMAT and m.get("algorithm") == ALGORITHM
+    m = read_json(path, ChecksumError, "; re-run the step that wrote the folder")
+    ok = (m.get("format") == _FORMAT and m.get("algorithm") == ALGORITHM
           and isinstance(m.get("chunk_bytes"), int) and m["chunk_bytes"] > 0 and isinstance(m.get("files"), dict)
           and all(isinstance(v, dict) and isinstance(v.get("size"), int) and isinstance(v.get(ALGORITHM), list)
                   for v in m["files"].values()))

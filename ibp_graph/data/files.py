@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import shutil
 import socket
@@ -21,7 +22,7 @@ from typing import Union
 
 import numpy as np
 
-__all__ = ["atomic_write", "write_bytes", "write_text", "save_npy", "work_dir", "replace_dir",
+__all__ = ["atomic_write", "write_bytes", "write_text", "save_npy", "read_json", "work_dir", "replace_dir",
            "remove_stale", "pid_alive"]
 
 PathLike = Union[str, os.PathLike]
@@ -98,6 +99,18 @@ def save_npy(path: PathLike, array: np.ndarray) -> Path:
     with atomic_write(path) as tmp, open(tmp, "wb") as f:
         np.save(f, array, allow_pickle=False)
     return Path(path)
+
+
+def read_json(path: PathLike, error: type = ValueError, fix: str = "") -> dict:
+    """The JSON mapping in `path`, or `error` naming the file and what it holds instead (then `fix`)."""
+    path = Path(path)
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise error(f"{path} is not readable JSON ({e}){fix}") from None
+    if not isinstance(value, dict):
+        raise error(f"{path} holds a {type(value).__name__}; expected a mapping{fix}")
+    return value
 
 
 @contextlib.contextmanager

@@ -38,7 +38,7 @@ from ..codec.auto import CodecSpec
 from ..sampling.graph import CSCGraph, index_dtype
 from . import checksums
 from .checksums import UnverifiedDataWarning, check_mode
-from .files import replace_dir, save_npy, work_dir, write_text
+from .files import read_json, replace_dir, save_npy, work_dir, write_text
 
 __all__ = ["PreparedDataset", "SPLITS", "build_csc", "write_prepared_meta", "encode_store", "add_store", "as_tensor",
            "progress_bar", "FORMAT", "FORMAT_VERSION"]
@@ -202,13 +202,7 @@ ARRAYS = ("x.npy", "y.npy", "graph/indptr.npy", "graph/indices.npy", "graph/e_id
 
 
 def _read_json(path: Path) -> dict:
-    try:
-        value = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise ValueError(f"{path} is not readable JSON ({e}): prepare again") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"{path} holds a {type(value).__name__}; expected a mapping: prepare again")
-    return value
+    return read_json(path, ValueError, ": prepare again")
 
 
 def _load_npy(path: Path, mode: Optional[str]) -> np.ndarray:

@@ -6,7 +6,10 @@ encoding them per batch; on disk it also takes less space than the raw table.
 Folder layout (`save` / `load`): ``payload.bin`` (the rows, docs/format.md),
 ``offsets.npy`` (absent for the identity codec, whose rows have a fixed stride),
 ``codec.bin`` (the codec state as a checksummed blob), ``meta.json`` (shape, dtype and
-the codec's name and fingerprint).
+the codec's name and fingerprint), ``checksums.json`` (per-chunk checksums of the four,
+``ibp_graph.data.checksums``; written last). Every file is written atomically; nothing
+read back is trusted before its structure (and, by default, a sample of its checksums)
+is checked.
 """
 from __future__ import annotations
 
@@ -37,7 +40,7 @@ from ..codec.format import FORMAT_VERSION, state_from_bytes, state_to_bytes
 from . import checksums
 from .checks import first_bad_step
 from .checksums import UnverifiedDataWarning, check_mode, write_manifest
-from .files import atomic_write, save_npy, write_bytes, write_text
+from .files import atomic_write, read_json, save_npy, write_bytes, write_text
 
 PathLike = Union[str, os.PathLike]
 #: rows encoded per step by `EncodedTable.encode` (bounded memory for huge tables).
@@ -234,13 +237,7 @@ _META_KEYS = {"format_version": int, "shape": list, "dtype": str, "codec": str, 
 
 
 def _read_meta(path: Path) -> dict:
-    try:
-        meta = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise CorruptPayloadError(f"{path} is not readable JSON ({e}); re-run the prepare step") from None
-    if not isinstance(meta, dict):
-        raise CorruptPayloadError(f"{path} holds a {type(meta).__name__}; expected a mapping with keys "
-                                  f"{', '.join(_META_KEYS)}")
+    meta = read_json(path, CorruptPayloadError, f" with keys {', '.join(_META_KEYS)}: re-run the prepare step")
     if meta.get("format_version") != FORMAT_VERSION:
         raise CorruptPayloadError(f"{path} has format_version={meta.get('format_version')!r}; "
                                   f"this ibp-graph reads {FORMAT_VERSION}: re-run the prepare step")

@@ -57,16 +57,21 @@ def _files_checked(d: Path, mode: str) -> str:
         "" if mode == "full" else " (sampled)")
 
 
-def check_folder(directory: PathLike, mode: str = "full") -> list[FolderReport]:
-    """Check `directory` (and a prepared folder's store) in `mode`; one report per folder."""
-    checksums.check_mode(mode)
+def _folders(directory: PathLike) -> list[tuple[Path, str]]:
+    """(folder, kind) of `directory` and, for a prepared folder, of its store."""
     d = Path(directory)
     kind = kind_of(d)
     todo = [(d, kind)]
     if kind == "prepared" and (d / "store" / "x" / "meta.json").is_file():
         todo.append((d / "store" / "x", "store"))
+    return todo
+
+
+def check_folder(directory: PathLike, mode: str = "full") -> list[FolderReport]:
+    """Check `directory` (and a prepared folder's store) in `mode`; one report per folder."""
+    checksums.check_mode(mode)
     out = []
-    for folder, k in todo:
+    for folder, k in _folders(directory):
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", checksums.UnverifiedDataWarning)  # said in the report line
@@ -85,19 +90,14 @@ def record_checksums(directory: PathLike) -> list[Path]:
 
     Refuses a folder that already has checksums: recording over them would bless damage.
     """
-    d = Path(directory)
-    kind = kind_of(d)
-    todo = [(d, kind)]
-    if kind == "prepared" and (d / "store" / "x" / "meta.json").is_file():
-        todo.append((d / "store" / "x", "store"))
     written = []
-    for folder, k in todo:
+    for folder, k in _folders(directory):
         if (folder / checksums.MANIFEST).exists():
             continue
         names = ARRAYS if k == "prepared" else STORE_FILES + tuple(
             f for f in ("offsets.npy",) if (folder / f).is_file())
         written.append(checksums.write_manifest(folder, names))
     if not written:
-        raise ValueError(f"{d} already has {checksums.MANIFEST}; run `ibp-graph verify {d}` to check it "
+        raise ValueError(f"{directory} already has {checksums.MANIFEST}; run `ibp-graph verify {directory}` to check it "
                          "(checksums are never recorded over existing ones)")
     return written

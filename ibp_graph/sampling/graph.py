@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from ..data.checks import first_bad_step, first_outside
-from ..data.files import save_npy, write_text
+from ..data.files import read_json, save_npy, write_text
 
 __all__ = ["CSCGraph", "index_dtype"]
 
@@ -176,14 +176,11 @@ class CSCGraph:
             raise FileNotFoundError(
                 f"directory {str(path)!r} holds no meta.json; expected a folder written "
                 f"by CSCGraph.save")
-        try:
-            meta = json.loads(meta_path.read_text())
-        except (OSError, UnicodeDecodeError, ValueError) as e:
-            raise ValueError(f"{meta_path} is not readable JSON ({e}); expected CSCGraph.save's meta.json") from None
-        if not isinstance(meta, dict) or meta.get("format") != _FORMAT or meta.get("version") != _FORMAT_VERSION:
-            got = (meta.get("format"), meta.get("version")) if isinstance(meta, dict) else type(meta).__name__
+        meta = read_json(meta_path, ValueError, " (CSCGraph.save's meta.json)")
+        if meta.get("format") != _FORMAT or meta.get("version") != _FORMAT_VERSION:
             raise ValueError(
-                f"{meta_path} has format/version {got!r}; expected {_FORMAT!r} version {_FORMAT_VERSION}")
+                f"directory {str(path)!r} has format {meta.get('format')!r} version "
+                f"{meta.get('version')!r}; expected {_FORMAT!r} version {_FORMAT_VERSION}")
         for key in ("num_nodes", "num_edges"):
             if not isinstance(meta.get(key), int):
                 raise ValueError(f"{meta_path}: {key}={meta.get(key)!r} is not accepted; expected an integer")
