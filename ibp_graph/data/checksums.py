@@ -21,8 +21,8 @@ import xxhash
 from ..codec.base import CorruptPayloadError
 from .files import read_json, write_text
 
-__all__ = ["MANIFEST", "ALGORITHM", "CHUNK_BYTES", "VERIFY_MODES", "SAMPLE_CHUNKS", "ChecksumError", "UnverifiedDataWarning", "Damage",
-           "check_mode", "write_manifest", "read_manifest", "find_damage", "verify"]
+__all__ = ["MANIFEST", "ALGORITHM", "CHUNK_BYTES", "VERIFY_MODES", "SAMPLE_CHUNKS", "ChecksumError",
+           "UnverifiedDataWarning", "Damage", "check_mode", "write_manifest", "read_manifest", "find_damage", "verify"]
 
 PathLike = Union[str, os.PathLike]
 MANIFEST = "checksums.json"

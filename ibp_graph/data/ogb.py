@@ -30,8 +30,8 @@ from .files import replace_dir, work_dir
 from .prepared import (PreparedDataset, SPLITS, build_csc, encode_store, progress_bar,
                        write_prepared_meta)
 
-__all__ = ["OGBSpec", "OGB_DATASETS", "MissingOGBFilesError", "DamagedOGBFileError", "prepare", "check_files", "dataset_dir", "required_files",
-           "default_prepared_dir"]
+__all__ = ["OGBSpec", "OGB_DATASETS", "MissingOGBFilesError", "DamagedOGBFileError", "prepare", "check_files",
+           "dataset_dir", "required_files", "default_prepared_dir"]
 
 PathLike = Union[str, os.PathLike]
 _URL = "http://snap.stanford.edu/ogb/data/nodeproppred/"
@@ -232,8 +232,8 @@ def _csv_chunks(path: Path, dtype, chunk_rows: int = CHUNK_ROWS) -> Iterator[np.
                 lines = list(itertools.islice(f, chunk_rows))
                 if not lines:
                     return
-                parsed = np.loadtxt(lines, delimiter=",", dtype=np.int64 if np.dtype(dtype).kind in "iu" else np.float64,
-                                    ndmin=2)
+                kind = np.int64 if np.dtype(dtype).kind in "iu" else np.float64
+                parsed = np.loadtxt(lines, delimiter=",", dtype=kind, ndmin=2)
                 yield parsed.astype(dtype, copy=False)
 
 
@@ -305,7 +305,8 @@ def prepare(name: str, root: PathLike, out: Optional[PathLike] = None, *, undire
                 raw = src / "raw"
                 num_nodes = _csv_scalar(raw / "num-node-list.csv.gz")
                 num_input_edges = _csv_scalar(raw / "num-edge-list.csv.gz")
-                chunks = lambda: ((c[:, 0], c[:, 1]) for c in _csv_chunks(raw / "edge.csv.gz", np.int64, chunk_rows))  # noqa
+                chunks = lambda: ((c[:, 0], c[:, 1])  # noqa: E731
+                                  for c in _csv_chunks(raw / "edge.csv.gz", np.int64, chunk_rows))
                 first = next(_csv_chunks(raw / "node-feat.csv.gz", np.float32, 1))
                 feat_shape, feat_dtype = (num_nodes, first.shape[1]), np.dtype(np.float32)
                 feat_rows = lambda: _csv_chunks(raw / "node-feat.csv.gz", np.float32, chunk_rows)  # noqa: E731
@@ -356,7 +357,8 @@ def prepare(name: str, root: PathLike, out: Optional[PathLike] = None, *, undire
                 path = src / "split" / spec.split / f"{part}.csv.gz"
                 idx = np.concatenate([c.reshape(-1) for c in _csv_chunks(path, np.int64)] or [np.zeros(0, np.int64)])
                 if idx.size and (idx.min() < 0 or idx.max() >= num_nodes):
-                    raise ValueError(f"{path} names node {idx.min() if idx.min() < 0 else idx.max()}, outside [0, {num_nodes})")
+                    bad = idx.min() if idx.min() < 0 else idx.max()
+                    raise ValueError(f"{path} names node {bad}, outside [0, {num_nodes})")
                 keep = y_mem[idx] >= 0
                 dropped[part] = int((~keep).sum())
                 idx = idx[keep]

@@ -252,15 +252,17 @@ def add_store(directory: PathLike, codec: CodecSpec = "auto", *, progress: bool 
     records it). Returns meta.json's content.
     """
     d = Path(directory)
-    ds = PreparedDataset.load(d, verify="none")
-    if ds.has_store():
-        return ds.meta
-    ds.store_dir.parent.mkdir(exist_ok=True)
-    with work_dir(ds.store_dir) as tmp:
+    store_dir = d / "store" / "x"
+    if (store_dir / "meta.json").is_file():
+        return _read_json(d / "meta.json")
+    if not PreparedDataset.is_complete(d):
+        raise FileNotFoundError(f"{d} is not a finished prepared data set (no valid meta.json): prepare it first")
+    store_dir.parent.mkdir(exist_ok=True)
+    with work_dir(store_dir) as tmp:
         entries = encode_store(d, codec, progress=progress, out=tmp)
-        if ds.has_store():
+        if (store_dir / "meta.json").is_file():
             return _read_json(d / "meta.json")
-        replace_dir(tmp, ds.store_dir)
+        replace_dir(tmp, store_dir)
     meta = dict(_read_json(d / "meta.json"), **entries)
     write_text(d / "meta.json", json.dumps(meta, indent=2) + "\n")
     return meta

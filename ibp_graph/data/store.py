@@ -209,12 +209,12 @@ class EncodedTable:
                                       f"{meta['payload_bytes']}: the file is truncated or replaced")
         offsets = None
         row_nbytes = math.prod(shape[1:]) * itemsize(dtype)
-        if codec.name == IdentityCodec.name:  # fixed stride: the rows, then the tail padding
+        if codec.name == IdentityCodec.name:  # fixed stride: the rows, then any tail padding
             raw = shape[0] * row_nbytes
-            if not raw + PAYLOAD_TAIL <= size < raw + PAYLOAD_TAIL + 8:
+            if not raw <= size < raw + PAYLOAD_TAIL + 8:
                 raise CorruptPayloadError(
                     f"{d}/payload.bin has {size} bytes; meta.json's shape {list(shape)} {meta['dtype']} needs "
-                    f"{raw} bytes of rows plus {PAYLOAD_TAIL}..{PAYLOAD_TAIL + 7} of padding: the shape in "
+                    f"{raw} bytes of rows plus at most {PAYLOAD_TAIL + 7} of padding: the shape in "
                     "meta.json or the file is wrong")
         else:
             offsets = _read_offsets(d / "offsets.npy", shape[0], row_nbytes, size, mmap)
@@ -271,7 +271,8 @@ def _read_codec(path: Path, meta: dict) -> Codec:
 
 
 def _read_offsets(path: Path, n_rows: int, row_nbytes: int, payload_bytes: int, mmap: bool) -> np.ndarray:
-    """offsets.npy, checked in one pass: int32/int64, n_rows + 1 entries from 0, steps in [0, row_nbytes], in the payload."""
+    """offsets.npy, checked in one pass: int32/int64, n_rows + 1 entries from 0, steps within [0, row_nbytes],
+    ending inside the payload."""
     try:
         offsets = np.load(path, mmap_mode="c" if mmap else None, allow_pickle=False)
     except (OSError, ValueError, EOFError) as e:

@@ -98,6 +98,6 @@ def record_checksums(directory: PathLike) -> list[Path]:
             f for f in ("offsets.npy",) if (folder / f).is_file())
         written.append(checksums.write_manifest(folder, names))
     if not written:
-        raise ValueError(f"{directory} already has {checksums.MANIFEST}; run `ibp-graph verify {directory}` to check it "
-                         "(checksums are never recorded over existing ones)")
+        raise ValueError(f"{directory} already has {checksums.MANIFEST}; run `ibp-graph verify {directory}` to "
+                         "check it (checksums are never recorded over existing ones)")
     return written
