@@ -23,6 +23,15 @@ def _bench(argv: Sequence[str]) -> int:
     return main(rest)
 
 
+def _exit_on_sigterm() -> None:
+    """In this command's process: SIGTERM raises SystemExit, so cleanup code (finally, with) runs."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
 def _prepare(argv: Sequence[str]) -> int:
     from .codec.auto import KINDS
 
@@ -47,6 +56,7 @@ def _prepare(argv: Sequence[str]) -> int:
                    help="synthetic: override a config key, e.g. data.synthetic.num_nodes=111059956")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     a = p.parse_args(argv)
+    _exit_on_sigterm()  # a scheduler's SIGTERM unwinds like Ctrl-C: the work folder is removed
     try:
         if a.dataset == "synthetic":
             from .data import graphgen

@@ -26,10 +26,10 @@ def work_folders(out):
     return sorted(out.parent.glob(f"{out.name}.tmp-*"))
 
 
-def start_and_signal(out, sig, num_nodes=300_000):
+def start_and_signal(out, sig, num_nodes=300_000, command=None):
     """Start a generation, send `sig` once its work folder exists; return (exit code, work folders seen)."""
-    proc = subprocess.Popen([sys.executable, "-c", GENERATE, str(out), str(num_nodes)], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    command = command or [sys.executable, "-c", GENERATE, str(out), str(num_nodes)]
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while not work_folders(out) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -45,6 +45,16 @@ def test_sigint_removes_the_work_folder_on_exit(tmp_path):
     out = tmp_path / "ds"
     rc, seen = start_and_signal(out, signal.SIGINT)
     assert rc != 0 and seen[0].name.startswith(f"ds.tmp-{socket.gethostname()}-")
+    assert work_folders(out) == [] and not out.exists()
+
+
+def test_sigterm_to_prepare_removes_the_work_folder_on_exit(tmp_path):
+    spec = GraphSpec(num_nodes=300_000, avg_citations=6.0)
+    out = graphgen.cache_dir(spec, tmp_path)
+    command = [sys.executable, "-m", "ibp_graph.cli", "prepare", "--dataset", "synthetic", "--root", str(tmp_path),
+               "--quiet", "--set", "data.synthetic.num_nodes=300000", "--set", "data.synthetic.avg_citations=6.0"]
+    rc, seen = start_and_signal(out, signal.SIGTERM, command=command)
+    assert rc == 128 + signal.SIGTERM and seen
     assert work_folders(out) == [] and not out.exists()
 
 
