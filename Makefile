@@ -36,7 +36,7 @@ bench: venv
 DGL_VENV ?= .venv-dgl
 DGL_PY   := $(DGL_VENV)/bin/python
 DGL_PINS ?= torch==2.2.1 "numpy<2" dgl==2.1.0 torchdata==0.7.1 pandas pydantic pyyaml \
-            numba==0.60.0 tqdm pytest hypothesis
+            numba==0.60.0 tqdm xxhash pytest hypothesis
 
 $(DGL_VENV)/.installed: pyproject.toml Makefile
 	$(PY) -m venv $(DGL_VENV)

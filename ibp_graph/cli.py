@@ -1,4 +1,4 @@
-"""`ibp-graph`: the command line (demo, bench, prepare, train, report)."""
+"""`ibp-graph`: the command line (demo, bench, prepare, verify, train, report)."""
 from __future__ import annotations
 
 import argparse
@@ -21,6 +21,15 @@ def _bench(argv: Sequence[str]) -> int:
     else:
         from .benchmarks.loader import main
     return main(rest)
+
+
+def _exit_on_sigterm() -> None:
+    """In this command's process: SIGTERM raises SystemExit, so cleanup code (finally, with) runs."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 def _prepare(argv: Sequence[str]) -> int:
@@ -47,6 +56,7 @@ def _prepare(argv: Sequence[str]) -> int:
                    help="synthetic: override a config key, e.g. data.synthetic.num_nodes=111059956")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     a = p.parse_args(argv)
+    _exit_on_sigterm()  # a scheduler's SIGTERM unwinds like Ctrl-C: the work folder is removed
     try:
         if a.dataset == "synthetic":
             from .data import graphgen
@@ -70,6 +80,35 @@ def _prepare(argv: Sequence[str]) -> int:
     return 0
 
 
+def _verify(argv: Sequence[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="ibp-graph verify",
+        description="Check a feature store or a prepared folder (with its store) against its checksums and "
+                    "structure; exit 0 when intact, 1 when damaged.")
+    p.add_argument("dirs", nargs="+", metavar="DIR", help="a prepared folder or a feature store (store/x)")
+    p.add_argument("--sample", action="store_true",
+                   help="check a few random chunks per large file (what opening does), not every chunk")
+    p.add_argument("--write", action="store_true",
+                   help="record checksums for a folder written before they existed (trusting its present content)")
+    a = p.parse_args(argv)
+    from .data.verify import check_folder, record_checksums
+
+    status = 0
+    for d in a.dirs:
+        try:
+            if a.write:
+                for path in record_checksums(d):
+                    print(f"wrote {path}")
+                continue
+            for r in check_folder(d, "sample" if a.sample else "full"):
+                print(f"{r.directory} ({r.kind}): " + ("ok, " if r.ok else "DAMAGED\n  ") + r.message)
+                status = status or (0 if r.ok else 1)
+        except (FileNotFoundError, ValueError) as e:
+            print(f"ibp-graph verify: {e}", file=sys.stderr)
+            status = 2
+    return status
+
+
 def _train(argv: Sequence[str]) -> int:
     from .train.loop import main
 
@@ -86,6 +125,7 @@ COMMANDS = {
     "demo": (_demo, "encode and decode a generated papers100M-like feature table; print fraction and speed"),
     "bench": (_bench, "run a benchmark (codec, loader): prints a table, writes JSON"),
     "prepare": (_prepare, "convert OGB's raw files (or generate the default data set) into a prepared folder"),
+    "verify": (_verify, "check a prepared folder or feature store against its checksums (exit 1 if damaged)"),
     "train": (_train, "train a GNN as a YAML experiment describes (--config, --set KEY=VALUE); JSON under runs/"),
     "report": (_report, "compare runs (runs/*.json): a table and a PNG plot, ibp vs identity"),
 }

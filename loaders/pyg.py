@@ -8,6 +8,7 @@ from torch.utils.data import DataLoader
 
 from ibp_graph.codec.base import Codec
 from ibp_graph.data.store import EncodedTable
+from ibp_graph.index_checks import check_node_table
 from ibp_graph.loaders import _common
 from ibp_graph.pipeline.batch import DecodedBatch
 from ibp_graph.pipeline.codec_setup import CodecSpec
@@ -194,6 +195,10 @@ def _input_nodes(input_nodes, num_nodes: int) -> torch.Tensor:
     return t.contiguous()
 
 
+#: attributes that are node-level by their name in PyG, whatever their row count
+_NODE_KEYS = ("x", "pos")
+
+
 def _graph_and_attrs(data) -> tuple[CSCGraph, dict, dict]:
     """The graph to sample from, and node- and edge-level attributes (contiguous, on the CPU)."""
     if isinstance(data, tuple):
@@ -223,7 +228,10 @@ def _graph_and_attrs(data) -> tuple[CSCGraph, dict, dict]:
         if key == "edge_index" or not isinstance(value, torch.Tensor) or value.dim() == 0:
             continue
         _common.host_table(value, f"data.{key}")
-        if data.is_node_attr(key) and value.shape[0] == num_nodes:
+        if key in _NODE_KEYS or data.is_node_attr(key):
+            # node features by name (x, pos) whose row count does not match num_nodes would
+            # otherwise be dropped from every batch without a word
+            check_node_table(f"data.{key}", value, num_nodes)
             node[key] = value.contiguous()
         elif data.is_edge_attr(key) and value.shape[0] == num_edges:
             edge[key] = value.contiguous()

@@ -34,7 +34,8 @@ import numpy as np
 
 from ..codec.auto import CodecSpec, check_kind
 from . import synthetic as _syn
-from .prepared import (PreparedDataset, build_csc, encode_store, progress_bar, replace_dir, temp_dir,
+from ..files import replace_dir, work_dir
+from .prepared import (PreparedDataset, add_store, build_csc, encode_store, progress_bar,
                        write_prepared_meta)
 
 __all__ = ["GraphSpec", "generate", "ensure", "cache_dir", "embedding_rows"]
@@ -106,9 +107,11 @@ def cache_dir(spec: GraphSpec, root: PathLike) -> Path:
 
 def ensure(spec: GraphSpec, root: PathLike = "data_cache", *, store: bool = True,
            progress: bool = True, workers: Optional[int] = None) -> Path:
-    """The prepared folder of `spec` under `root`, generated first if it is not there yet."""
+    """The prepared folder of `spec` under `root`, generated first if it is not there yet (or given its store)."""
     final = cache_dir(spec, root)
-    if PreparedDataset.is_complete(final) and (not store or (final / "store" / "x" / "meta.json").is_file()):
+    if PreparedDataset.is_complete(final):
+        if store:
+            add_store(final, progress=progress)  # prepared with --no-store: only the store is made
         return final
     return generate(spec, final, store=store, progress=progress, workers=workers, keep_complete=True)
 
@@ -265,55 +268,56 @@ def generate(spec: GraphSpec, directory: PathLike, *, store: bool = True, codec:
 
     `store` pre-encodes the features with `codec` ("auto": fit_codec's choice; "ibp",
     "ebp", "identity" or a fitted codec; meta.json names it). Work happens in a temporary
-    folder beside it, moved into place at the end, so an interrupted run leaves no
-    half-written data set behind (with `keep_complete`, one that another process finished
+    folder beside it, moved into place at the end and removed however the run ends, so an
+    interrupted run leaves no half-written data set behind (a killed run's folder is removed
+    by the next run beside it; with `keep_complete`, a data set another process finished
     first is kept). `workers` processes write the features (default: 1 below 2 M nodes,
     else all cores).
     """
     if isinstance(codec, str):
         check_kind(codec, "codec")  # before the data set is generated, not after
     final = Path(directory)
-    tmp = temp_dir(final)
-    t0 = time.perf_counter()
-    n = spec.num_nodes
-    if workers is None:
-        workers = 1 if n < 2_000_000 else (os.cpu_count() or 1)
+    with work_dir(final) as tmp:  # removed however this ends; dead processes' ones too
+        t0 = time.perf_counter()
+        n = spec.num_nodes
+        if workers is None:
+            workers = 1 if n < 2_000_000 else (os.cpu_count() or 1)
 
-    classes = np.empty(n, dtype=np.int16)
-    year = np.empty(n, dtype=np.int16)
-    labeled = np.empty(n, dtype=bool)
-    fitness = np.empty(n, dtype=np.float64)
-    for chunk, lo in enumerate(range(0, n, NODE_CHUNK)):
-        hi = min(n, lo + NODE_CHUNK)
-        part = _node_chunk(spec, chunk, hi - lo)
-        classes[lo:hi], year[lo:hi], labeled[lo:hi], fitness[lo:hi] = (
-            part["class"], part["year"], part["labeled"], part["fitness"])
+        classes = np.empty(n, dtype=np.int16)
+        year = np.empty(n, dtype=np.int16)
+        labeled = np.empty(n, dtype=bool)
+        fitness = np.empty(n, dtype=np.float64)
+        for chunk, lo in enumerate(range(0, n, NODE_CHUNK)):
+            hi = min(n, lo + NODE_CHUNK)
+            part = _node_chunk(spec, chunk, hi - lo)
+            classes[lo:hi], year[lo:hi], labeled[lo:hi], fitness[lo:hi] = (
+                part["class"], part["year"], part["labeled"], part["fitness"])
 
-    y = np.lib.format.open_memmap(tmp / "y.npy", mode="w+", dtype=np.int64, shape=(n,))
-    y[:] = np.where(labeled, classes, -1)
-    del y
-    (tmp / "split").mkdir()
-    splits = {"train": labeled & (year <= _TRAIN_LAST_YEAR),
-              "valid": labeled & (year == _VALID_YEAR),
-              "test": labeled & (year > _VALID_YEAR)}
-    for name, mask in splits.items():
-        np.save(tmp / "split" / f"{name}.npy", np.flatnonzero(mask).astype(np.int64))
-    del year, labeled
+        y = np.lib.format.open_memmap(tmp / "y.npy", mode="w+", dtype=np.int64, shape=(n,))
+        y[:] = np.where(labeled, classes, -1)
+        del y
+        (tmp / "split").mkdir()
+        splits = {"train": labeled & (year <= _TRAIN_LAST_YEAR),
+                  "valid": labeled & (year == _VALID_YEAR),
+                  "test": labeled & (year > _VALID_YEAR)}
+        for name, mask in splits.items():
+            np.save(tmp / "split" / f"{name}.npy", np.flatnonzero(mask).astype(np.int64))
+        del year, labeled
 
-    targets = _Targets(classes, fitness, spec.num_classes)
-    del fitness
-    graph = build_csc(functools.partial(_edge_chunks, spec, classes, targets), n, tmp / "graph", undirected=True,
-                      dedup=True, progress=progress, total_edges=int(n * spec.avg_citations))
-    num_edges = graph.num_edges
-    del graph, targets
+        targets = _Targets(classes, fitness, spec.num_classes)
+        del fitness
+        graph = build_csc(functools.partial(_edge_chunks, spec, classes, targets), n, tmp / "graph", undirected=True,
+                          dedup=True, progress=progress, total_edges=int(n * spec.avg_citations))
+        num_edges = graph.num_edges
+        del graph, targets
 
-    _write_features(tmp / "x.npy", classes, spec, progress, workers)
-    del classes
-    stored = encode_store(tmp, codec, progress=progress) if store else {"store_fraction": None}
-    write_prepared_meta(tmp, name="synthetic", num_classes=spec.num_classes,
-                        source={"generator": "ibp_graph.data.graphgen", "spec": dataclasses.asdict(spec)},
-                        undirected=True, **stored)
-    replace_dir(tmp, final, keep_complete=keep_complete)
+        _write_features(tmp / "x.npy", classes, spec, progress, workers)
+        del classes
+        stored = encode_store(tmp, codec, progress=progress) if store else {"store_fraction": None}
+        write_prepared_meta(tmp, name="synthetic", num_classes=spec.num_classes,
+                            source={"generator": "ibp_graph.data.graphgen", "spec": dataclasses.asdict(spec)},
+                            undirected=True, **stored)
+        replace_dir(tmp, final, keep=PreparedDataset.is_complete if keep_complete else lambda p: False)
     if progress:
         print(f"generated {final}: {n:,} nodes, {num_edges:,} edges, {spec.dim}-d float32 features"
               + (f" (store {stored['store_codec']} {stored['store_fraction']:.4f} of raw)" if store else "")

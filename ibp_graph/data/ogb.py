@@ -11,11 +11,13 @@ outputs, so the 57 GB feature table of papers100M never has to fit in memory.
 """
 from __future__ import annotations
 
+import contextlib
 import gzip
 import itertools
 import os
 import time
 import zipfile
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,11 +26,12 @@ from typing import Optional, Union
 import numpy as np
 
 from ..codec.auto import CodecSpec, check_kind
-from .prepared import (SPLITS, build_csc, encode_store, progress_bar, replace_dir, temp_dir,
+from ..files import replace_dir, work_dir
+from .prepared import (PreparedDataset, SPLITS, build_csc, encode_store, progress_bar,
                        write_prepared_meta)
 
-__all__ = ["OGBSpec", "OGB_DATASETS", "MissingOGBFilesError", "prepare", "check_files", "dataset_dir", "required_files",
-           "default_prepared_dir"]
+__all__ = ["OGBSpec", "OGB_DATASETS", "MissingOGBFilesError", "DamagedOGBFileError", "prepare", "check_files",
+           "dataset_dir", "required_files", "default_prepared_dir"]
 
 PathLike = Union[str, os.PathLike]
 _URL = "http://snap.stanford.edu/ogb/data/nodeproppred/"
@@ -63,6 +66,27 @@ OGB_DATASETS: dict[str, OGBSpec] = {
 
 class MissingOGBFilesError(FileNotFoundError):
     """Some raw files of an OGB data set are not in the folder given."""
+
+
+class DamagedOGBFileError(ValueError):
+    """A raw file of an OGB data set cannot be read: truncated, not a zip/gzip, or damaged."""
+
+    def __init__(self, path: PathLike, what: str, source: str = ""):
+        self.path, self.what, self.source = Path(path), what, source
+        super().__init__(f"{self.path} is damaged: {what}" + (f"; {source}" if source else "; download it again"))
+
+
+@contextlib.contextmanager
+def _damaged(path: Path) -> Iterator[None]:
+    """Turn what zip/gzip/npy/csv readers raise on a damaged file into a DamagedOGBFileError naming it."""
+    try:
+        yield
+    except DamagedOGBFileError:
+        raise
+    except FileNotFoundError:
+        raise
+    except (zipfile.BadZipFile, EOFError, zlib.error, OSError, ValueError, UnicodeDecodeError, KeyError) as e:
+        raise DamagedOGBFileError(path, f"{type(e).__name__}: {e}") from None
 
 
 def _spec(name: str) -> OGBSpec:
@@ -130,10 +154,10 @@ class _NpzArray:
 
     def __init__(self, path: Path, key: str):
         self.path, self.key = path, key
-        with zipfile.ZipFile(path) as zf:
+        with _damaged(path), zipfile.ZipFile(path) as zf:
             if f"{key}.npy" not in zf.namelist():
                 keys = sorted(n[:-4] for n in zf.namelist() if n.endswith(".npy"))
-                raise KeyError(f"{path} holds no array {key!r}; it holds {keys}")
+                raise DamagedOGBFileError(path, f"it holds no array {key!r} (it holds {keys})")
             with zf.open(f"{key}.npy") as f:
                 self.shape, self.fortran, self.dtype = _read_header(f)
 
@@ -147,7 +171,7 @@ class _NpzArray:
         if self.fortran and len(self.shape) > 1 and self.shape[1] > 1:
             raise ValueError(f"{self.path}:{self.key} is stored in Fortran order; expected C order")
         row = int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
-        with zipfile.ZipFile(self.path) as zf, self._open(zf) as f:
+        with _damaged(self.path), zipfile.ZipFile(self.path) as zf, self._open(zf) as f:
             for lo in range(0, self.shape[0], chunk_rows):
                 n = min(chunk_rows, self.shape[0] - lo)
                 yield _frombuffer(f.read(n * row), self.dtype, (n,) + tuple(self.shape[1:]), self)
@@ -157,21 +181,22 @@ class _NpzArray:
         if len(self.shape) != 2 or self.shape[0] != 2:
             raise ValueError(f"{self.path}:{self.key} has shape {self.shape}; expected (2, num_edges)")
         E, item = self.shape[1], self.dtype.itemsize
-        with zipfile.ZipFile(self.path) as zf:
-            if self.fortran:  # (src, dst) pairs are adjacent
-                with self._open(zf) as f:
+        with _damaged(self.path):
+            with zipfile.ZipFile(self.path) as zf:
+                if self.fortran:  # (src, dst) pairs are adjacent
+                    with self._open(zf) as f:
+                        for lo in range(0, E, chunk):
+                            n = min(chunk, E - lo)
+                            pair = _frombuffer(f.read(2 * n * item), self.dtype, (n, 2), self)
+                            yield pair[:, 0], pair[:, 1]
+                    return
+                # C order: all sources, then all destinations: two readers in step
+                with self._open(zf) as fs, self._open(zf) as fd:
+                    _skip(fd, E * item)
                     for lo in range(0, E, chunk):
                         n = min(chunk, E - lo)
-                        pair = _frombuffer(f.read(2 * n * item), self.dtype, (n, 2), self)
-                        yield pair[:, 0], pair[:, 1]
-                return
-            # C order: all sources, then all destinations: two readers in step
-            with self._open(zf) as fs, self._open(zf) as fd:
-                _skip(fd, E * item)
-                for lo in range(0, E, chunk):
-                    n = min(chunk, E - lo)
-                    yield (_frombuffer(fs.read(n * item), self.dtype, (n,), self),
-                           _frombuffer(fd.read(n * item), self.dtype, (n,), self))
+                        yield (_frombuffer(fs.read(n * item), self.dtype, (n,), self),
+                               _frombuffer(fd.read(n * item), self.dtype, (n,), self))
 
 
 def _skip(f, nbytes: int) -> None:
@@ -179,7 +204,7 @@ def _skip(f, nbytes: int) -> None:
     while nbytes > 0:
         got = len(f.read(min(step, nbytes)))
         if not got:
-            raise EOFError("unexpected end of an .npy member")
+            raise EOFError("unexpected end of an .npy member: the file is truncated")
         nbytes -= got
 
 
@@ -192,23 +217,24 @@ def _frombuffer(buf: bytes, dtype: np.dtype, shape: tuple, src) -> np.ndarray:
 
 def _csv_chunks(path: Path, dtype, chunk_rows: int = CHUNK_ROWS) -> Iterator[np.ndarray]:
     """2-d blocks of a headerless .csv.gz (pandas when installed, as OGB reads it; else numpy)."""
-    try:
-        import pandas as pd
-    except ImportError:
-        pd = None
-    if pd is not None:
-        with pd.read_csv(path, compression="gzip", header=None, chunksize=chunk_rows) as reader:
-            for df in reader:
-                yield df.to_numpy().astype(dtype, copy=False)
-        return
-    with gzip.open(path, "rt") as f:
-        while True:
-            lines = list(itertools.islice(f, chunk_rows))
-            if not lines:
-                return
-            parsed = np.loadtxt(lines, delimiter=",", dtype=np.int64 if np.dtype(dtype).kind in "iu" else np.float64,
-                                ndmin=2)
-            yield parsed.astype(dtype, copy=False)
+    with _damaged(path):
+        try:
+            import pandas as pd
+        except ImportError:
+            pd = None
+        if pd is not None:
+            with pd.read_csv(path, compression="gzip", header=None, chunksize=chunk_rows) as reader:
+                for df in reader:
+                    yield df.to_numpy().astype(dtype, copy=False)
+            return
+        with gzip.open(path, "rt") as f:
+            while True:
+                lines = list(itertools.islice(f, chunk_rows))
+                if not lines:
+                    return
+                kind = np.int64 if np.dtype(dtype).kind in "iu" else np.float64
+                parsed = np.loadtxt(lines, delimiter=",", dtype=kind, ndmin=2)
+                yield parsed.astype(dtype, copy=False)
 
 
 def _csv_scalar(path: Path) -> int:
@@ -257,92 +283,101 @@ def prepare(name: str, root: PathLike, out: Optional[PathLike] = None, *, undire
         check_kind(codec, "codec")  # before hours of conversion, not after
     src = check_files(name, root)
     final = Path(out) if out is not None else src / "ibp_prepared"
-    tmp = temp_dir(final)
-    t0 = time.perf_counter()
-    say = print if progress else (lambda *a, **k: None)
-    say(f"preparing {name} from {src} into {final}", flush=True)
+    try:
+        with work_dir(final) as tmp:  # removed however this ends; dead processes' ones too
+            t0 = time.perf_counter()
+            say = print if progress else (lambda *a, **k: None)
+            say(f"preparing {name} from {src} into {final}", flush=True)
 
-    # ---- graph and node counts
-    if spec.binary:
-        npz = src / "raw" / "data.npz"
-        num_nodes_list = np.concatenate(list(_NpzArray(npz, "num_nodes_list").rows()))
-        if num_nodes_list.shape[0] != 1:
-            raise ValueError(f"{npz} holds {num_nodes_list.shape[0]} graphs; node-property data sets have one")
-        num_nodes = int(num_nodes_list[0])
-        edges = _NpzArray(npz, "edge_index")
-        num_input_edges = edges.shape[1]
-        chunks = lambda: edges.edge_pairs(chunk_rows)  # noqa: E731
-        feat = _NpzArray(npz, "node_feat")
-        feat_rows, feat_shape, feat_dtype = (lambda: feat.rows(chunk_rows)), feat.shape, np.dtype(np.float32)
-    else:
-        raw = src / "raw"
-        num_nodes = _csv_scalar(raw / "num-node-list.csv.gz")
-        num_input_edges = _csv_scalar(raw / "num-edge-list.csv.gz")
-        chunks = lambda: ((c[:, 0], c[:, 1]) for c in _csv_chunks(raw / "edge.csv.gz", np.int64, chunk_rows))  # noqa
-        first = next(_csv_chunks(raw / "node-feat.csv.gz", np.float32, 1))
-        feat_shape, feat_dtype = (num_nodes, first.shape[1]), np.dtype(np.float32)
-        feat_rows = lambda: _csv_chunks(raw / "node-feat.csv.gz", np.float32, chunk_rows)  # noqa: E731
+            # ---- graph and node counts
+            if spec.binary:
+                npz = src / "raw" / "data.npz"
+                num_nodes_list = np.concatenate(list(_NpzArray(npz, "num_nodes_list").rows()))
+                if num_nodes_list.shape[0] != 1:
+                    raise ValueError(f"{npz} holds {num_nodes_list.shape[0]} graphs; node-property data sets have one")
+                num_nodes = int(num_nodes_list[0])
+                edges = _NpzArray(npz, "edge_index")
+                num_input_edges = edges.shape[1]
+                chunks = lambda: edges.edge_pairs(chunk_rows)  # noqa: E731
+                feat = _NpzArray(npz, "node_feat")
+                feat_rows, feat_shape, feat_dtype = (lambda: feat.rows(chunk_rows)), feat.shape, np.dtype(np.float32)
+            else:
+                raw = src / "raw"
+                num_nodes = _csv_scalar(raw / "num-node-list.csv.gz")
+                num_input_edges = _csv_scalar(raw / "num-edge-list.csv.gz")
+                chunks = lambda: ((c[:, 0], c[:, 1])  # noqa: E731
+                                  for c in _csv_chunks(raw / "edge.csv.gz", np.int64, chunk_rows))
+                first = next(_csv_chunks(raw / "node-feat.csv.gz", np.float32, 1))
+                feat_shape, feat_dtype = (num_nodes, first.shape[1]), np.dtype(np.float32)
+                feat_rows = lambda: _csv_chunks(raw / "node-feat.csv.gz", np.float32, chunk_rows)  # noqa: E731
 
-    # OGB's add_inverse_edge duplicates each raw edge reversed: the same graph as undirected=True
-    both = undirected or spec.add_inverse_edge
-    graph = build_csc(chunks, num_nodes, tmp / "graph", undirected=both, dedup=undirected, progress=progress,
-                      total_edges=num_input_edges)
-    num_edges = graph.num_edges
-    del graph
+            # OGB's add_inverse_edge duplicates each raw edge reversed: the same graph as undirected=True
+            both = undirected or spec.add_inverse_edge
+            graph = build_csc(chunks, num_nodes, tmp / "graph", undirected=both, dedup=undirected, progress=progress,
+                              total_edges=num_input_edges)
+            num_edges = graph.num_edges
+            del graph
 
-    # ---- features
-    if len(feat_shape) != 2 or feat_shape[0] != num_nodes:
-        raise ValueError(f"{name}: node features have shape {feat_shape}; expected ({num_nodes}, dim)")
-    x = np.lib.format.open_memmap(tmp / "x.npy", mode="w+", dtype=feat_dtype, shape=tuple(feat_shape))
-    pos = 0
-    bar = progress_bar(num_nodes, "features", progress)
-    for block in feat_rows():
-        x[pos:pos + block.shape[0]] = block
-        pos += block.shape[0]
-        bar.update(block.shape[0])
-    bar.close()
-    if pos != num_nodes:
-        raise ValueError(f"{name}: the feature file has {pos} rows; the graph has {num_nodes} nodes")
-    del x
+            # ---- features
+            if len(feat_shape) != 2 or feat_shape[0] != num_nodes:
+                raise ValueError(f"{name}: node features have shape {feat_shape}; expected ({num_nodes}, dim)")
+            x = np.lib.format.open_memmap(tmp / "x.npy", mode="w+", dtype=feat_dtype, shape=tuple(feat_shape))
+            pos = 0
+            bar = progress_bar(num_nodes, "features", progress)
+            for block in feat_rows():
+                x[pos:pos + block.shape[0]] = block
+                pos += block.shape[0]
+                bar.update(block.shape[0])
+            bar.close()
+            if pos != num_nodes:
+                raise ValueError(f"{name}: the feature file has {pos} rows; the graph has {num_nodes} nodes")
+            del x
 
-    # ---- labels
-    y = np.lib.format.open_memmap(tmp / "y.npy", mode="w+", dtype=np.int64, shape=(num_nodes,))
-    if spec.binary:
-        where = f"{src / 'raw' / 'node-label.npz'}"
-        blocks = _NpzArray(src / "raw" / "node-label.npz", "node_label").rows(chunk_rows)
-    else:
-        where = f"{src / 'raw' / 'node-label.csv.gz'}"
-        blocks = _csv_chunks(src / "raw" / "node-label.csv.gz", np.float64, chunk_rows)
-    pos = 0
-    for block in blocks:
-        y[pos:pos + block.shape[0]] = _labels_to_int(block, spec.num_classes, where)
-        pos += block.shape[0]
-    if pos != num_nodes:
-        raise ValueError(f"{where} has {pos} labels; the graph has {num_nodes} nodes")
-    labeled = int((y >= 0).sum())
-    y_mem = np.asarray(y)
+            # ---- labels
+            y = np.lib.format.open_memmap(tmp / "y.npy", mode="w+", dtype=np.int64, shape=(num_nodes,))
+            if spec.binary:
+                where = f"{src / 'raw' / 'node-label.npz'}"
+                blocks = _NpzArray(src / "raw" / "node-label.npz", "node_label").rows(chunk_rows)
+            else:
+                where = f"{src / 'raw' / 'node-label.csv.gz'}"
+                blocks = _csv_chunks(src / "raw" / "node-label.csv.gz", np.float64, chunk_rows)
+            pos = 0
+            for block in blocks:
+                y[pos:pos + block.shape[0]] = _labels_to_int(block, spec.num_classes, where)
+                pos += block.shape[0]
+            if pos != num_nodes:
+                raise ValueError(f"{where} has {pos} labels; the graph has {num_nodes} nodes")
+            labeled = int((y >= 0).sum())
+            y_mem = np.asarray(y)
 
-    # ---- splits: labeled nodes only
-    (tmp / "split").mkdir()
-    sizes, dropped = {}, {}
-    for part in SPLITS:
-        path = src / "split" / spec.split / f"{part}.csv.gz"
-        idx = np.concatenate([c.reshape(-1) for c in _csv_chunks(path, np.int64)] or [np.zeros(0, np.int64)])
-        if idx.size and (idx.min() < 0 or idx.max() >= num_nodes):
-            raise ValueError(f"{path} names node {idx.min() if idx.min() < 0 else idx.max()}, outside [0, {num_nodes})")
-        keep = y_mem[idx] >= 0
-        dropped[part] = int((~keep).sum())
-        idx = idx[keep]
-        np.save(tmp / "split" / f"{part}.npy", idx.astype(np.int64))
-        sizes[part] = idx.shape[0]
-    del y, y_mem
+            # ---- splits: labeled nodes only
+            (tmp / "split").mkdir()
+            sizes, dropped = {}, {}
+            for part in SPLITS:
+                path = src / "split" / spec.split / f"{part}.csv.gz"
+                idx = np.concatenate([c.reshape(-1) for c in _csv_chunks(path, np.int64)] or [np.zeros(0, np.int64)])
+                if idx.size and (idx.min() < 0 or idx.max() >= num_nodes):
+                    bad = idx.min() if idx.min() < 0 else idx.max()
+                    raise ValueError(f"{path} names node {bad}, outside [0, {num_nodes})")
+                keep = y_mem[idx] >= 0
+                dropped[part] = int((~keep).sum())
+                idx = idx[keep]
+                np.save(tmp / "split" / f"{part}.npy", idx.astype(np.int64))
+                sizes[part] = idx.shape[0]
+            del y, y_mem
 
-    # ---- the pre-encoded feature store
-    stored = encode_store(tmp, codec, progress=progress) if store else {"store_fraction": None}
-    write_prepared_meta(tmp, name=name, num_classes=spec.num_classes,
-                        source={"ogb": name, "raw": str(src), "url": spec.url}, undirected=undirected,
-                        labeled=labeled, unlabeled_split_nodes_dropped=dropped, **stored)
-    replace_dir(tmp, final, keep_complete=keep_complete)
+            # ---- the pre-encoded feature store
+            stored = encode_store(tmp, codec, progress=progress) if store else {"store_fraction": None}
+            write_prepared_meta(tmp, name=name, num_classes=spec.num_classes,
+                                source={"ogb": name, "raw": str(src), "url": spec.url}, undirected=undirected,
+                                labeled=labeled, unlabeled_split_nodes_dropped=dropped, **stored)
+            replace_dir(tmp, final, keep=PreparedDataset.is_complete if keep_complete else lambda p: False)
+    except DamagedOGBFileError as e:
+        if e.source:
+            raise
+        rel = e.path.relative_to(src).as_posix() if e.path.is_relative_to(src) else e.path.name
+        raise DamagedOGBFileError(e.path, e.what, f"a good copy is in {spec.url} as {spec.download_name}/{rel}") \
+            from None
     raw_bytes = int(np.prod(feat_shape)) * feat_dtype.itemsize
     say(f"prepared {name} in {final}: {num_nodes:,} nodes, {num_edges:,} edges"
         f" ({'undirected' if undirected else 'as given'}), x {tuple(feat_shape)} float32, {labeled:,} labeled;"

@@ -15,14 +15,15 @@ Folder layout::
                          codec ("auto" by default: fit_codec's choice) is named in meta.json
                          (store_codec) and its state is in store/x/codec.bin
 
+    checksums.json       per-chunk checksums of the arrays (ibp_graph.data.checksums); the
+                         store has its own in store/x/
+
 `meta.json` is written last: a folder without it is an interrupted preparation.
 """
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import socket
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -35,9 +36,12 @@ import torch
 
 from ..codec.auto import CodecSpec
 from ..sampling.graph import CSCGraph, index_dtype
+from . import checksums
+from .checksums import UnverifiedDataWarning, check_mode
+from ..files import read_json, replace_dir, save_npy, work_dir, write_text
 
-__all__ = ["PreparedDataset", "SPLITS", "build_csc", "write_prepared_meta", "encode_store", "as_tensor",
-           "progress_bar", "temp_dir", "replace_dir", "FORMAT", "FORMAT_VERSION"]
+__all__ = ["PreparedDataset", "SPLITS", "build_csc", "write_prepared_meta", "encode_store", "add_store", "as_tensor",
+           "progress_bar", "FORMAT", "FORMAT_VERSION"]
 
 PathLike = Union[str, os.PathLike]
 FORMAT = "ibp_graph.prepared"
@@ -74,6 +78,8 @@ class PreparedDataset:
     x: torch.Tensor
     y: torch.Tensor
     split: dict[str, torch.Tensor] = field(default_factory=dict)
+    verify: str = "sample"
+    _stores: dict = field(default_factory=dict, repr=False)
 
     @property
     def name(self) -> str:
@@ -100,10 +106,15 @@ class PreparedDataset:
         return (self.store_dir / "meta.json").is_file()
 
     def store(self):
-        """The pre-encoded features (EncodedTable, memory-mapped), with the codec they were encoded with."""
+        """The pre-encoded features (EncodedTable, memory-mapped), with the codec they were encoded with.
+
+        Opened (and verified as `verify` says) once; later calls return the same table.
+        """
         from .store import EncodedTable
 
-        return EncodedTable.load(self.store_dir, mmap=True)
+        if "x" not in self._stores:
+            self._stores["x"] = EncodedTable.load(self.store_dir, mmap=True, verify=self.verify)
+        return self._stores["x"]
 
     @property
     def store_codec(self) -> Optional[str]:
@@ -137,34 +148,69 @@ class PreparedDataset:
             meta = json.loads(path.read_text())
         except (OSError, ValueError):
             return False
-        return meta.get("format") == FORMAT and meta.get("version") == FORMAT_VERSION
+        return isinstance(meta, dict) and meta.get("format") == FORMAT and meta.get("version") == FORMAT_VERSION
 
     @classmethod
-    def load(cls, directory: PathLike, *, mmap: bool = True) -> "PreparedDataset":
-        """Open a prepared folder; arrays are read-only memory maps unless mmap=False."""
+    def load(cls, directory: PathLike, *, mmap: bool = True, verify: str = "sample") -> "PreparedDataset":
+        """Open a prepared folder, checking its structure and (`verify`: "sample", "full", "none") its checksums.
+
+        Arrays are copy-on-write memory maps unless mmap=False (a write changes this
+        process's copy, never the files). A damaged file raises an error naming it; a
+        folder prepared before checksums existed opens with an UnverifiedDataWarning.
+        """
+        check_mode(verify)
         d = Path(directory)
         meta_path = d / "meta.json"
         if not meta_path.is_file():
             raise FileNotFoundError(
                 f"{d} is not a prepared data set (no meta.json); make one with "
                 "`ibp-graph prepare --dataset NAME --root DIR`, or it was interrupted: prepare again")
-        meta = json.loads(meta_path.read_text())
+        meta = _read_json(meta_path)
         if meta.get("format") != FORMAT or meta.get("version") != FORMAT_VERSION:
             raise ValueError(f"{meta_path} has format {meta.get('format')!r} version {meta.get('version')!r}; "
                              f"this ibp-graph reads {FORMAT!r} version {FORMAT_VERSION}: prepare again")
-        mode = "r" if mmap else None
-        missing = [p for p in ["x.npy", "y.npy", "graph/meta.json"] + [f"split/{s}.npy" for s in SPLITS]
-                   if not (d / p).is_file()]
+        for key, kind in (("name", str), ("num_classes", int)):
+            if not isinstance(meta.get(key), kind):
+                raise ValueError(f"{meta_path}: {key}={meta.get(key)!r} is not accepted; expected {kind.__name__}")
+        missing = [p for p in ARRAYS + ("graph/meta.json",) if not (d / p).is_file()]
         if missing:
             raise FileNotFoundError(f"{d} lacks {', '.join(missing)}: prepare again")
+        if verify != "none" and checksums.verify(d, verify, whole=tuple(f"split/{s}.npy" for s in SPLITS)) is None:
+            warnings.warn(f"{d} has no {checksums.MANIFEST} (prepared before checksums existed): its arrays are "
+                          f"not verified; record them with `ibp-graph verify --write {d}` or prepare again",
+                          UnverifiedDataWarning, stacklevel=2)
+        mode = "c" if mmap else None
         graph = CSCGraph.load(d / "graph", mmap=mmap)
-        x = as_tensor(np.load(d / "x.npy", mmap_mode=mode))
-        y = as_tensor(np.load(d / "y.npy", mmap_mode=mode))
-        split = {s: torch.from_numpy(np.load(d / "split" / f"{s}.npy")) for s in SPLITS}
-        if x.shape[0] != graph.num_nodes or y.shape != (graph.num_nodes,):
-            raise ValueError(f"{d}: x has {x.shape[0]} rows and y shape {tuple(y.shape)}; the graph has "
-                             f"{graph.num_nodes} nodes: prepare again")
-        return cls(directory=d, meta=meta, graph=graph, x=x, y=y, split=split)
+        x = as_tensor(_load_npy(d / "x.npy", mode))
+        y = as_tensor(_load_npy(d / "y.npy", mode))
+        split = {s: torch.from_numpy(_load_npy(d / "split" / f"{s}.npy", None)) for s in SPLITS}
+        if x.dim() != 2 or x.shape[0] != graph.num_nodes or y.shape != (graph.num_nodes,):
+            raise ValueError(f"{d}: x has shape {tuple(x.shape)} and y shape {tuple(y.shape)}; the graph has "
+                             f"{graph.num_nodes} nodes (expected ({graph.num_nodes}, dim) and ({graph.num_nodes},)): "
+                             "prepare again")
+        for s, idx in split.items():
+            if idx.dim() != 1 or idx.dtype != torch.int64 or (idx.numel() and (
+                    int(idx.min()) < 0 or int(idx.max()) >= graph.num_nodes)):
+                raise ValueError(f"{d}/split/{s}.npy must hold int64 node ids in [0, {graph.num_nodes}); "
+                                 f"it holds {idx.dtype} {tuple(idx.shape)}: prepare again")
+        return cls(directory=d, meta=meta, graph=graph, x=x, y=y, split=split, verify=verify)
+
+
+#: the arrays of a prepared folder, checksummed in its checksums.json.
+ARRAYS = ("x.npy", "y.npy", "graph/indptr.npy", "graph/indices.npy", "graph/e_id.npy") + tuple(
+    f"split/{s}.npy" for s in SPLITS)
+
+
+def _read_json(path: Path) -> dict:
+    return read_json(path, ValueError, ": prepare again")
+
+
+def _load_npy(path: Path, mode: Optional[str]) -> np.ndarray:
+    try:
+        return np.load(path, mmap_mode=mode, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as e:
+        raise ValueError(f"{path} is not a readable .npy array ({e}): the file is truncated or damaged; "
+                         "prepare again") from None
 
 
 def write_prepared_meta(directory: PathLike, *, name: str, num_classes: int, **extra) -> dict:
@@ -177,12 +223,14 @@ def write_prepared_meta(directory: PathLike, *, name: str, num_classes: int, **e
             "num_classes": int(num_classes), "x_shape": list(x.shape), "x_dtype": str(x.dtype),
             "split_sizes": {s: int(np.load(d / "split" / f"{s}.npy", mmap_mode="r").shape[0]) for s in SPLITS}}
     meta.update(extra)
-    (d / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    checksums.write_manifest(d, ARRAYS)
+    write_text(d / "meta.json", json.dumps(meta, indent=2) + "\n")
     return meta
 
 
-def encode_store(directory: PathLike, codec: CodecSpec = "auto", *, progress: bool = True) -> dict:
-    """Pre-encode `directory`/x.npy into `directory`/store/x; return the meta.json entries.
+def encode_store(directory: PathLike, codec: CodecSpec = "auto", *, progress: bool = True,
+                 out: Optional[PathLike] = None) -> dict:
+    """Pre-encode `directory`/x.npy into `out` (default `directory`/store/x); return the meta.json entries.
 
     `codec` is "auto" (fit_codec's choice on a row sample: IBP, EBP, or identity when
     neither saves bytes), "ibp", "ebp", "identity" or a fitted codec. The entries name
@@ -192,8 +240,32 @@ def encode_store(directory: PathLike, codec: CodecSpec = "auto", *, progress: bo
 
     d = Path(directory)
     x = as_tensor(np.load(d / "x.npy", mmap_mode="r"))
-    table = EncodedTable.encode(x, codec, directory=d / "store" / "x", progress=progress)
+    table = EncodedTable.encode(x, codec, directory=d / "store" / "x" if out is None else out, progress=progress)
     return {"store_codec": table.codec.name, "store_fraction": table.fraction, "store_bytes": table.nbytes}
+
+
+def add_store(directory: PathLike, codec: CodecSpec = "auto", *, progress: bool = True) -> dict:
+    """Give a prepared folder without a feature store (``prepare --no-store``) one; nothing else is redone.
+
+    The store is encoded in a work folder and moved into place, then meta.json gains
+    its entries; a store another process finished meanwhile is kept (that process
+    records it). Returns meta.json's content.
+    """
+    d = Path(directory)
+    store_dir = d / "store" / "x"
+    if (store_dir / "meta.json").is_file():
+        return _read_json(d / "meta.json")
+    if not PreparedDataset.is_complete(d):
+        raise FileNotFoundError(f"{d} is not a finished prepared data set (no valid meta.json): prepare it first")
+    store_dir.parent.mkdir(exist_ok=True)
+    with work_dir(store_dir) as tmp:
+        entries = encode_store(d, codec, progress=progress, out=tmp)
+        if (store_dir / "meta.json").is_file():
+            return _read_json(d / "meta.json")
+        replace_dir(tmp, store_dir)
+    meta = dict(_read_json(d / "meta.json"), **entries)
+    write_text(d / "meta.json", json.dumps(meta, indent=2) + "\n")
+    return meta
 
 
 # ---------------------------------------------------------------------------------------------
@@ -309,9 +381,9 @@ def build_csc(edge_chunks: EdgeChunks, num_nodes: int, directory: PathLike, *, u
     if dedup and num_edges:
         indptr = _dedup_csc(d, indptr, indices, e_id, progress)
     del indices, e_id  # shared file mappings: what was written is visible to the next open
-    np.save(d / "indptr.npy", indptr)
+    save_npy(d / "indptr.npy", indptr)
     meta = {"format": "ibp_graph.csc", "version": 1, "num_nodes": num_nodes, "num_edges": int(indptr[-1])}
-    (d / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+    write_text(d / "meta.json", json.dumps(meta, indent=1) + "\n")
     return CSCGraph.load(d, mmap=True)
 
 
@@ -356,27 +428,3 @@ def _check_ids(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> None:
         hi = max(int(src.max()), int(dst.max()))
         if lo < 0 or hi >= num_nodes:
             raise ValueError(f"an edge names node {lo if lo < 0 else hi}, outside [0, {num_nodes})")
-
-
-def temp_dir(final: Path) -> Path:
-    """A fresh work folder beside `final`, unique to this process (and machine, on shared disks)."""
-    tmp = final.with_name(f"{final.name}.tmp-{socket.gethostname()}-{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    return tmp
-
-
-def replace_dir(tmp: Path, final: Path, *, keep_complete: bool = False) -> Path:
-    """Move a finished work folder into place, replacing what is there.
-
-    With `keep_complete`, a finished preparation that another process moved into place
-    meanwhile wins and `tmp` is discarded (several machines preparing on one shared disk).
-    """
-    if keep_complete and PreparedDataset.is_complete(final):
-        shutil.rmtree(tmp)
-        return final
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    return final

@@ -6,10 +6,14 @@ encoding them per batch; on disk it also takes less space than the raw table.
 Folder layout (`save` / `load`): ``payload.bin`` (the rows, docs/format.md),
 ``offsets.npy`` (absent for the identity codec, whose rows have a fixed stride),
 ``codec.bin`` (the codec state as a checksummed blob), ``meta.json`` (shape, dtype and
-the codec's name and fingerprint).
+the codec's name and fingerprint), ``checksums.json`` (per-chunk checksums of the four,
+``ibp_graph.data.checksums``; written last). Every file is written atomically; nothing
+read back is trusted before its structure (and, by default, a sample of its checksums)
+is checked.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -24,10 +28,14 @@ from ..codec import IdentityCodec, codec_from_state_dict
 from ..codec.auto import CodecSpec, fit_named
 from ..codec.base import Codec
 from ..layout.dtypes import dtype_from_name, dtype_name, itemsize
-from ..layout.errors import CorruptPayloadError
+from ..layout.errors import CodecError, CorruptPayloadError
 from ..layout.format import FORMAT_VERSION, state_from_bytes, state_to_bytes
 from ..layout.rows import PAYLOAD_TAIL
 from ..layout.tensor import CompressedTensor
+from . import checksums
+from ..index_checks import first_bad_step
+from .checksums import UnverifiedDataWarning, check_mode, write_manifest
+from ..files import atomic_write, read_json, save_npy, write_bytes, write_text
 
 PathLike = Union[str, os.PathLike]
 #: rows encoded per step by `EncodedTable.encode` (bounded memory for huge tables).
@@ -104,24 +112,29 @@ class EncodedTable:
         fixed = codec.name == IdentityCodec.name  # fixed-stride rows, no offsets
         n = table.shape[0]
         lengths = np.zeros(n, dtype=np.int64)
-        sink = _PayloadSink(directory)
         bar = _progress(n, "encoding rows", progress)
-        try:
+        with contextlib.ExitStack() as stack:  # the payload file takes its name only once complete
+            path = None
+            if directory is not None:
+                Path(directory).mkdir(parents=True, exist_ok=True)
+                path = stack.enter_context(atomic_write(Path(directory) / "payload.bin"))
+            sink = stack.enter_context(_PayloadSink(path))
+            stack.callback(bar.close)
             for lo in range(0, n, chunk_rows):
                 hi = min(n, lo + chunk_rows)
                 ct = codec.encode(table[lo:hi].contiguous())
                 lengths[lo:hi] = ct.row_lengths().numpy()
                 sink.write(ct.payload.numpy()[: int(lengths[lo:hi].sum())])
                 bar.update(hi - lo)
-        finally:
-            bar.close()
+            payload = sink.finish()
+        if payload is None:
+            payload = torch.from_numpy(np.memmap(Path(directory) / "payload.bin", dtype=np.uint8, mode="c"))
         offsets = None
         if not fixed:
             total = int(lengths.sum())
             offsets = np.zeros(n + 1, dtype=np.int32 if total < 2**31 else np.int64)
             np.cumsum(lengths, out=offsets[1:])
             offsets = torch.from_numpy(offsets)
-        payload = sink.finish()
         compressed = CompressedTensor(payload=payload, offsets=offsets,
                                       shape=tuple(table.shape), dtype=table.dtype,
                                       codec=codec.name, fingerprint=codec.fingerprint)
@@ -132,83 +145,165 @@ class EncodedTable:
 
     # ---- files -----------------------------------------------------------------
     def save(self, directory: PathLike) -> Path:
-        """Write the table into `directory` (created if needed)."""
+        """Write the table into `directory` (created if needed), file by file atomically, with checksums.
+
+        Saving onto the folder the table was loaded from works: each file is written under a
+        temporary name and renamed over the old one, whose memory map stays valid.
+        """
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
-        self.compressed.payload.numpy().tofile(d / "payload.bin")
+        with atomic_write(d / "payload.bin") as tmp:
+            self.compressed.payload.numpy().tofile(tmp)
         self._write_sidecars(d)
         return d
 
     def _write_sidecars(self, d: Path) -> None:
         if self.compressed.offsets is not None:
-            np.save(d / "offsets.npy", self.compressed.offsets.numpy())
-        else:  # fixed stride: a stale offsets file from an earlier table must not linger
-            (d / "offsets.npy").unlink(missing_ok=True)
-        (d / "codec.bin").write_bytes(state_to_bytes(self.codec.state_dict()))
+            save_npy(d / "offsets.npy", self.compressed.offsets.numpy())
+        write_bytes(d / "codec.bin", state_to_bytes(self.codec.state_dict()))
         meta = {"format_version": FORMAT_VERSION, "shape": list(self.shape),
                 "dtype": dtype_name(self.dtype), "codec": self.codec.name,
                 "fingerprint": self.codec.fingerprint, "payload_bytes": self.compressed.payload.numel()}
-        (d / "meta.json").write_text(json.dumps(meta, indent=2))
+        write_text(d / "meta.json", json.dumps(meta, indent=2))
+        if self.compressed.offsets is None:  # fixed stride: a stale offsets file from an earlier table must not linger
+            (d / "offsets.npy").unlink(missing_ok=True)
+        write_manifest(d, FILES + (("offsets.npy",) if self.compressed.offsets is not None else ()))
 
     @classmethod
-    def load(cls, directory: PathLike, *, mmap: bool = True) -> "EncodedTable":
-        """Open a saved table; memory-mapped (shared between processes, read-only) by default."""
+    def load(cls, directory: PathLike, *, mmap: bool = True, verify: str = "sample") -> "EncodedTable":
+        """Open a saved table, checking its structure and (`verify`) its checksums; memory-mapped by default.
+
+        `verify` "sample" (default) checks the small files and the offsets whole and a few
+        random payload chunks (seconds at papers100M size), "full" every chunk, "none"
+        only the structure. A damaged file raises CorruptPayloadError naming it and what
+        is wrong; no row is ever served from a chunk found damaged. A store written before
+        checksums existed opens with an UnverifiedDataWarning. Memory maps are
+        copy-on-write: a write into the tensors changes this process's copy, never the file.
+        """
+        check_mode(verify)
         d = Path(directory)
-        missing = [f for f in ("meta.json", "codec.bin", "payload.bin") if not (d / f).exists()]
+        if not d.is_dir():
+            raise FileNotFoundError(f"{d} is not an encoded table: {'a file' if d.exists() else 'no such folder'}")
+        missing = [f for f in FILES if not (d / f).is_file()]
         if missing:
             raise FileNotFoundError(f"{d} is not an encoded table: missing {', '.join(missing)} "
                                     "(write one with EncodedTable.encode(..., directory=) or save())")
-        meta = json.loads((d / "meta.json").read_text())
-        if meta.get("format_version") != FORMAT_VERSION:
-            raise CorruptPayloadError(f"{d}/meta.json has format_version={meta.get('format_version')!r}; "
-                                      f"this ibp-graph reads {FORMAT_VERSION}: re-run the prepare step")
-        codec = codec_from_state_dict(state_from_bytes((d / "codec.bin").read_bytes()))
-        if codec.fingerprint != meta["fingerprint"] or codec.name != meta["codec"]:
-            raise CorruptPayloadError(f"{d}/codec.bin does not match meta.json (codec name or fingerprint)")
-        shape = tuple(meta["shape"])
-        dtype = dtype_from_name(meta["dtype"])
-        offsets = None
-        if codec.name == IdentityCodec.name:  # fixed stride: the rows end at raw_nbytes
-            end = math.prod(shape) * itemsize(dtype)
-        else:
-            if not (d / "offsets.npy").exists():
-                raise FileNotFoundError(f"{d} is not an encoded table: missing offsets.npy "
-                                        f"(the {codec.name} codec stores one offset per row)")
-            offsets = np.load(d / "offsets.npy", mmap_mode="r" if mmap else None)
-            if offsets.shape[0] != shape[0] + 1:
-                raise CorruptPayloadError(f"{d}/offsets.npy has {offsets.shape[0]} entries for {shape[0]} rows")
-            end = int(offsets[-1]) + PAYLOAD_TAIL
+        meta = _read_meta(d / "meta.json")
+        if meta["codec"] != IdentityCodec.name and not (d / "offsets.npy").is_file():
+            raise FileNotFoundError(f"{d} is not an encoded table: missing offsets.npy "
+                                    f"(the {meta['codec']} codec stores one offset per row)")
+        if verify != "none" and checksums.verify(d, verify, whole=("offsets.npy",)) is None:
+            warnings.warn(f"{d} has no {checksums.MANIFEST} (written before stores carried checksums): its "
+                          f"payload is not verified; record them with `ibp-graph verify --write {d}` or "
+                          "re-run the prepare step", UnverifiedDataWarning, stacklevel=2)
+        codec = _read_codec(d / "codec.bin", meta)
+        shape, dtype = tuple(meta["shape"]), dtype_from_name(meta["dtype"])
         size = (d / "payload.bin").stat().st_size
-        if size != meta["payload_bytes"] or size < end:
+        if size != meta["payload_bytes"]:
             raise CorruptPayloadError(f"{d}/payload.bin has {size} bytes; meta.json says "
                                       f"{meta['payload_bytes']}: the file is truncated or replaced")
-        payload = np.memmap(d / "payload.bin", dtype=np.uint8, mode="r") if mmap \
+        offsets = None
+        row_nbytes = math.prod(shape[1:]) * itemsize(dtype)
+        if codec.name == IdentityCodec.name:  # fixed stride: the rows, then any tail padding
+            raw = shape[0] * row_nbytes
+            if not raw <= size < raw + PAYLOAD_TAIL + 8:
+                raise CorruptPayloadError(
+                    f"{d}/payload.bin has {size} bytes; meta.json's shape {list(shape)} {meta['dtype']} needs "
+                    f"{raw} bytes of rows plus at most {PAYLOAD_TAIL + 7} of padding: the shape in "
+                    "meta.json or the file is wrong")
+        else:
+            offsets = _read_offsets(d / "offsets.npy", shape[0], row_nbytes, size, mmap)
+        payload = np.memmap(d / "payload.bin", dtype=np.uint8, mode="c") if mmap \
             else np.fromfile(d / "payload.bin", dtype=np.uint8)
-        compressed = CompressedTensor(payload=_readonly_tensor(payload),
-                                      offsets=None if offsets is None else _readonly_tensor(offsets),
+        compressed = CompressedTensor(payload=torch.from_numpy(payload),
+                                      offsets=None if offsets is None else torch.from_numpy(offsets),
                                       shape=shape, dtype=dtype, codec=meta["codec"],
                                       fingerprint=int(meta["fingerprint"]))
-        return cls(codec, compressed)
+        try:
+            return cls(codec, compressed)
+        except (CodecError, TypeError) as e:
+            raise CorruptPayloadError(f"{d}: meta.json does not match codec.bin: {e}") from None
 
 
-def _readonly_tensor(arr: np.ndarray) -> torch.Tensor:
-    """A tensor over a (possibly read-only, memory-mapped) array, without copying it."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*non-writable.*")
-        return torch.from_numpy(arr)
+#: the files every store has (offsets.npy too, except for the identity codec).
+FILES = ("payload.bin", "codec.bin", "meta.json")
+_META_KEYS = {"format_version": int, "shape": list, "dtype": str, "codec": str, "fingerprint": int,
+              "payload_bytes": int}
+
+
+def _read_meta(path: Path) -> dict:
+    meta = read_json(path, CorruptPayloadError, f" with keys {', '.join(_META_KEYS)}: re-run the prepare step")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise CorruptPayloadError(f"{path} has format_version={meta.get('format_version')!r}; "
+                                  f"this ibp-graph reads {FORMAT_VERSION}: re-run the prepare step")
+    for key, kind in _META_KEYS.items():
+        if key not in meta:
+            raise CorruptPayloadError(f"{path} lacks the key {key!r}; expected keys {', '.join(_META_KEYS)}")
+        value = meta[key]
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise CorruptPayloadError(f"{path}: {key}={value!r} is not accepted; expected {kind.__name__}")
+    shape = meta["shape"]
+    if not shape or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in shape):
+        raise CorruptPayloadError(f"{path}: shape={shape!r} is not accepted; expected a list of ints >= 0")
+    if meta["payload_bytes"] < 0:
+        raise CorruptPayloadError(f"{path}: payload_bytes={meta['payload_bytes']} is not accepted; expected >= 0")
+    try:
+        dtype_from_name(meta["dtype"])
+    except (TypeError, ValueError) as e:
+        raise CorruptPayloadError(f"{path}: {e}") from None
+    return meta
+
+
+def _read_codec(path: Path, meta: dict) -> Codec:
+    try:
+        codec = codec_from_state_dict(state_from_bytes(path.read_bytes()))
+    except (CodecError, KeyError, TypeError, ValueError) as e:
+        raise CorruptPayloadError(f"{path} is not a codec state ({e}); re-run the prepare step") from None
+    if codec.fingerprint != meta["fingerprint"] or codec.name != meta["codec"]:
+        raise CorruptPayloadError(f"{path} does not match meta.json (codec {codec.name!r} fingerprint "
+                                  f"{codec.fingerprint:#x}; meta.json says {meta['codec']!r} {meta['fingerprint']:#x})")
+    return codec
+
+
+def _read_offsets(path: Path, n_rows: int, row_nbytes: int, payload_bytes: int, mmap: bool) -> np.ndarray:
+    """offsets.npy, checked in one pass: int32/int64, n_rows + 1 entries from 0, steps within [0, row_nbytes],
+    ending inside the payload."""
+    try:
+        offsets = np.load(path, mmap_mode="c" if mmap else None, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as e:
+        raise CorruptPayloadError(f"{path} is not a readable .npy array ({e}): the file is truncated "
+                                  "or damaged") from None
+    if offsets.dtype not in (np.dtype(np.int32), np.dtype(np.int64)) or offsets.ndim != 1:
+        raise CorruptPayloadError(f"{path} holds {offsets.dtype} {offsets.shape}; expected a 1-d int32 or int64 array")
+    if offsets.shape[0] != n_rows + 1:
+        raise CorruptPayloadError(f"{path} has {offsets.shape[0]} entries for {n_rows} rows; expected {n_rows + 1}")
+    if int(offsets[0]) != 0:
+        raise CorruptPayloadError(f"{path}: offsets[0] is {int(offsets[0])}; expected 0")
+    bad = first_bad_step(offsets, row_nbytes)
+    if bad >= 0:
+        raise CorruptPayloadError(f"{path}: row {bad} runs from offset {int(offsets[bad])} to {int(offsets[bad + 1])}; "
+                                  f"offsets must not decrease and a row holds at most {row_nbytes} bytes")
+    end = int(offsets[-1]) + PAYLOAD_TAIL
+    if end > payload_bytes:
+        raise CorruptPayloadError(f"{path}: the rows end at byte {int(offsets[-1])} (+{PAYLOAD_TAIL} of padding), "
+                                  f"beyond payload.bin's {payload_bytes} bytes")
+    return offsets
 
 
 class _PayloadSink:
     """Collects payload chunks in memory, or appends them to a file; adds the tail padding."""
 
-    def __init__(self, directory: Optional[PathLike]):
+    def __init__(self, path: Optional[Path]):
         self.parts: list[np.ndarray] = []
         self.size = 0
-        self.file = None
-        if directory is not None:
-            Path(directory).mkdir(parents=True, exist_ok=True)
-            self.path = Path(directory) / "payload.bin"
-            self.file = open(self.path, "wb")
+        self.file = None if path is None else open(path, "wb")
+
+    def __enter__(self) -> "_PayloadSink":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.file is not None:
+            self.file.close()
 
     def write(self, chunk: np.ndarray) -> None:
         self.size += chunk.nbytes
@@ -217,13 +312,14 @@ class _PayloadSink:
         else:
             self.parts.append(chunk.copy())
 
-    def finish(self) -> torch.Tensor:
+    def finish(self) -> Optional[torch.Tensor]:
+        """The whole payload (in memory), or None once the file is complete."""
         padded = (self.size + PAYLOAD_TAIL + 7) // 8 * 8
         tail = np.zeros(padded - self.size, dtype=np.uint8)
         if self.file is not None:
             self.file.write(tail.tobytes())
             self.file.close()
-            return _readonly_tensor(np.memmap(self.path, dtype=np.uint8, mode="r"))
+            return None
         return torch.from_numpy(np.concatenate(self.parts + [tail]))
 
 

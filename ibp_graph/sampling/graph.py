@@ -11,6 +11,9 @@ import numba
 import numpy as np
 import torch
 
+from ..index_checks import first_bad_step, first_outside
+from ..files import read_json, save_npy, write_text
+
 __all__ = ["CSCGraph", "index_dtype"]
 
 ArrayLike = Union[torch.Tensor, np.ndarray]
@@ -100,6 +103,16 @@ class CSCGraph:
             raise ValueError(
                 f"indptr must start at 0 and end at num_edges={self.indices.shape[0]}, "
                 f"got indptr[0]={first}, indptr[-1]={last}")
+        bad = first_bad_step(self.indptr)
+        if bad >= 0:
+            raise ValueError(
+                f"indptr must be non-decreasing; indptr[{bad}]={int(self.indptr[bad])} > "
+                f"indptr[{bad + 1}]={int(self.indptr[bad + 1])}")
+        bad = first_outside(self.indices, 0, self.num_nodes)
+        if bad >= 0:
+            raise ValueError(
+                f"indices must name nodes in [0, num_nodes={self.num_nodes}); "
+                f"indices[{bad}]={int(self.indices[bad])}")
 
     @property
     def num_nodes(self) -> int:
@@ -140,34 +153,49 @@ class CSCGraph:
         return cls(indptr, indices, e_id)
 
     def save(self, directory: Union[str, os.PathLike]) -> Path:
-        """Write ``indptr.npy``, ``indices.npy``, ``e_id.npy`` and ``meta.json`` to a folder."""
+        """Write ``indptr.npy``, ``indices.npy``, ``e_id.npy`` and ``meta.json`` to a folder, each atomically."""
         path = Path(directory)
         path.mkdir(parents=True, exist_ok=True)
         for name in _FILES:
-            np.save(path / f"{name}.npy", np.ascontiguousarray(getattr(self, name)))
+            save_npy(path / f"{name}.npy", np.ascontiguousarray(getattr(self, name)))
         meta = {"format": _FORMAT, "version": _FORMAT_VERSION,
                 "num_nodes": self.num_nodes, "num_edges": self.num_edges}
-        (path / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+        write_text(path / "meta.json", json.dumps(meta, indent=1) + "\n")
         return path
 
     @classmethod
     def load(cls, directory: Union[str, os.PathLike], *, mmap: bool = True) -> "CSCGraph":
-        """Read a folder written by :meth:`save`; ``mmap=True`` maps the arrays read-only."""
+        """Read a folder written by :meth:`save`, checking its structure; ``mmap=True`` maps the arrays read-only.
+
+        A damaged file raises ValueError naming it and what is wrong (a graph that would
+        make the sampler read outside its arrays never gets that far).
+        """
         path = Path(directory)
         meta_path = path / "meta.json"
         if not meta_path.is_file():
             raise FileNotFoundError(
                 f"directory {str(path)!r} holds no meta.json; expected a folder written "
                 f"by CSCGraph.save")
-        meta = json.loads(meta_path.read_text())
+        meta = read_json(meta_path, ValueError, " (CSCGraph.save's meta.json)")
         if meta.get("format") != _FORMAT or meta.get("version") != _FORMAT_VERSION:
             raise ValueError(
                 f"directory {str(path)!r} has format {meta.get('format')!r} version "
                 f"{meta.get('version')!r}; expected {_FORMAT!r} version {_FORMAT_VERSION}")
-        arrays = {name: np.load(path / f"{name}.npy", mmap_mode="r" if mmap else None,
-                                allow_pickle=False)
-                  for name in _FILES}
-        graph = cls(**arrays)
+        for key in ("num_nodes", "num_edges"):
+            if not isinstance(meta.get(key), int):
+                raise ValueError(f"{meta_path}: {key}={meta.get(key)!r} is not accepted; expected an integer")
+        arrays = {}
+        for name in _FILES:
+            f = path / f"{name}.npy"
+            try:
+                arrays[name] = np.load(f, mmap_mode="r" if mmap else None, allow_pickle=False)
+            except (OSError, ValueError, EOFError) as e:
+                raise ValueError(f"{f} is not a readable .npy array ({e}): the file is missing, truncated "
+                                 "or damaged") from None
+        try:
+            graph = cls(**arrays)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{path} is not a valid graph: {e}") from None
         if graph.num_nodes != meta["num_nodes"] or graph.num_edges != meta["num_edges"]:
             raise ValueError(
                 f"directory {str(path)!r}: arrays hold {graph.num_nodes} nodes and "

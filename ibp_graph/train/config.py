@@ -23,7 +23,8 @@ from ..codec.auto import KINDS
 from ..data.graphgen import GraphSpec
 
 __all__ = ["Config", "DataConfig", "LoaderConfig", "ModelConfig", "TrainConfig", "OutputConfig",
-           "ConfigError", "load_config", "from_dict", "apply_overrides", "to_dict", "DATASETS", "FRAMEWORKS"]
+           "ConfigError", "load_config", "check_config", "from_dict", "apply_overrides", "to_dict", "DATASETS",
+           "FRAMEWORKS"]
 
 #: front-ends `loader.framework` accepts: the loader and model of PyG or of DGL.
 FRAMEWORKS = ("pyg", "dgl")
@@ -222,6 +223,52 @@ def from_dict(cls, values: Any, where: str = ""):
         raise ConfigError(f"{label}: {e}") from None
 
 
+_DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+_PLAIN_NAME = re.compile(r"^[A-Za-z0-9_+-][A-Za-z0-9._+-]*$")
+
+
+def check_config(cfg: Config) -> Config:
+    """Check what types alone cannot (fan-outs, model shapes, names, devices, the output folder); return `cfg`.
+
+    Run before any data is generated or loaded, so a mistake costs seconds, not a
+    data set generation or a whole training run.
+    """
+    if not _PLAIN_NAME.fullmatch(cfg.name) or cfg.name in (".", ".."):
+        raise ConfigError(f"name={cfg.name!r} is not accepted; expected a plain name (letters, digits, '.', '_', "
+                          "'+', '-'; no path separators, not starting with '.'): it names the result files")
+    lc = cfg.loader
+    if not lc.num_neighbors:
+        raise ConfigError("loader.num_neighbors=[] is not accepted; expected one entry per hop, e.g. [10, 5]")
+    for i, k in enumerate(lc.num_neighbors):
+        if k < 1 and k != -1:
+            raise ConfigError(f"loader.num_neighbors[{i}]={k!r} is not accepted; expected an integer >= 1, "
+                              "or -1 for all neighbours")
+    if not lc.codecs:
+        raise ConfigError(f"loader.codecs=[] is not accepted; expected at least one of {list(KINDS)} "
+                          "(one run per codec)")
+    if not _DEVICE.match(lc.device):
+        raise ConfigError(f"loader.device={lc.device!r} is not accepted; expected auto, cpu, cuda or cuda:N")
+    m = cfg.model
+    if m.arch == "gat" and m.hidden % m.heads:
+        raise ConfigError(f"model.hidden={m.hidden} is not accepted with model.heads={m.heads} (arch gat); "
+                          f"expected a multiple of model.heads, e.g. {m.hidden - m.hidden % m.heads or m.heads}")
+    _check_output_dir(cfg.output.dir)
+    return cfg
+
+
+def _check_output_dir(path: str) -> None:
+    d = Path(path)
+    if d.exists() and not d.is_dir():
+        raise ConfigError(f"output.dir={path!r} is not accepted: it is a file; expected a folder (made if missing)")
+    probe = d.absolute()
+    while not probe.exists() and probe != probe.parent:  # the folder that mkdir would write into
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ConfigError(f"output.dir={path!r} is not accepted: {str(probe)!r} is a file; expected a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ConfigError(f"output.dir={path!r} is not accepted: {str(probe)!r} is not writable by this user")
+
+
 def to_dict(cfg) -> dict:
     """The config as plain values (what a run's JSON records)."""
     return dataclasses.asdict(cfg)
@@ -262,19 +309,29 @@ def load_config(path: Union[str, os.PathLike, None], overrides: Sequence[str] = 
     values: dict = {}
     if path is not None:
         p = Path(path)
+        if p.is_dir():
+            raise ConfigError(f"config file {str(p)!r} is a folder; expected a YAML file"
+                              + (f", e.g. one of {', '.join(sorted(x.name for x in p.glob('*.yaml')))}"
+                                 if any(p.glob("*.yaml")) else ""))
         if not p.is_file():
             raise ConfigError(f"config file {str(p)!r} does not exist"
                               + (f"; configs in {p.parent}: {', '.join(sorted(x.name for x in p.parent.glob('*.yaml')))}"
                                  if p.parent.is_dir() else ""))
         try:
-            values = yaml.safe_load(p.read_text()) or {}
+            text = p.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"config file {str(p)!r} is not a text file ({e}); expected a YAML file") from None
+        if "\x00" in text:
+            raise ConfigError(f"config file {str(p)!r} is binary (it holds NUL bytes); expected a YAML file")
+        try:
+            values = yaml.safe_load(text) or {}
         except yaml.YAMLError as e:
             raise ConfigError(f"{p} is not valid YAML: {e}") from None
         if not isinstance(values, dict):
             raise ConfigError(f"{p} must hold a mapping of sections, got {type(values).__name__}")
     values = apply_overrides(values, overrides)
     try:
-        return from_dict(Config, values)
+        return check_config(from_dict(Config, values))
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}" if path is not None else str(e)) from None
 

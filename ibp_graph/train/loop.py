@@ -22,9 +22,10 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from ..data.prepared import PreparedDataset
+from ..files import write_text
+from ..data.prepared import PreparedDataset, add_store
 from . import frontends
-from .config import Config, LoaderConfig, to_dict
+from .config import Config, LoaderConfig, check_config, to_dict
 
 __all__ = ["Dist", "setup_distributed", "resolve_device", "open_dataset", "make_loader", "train_epoch",
            "evaluate", "run", "run_one", "main", "main_config", "RUN_FORMAT"]
@@ -144,6 +145,9 @@ def _ready(cfg, path: Path) -> bool:
 
 
 def _prepare(cfg, path: Path, *, progress: bool) -> None:
+    if PreparedDataset.is_complete(path):  # prepared with --no-store: make only the store, regenerate nothing
+        add_store(path, progress=progress)
+        return
     if cfg.name == "synthetic":
         from ..data import graphgen
 
@@ -213,8 +217,9 @@ def evaluate(model, loader, labels: Optional[torch.Tensor], *, front=None) -> di
 def run(cfg: Config, *, baseline: bool = False) -> list[dict]:
     """Run the experiment once per codec in `cfg.loader.codecs` (and, with `baseline`, once with the
     framework's own uncompressed loader: codec "native"); return the results (rank 0 writes JSON)."""
+    check_config(cfg)  # the whole config, before any data is generated or loaded
     front = frontends.get(cfg.loader.framework)
-    front.check(cfg)  # before any data is generated or loaded
+    front.check(cfg)
     dist, device = setup_distributed(cfg.loader.device)
     front.check_device(device)
     ds = open_dataset(cfg.data, dist, progress=cfg.output.progress)
@@ -334,7 +339,7 @@ def _write(cfg: Config, codec: str, dist: Dist, result: dict) -> Path:
     path, k = d / f"{stem}.json", 1
     while path.exists():
         path, k = d / f"{stem}-{k}.json", k + 1
-    path.write_text(json.dumps(dict(result, machine=machine()), indent=2) + "\n")
+    write_text(path, json.dumps(dict(result, machine=machine()), indent=2) + "\n")
     return path
 
 

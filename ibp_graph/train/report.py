@@ -48,9 +48,35 @@ def load_runs(paths: Sequence[str]) -> list[dict]:
         if not isinstance(data, dict) or data.get("format") != RUN_FORMAT:
             print(f"skipping {f}: not a training run (format {RUN_FORMAT!r})", file=sys.stderr)
             continue
+        problem = _malformed(data)
+        if problem:
+            print(f"skipping {f}: a malformed training run ({problem})", file=sys.stderr)
+            continue
         data["path"] = str(f)
         runs.append(data)
     return runs
+
+
+#: what the report reads from a run file: key -> accepted types (final's keys: numbers, test_acc may be null).
+_RUN_KEYS = {"name": str, "dataset": str, "codec": str, "world_size": int, "epochs": list, "final": dict}
+_FINAL_KEYS = ("mean_epoch_seconds", "sent_bytes_per_epoch", "raw_bytes_per_epoch", "fraction", "majority_test_acc")
+
+
+def _malformed(run: dict) -> str:
+    """What makes `run` unusable for the report ("" when nothing)."""
+    for key, kind in _RUN_KEYS.items():
+        if key not in run:
+            return f"no {key!r}"
+        if not isinstance(run[key], kind) or isinstance(run[key], bool):
+            return f"{key}={run[key]!r} is not {kind.__name__}"
+    for key in _FINAL_KEYS + ("test_acc",):
+        value = run["final"].get(key, "missing")
+        if value == "missing":
+            return f"no final.{key}"
+        if not (isinstance(value, (int, float)) and not isinstance(value, bool)) and not (
+                key == "test_acc" and value is None):
+            return f"final.{key}={value!r} is not a number"
+    return ""
 
 
 def _row(run: dict) -> dict:

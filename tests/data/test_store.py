@@ -112,3 +112,13 @@ def test_saving_identity_over_an_older_table_drops_its_offsets(tmp_path, emb):
     loaded = EncodedTable.load(tmp_path / "t")
     assert isinstance(loaded.codec, IdentityCodec) and not (tmp_path / "t" / "offsets.npy").exists()
     assert np.array_equal(loaded.decode_rows(torch.arange(10)).numpy(), emb[:10].numpy())
+
+
+@pytest.mark.parametrize("name", ["identity", "ibp", "ebp"])
+def test_a_table_from_a_codecs_own_encode_saves_and_loads(tmp_path, emb, name):
+    """Not only EncodedTable.encode's chunked payload: a codec's whole-table encode (identity: no tail padding)."""
+    from ibp_graph.codec.auto import fit_named
+
+    codec = fit_named(emb[:500], name, argname="codec")
+    EncodedTable(codec, codec.encode(emb[:500])).save(tmp_path / "t")
+    assert same_bits(EncodedTable.load(tmp_path / "t", verify="full").decode_rows(torch.arange(500)), emb[:500])

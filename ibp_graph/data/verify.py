@@ -1,0 +1,103 @@
+"""`ibp-graph verify DIR`: check a feature store or a prepared folder against its checksums and structure.
+
+A prepared folder is checked with the store inside it. Each folder gives one line:
+what was checked, or what is damaged (file, chunks); nothing is repaired or deleted.
+Folders written before checksums existed can have them recorded (`--write`), trusting
+their present content.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Union
+
+from ..layout.errors import CodecError
+from . import checksums
+from .prepared import ARRAYS, PreparedDataset
+from .store import FILES as STORE_FILES
+from .store import EncodedTable
+
+__all__ = ["FolderReport", "kind_of", "check_folder", "record_checksums"]
+
+PathLike = Union[str, os.PathLike]
+
+
+@dataclass(frozen=True)
+class FolderReport:
+    """The outcome for one folder: ok, or the error that names what is wrong."""
+
+    directory: Path
+    kind: str        # "store" or "prepared"
+    ok: bool
+    message: str
+
+
+def kind_of(directory: PathLike) -> str:
+    """"store" (EncodedTable.save layout), "prepared" (a prepared data set), or a ValueError naming what it is not."""
+    d = Path(directory)
+    if not d.is_dir():
+        raise ValueError(f"{d} is {'a file' if d.exists() else 'missing'}; expected a feature store or a prepared "
+                         "folder (one holding meta.json)")
+    if (d / "payload.bin").is_file() and (d / "meta.json").is_file():
+        return "store"
+    if (d / "meta.json").is_file() and (d / "graph").is_dir():
+        return "prepared"
+    raise ValueError(f"{d} is neither a feature store (payload.bin, meta.json) nor a prepared folder (meta.json, "
+                     "graph/)")
+
+
+def _files_checked(d: Path, mode: str) -> str:
+    m = checksums.read_manifest(d)
+    if m is None:
+        return f"no {checksums.MANIFEST}: structure checked, content unverified (record with --write)"
+    chunks = sum(len(v[checksums.ALGORITHM]) for v in m["files"].values())
+    return f"{len(m['files'])} files, {chunks} chunks of {m['chunk_bytes']} bytes" + (
+        "" if mode == "full" else " (sampled)")
+
+
+def _folders(directory: PathLike) -> list[tuple[Path, str]]:
+    """(folder, kind) of `directory` and, for a prepared folder, of its store."""
+    d = Path(directory)
+    kind = kind_of(d)
+    todo = [(d, kind)]
+    if kind == "prepared" and (d / "store" / "x" / "meta.json").is_file():
+        todo.append((d / "store" / "x", "store"))
+    return todo
+
+
+def check_folder(directory: PathLike, mode: str = "full") -> list[FolderReport]:
+    """Check `directory` (and a prepared folder's store) in `mode`; one report per folder."""
+    checksums.check_mode(mode)
+    out = []
+    for folder, k in _folders(directory):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", checksums.UnverifiedDataWarning)  # said in the report line
+                if k == "store":
+                    EncodedTable.load(folder, verify=mode)
+                else:
+                    PreparedDataset.load(folder, verify=mode)
+            out.append(FolderReport(folder, k, True, _files_checked(folder, mode)))
+        except (CodecError, FileNotFoundError, ValueError) as e:
+            out.append(FolderReport(folder, k, False, str(e)))
+    return out
+
+
+def record_checksums(directory: PathLike) -> list[Path]:
+    """Write checksums.json for a folder (and its store) that has none, trusting the present files; return them.
+
+    Refuses a folder that already has checksums: recording over them would bless damage.
+    """
+    written = []
+    for folder, k in _folders(directory):
+        if (folder / checksums.MANIFEST).exists():
+            continue
+        names = ARRAYS if k == "prepared" else STORE_FILES + tuple(
+            f for f in ("offsets.npy",) if (folder / f).is_file())
+        written.append(checksums.write_manifest(folder, names))
+    if not written:
+        raise ValueError(f"{directory} already has {checksums.MANIFEST}; run `ibp-graph verify {directory}` to "
+                         "check it (checksums are never recorded over existing ones)")
+    return written

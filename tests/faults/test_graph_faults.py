@@ -1,0 +1,132 @@
+"""Issue 13, graph and prepared-folder rows: a damaged CSC graph or array is refused by name before the sampler runs."""
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from ibp_graph.data import graphgen
+from ibp_graph.data.checksums import ChecksumError
+from ibp_graph.data.graphgen import GraphSpec
+from ibp_graph.data.prepared import PreparedDataset
+from ibp_graph.sampling.graph import CSCGraph
+from tests.faults.isolated import expect_clean_exit, run_python
+
+SPEC = GraphSpec(num_nodes=2000, avg_citations=6.0, labeled_fraction=0.5, seed=5)
+
+# Loads the graph folder and samples 2 hops from every node: a crash shows as a non-zero exit.
+LOAD_AND_SAMPLE = """
+import sys, numpy as np
+from ibp_graph.sampling.graph import CSCGraph
+from ibp_graph.sampling.neighbor import NeighborSampler
+try:
+    g = CSCGraph.load(sys.argv[1])
+    NeighborSampler(g, [-1, -1]).sample(np.arange(g.num_nodes), seed=0)
+    print("SAMPLED")
+except Exception as e:
+    print("ERROR", type(e).__name__, e)
+"""
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    return graphgen.generate(SPEC, tmp_path_factory.mktemp("g") / "ds", progress=False)
+
+
+def fresh(prepared, tmp_path):
+    d = tmp_path / "ds"
+    shutil.copytree(prepared, d)
+    return d
+
+
+def edit(path, fn):
+    a = np.load(path)
+    np.save(path, fn(a.copy()))
+
+
+def test_an_indptr_that_decreases_is_refused_before_sampling(prepared, tmp_path):
+    d = fresh(prepared, tmp_path)
+    edit(d / "graph" / "indptr.npy", lambda a: (a.__setitem__(1000, a[1000] + 10**6), a)[1])  # first/last intact
+    out = expect_clean_exit(run_python(LOAD_AND_SAMPLE, d / "graph")).strip()
+    assert out.startswith("ERROR ValueError") and "graph is not a valid graph: indptr must be non-decreasing" in out
+    assert "indptr[1000]" in out
+    with pytest.raises(ValueError, match="indptr must be non-decreasing"):
+        CSCGraph(np.array([0, 3, 1, 3]), np.zeros(3, np.int32), np.arange(3, dtype=np.int32))
+
+
+def test_indices_outside_the_nodes_and_a_short_e_id_are_refused(prepared, tmp_path):
+    d = fresh(prepared, tmp_path)
+    edit(d / "graph" / "indices.npy", lambda a: (a.__setitem__(77, -5), a)[1])
+    out = expect_clean_exit(run_python(LOAD_AND_SAMPLE, d / "graph")).strip()
+    assert "indices must name nodes in [0, num_nodes=2000); indices[77]=-5" in out
+    edit(d / "graph" / "indices.npy", lambda a: (a.__setitem__(77, 0), a)[1])
+    edit(d / "graph" / "e_id.npy", lambda a: a[:-1])
+    with pytest.raises(ValueError, match="e_id must have one entry per edge"):
+        CSCGraph.load(d / "graph")
+
+
+def test_damaged_graph_files_are_named(prepared, tmp_path):
+    d = fresh(prepared, tmp_path)
+    (d / "graph" / "meta.json").write_text("[1")
+    with pytest.raises(ValueError, match=r"graph/meta.json is not readable JSON"):
+        CSCGraph.load(d / "graph")
+    d = fresh(prepared, tmp_path / "2")
+    data = (d / "graph" / "indices.npy").read_bytes()
+    (d / "graph" / "indices.npy").write_bytes(data[:100])
+    with pytest.raises(ValueError, match=r"graph/indices.npy is not a readable .npy array"):
+        CSCGraph.load(d / "graph")
+    with pytest.raises(ChecksumError, match=r"graph/indices.npy has 100 bytes"):
+        PreparedDataset.load(d)
+
+
+def test_a_flipped_bit_in_the_features_is_caught_and_the_store_too(prepared, tmp_path):
+    d = fresh(prepared, tmp_path)
+    raw = bytearray((d / "x.npy").read_bytes())
+    raw[len(raw) // 2] ^= 0x40
+    (d / "x.npy").write_bytes(bytes(raw))
+    with pytest.raises(ChecksumError, match=r"x.npy: checksum differs"):
+        PreparedDataset.load(d)
+    ds = PreparedDataset.load(d, verify="none")  # asked for: structure only
+    assert ds.x.shape == (SPEC.num_nodes, SPEC.dim)
+    shutil.copyfile(prepared / "x.npy", d / "x.npy")
+    payload = d / "store" / "x" / "payload.bin"
+    raw = bytearray(payload.read_bytes())
+    raw[10] ^= 1
+    payload.write_bytes(bytes(raw))
+    ds = PreparedDataset.load(d)  # the arrays are intact again; the store is checked when opened
+    with pytest.raises(ChecksumError, match=r"store/x/payload.bin: checksum differs in chunk\(s\) 0 "):
+        ds.store()
+
+
+def test_writing_into_memory_mapped_features_neither_crashes_nor_changes_the_file(prepared, tmp_path):
+    d = fresh(prepared, tmp_path)
+    before = (d / "x.npy").read_bytes()
+    code = """
+    import sys
+    from ibp_graph.data.prepared import PreparedDataset
+    ds = PreparedDataset.load(sys.argv[1])
+    ds.x[:10] = 1.5
+    ds.y[:10] = 3
+    try:
+        ds.graph.indptr[1] = 5
+    except ValueError as e:
+        print("GRAPH", e)
+    print("WROTE", float(ds.x[0, 0]))
+    """
+    out = expect_clean_exit(run_python(code, d))
+    assert "GRAPH assignment destination is read-only" in out and "WROTE 1.5" in out
+    assert (d / "x.npy").read_bytes() == before
+    PreparedDataset.load(d, verify="full")
+
+
+def test_the_store_is_opened_once_per_data_set(prepared):
+    ds = PreparedDataset.load(prepared)
+    assert ds.store() is ds.store()
+
+
+def test_a_prepared_meta_json_that_is_a_list_is_named(prepared, tmp_path):
+    d = fresh(prepared, tmp_path)
+    (d / "meta.json").write_text(json.dumps([1, 2]))
+    with pytest.raises(ValueError, match=r"ds/meta.json holds a list; expected a mapping"):
+        PreparedDataset.load(d)
+    assert not PreparedDataset.is_complete(d)

@@ -1,0 +1,51 @@
+"""Issue 13, OGB row: damaged raw files given to prepare name the file, what is wrong and where a good copy is."""
+
+import pytest
+
+from ibp_graph.cli import main as cli
+from ibp_graph.data.ogb import OGB_DATASETS, DamagedOGBFileError, prepare
+from tests.data.test_ogb_prepare import write_binary, write_csv
+
+
+def _no_work_folders(root):
+    return [p for p in root.rglob("*") if ".tmp-" in p.name] == []
+
+
+@pytest.mark.parametrize("cut", ["head", "tail"])
+def test_a_truncated_npz_is_named_with_the_download_url(tmp_path, cut):
+    write_binary(tmp_path)
+    spec = OGB_DATASETS["ogbn-papers100M"]
+    path = tmp_path / spec.dir_name / "raw" / "data.npz"
+    data = path.read_bytes()
+    path.write_bytes(data[:200] if cut == "head" else data[: len(data) - 300])
+    with pytest.raises(DamagedOGBFileError) as e:
+        prepare("ogbn-papers100M", tmp_path, progress=False)
+    msg = str(e.value)
+    assert msg.startswith(f"{path} is damaged: ") and "BadZipFile" in msg
+    assert f"a good copy is in {spec.url} as papers100M-bin/raw/data.npz" in msg
+    assert _no_work_folders(tmp_path)
+
+
+def test_a_damaged_member_inside_the_npz_is_named(tmp_path):
+    write_binary(tmp_path)
+    path = tmp_path / OGB_DATASETS["ogbn-papers100M"].dir_name / "raw" / "node-label.npz"
+    data = bytearray(path.read_bytes())
+    data[len(data) // 3] ^= 0xFF  # inside the compressed stream: a zlib or CRC error while reading
+    path.write_bytes(bytes(data))
+    with pytest.raises(DamagedOGBFileError, match=rf"{path} is damaged: .*; a good copy is in http"):
+        prepare("ogbn-papers100M", tmp_path, progress=False)
+    assert _no_work_folders(tmp_path)
+
+
+@pytest.mark.parametrize("damage", ["not gzip", "truncated"])
+def test_a_damaged_csv_gz_is_named_through_the_cli(tmp_path, capsys, damage):
+    write_csv(tmp_path)
+    spec = OGB_DATASETS["ogbn-arxiv"]
+    path = tmp_path / spec.dir_name / "raw" / "node-feat.csv.gz"
+    data = path.read_bytes()
+    path.write_bytes(b"plain text, not gzip\n" if damage == "not gzip" else data[: len(data) // 2])
+    assert cli(["prepare", "--dataset", "ogbn-arxiv", "--root", str(tmp_path), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert f"ibp-graph prepare: {path} is damaged: " in err
+    assert f"a good copy is in {spec.url} as arxiv/raw/node-feat.csv.gz" in err
+    assert "Traceback" not in err and _no_work_folders(tmp_path)
