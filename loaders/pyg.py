@@ -108,8 +108,10 @@ class CompressedNeighborLoader(DataLoader):
 
         num_nodes = graph.num_nodes
         self.graph = graph
-        self.sampler = NeighborSampler(self.graph, num_neighbors, replace=replace)
+        self.node_sampler = NeighborSampler(self.graph, num_neighbors, replace=replace)
         self.input_nodes = _input_nodes(input_nodes, num_nodes)
+        # PyG reports input_id as node ids for a boolean mask, as positions for ids or None
+        mask_given = isinstance(input_nodes, torch.Tensor) and input_nodes.dtype == torch.bool
         self.device = _device(device)
         self.transform = transform
         self.requests = BatchRequests(self.input_nodes.numel(), batch_size, shuffle=shuffle,
@@ -120,8 +122,9 @@ class CompressedNeighborLoader(DataLoader):
             device=self.device)
         self._stage, self.stats = _common.decode_stage(self._codecs, self.device, prefetch)
         if self.input_nodes.numel():  # compile the sampler here too (a fixed seed: no RNG touched)
-            self.sampler.sample(self.input_nodes[:2], seed=0)
-        producer = BatchProducer(self.sampler, self.input_nodes, node_attrs, edge_attrs, self._codecs)
+            self.node_sampler.sample(self.input_nodes[:2], seed=0)
+        producer = BatchProducer(self.node_sampler, self.input_nodes, node_attrs, edge_attrs, self._codecs,
+                                 input_ids=self.input_nodes if mask_given else None)
         kwargs.setdefault("pin_memory", self.device.type == "cuda")
         if kwargs.get("num_workers", 0) == 0:
             kwargs.pop("persistent_workers", None) if not kwargs.get("persistent_workers") else None
@@ -153,7 +156,7 @@ class CompressedNeighborLoader(DataLoader):
         return self.transform(data) if self.transform is not None else data
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(num_neighbors={self.sampler.num_neighbors}, "
+        return (f"{type(self).__name__}(num_neighbors={self.node_sampler.num_neighbors}, "
                 f"batches={len(self)}, codecs={ {k: c.name for k, c in self.codecs.items()} }, "
                 f"device={self.device})")
 

@@ -6,7 +6,7 @@ hands each worker a `BatchRequest` and gets an `EncodedBatch` back through share
 from __future__ import annotations
 
 import time
-from typing import Mapping
+from typing import Mapping, Optional
 
 import torch
 
@@ -36,15 +36,20 @@ class BatchProducer(torch.utils.data.Dataset):
     """Produces EncodedBatches: samples neighbours, gathers node/edge attributes, encodes groups.
 
     Each batch holds the gathered attributes and ``n_id``, ``e_id``, ``edge_index`` (local
-    positions into ``n_id``) and ``input_id`` (positions into the input nodes); its `meta`
-    is ``{"num_seeds", "nodes_per_hop", "edges_per_hop"}``.
+    positions into ``n_id``) and ``input_id`` (``input_ids[positions]`` when `input_ids` is
+    given, else the positions into the input nodes); its `meta` is ``{"num_seeds",
+    "nodes_per_hop", "edges_per_hop"}``.
     """
 
     def __init__(self, sampler: NeighborSampler, input_nodes: torch.Tensor,
                  node_attrs: Mapping[str, torch.Tensor], edge_attrs: Mapping[str, torch.Tensor],
-                 codecs: Mapping[GroupKey, Codec]):
+                 codecs: Mapping[GroupKey, Codec], input_ids: Optional[torch.Tensor] = None):
+        if input_ids is not None and input_ids.shape != input_nodes.shape:
+            raise ValueError(f"input_ids has shape {tuple(input_ids.shape)}; accepted: one id per "
+                             f"input node, shape {tuple(input_nodes.shape)}")
         self.sampler = sampler
         self.input_nodes = input_nodes
+        self.input_ids = input_ids
         self.node_attrs = dict(node_attrs)
         self.edge_attrs = dict(edge_attrs)
         self.codecs = dict(codecs)
@@ -68,7 +73,7 @@ class BatchProducer(torch.utils.data.Dataset):
         tensors["edge_index"] = torch.stack([out.row, out.col])
         tensors["n_id"] = out.node
         tensors["e_id"] = out.edge
-        tensors["input_id"] = req.index
+        tensors["input_id"] = req.index if self.input_ids is None else self.input_ids[req.index]
         t2 = time.perf_counter()
         meta = {"num_seeds": int(req.index.numel()), "nodes_per_hop": list(out.num_sampled_nodes),
                 "edges_per_hop": list(out.num_sampled_edges)}

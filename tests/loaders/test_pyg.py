@@ -149,7 +149,7 @@ def test_fanout_all_and_boolean_mask_input():
     mask[::5] = True
     loader = CompressedNeighborLoader(data, [-1], input_nodes=mask, batch_size=50)
     for batch in loader:
-        check_batch(batch, data, mask.nonzero().view(-1))
+        check_batch(batch, data, torch.arange(500))  # a mask gives input_id = node ids, as in PyG
         seeds = batch.n_id[: batch.batch_size]
         indeg = torch.bincount(data.edge_index[1], minlength=500)
         assert batch.num_sampled_edges[0] == int(indeg[seeds].sum())
@@ -416,3 +416,32 @@ def test_rank_and_world_size_are_loader_arguments():
             check_batch(b, data, torch.arange(600))
     with pytest.raises(ValueError, match="rank=3 is not accepted"):
         CompressedNeighborLoader(data, [2], rank=3, world_size=3)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_input_id_follows_pyg_for_masks_and_ids(num_workers):
+    """PyG's get_input_nodes: a boolean mask gives input_id = the seeds' node ids
+    (mask.nonzero()); node ids (or None) give positions into input_nodes."""
+    data = make_graph()
+    mask = torch.zeros(data.num_nodes, dtype=torch.bool)
+    mask[torch.arange(5, 3000, 7)] = True
+    ids = mask.nonzero().view(-1)
+    for given, expect_ids in ((mask, True), (ids, False)):
+        loader = CompressedNeighborLoader(data, [4], input_nodes=given, batch_size=64, shuffle=True,
+                                          num_workers=num_workers, codec="ibp")
+        seen = []
+        for batch in loader:
+            seeds = batch.n_id[: batch.batch_size]
+            assert torch.equal(seeds, batch.input_id if expect_ids else ids[batch.input_id])
+            seen.append(batch.input_id)
+        everything = torch.cat(seen).sort().values
+        assert torch.equal(everything, ids if expect_ids else torch.arange(ids.numel()))
+
+
+def test_repr_names_the_loader_and_its_fanout():
+    """print(loader) works (DataLoader's own `sampler` attribute holds the batch requests; the
+    neighbour sampler is `node_sampler`, PyG's name for it)."""
+    loader = CompressedNeighborLoader(make_graph(300, 1000), [3, 2], batch_size=10, codec="identity")
+    text = repr(loader)
+    assert text.startswith("CompressedNeighborLoader(") and "[3, 2]" in text
+    assert loader.node_sampler.num_neighbors == [3, 2]
