@@ -5,8 +5,10 @@ from __future__ import annotations
 import signal
 import threading
 import time
+import warnings
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
+import numpy as np
 import torch
 
 from ibp_graph.codec.base import Codec
@@ -169,3 +171,16 @@ def host_table(value: Any, argname: str, num_rows: Optional[int] = None, *,
     if num_rows is not None and value.shape[0] != num_rows:
         raise ValueError(f"{argname} has {value.shape[0]} rows; the graph has {num_rows} nodes")
     return value
+
+
+def numpy_view(value: np.ndarray, argname: str) -> torch.Tensor:
+    """A CPU tensor sharing `value`'s memory (an ndarray or np.memmap: rows are read per batch,
+    never copied whole); TypeError naming `argname` for a dtype or layout torch cannot view."""
+    try:
+        with warnings.catch_warnings():  # read-only arrays (memmap mode="r"): the loader only reads rows
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            return torch.from_numpy(value)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{argname} is a numpy array of dtype {value.dtype} and strides {value.strides}, "
+                        f"which torch cannot view without a copy ({e}); accepted: a numeric dtype "
+                        "torch has, native byte order, non-negative strides") from e

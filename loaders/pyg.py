@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator, List, Optional, Union
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
@@ -20,6 +21,7 @@ from ibp_graph.sampling.neighbor import NeighborSampler
 
 try:
     from torch_geometric.data import Data
+    from torch_geometric.loader.mixin import AffinityMixin, MultithreadingMixin
 except ImportError as e:  # pragma: no cover - exercised only without torch_geometric
     raise ImportError("ibp_graph.loaders.pyg needs torch_geometric: pip install 'ibp-graph[pyg]'") from e
 
@@ -28,12 +30,15 @@ _OWN_KWARGS = ("batch_size", "shuffle", "drop_last", "generator")
 _REFUSED_KWARGS = ("sampler", "batch_sampler", "collate_fn")
 
 
-class CompressedNeighborLoader(DataLoader):
+class CompressedNeighborLoader(DataLoader, AffinityMixin, MultithreadingMixin):
     """Drop-in for torch_geometric.loader.NeighborLoader that sends compressed rows to the device.
 
-    `data` is a homogeneous `Data` (node attributes may be tensors or pre-encoded
-    `EncodedTable`s), or a tuple `(features, graph)`: a dict of node attributes (tensors
-    or EncodedTables) and a `CSCGraph`, e.g. a prepared data set read from disk.
+    `data` is a homogeneous `Data` (node attributes may be tensors, numpy arrays or
+    np.memmaps, read through a view, or pre-encoded `EncodedTable`s; graph-level attributes
+    are in every batch unchanged; a graph without edges gives batches of the seeds), or a
+    tuple `(features, graph)`: a dict of node attributes (tensors or EncodedTables) and a
+    `CSCGraph`, e.g. a prepared data set read from disk. `enable_cpu_affinity` and
+    `enable_multithreading` are PyG's (torch_geometric.loader.mixin).
 
     Arguments up to `directed` are NeighborLoader's, in its order; `codec` (``"auto"``, the
     default: per group the smallest of IBP and EBP, or identity when neither gains;
@@ -97,7 +102,10 @@ class CompressedNeighborLoader(DataLoader):
             if k in kwargs:
                 raise NotImplementedError(f"{k}= is not supported: the loader builds its own batches "
                                           "(pass batch_size, shuffle, drop_last, generator)")
-        graph, node_attrs, edge_attrs = _graph_and_attrs(data)
+        graph, node_attrs, edge_attrs, self._graph_attrs = _graph_and_attrs(data)
+        # PyG sets a batch's num_nodes when the graph's was set
+        self._set_num_nodes = isinstance(data, Data) and "num_nodes" in data
+        self.data = data
 
         batch_size = kwargs.pop("batch_size", 1)
         shuffle = kwargs.pop("shuffle", False)
@@ -149,7 +157,9 @@ class CompressedNeighborLoader(DataLoader):
 
     def _to_data(self, batch: DecodedBatch) -> Data:
         """NeighborLoader's Data: the named tensors, and its fields from the batch's meta."""
-        data = Data(**batch)
+        data = Data(**{**self._graph_attrs, **batch})  # graph-level attributes as given (PyG's filter_data)
+        if self._set_num_nodes:
+            data.num_nodes = int(batch["n_id"].numel())
         data.batch_size = batch.meta["num_seeds"]
         data.num_sampled_nodes = batch.meta["nodes_per_hop"]
         data.num_sampled_edges = batch.meta["edges_per_hop"]
@@ -202,8 +212,9 @@ def _input_nodes(input_nodes, num_nodes: int) -> torch.Tensor:
 _NODE_KEYS = ("x", "pos")
 
 
-def _graph_and_attrs(data) -> tuple[CSCGraph, dict, dict]:
-    """The graph to sample from, and node- and edge-level attributes (contiguous, on the CPU)."""
+def _graph_and_attrs(data) -> tuple[CSCGraph, dict, dict, dict]:
+    """The graph to sample from; node- and edge-level attributes (on the CPU; tensors contiguous,
+    numpy arrays as views); graph-level attributes (everything else, kept as given)."""
     if isinstance(data, tuple):
         if len(data) != 2 or not isinstance(data[1], CSCGraph) or not hasattr(data[0], "items"):
             raise TypeError("data as a tuple must be (features: dict of node attributes, graph: CSCGraph), "
@@ -213,32 +224,49 @@ def _graph_and_attrs(data) -> tuple[CSCGraph, dict, dict]:
         for key, value in data[0].items():
             _check_attr(f"features[{key!r}]", value, graph.num_nodes)
             node[key] = value if isinstance(value, EncodedTable) else value.contiguous()
-        return graph, node, {}
+        return graph, node, {}, {}
     if not isinstance(data, Data):
         raise TypeError(f"data must be a torch_geometric.data.Data (homogeneous graph) or a "
                         f"(features, CSCGraph) tuple, got {type(data).__name__}")
-    if data.edge_index is None:
-        raise ValueError("data.edge_index is missing; the loader samples from it")
+    if data.num_nodes is None:
+        raise ValueError("data.num_nodes is None and cannot be inferred (no x, pos or edge_index); "
+                         "accepted: a Data with node features or num_nodes set")
     num_nodes = int(data.num_nodes)
-    num_edges = int(data.edge_index.shape[1])
-    graph = CSCGraph.from_edge_index(data.edge_index, num_nodes)
-    node, edge = {}, {}
+    edge_index = data.edge_index
+    if edge_index is None:  # PyG's to_csc: a graph without edges, whose batches hold the seeds only
+        edge_index = torch.zeros((2, 0), dtype=torch.int64)
+    num_edges = int(edge_index.shape[1])
+    graph = CSCGraph.from_edge_index(edge_index, num_nodes)
+    node, edge, other = {}, {}, {}
     for key, value in data.items():
+        if key in ("edge_index", "num_nodes"):
+            continue
         if isinstance(value, EncodedTable):
             _check_attr(f"data.{key}", value, num_nodes)
             node[key] = value
             continue
-        if key == "edge_index" or not isinstance(value, torch.Tensor) or value.dim() == 0:
-            continue
-        _common.host_table(value, f"data.{key}")
-        if key in _NODE_KEYS or data.is_node_attr(key):
+        if isinstance(value, (list, tuple)) and len(value) == num_nodes:
+            raise TypeError(f"data.{key} is a {type(value).__name__} of one entry per node; the loader "
+                            "gathers node attributes from tensors or numpy arrays only")
+        table = isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim > 0
+        if table and (key in _NODE_KEYS or data.is_node_attr(key)):
             # node features by name (x, pos) whose row count does not match num_nodes would
             # otherwise be dropped from every batch without a word
             check_node_table(f"data.{key}", value, num_nodes)
-            node[key] = value.contiguous()
-        elif data.is_edge_attr(key) and value.shape[0] == num_edges:
-            edge[key] = value.contiguous()
-    return graph, node, edge
+            node[key] = _host_rows(value, f"data.{key}")
+        elif table and data.is_edge_attr(key) and value.shape[0] == num_edges:
+            edge[key] = _host_rows(value, f"data.{key}")
+        else:
+            other[key] = value  # graph-level: every batch keeps it unchanged, as PyG's filter_data
+    return graph, node, edge, other
+
+
+def _host_rows(value, argname: str) -> torch.Tensor:
+    """A node or edge table the workers gather rows from: a CPU tensor (contiguous), or a view of a
+    numpy array or np.memmap (never copied whole: contiguous() of a strided view would)."""
+    if isinstance(value, np.ndarray):
+        return _common.numpy_view(value, argname)
+    return _common.host_table(value, argname).contiguous()
 
 
 def _check_attr(argname: str, value, num_nodes: int) -> None:
