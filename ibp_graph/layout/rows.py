@@ -137,7 +137,9 @@ def gather_condensed_rows(payload: np.ndarray, offsets: np.ndarray, idx: np.ndar
     """Compressed rows idx of (payload, offsets) as a new (payload, offsets), without decoding.
 
     Never reads or writes outside its buffers: the selected rows' bounds are checked first
-    (condensed_row_bounds), then one numba kernel copies them.
+    (condensed_row_bounds), then one numba kernel copies them. Each output byte is written
+    once: the rows fill the payload back to back and only the tail padding is zeroed. The
+    table's offsets are read as they are (int32 or int64), never converted.
     """
     if payload.dtype != np.uint8 or payload.ndim != 1:
         raise CorruptPayloadError(f"payload must be a 1-d uint8 array, got dtype={payload.dtype} "
@@ -145,6 +147,7 @@ def gather_condensed_rows(payload: np.ndarray, offsets: np.ndarray, idx: np.ndar
     idx = np.ascontiguousarray(idx, dtype=np.int64)
     starts, lengths = condensed_row_bounds(payload, offsets, idx)
     new_offsets, padded = offsets_from_lengths(lengths)
-    out = np.zeros(padded, dtype=np.uint8)
+    out = np.empty(padded, dtype=np.uint8)
+    out[int(new_offsets[-1]):] = 0  # the rows fill everything before the tail padding
     pick_kernel(_gather, idx.shape[0])(payload, starts, new_offsets, out)
     return out, new_offsets
