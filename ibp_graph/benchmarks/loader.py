@@ -23,6 +23,7 @@ COLUMNS = [
     ("variant", "variant", "s"), ("batches_per_s", "batches/s", ".2f"),
     ("speedup", "vs identity", ".3f"), ("mb_per_batch", "MB sent/batch", ".2f"),
     ("raw_mb_per_batch", "MB raw/batch", ".2f"), ("fraction", "fraction", ".4f"),
+    ("copied_mb_per_batch", "MB copied/batch", ".2f"),
     ("sample_ms", "sample ms", ".1f"), ("gather_ms", "gather ms", ".1f"),
     ("encode_ms", "encode ms", ".1f"), ("copy_ms", "copy ms", ".2f"), ("decode_ms", "decode ms", ".1f"),
 ]
@@ -90,7 +91,7 @@ def run(*, num_nodes: int = 200_000, avg_degree: int = 15, batch_size: int = 512
         rows.append({
             "variant": variant, "batches": n, "seconds": wall, "batches_per_s": n / wall,
             "mb_per_batch": s.total_sent_bytes / per / 1e6, "raw_mb_per_batch": s.total_raw_bytes / per / 1e6,
-            "fraction": s.fraction, **{f"{k}_ms": s.seconds.get(k, 0.0) / per * 1e3
+            "fraction": s.fraction, "copied_mb_per_batch": s.copied_bytes_per_batch / 1e6, **{f"{k}_ms": s.seconds.get(k, 0.0) / per * 1e3
                                        for k in ("sample", "gather", "encode", "copy", "decode")},
         })
         if not quiet:

@@ -20,7 +20,10 @@ def test_loader_benchmark_variants_and_bytes(tmp_path, capsys):
     # the store saves the worker its per-batch feature encode; auto's store is EBP here, smaller
     assert abs(by["ibp-store"]["mb_per_batch"] / by["ibp"]["mb_per_batch"] - 1) < 0.02
     assert by["auto-store"]["mb_per_batch"] < by["ibp-store"]["mb_per_batch"]
+    # host bytes copied in the worker: identity's encode copies nothing, ibp's writes a payload
+    assert 0 < by["identity"]["copied_mb_per_batch"] < by["ibp"]["copied_mb_per_batch"]
     text = capsys.readouterr().out
+    assert "MB copied/batch" in text
     assert "auto ebp" in text and "auto-store" in text
     saved = json.loads(out.read_text())
     assert [r["variant"] for r in saved["results"]] == list(VARIANTS)
