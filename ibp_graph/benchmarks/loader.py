@@ -112,6 +112,60 @@ def run(*, num_nodes: int = 200_000, avg_degree: int = 15, batch_size: int = 512
     return rows
 
 
+#: the loaders `run_dgl` times, in this order: DGL's own DataLoader, then ours with DGL's sampler.
+DGL_VARIANTS = ("dgl-DataLoader", "dgl-identity")
+
+
+def run_dgl(*, num_nodes: int = 200_000, avg_degree: int = 15, batch_size: int = 512,
+            num_neighbors: Sequence[int] = (10, 5), batches: int = 30, num_workers: int = 1,
+            quiet: bool = False) -> list[dict]:
+    """DGL's own DataLoader against CompressedDGLDataLoader (codec identity) on `run`'s graph and
+    features, the same seeds, fan-out and worker count, CPU only; needs dgl (DGLBACKEND=pytorch)."""
+    import dgl
+
+    from ..loaders.dgl import CompressedDGLDataLoader
+
+    x = make_family("embedding_f32", num_nodes)
+    y = torch.randint(0, 172, (num_nodes,), generator=torch.Generator().manual_seed(0))
+    edge_index = power_law_graph(num_nodes, avg_degree)
+    g = dgl.graph((edge_index[0], edge_index[1]), num_nodes=num_nodes)
+    g.ndata["x"], g.ndata["y"] = x, y
+    seeds = torch.arange(num_nodes)
+    rows = []
+    for variant in DGL_VARIANTS:
+        # PyG lists fan-outs from the seeds outwards, DGL from the input layer to the seeds
+        sampler = dgl.dataloading.NeighborSampler(list(reversed(num_neighbors)),
+                                                  prefetch_node_feats=["x"], prefetch_labels=["y"])
+        cls = dgl.dataloading.DataLoader if variant == "dgl-DataLoader" else CompressedDGLDataLoader
+        kw = {} if variant == "dgl-DataLoader" else {"codec": "identity"}
+        torch.manual_seed(0)
+        loader = cls(g, seeds, sampler, batch_size=batch_size, shuffle=True, num_workers=num_workers,
+                     persistent_workers=num_workers > 0, **kw)
+        it = iter(loader)
+        next(it)  # start workers, first batch
+        t = time.perf_counter()
+        n = 0
+        for _ in range(batches):
+            batch = next(it, None)
+            if batch is None:
+                break
+            assert batch[2][0].srcdata["x"].shape[0] == batch[0].shape[0]  # features delivered
+            n += 1
+        wall = time.perf_counter() - t
+        del it
+        rows.append({"variant": variant, "batches": n, "seconds": wall, "batches_per_s": n / wall})
+        if not quiet:
+            print(f"  {variant}: {n / wall:.2f} batches/s", flush=True)
+    for r in rows:
+        r["vs_dgl"] = r["batches_per_s"] / rows[0]["batches_per_s"]
+    if not quiet:
+        print(f"\nDGL DataLoader vs CompressedDGLDataLoader (identity), batch {batch_size}, fan-out "
+              f"{list(num_neighbors)}, {num_workers} worker(s), cpu")
+        print(format_table(rows, [("variant", "variant", "s"), ("batches_per_s", "batches/s", ".2f"),
+                                  ("vs_dgl", "vs DGL DataLoader", ".3f")]))
+    return rows
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Command line of `ibp-graph bench loader` and scripts/bench_loader.py."""
     p = argparse.ArgumentParser(prog="ibp-graph bench loader", description=__doc__)
@@ -123,7 +177,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--num-workers", type=int, default=1)
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--out", default="bench_out/loader.json")
+    p.add_argument("--dgl", action="store_true",
+                   help="instead: DGL's own DataLoader vs CompressedDGLDataLoader identity (needs dgl)")
     a = p.parse_args(argv)
+    if a.dgl:
+        run_dgl(num_nodes=a.num_nodes, avg_degree=a.avg_degree, batch_size=a.batch_size,
+                num_neighbors=a.num_neighbors, batches=a.batches, num_workers=a.num_workers)
+        return 0
     run(num_nodes=a.num_nodes, avg_degree=a.avg_degree, batch_size=a.batch_size,
         num_neighbors=a.num_neighbors, batches=a.batches, num_workers=a.num_workers,
         device=a.device, out=a.out)
