@@ -38,6 +38,26 @@ def power_law_graph(num_nodes: int, avg_degree: int, seed: int = 0) -> torch.Ten
     return torch.from_numpy(np.stack([src, dst]))
 
 
+def time_batches(loader, batches: int, use, device: str = "cpu") -> tuple[int, float]:
+    """(batches taken, seconds) of up to `batches` batches after the first (which starts the
+    workers and is not timed), calling use(batch) on each; the loader's stats count only those."""
+    it = iter(loader)
+    next(it)
+    if hasattr(loader, "stats"):
+        loader.stats.reset()
+    t = time.perf_counter()
+    n = 0
+    for _ in range(batches):
+        batch = next(it, None)
+        if batch is None:
+            break
+        use(batch)
+        n += 1
+    if device != "cpu":
+        torch.cuda.synchronize()
+    return n, time.perf_counter() - t
+
+
 def run(*, num_nodes: int = 200_000, avg_degree: int = 15, batch_size: int = 512,
         num_neighbors: Sequence[int] = (10, 5), batches: int = 30, num_workers: int = 1,
         device: str = "cpu", out: Optional[str] = "bench_out/loader.json", quiet: bool = False) -> list[dict]:
@@ -70,22 +90,11 @@ def run(*, num_nodes: int = 200_000, avg_degree: int = 15, batch_size: int = 512
         loader = CompressedNeighborLoader(data, list(num_neighbors), batch_size=batch_size, shuffle=True,
                                           num_workers=num_workers, codec=codec, device=device,
                                           persistent_workers=num_workers > 0)
-        it = iter(loader)
-        next(it)  # start workers, first batch
-        loader.stats.reset()
-        t = time.perf_counter()
-        n = 0
-        for _ in range(batches):
-            batch = next(it, None)
-            if batch is None:
-                break
+        def use(batch):
             if variant == "resident":
                 batch.x = x_dev.index_select(0, batch.n_id)  # gathered where it already lives
-            n += 1
-        if device != "cpu":
-            torch.cuda.synchronize()
-        wall = time.perf_counter() - t
-        del it
+
+        n, wall = time_batches(loader, batches, use, device)
         s = loader.stats
         per = max(s.batches, 1)
         rows.append({
@@ -141,18 +150,10 @@ def run_dgl(*, num_nodes: int = 200_000, avg_degree: int = 15, batch_size: int =
         torch.manual_seed(0)
         loader = cls(g, seeds, sampler, batch_size=batch_size, shuffle=True, num_workers=num_workers,
                      persistent_workers=num_workers > 0, **kw)
-        it = iter(loader)
-        next(it)  # start workers, first batch
-        t = time.perf_counter()
-        n = 0
-        for _ in range(batches):
-            batch = next(it, None)
-            if batch is None:
-                break
+        def use(batch):
             assert batch[2][0].srcdata["x"].shape[0] == batch[0].shape[0]  # features delivered
-            n += 1
-        wall = time.perf_counter() - t
-        del it
+
+        n, wall = time_batches(loader, batches, use)
         rows.append({"variant": variant, "batches": n, "seconds": wall, "batches_per_s": n / wall})
         if not quiet:
             print(f"  {variant}: {n / wall:.2f} batches/s", flush=True)
