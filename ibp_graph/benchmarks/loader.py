@@ -23,6 +23,7 @@ COLUMNS = [
     ("variant", "variant", "s"), ("batches_per_s", "batches/s", ".2f"),
     ("speedup", "vs identity", ".3f"), ("mb_per_batch", "MB sent/batch", ".2f"),
     ("raw_mb_per_batch", "MB raw/batch", ".2f"), ("fraction", "fraction", ".4f"),
+    ("copied_mb_per_batch", "MB copied/batch", ".2f"),
     ("sample_ms", "sample ms", ".1f"), ("gather_ms", "gather ms", ".1f"),
     ("encode_ms", "encode ms", ".1f"), ("copy_ms", "copy ms", ".2f"), ("decode_ms", "decode ms", ".1f"),
 ]
@@ -35,6 +36,26 @@ def power_law_graph(num_nodes: int, avg_degree: int, seed: int = 0) -> torch.Ten
     src = (rng.pareto(1.2, e) * num_nodes / 50).astype(np.int64) % num_nodes
     dst = rng.integers(0, num_nodes, e)
     return torch.from_numpy(np.stack([src, dst]))
+
+
+def time_batches(loader, batches: int, use, device: str = "cpu") -> tuple[int, float]:
+    """(batches taken, seconds) of up to `batches` batches after the first (which starts the
+    workers and is not timed), calling use(batch) on each; the loader's stats count only those."""
+    it = iter(loader)
+    next(it)
+    if hasattr(loader, "stats"):
+        loader.stats.reset()
+    t = time.perf_counter()
+    n = 0
+    for _ in range(batches):
+        batch = next(it, None)
+        if batch is None:
+            break
+        use(batch)
+        n += 1
+    if device != "cpu":
+        torch.cuda.synchronize()
+    return n, time.perf_counter() - t
 
 
 def run(*, num_nodes: int = 200_000, avg_degree: int = 15, batch_size: int = 512,
@@ -69,28 +90,17 @@ def run(*, num_nodes: int = 200_000, avg_degree: int = 15, batch_size: int = 512
         loader = CompressedNeighborLoader(data, list(num_neighbors), batch_size=batch_size, shuffle=True,
                                           num_workers=num_workers, codec=codec, device=device,
                                           persistent_workers=num_workers > 0)
-        it = iter(loader)
-        next(it)  # start workers, first batch
-        loader.stats.reset()
-        t = time.perf_counter()
-        n = 0
-        for _ in range(batches):
-            batch = next(it, None)
-            if batch is None:
-                break
+        def use(batch):
             if variant == "resident":
                 batch.x = x_dev.index_select(0, batch.n_id)  # gathered where it already lives
-            n += 1
-        if device != "cpu":
-            torch.cuda.synchronize()
-        wall = time.perf_counter() - t
-        del it
+
+        n, wall = time_batches(loader, batches, use, device)
         s = loader.stats
         per = max(s.batches, 1)
         rows.append({
             "variant": variant, "batches": n, "seconds": wall, "batches_per_s": n / wall,
             "mb_per_batch": s.total_sent_bytes / per / 1e6, "raw_mb_per_batch": s.total_raw_bytes / per / 1e6,
-            "fraction": s.fraction, **{f"{k}_ms": s.seconds.get(k, 0.0) / per * 1e3
+            "fraction": s.fraction, "copied_mb_per_batch": s.copied_bytes_per_batch / 1e6, **{f"{k}_ms": s.seconds.get(k, 0.0) / per * 1e3
                                        for k in ("sample", "gather", "encode", "copy", "decode")},
         })
         if not quiet:
@@ -111,6 +121,52 @@ def run(*, num_nodes: int = 200_000, avg_degree: int = 15, batch_size: int = 512
     return rows
 
 
+#: the loaders `run_dgl` times, in this order: DGL's own DataLoader, then ours with DGL's sampler.
+DGL_VARIANTS = ("dgl-DataLoader", "dgl-identity")
+
+
+def run_dgl(*, num_nodes: int = 200_000, avg_degree: int = 15, batch_size: int = 512,
+            num_neighbors: Sequence[int] = (10, 5), batches: int = 30, num_workers: int = 1,
+            quiet: bool = False) -> list[dict]:
+    """DGL's own DataLoader against CompressedDGLDataLoader (codec identity) on `run`'s graph and
+    features, the same seeds, fan-out and worker count, CPU only; needs dgl (DGLBACKEND=pytorch)."""
+    import dgl
+
+    from ..loaders.dgl import CompressedDGLDataLoader
+
+    x = make_family("embedding_f32", num_nodes)
+    y = torch.randint(0, 172, (num_nodes,), generator=torch.Generator().manual_seed(0))
+    edge_index = power_law_graph(num_nodes, avg_degree)
+    g = dgl.graph((edge_index[0], edge_index[1]), num_nodes=num_nodes)
+    g.ndata["x"], g.ndata["y"] = x, y
+    seeds = torch.arange(num_nodes)
+    rows = []
+    for variant in DGL_VARIANTS:
+        # PyG lists fan-outs from the seeds outwards, DGL from the input layer to the seeds
+        sampler = dgl.dataloading.NeighborSampler(list(reversed(num_neighbors)),
+                                                  prefetch_node_feats=["x"], prefetch_labels=["y"])
+        cls = dgl.dataloading.DataLoader if variant == "dgl-DataLoader" else CompressedDGLDataLoader
+        kw = {} if variant == "dgl-DataLoader" else {"codec": "identity"}
+        torch.manual_seed(0)
+        loader = cls(g, seeds, sampler, batch_size=batch_size, shuffle=True, num_workers=num_workers,
+                     persistent_workers=num_workers > 0, **kw)
+        def use(batch):
+            assert batch[2][0].srcdata["x"].shape[0] == batch[0].shape[0]  # features delivered
+
+        n, wall = time_batches(loader, batches, use)
+        rows.append({"variant": variant, "batches": n, "seconds": wall, "batches_per_s": n / wall})
+        if not quiet:
+            print(f"  {variant}: {n / wall:.2f} batches/s", flush=True)
+    for r in rows:
+        r["vs_dgl"] = r["batches_per_s"] / rows[0]["batches_per_s"]
+    if not quiet:
+        print(f"\nDGL DataLoader vs CompressedDGLDataLoader (identity), batch {batch_size}, fan-out "
+              f"{list(num_neighbors)}, {num_workers} worker(s), cpu")
+        print(format_table(rows, [("variant", "variant", "s"), ("batches_per_s", "batches/s", ".2f"),
+                                  ("vs_dgl", "vs DGL DataLoader", ".3f")]))
+    return rows
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Command line of `ibp-graph bench loader` and scripts/bench_loader.py."""
     p = argparse.ArgumentParser(prog="ibp-graph bench loader", description=__doc__)
@@ -122,7 +178,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--num-workers", type=int, default=1)
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--out", default="bench_out/loader.json")
+    p.add_argument("--dgl", action="store_true",
+                   help="instead: DGL's own DataLoader vs CompressedDGLDataLoader identity (needs dgl)")
     a = p.parse_args(argv)
+    if a.dgl:
+        run_dgl(num_nodes=a.num_nodes, avg_degree=a.avg_degree, batch_size=a.batch_size,
+                num_neighbors=a.num_neighbors, batches=a.batches, num_workers=a.num_workers)
+        return 0
     run(num_nodes=a.num_nodes, avg_degree=a.avg_degree, batch_size=a.batch_size,
         num_neighbors=a.num_neighbors, batches=a.batches, num_workers=a.num_workers,
         device=a.device, out=a.out)

@@ -46,7 +46,11 @@ class IdentityCodec:
         return f"IdentityCodec(dtype={self.dtype}, row_shape={self.row_shape})"
 
     def encode(self, tensor: torch.Tensor) -> CompressedTensor:
-        """Wrap the rows' bytes (one copy into a fresh buffer) as a CompressedTensor."""
+        """Wrap the rows' bytes as a CompressedTensor without copying them.
+
+        The payload is a byte view of `tensor` (which must be contiguous): a caller who
+        later writes to `tensor` changes the payload too. Identity rows have a fixed stride and no tail padding (docs/format.md).
+        """
         check_rows_tensor(tensor)
         if tensor.dtype != self.dtype or tuple(tensor.shape[1:]) != self.row_shape:
             raise CodecMismatchError(f"tensor holds rows of {tensor.dtype} {tuple(tensor.shape[1:])}; "
@@ -56,7 +60,7 @@ class IdentityCodec:
         flat = tensor.reshape(-1)
         if flat.dtype == torch.bool:
             flat = flat.view(torch.uint8)
-        payload = flat.view(torch.uint8).clone() if flat.numel() else torch.empty(0, dtype=torch.uint8)
+        payload = flat.view(torch.uint8) if flat.numel() else torch.empty(0, dtype=torch.uint8)
         return CompressedTensor(payload=payload, offsets=None, shape=tuple(tensor.shape),
                                 dtype=self.dtype, codec=self.name, fingerprint=self.fingerprint)
 

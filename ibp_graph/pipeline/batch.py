@@ -23,6 +23,8 @@ class EncodedBatch:
     layouts: dict[GroupKey, GroupLayout]
     meta: Any = None
     seconds: dict[str, float] = field(default_factory=dict)
+    #: host bytes the worker wrote into new buffers for this batch (LoaderStats.copied_bytes).
+    copied_bytes: int = 0
 
     def pin_memory(self) -> "EncodedBatch":
         """Pinned copy of every group (called by the DataLoader's pin-memory thread)."""

@@ -46,6 +46,7 @@ class DecodeStage:
             self.stats.add_group(str(key), ct.raw_nbytes, ct.nbytes)
         for stage, sec in batch.seconds.items():
             self.stats.add_time(stage, sec)
+        self.stats.add_copied(batch.copied_bytes)
 
     @staticmethod
     def _split(batch: EncodedBatch, decoded: Mapping[GroupKey, torch.Tensor]) -> DecodedBatch:

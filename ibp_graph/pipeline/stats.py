@@ -18,6 +18,8 @@ class LoaderStats:
     raw_bytes: dict = field(default_factory=lambda: defaultdict(int))
     sent_bytes: dict = field(default_factory=lambda: defaultdict(int))
     seconds: dict = field(default_factory=lambda: defaultdict(float))
+    #: host bytes the workers wrote into new buffers (gathers, group concatenation, encode output).
+    copied_bytes: int = 0
 
     def add_group(self, key: str, raw: int, sent: int) -> None:
         """Count one group of one batch under its printed name (str of its GroupKey)."""
@@ -30,12 +32,24 @@ class LoaderStats:
             raise ValueError(f"stage={stage!r} is unknown; stages: {STAGES}")
         self.seconds[stage] += seconds
 
+    def add_copied(self, nbytes: int) -> None:
+        """Count host bytes one batch's worker copied (EncodedBatch.copied_bytes)."""
+        if nbytes < 0:
+            raise ValueError(f"nbytes={nbytes} is negative; accepted: a byte count >= 0")
+        self.copied_bytes += int(nbytes)
+
+    @property
+    def copied_bytes_per_batch(self) -> float:
+        """Host bytes copied in the workers per batch (0.0 before the first batch)."""
+        return self.copied_bytes / self.batches if self.batches else 0.0
+
     def reset(self) -> None:
         """Forget everything counted so far."""
         self.batches = 0
         self.raw_bytes.clear()
         self.sent_bytes.clear()
         self.seconds.clear()
+        self.copied_bytes = 0
 
     @property
     def total_raw_bytes(self) -> int:
@@ -57,7 +71,8 @@ class LoaderStats:
         """Plain values for JSON."""
         return {"batches": self.batches, "raw_bytes": dict(self.raw_bytes),
                 "sent_bytes": dict(self.sent_bytes), "seconds": dict(self.seconds),
-                "fraction": self.fraction}
+                "fraction": self.fraction, "copied_bytes": self.copied_bytes,
+                "copied_bytes_per_batch": self.copied_bytes_per_batch}
 
     def table(self) -> str:
         """Two tables: bytes per group, and seconds per stage."""
@@ -73,7 +88,8 @@ class LoaderStats:
                  for s in STAGES]
         time_t = format_table(times, [("stage", "stage", "s"), ("total", "seconds", ".3f"),
                                       ("per_batch", "ms/batch", ".2f")])
-        return f"{self.batches} batches\n{bytes_t}\n\n{time_t}"
+        copied = f"host bytes copied in workers: {self.copied_bytes_per_batch / 1e6:.2f} MB/batch"
+        return f"{self.batches} batches\n{bytes_t}\n{copied}\n\n{time_t}"
 
     def __str__(self) -> str:
         return self.table()

@@ -19,16 +19,37 @@ from .grouping import GroupKey, GroupLayout, group_tensors, store_layout
 from .requests import BatchRequest
 
 
-def encode_groups(tensors: Mapping[str, torch.Tensor], codecs: Mapping[GroupKey, Codec]
-                  ) -> tuple[dict[GroupKey, CompressedTensor], dict[GroupKey, GroupLayout]]:
-    """Group named tensors (grouping.group_tensors) and encode each group with its codec."""
-    groups, layouts = {}, {}
+def _storage(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr()
+
+
+def _new_nbytes(t: torch.Tensor, sources) -> int:
+    """t's bytes when t lives in a buffer other than those of `sources` (a copy), else 0."""
+    return 0 if _storage(t) in {_storage(s) for s in sources} else t.numel() * t.element_size()
+
+
+def encode_groups_counted(tensors: Mapping[str, torch.Tensor], codecs: Mapping[GroupKey, Codec]
+                          ) -> tuple[dict[GroupKey, CompressedTensor], dict[GroupKey, GroupLayout], int]:
+    """encode_groups, plus the host bytes written into new buffers (group concatenation and
+    encode output; an encode that returns a view of its input, like identity's, copies none)."""
+    groups, layouts, copied = {}, {}, 0
     for key, (layout, data) in group_tensors(tensors).items():
         codec = codecs.get(key)
         if codec is None:
             raise KeyError(f"no codec for group {str(key)!r}; codecs exist for {sorted(map(str, codecs))}")
-        groups[key] = codec.encode(data)
+        ct = codec.encode(data)
+        copied += _new_nbytes(data, tensors.values())
+        copied += _new_nbytes(ct.payload, [data])
+        copied += 0 if ct.offsets is None else _new_nbytes(ct.offsets, [data])
+        groups[key] = ct
         layouts[key] = layout
+    return groups, layouts, copied
+
+
+def encode_groups(tensors: Mapping[str, torch.Tensor], codecs: Mapping[GroupKey, Codec]
+                  ) -> tuple[dict[GroupKey, CompressedTensor], dict[GroupKey, GroupLayout]]:
+    """Group named tensors (grouping.group_tensors) and encode each group with its codec."""
+    groups, layouts, _ = encode_groups_counted(tensors, codecs)
     return groups, layouts
 
 
@@ -87,8 +108,13 @@ class BatchProducer(torch.utils.data.Dataset):
             layout = store_layout(name, ct.dtype, tuple(ct.shape))
             groups[layout.key] = ct
             layouts[layout.key] = layout
-        encoded, encoded_layouts = encode_groups(tensors, self.codecs)
+        encoded, encoded_layouts, copied = encode_groups_counted(tensors, self.codecs)
         groups.update(encoded)
         layouts.update(encoded_layouts)
         seconds["encode"] = time.perf_counter() - t
-        return EncodedBatch(groups=groups, layouts=layouts, meta=meta, seconds=seconds)
+        # the gathers (raw rows, stored compressed rows, edge attributes) and edge_index's stack
+        gathered = [n for n in tensors if n in self.node_attrs or n in self.edge_attrs] + ["edge_index"]
+        copied += sum(ct.nbytes for ct in stored.values()) + sum(
+            tensors[n].numel() * tensors[n].element_size() for n in gathered)
+        return EncodedBatch(groups=groups, layouts=layouts, meta=meta, seconds=seconds,
+                            copied_bytes=copied)

@@ -1,6 +1,8 @@
 """The loader benchmark on a tiny graph: every variant runs, and its byte counts add up."""
 import json
 
+import pytest
+
 from ibp_graph.benchmarks.loader import VARIANTS, run
 
 
@@ -20,7 +22,23 @@ def test_loader_benchmark_variants_and_bytes(tmp_path, capsys):
     # the store saves the worker its per-batch feature encode; auto's store is EBP here, smaller
     assert abs(by["ibp-store"]["mb_per_batch"] / by["ibp"]["mb_per_batch"] - 1) < 0.02
     assert by["auto-store"]["mb_per_batch"] < by["ibp-store"]["mb_per_batch"]
+    # host bytes copied in the worker: identity's encode copies nothing, ibp's writes a payload
+    assert 0 < by["identity"]["copied_mb_per_batch"] < by["ibp"]["copied_mb_per_batch"]
     text = capsys.readouterr().out
+    assert "MB copied/batch" in text
     assert "auto ebp" in text and "auto-store" in text
     saved = json.loads(out.read_text())
     assert [r["variant"] for r in saved["results"]] == list(VARIANTS)
+
+
+@pytest.mark.dgl
+@pytest.mark.filterwarnings("ignore:Dataloader CPU affinity")
+def test_dgl_loader_benchmark_times_dgl_and_ours_on_one_graph(capsys):
+    from ibp_graph.benchmarks.loader import DGL_VARIANTS, run_dgl
+
+    rows = run_dgl(num_nodes=3000, avg_degree=6, batch_size=64, num_neighbors=(5, 3), batches=3,
+                   num_workers=0)
+    assert [r["variant"] for r in rows] == list(DGL_VARIANTS)
+    assert all(r["batches"] == 3 and r["batches_per_s"] > 0 for r in rows)
+    assert rows[0]["vs_dgl"] == 1.0
+    assert "vs DGL DataLoader" in capsys.readouterr().out

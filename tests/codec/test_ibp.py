@@ -435,6 +435,18 @@ def test_identity_codec_roundtrip_and_view():
     assert IdentityCodec.from_state_dict(codec.state_dict()).fingerprint == codec.fingerprint
 
 
+def test_identity_encode_returns_a_view_of_contiguous_rows():
+    x = torch.arange(24, dtype=torch.float32).reshape(6, 4)
+    ct = IdentityCodec.fit(x).encode(x)
+    assert ct.payload.data_ptr() == x.data_ptr() and ct.payload.numel() == x.numel() * 4
+    x[2, 1] = -1.0  # documented: the payload is the input's bytes
+    assert IdentityCodec.fit(x).decode(ct)[2, 1].item() == -1.0
+    with pytest.raises(ValueError, match="not contiguous"):  # no hidden copy either
+        IdentityCodec.fit(x).encode(x.t().contiguous().t())
+    b = torch.tensor([[True, False], [False, True]])
+    assert torch.equal(IdentityCodec.fit(b).decode(IdentityCodec.fit(b).encode(b)), b)
+
+
 def test_random_rows_distinct_sorted_deterministic():
     from ibp_graph.codec.base import random_rows
 

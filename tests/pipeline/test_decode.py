@@ -8,7 +8,7 @@ from ibp_graph.pipeline.batch import DecodedBatch, EncodedBatch
 from ibp_graph.pipeline.codec_setup import build_codecs
 from ibp_graph.pipeline.decode import DecodeStage
 from ibp_graph.pipeline.grouping import GroupKey, ROWS
-from ibp_graph.pipeline.worker import encode_groups
+from ibp_graph.pipeline.worker import encode_groups, encode_groups_counted
 
 
 def _tensors(k: int) -> dict:
@@ -72,3 +72,18 @@ def test_unknown_group_and_bad_prefetch_are_refused(codecs):
         list(DecodeStage(only_rows, torch.device("cpu"))(iter([batch])))
     with pytest.raises(ValueError, match="prefetch=-1 is not accepted"):
         DecodeStage(codecs, torch.device("cpu"), prefetch=-1)
+
+
+def test_host_bytes_copied_by_encode_and_counted_by_the_stage(codecs):
+    x = torch.randn(30, 8)
+    ident = build_codecs({"x": x}, {}, num_nodes=100, num_edges=0, codec="identity")
+    _, _, copied = encode_groups_counted({"x": x}, ident)
+    assert copied == 0  # one member, contiguous, identity: the payload is a view of x
+    _, _, copied = encode_groups_counted({"x": x, "x2": x + 1}, ident)
+    assert copied == 2 * x.nbytes  # the group's concatenation, then nothing more
+    groups, _, copied = encode_groups_counted(_tensors(1), codecs)
+    assert copied >= sum(ct.nbytes for ct in groups.values())  # ibp writes a new payload
+    stage = DecodeStage(codecs, torch.device("cpu"))
+    batches = [dataclasses.replace(_batch(k, codecs), copied_bytes=100 + k) for k in range(3)]
+    list(stage(iter(batches)))
+    assert stage.stats.copied_bytes == 303 and stage.stats.as_dict()["copied_bytes_per_batch"] == 101.0
