@@ -31,7 +31,7 @@ from ibp_graph.loaders import _common
 from ibp_graph.pipeline.batch import DecodedBatch, EncodedBatch
 from ibp_graph.pipeline.codec_setup import CodecSpec
 from ibp_graph.pipeline.grouping import GroupKey
-from ibp_graph.pipeline.worker import encode_groups
+from ibp_graph.pipeline.worker import encode_groups_counted
 
 _INSTALL = ("pip install 'dgl==2.1.0' 'torch==2.2.1' 'numpy<2' 'torchdata==0.7.1' pandas pydantic "
             "(or `make venv-dgl`, which builds .venv-dgl)")
@@ -161,8 +161,9 @@ class _CompressingSampler(_DGLSampler):
                     slots.append(_Slot(name, i, view_name, key))
                     del view[key]  # DGL's prefetcher must not fetch it again, uncompressed
         t2 = time.perf_counter()
-        groups, layouts = encode_groups(tensors, self.codecs)
-        batch = EncodedBatch(groups=groups, layouts=layouts, meta=_Meta(tuple(slots)),
+        groups, layouts, copied = encode_groups_counted(tensors, self.codecs)
+        copied += sum(t.numel() * t.element_size() for t in tensors.values())  # the feature gathers
+        batch = EncodedBatch(groups=groups, layouts=layouts, meta=_Meta(tuple(slots)), copied_bytes=copied,
                              seconds={"sample": t1 - t0, "gather": t2 - t1, "encode": time.perf_counter() - t2})
         return input_nodes, output_nodes, blocks, _Encoded(batch)
 

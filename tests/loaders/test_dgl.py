@@ -144,6 +144,8 @@ def test_batches_equal_dgls_own_dataloader_bit_for_bit(graph, num_workers, codec
         assert {k: c.name for k, c in loader.codecs.items()} == {
             "float32[16]": "ebp", "float32[*]": "ebp", "float32[2]": "ebp", "int64[*]": "ibp"}
     assert "sample" in str(loader.stats)
+    # host bytes the workers copied: at least the gathered features (every raw byte sent)
+    assert loader.stats.copied_bytes >= sum(loader.stats.raw_bytes.values()) > 0
     # another seed samples (and shuffles) differently: the equality above is not vacuous
     other = run(CompressedDGLDataLoader, graph, indices, lambda: s, seed=1, codec=codec, **kw)
     assert not torch.equal(other[0][0], ours[0][0])
