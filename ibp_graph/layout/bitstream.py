@@ -203,6 +203,22 @@ def get_bits(row, p, n):
     return w & (((_ONE << np.uint64(n & 63)) - _ONE) | (_ZERO - np.uint64(n >> 6)))
 
 
+@intrinsic
+def prefetch(typingctx, addr):
+    """Intrinsic: a read prefetch of the cache line at an integer address (a hint, never faults)."""
+    def codegen(context, builder, signature, args):
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fn = builder.module.declare_intrinsic(
+            "llvm.prefetch", [i8p], ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]))
+        # read, no temporal locality needed past the copy, data cache
+        builder.call(fn, [builder.inttoptr(args[0], i8p), ir.Constant(i32, 0),
+                          ir.Constant(i32, 0), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return types.void(addr), codegen
+
+
 @njit(inline="always")
 def copy_bytes(dst, src, n):
     """Copy n bytes between integer addresses: whole 8-byte words while at least 8 bytes

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from llvmlite import ir
-from numba import njit, prange, types
-from numba.extending import intrinsic
+from numba import njit, prange
 
-from .bitstream import build_kernels, copy_bytes, pick_kernel
+from .bitstream import build_kernels, copy_bytes, pick_kernel, prefetch
 from .errors import CorruptPayloadError
 
 #: payload bytes past the last row (at least), so decoders may read two whole 64-bit words past any bit.
@@ -87,22 +85,6 @@ def check_row_index(rows, n_rows: int, argname: str = "rows") -> np.ndarray:
 PREFETCH_ROWS = 8
 
 
-@intrinsic
-def _prefetch(typingctx, addr):
-    """Intrinsic: a read prefetch of the cache line at an integer address (a hint, never faults)."""
-    def codegen(context, builder, signature, args):
-        i8p = ir.IntType(8).as_pointer()
-        i32 = ir.IntType(32)
-        fn = builder.module.declare_intrinsic(
-            "llvm.prefetch", [i8p], ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]))
-        # read, no temporal locality needed past the copy, data cache
-        builder.call(fn, [builder.inttoptr(args[0], i8p), ir.Constant(i32, 0),
-                          ir.Constant(i32, 0), ir.Constant(i32, 1)])
-        return context.get_dummy_value()
-
-    return types.void(addr), codegen
-
-
 def _gather_impl(payload, starts, new_offsets, out):
     """Copy the rows starting at starts[k] (new_offsets[k + 1] - new_offsets[k] bytes) to out,
     prefetching row k + PREFETCH_ROWS's cache lines while row k is copied."""
@@ -115,7 +97,7 @@ def _gather_impl(payload, starts, new_offsets, out):
             a = src0 + starts[j]
             end = a + (new_offsets[j + 1] - new_offsets[j])
             while a < end:
-                _prefetch(a)
+                prefetch(a)
                 a += 64
         copy_bytes(dst0 + new_offsets[k], src0 + starts[k], new_offsets[k + 1] - new_offsets[k])
 
