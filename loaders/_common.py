@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from ibp_graph.codec.base import Codec
-from ibp_graph.pipeline.codec_setup import CodecSpec, build_codecs
+from ibp_graph.pipeline.codec_setup import CodecSpec, build_codecs, describe
 from ibp_graph.pipeline.decode import DecodeStage
 from ibp_graph.pipeline.grouping import GroupKey
 from ibp_graph.pipeline.stats import LoaderStats
@@ -52,7 +52,7 @@ def warm_up(codecs: Mapping[GroupKey, Codec], device: torch.device) -> None:
 def decode_stage(codecs: Mapping[GroupKey, Codec], device: torch.device, prefetch: int
                  ) -> tuple[DecodeStage, LoaderStats]:
     """The loader's decode stage and the stats it counts into (the loader's `.stats`)."""
-    stats = LoaderStats()
+    stats = LoaderStats(codecs={str(k): describe(c) for k, c in codecs.items()})
     return DecodeStage(codecs, device, prefetch=prefetch, stats=stats), stats
 
 

@@ -1,6 +1,7 @@
 """CompressedNeighborLoader: PyG's NeighborLoader, with node features compressed on the way to the GPU."""
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable, Iterator, List, Optional, Union
 
 import numpy as np
@@ -11,43 +12,59 @@ from ibp_graph.codec.base import Codec
 from ibp_graph.data.store import EncodedTable
 from ibp_graph.index_checks import check_node_table
 from ibp_graph.loaders import _common
-from ibp_graph.pipeline.batch import DecodedBatch
+from ibp_graph.pipeline.batch import DecodedBatch, EncodedBatch
 from ibp_graph.pipeline.codec_setup import CodecSpec
 from ibp_graph.pipeline.grouping import GroupKey
-from ibp_graph.pipeline.requests import BatchRequests
+from ibp_graph.pipeline.requests import BatchRequest, BatchRequests, DrawnRequests
 from ibp_graph.pipeline.worker import BatchProducer
 from ibp_graph.sampling.graph import CSCGraph
-from ibp_graph.sampling.neighbor import NeighborSampler
+from ibp_graph.sampling.neighbor import SUBGRAPH_TYPES, NeighborSampler
 
 try:
     from torch_geometric.data import Data
-    from torch_geometric.loader.mixin import AffinityMixin, MultithreadingMixin
+    from torch_geometric.loader import NeighborLoader
+    from torch_geometric.loader.base import DataLoaderIterator
+    from torch_geometric.loader.utils import infer_filter_per_worker
+    from torch_geometric.sampler import NodeSamplerInput
 except ImportError as e:  # pragma: no cover - exercised only without torch_geometric
     raise ImportError("ibp_graph.loaders.pyg needs torch_geometric: pip install 'ibp-graph[pyg]'") from e
 
-#: DataLoader arguments the loader sets itself.
-_OWN_KWARGS = ("batch_size", "shuffle", "drop_last", "generator")
-_REFUSED_KWARGS = ("sampler", "batch_sampler", "collate_fn")
+#: PyG options this loader cannot honour: raising NotImplementedError names them.
+_UNSUPPORTED = {"input_time": None, "temporal_strategy": "uniform", "time_attr": None,
+                "transform_sampler_output": None, "neighbor_sampler": None}
 
 
-class CompressedNeighborLoader(DataLoader, AffinityMixin, MultithreadingMixin):
+class CompressedNeighborLoader(NeighborLoader):
     """Drop-in for torch_geometric.loader.NeighborLoader that sends compressed rows to the device.
 
-    `data` is a homogeneous `Data` (node attributes may be tensors, numpy arrays or
-    np.memmaps, read through a view, or pre-encoded `EncodedTable`s; graph-level attributes
-    are in every batch unchanged; a graph without edges gives batches of the seeds), or a
-    tuple `(features, graph)`: a dict of node attributes (tensors or EncodedTables) and a
-    `CSCGraph`, e.g. a prepared data set read from disk. `enable_cpu_affinity` and
-    `enable_multithreading` are PyG's (torch_geometric.loader.mixin).
+    A subclass of PyG's NeighborLoader (its helpers accept it: ``BasicGNN.inference``,
+    ``ZipLoader``, ``CachedLoader``, ``loader(index)``), built without pyg-lib: sampling,
+    gathering and encoding happen in the DataLoader workers, decoding on `device` in this
+    process, `prefetch` batches ahead.
 
-    Arguments up to `directed` are NeighborLoader's, in its order; `codec` (``"auto"``, the
+    `data` is a homogeneous `Data` (node attributes may be tensors of any dtype, numpy
+    arrays or np.memmaps, read through a view, or pre-encoded `EncodedTable`s; graph-level
+    attributes are in every batch unchanged; a graph without edges gives batches of the
+    seeds), or a tuple `(features, graph)`: a dict of node attributes (tensors or
+    EncodedTables) and a `CSCGraph`, e.g. a prepared data set read from disk.
+
+    Arguments up to `directed` are NeighborLoader's, in its order, with PyG's semantics:
+    `weight_attr` (weighted sampling), `subgraph_type` ("directional", "bidirectional",
+    "induced"; `directed=False` means "induced", as PyG), `disjoint` (`batch.batch`), and
+    `filter_per_worker` (either value gives the same batches: workers always gather and
+    encode, the main process decodes; it decides, as in PyG, whether `collate_fn(index)`
+    returns the finished `Data` or the encoded batch that `filter_fn` finishes). Temporal
+    sampling (`time_attr`, `input_time`, `temporal_strategy`), `transform_sampler_output`
+    and `neighbor_sampler` raise NotImplementedError naming them. `codec` (``"auto"``, the
     default: per group the smallest of IBP and EBP, or identity when neither gains;
-    ``"ibp"``, ``"ebp"``, ``"identity"`` or a fitted codec object), `device`, `prefetch`
-    and `rank`/`world_size` (this process's share of every epoch's seeds; default
-    torch.distributed's when initialised) are ours. Options NeighborLoader has but this loader cannot honour raise
-    NotImplementedError naming them. Remaining keyword arguments go to DataLoader
-    (`batch_size`, `shuffle`, `drop_last`, `num_workers`, `persistent_workers`,
-    `pin_memory`, `prefetch_factor`, `timeout`, ...).
+    ``"ibp"``, ``"ebp"``, ``"identity"`` or a fitted codec object; a dtype no codec has
+    travels as identity bytes, named in `codecs`), `device`, `prefetch` and
+    `rank`/`world_size` (this process's share of every epoch's seeds; default
+    torch.distributed's when initialised) are ours. Remaining keyword arguments go to
+    DataLoader (`batch_size`, `shuffle`, `drop_last`, `generator`, `sampler` or
+    `batch_sampler` over input positions, `num_workers`, `persistent_workers`,
+    `pin_memory`, `prefetch_factor`, `timeout`, ...); `dataset` and `collate_fn` are
+    dropped, as PyG's NodeLoader does.
 
     Starting a loader makes numba's threading layer fork-safe unless the user chose one
     (ibp_graph.threads), and compiles the kernels once in this process (a warm-up encode
@@ -81,63 +98,71 @@ class CompressedNeighborLoader(DataLoader, AffinityMixin, MultithreadingMixin):
         **kwargs: Any,
     ):
         _common.start()
-        given = {"input_time": input_time, "subgraph_type": subgraph_type, "disjoint": disjoint,
-                 "temporal_strategy": temporal_strategy, "time_attr": time_attr,
-                 "weight_attr": weight_attr, "transform_sampler_output": transform_sampler_output,
-                 "filter_per_worker": filter_per_worker, "neighbor_sampler": neighbor_sampler,
-                 "directed": directed}
-        honoured = {"input_time": None, "subgraph_type": "directional", "disjoint": False,
-                    "temporal_strategy": "uniform", "time_attr": None, "weight_attr": None,
-                    "transform_sampler_output": None, "neighbor_sampler": None, "directed": True}
-        bad = [k for k, v in honoured.items()
-               if getattr(given[k], "value", given[k]) != v and given[k] is not v]
-        if filter_per_worker is False:
-            bad.append("filter_per_worker")
+        given = {"input_time": input_time, "temporal_strategy": temporal_strategy, "time_attr": time_attr,
+                 "transform_sampler_output": transform_sampler_output, "neighbor_sampler": neighbor_sampler}
+        bad = [k for k, v in _UNSUPPORTED.items() if given[k] is not v and given[k] != v]
         if bad:
             raise NotImplementedError(
                 f"CompressedNeighborLoader does not support "
-                f"{', '.join(f'{k}={given[k]!r}' for k in bad)}; it samples homogeneous graphs "
-                "uniformly with the directional subgraph, filtering in the workers")
-        for k in _REFUSED_KWARGS:
-            if k in kwargs:
-                raise NotImplementedError(f"{k}= is not supported: the loader builds its own batches "
-                                          "(pass batch_size, shuffle, drop_last, generator)")
+                f"{', '.join(f'{k}={given[k]!r}' for k in bad)}: temporal sampling and custom samplers "
+                "are not implemented (accepted: the defaults, "
+                f"{', '.join(f'{k}={_UNSUPPORTED[k]!r}' for k in bad)})")
+        subgraph_type = _subgraph_type(subgraph_type, directed)
+        if filter_per_worker not in (None, True, False):
+            raise ValueError(f"filter_per_worker={filter_per_worker!r} is not accepted; use None, True or False")
+        kwargs.pop("dataset", None)  # as PyG's NodeLoader (PyTorch Lightning passes them)
+        kwargs.pop("collate_fn", None)
         graph, node_attrs, edge_attrs, self._graph_attrs = _graph_and_attrs(data)
         # PyG sets a batch's num_nodes when the graph's was set
         self._set_num_nodes = isinstance(data, Data) and "num_nodes" in data
-        self.data = data
 
         batch_size = kwargs.pop("batch_size", 1)
         shuffle = kwargs.pop("shuffle", False)
         drop_last = kwargs.pop("drop_last", False)
         generator = kwargs.pop("generator", None)
-        if not isinstance(batch_size, int) or batch_size < 1:
+        sampler = kwargs.pop("sampler", None)
+        batch_sampler = kwargs.pop("batch_sampler", None)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size={batch_size!r} is not accepted; use an int >= 1")
 
         num_nodes = graph.num_nodes
         self.graph = graph
-        self.node_sampler = NeighborSampler(self.graph, num_neighbors, replace=replace)
-        self.input_nodes = _input_nodes(input_nodes, num_nodes)
+        weight = _edge_weight(data, weight_attr, graph.num_edges)
+        self.node_sampler = NeighborSampler(self.graph, num_neighbors, replace=replace, weight=weight,
+                                            subgraph_type=subgraph_type, disjoint=disjoint)
+        # NodeLoader's fields, which PyG's helpers read
+        self.data = data
+        self.input_nodes = input_nodes
+        self.input_time = None
+        self.transform = transform
+        self.transform_sampler_output = None
+        self.filter_per_worker = infer_filter_per_worker(data) if filter_per_worker is None \
+            else filter_per_worker
+        self.custom_cls = None
+        self.input_id = None
+        seeds = _input_nodes(input_nodes, num_nodes)
         # PyG reports input_id as node ids for a boolean mask, as positions for ids or None
         mask_given = isinstance(input_nodes, torch.Tensor) and input_nodes.dtype == torch.bool
+        self.input_data = NodeSamplerInput(input_id=seeds if mask_given else None, node=seeds)
         self.device = _device(device)
-        self.transform = transform
-        self.requests = BatchRequests(self.input_nodes.numel(), batch_size, shuffle=shuffle,
-                                      drop_last=drop_last, generator=generator, rank=rank,
-                                      world_size=world_size)
+        self.requests = _requests(seeds.numel(), batch_size, shuffle=shuffle, drop_last=drop_last,
+                                  generator=generator, rank=rank, world_size=world_size,
+                                  sampler=sampler, batch_sampler=batch_sampler)
         self._codecs: dict[GroupKey, Codec] = _common.setup_codecs(
             node_attrs, edge_attrs, num_nodes=num_nodes, num_edges=self.graph.num_edges, codec=codec,
             device=self.device)
+        self._prefetch = prefetch
         self._stage, self.stats = _common.decode_stage(self._codecs, self.device, prefetch)
-        if self.input_nodes.numel():  # compile the sampler here too (a fixed seed: no RNG touched)
-            self.node_sampler.sample(self.input_nodes[:2], seed=0)
-        producer = BatchProducer(self.node_sampler, self.input_nodes, node_attrs, edge_attrs, self._codecs,
-                                 input_ids=self.input_nodes if mask_given else None)
+        if seeds.numel():  # compile the sampler here too (a fixed seed: no RNG touched)
+            self.node_sampler.sample(seeds[:2], seed=0)
+        producer = BatchProducer(self.node_sampler, seeds, node_attrs, edge_attrs, self._codecs,
+                                 input_ids=self.input_data.input_id)
         kwargs.setdefault("pin_memory", self.device.type == "cuda")
         if kwargs.get("num_workers", 0) == 0:
             kwargs.pop("persistent_workers", None) if not kwargs.get("persistent_workers") else None
-        super().__init__(producer, batch_size=None, sampler=self.requests,
-                         collate_fn=_identity, **kwargs)
+        # DataLoader's, not NodeLoader's __init__ (which builds PyG's sampler input and needs pyg-lib)
+        DataLoader.__init__(self, producer, batch_size=None, sampler=self.requests,
+                            collate_fn=self.collate_fn, **kwargs)
 
     def set_epoch(self, epoch: int) -> None:
         """Distributed runs: a new shuffle of the input nodes, the same on every rank."""
@@ -148,10 +173,32 @@ class CompressedNeighborLoader(DataLoader, AffinityMixin, MultithreadingMixin):
         """The codec of each group of a batch, by the group's printed name (as in `stats`)."""
         return _common.by_name(self._codecs)
 
+    def collate_fn(self, index: Union[torch.Tensor, List[int], BatchRequest, EncodedBatch]) -> Any:
+        """PyG's: the batch of these input positions, sampled, gathered and encoded (with the
+        loader's own seed for a BatchRequest, else one drawn from torch's RNG), finished into a
+        Data by filter_fn when filter_per_worker; a batch the loader's workers produced passes."""
+        if isinstance(index, EncodedBatch):
+            return index
+        if not isinstance(index, BatchRequest):
+            index = BatchRequest(index=torch.as_tensor(index, dtype=torch.int64).reshape(-1),
+                                 seed=int(torch.randint(0, 2**62, (1,))))
+        out = self.dataset[index]
+        return self.filter_fn(out) if self.filter_per_worker else out
+
+    def filter_fn(self, out: EncodedBatch) -> Data:
+        """PyG's: an encoded batch decoded on `device` and made NeighborLoader's Data."""
+        if self._stage is None:  # unpickled in a worker process
+            self._stage = _common.decode_stage(self._codecs, self.device, self._prefetch)[0]
+        return self._to_data(next(iter(self._stage(iter([out])))))
+
+    def _get_iterator(self) -> DataLoaderIterator:
+        # torch's iterator of encoded batches (decoding follows in __iter__), in PyG's wrapper
+        return DataLoaderIterator(DataLoader._get_iterator(self), _identity)
+
     def __iter__(self) -> Iterator[Data]:
-        it = super().__iter__()
+        it = DataLoader.__iter__(self)
         batches = _common.name_worker_deaths(it, "CompressedNeighborLoader", "sampling, gathering or encoding",
-                                             lambda: _common.worker_processes(it))
+                                             lambda: _common.worker_processes(it.iterator))
         for batch in self._stage(batches):
             yield self._to_data(batch)
 
@@ -161,18 +208,71 @@ class CompressedNeighborLoader(DataLoader, AffinityMixin, MultithreadingMixin):
         if self._set_num_nodes:
             data.num_nodes = int(batch["n_id"].numel())
         data.batch_size = batch.meta["num_seeds"]
-        data.num_sampled_nodes = batch.meta["nodes_per_hop"]
-        data.num_sampled_edges = batch.meta["edges_per_hop"]
+        if batch.meta["nodes_per_hop"] is not None:  # None for the bidirectional and induced subgraphs
+            data.num_sampled_nodes = batch.meta["nodes_per_hop"]
+            data.num_sampled_edges = batch.meta["edges_per_hop"]
         return self.transform(data) if self.transform is not None else data
 
+    def __getstate__(self) -> dict:
+        # what a spawned worker needs (collate_fn is a method: pickling it pickles the loader);
+        # the decode stage (a CUDA stream) and a live iterator stay here
+        state = dict(self.__dict__)
+        state["_stage"] = None
+        state["_iterator"] = None
+        return state
+
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(num_neighbors={self.node_sampler.num_neighbors}, "
-                f"batches={len(self)}, codecs={ {k: c.name for k, c in self.codecs.items()} }, "
-                f"device={self.device})")
+        return f"{type(self).__name__}()"  # PyG's NodeLoader repr
 
 
 def _identity(batch):
     return batch
+
+
+def _subgraph_type(subgraph_type, directed: bool) -> str:
+    """PyG's SubgraphType (or its value) as a string; directed=False is 'induced', as in PyG."""
+    value = getattr(subgraph_type, "value", subgraph_type)
+    if value not in SUBGRAPH_TYPES:
+        raise ValueError(f"subgraph_type={subgraph_type!r} is not accepted; use one of {SUBGRAPH_TYPES}")
+    if not directed:
+        warnings.warn("directed=False is deprecated in PyG; use subgraph_type='induced' (which it means)",
+                      DeprecationWarning, stacklevel=3)
+        return "induced"
+    return value
+
+
+def _edge_weight(data, weight_attr: Optional[str], num_edges: int) -> Optional[torch.Tensor]:
+    """The edge weights `weight_attr` names (one per edge), or None."""
+    if weight_attr is None:
+        return None
+    if not isinstance(weight_attr, str):
+        raise TypeError(f"weight_attr must be None or the name of an edge attribute, got {weight_attr!r}")
+    value = data[weight_attr] if isinstance(data, Data) and weight_attr in data else None
+    if not isinstance(value, (torch.Tensor, np.ndarray)) or tuple(value.shape) != (num_edges,):
+        raise ValueError(f"weight_attr={weight_attr!r} names no edge attribute of shape ({num_edges},) in data; "
+                         "accepted: the name of a 1-d tensor with one weight per edge")
+    return torch.as_tensor(value)
+
+
+def _requests(num_inputs: int, batch_size: int, *, shuffle, drop_last, generator, rank, world_size,
+              sampler, batch_sampler):
+    """The epoch's BatchRequests: our shuffle/distributed split, or a user's (batch) sampler."""
+    if sampler is None and batch_sampler is None:
+        return BatchRequests(num_inputs, batch_size, shuffle=shuffle, drop_last=drop_last,
+                             generator=generator, rank=rank, world_size=world_size)
+    if sampler is not None and batch_sampler is not None:
+        raise ValueError("sampler= and batch_sampler= are mutually exclusive (as in DataLoader); give one")
+    if shuffle:
+        raise ValueError(f"shuffle={shuffle!r} with a sampler= or batch_sampler= is not accepted (as in "
+                         "DataLoader); the sampler decides the order")
+    if rank is not None or world_size is not None:
+        raise ValueError("rank/world_size with a sampler= or batch_sampler= is not accepted; "
+                         "give the sampler its share (e.g. a DistributedSampler) instead")
+    if batch_sampler is not None and (batch_size != 1 or drop_last):
+        raise ValueError("batch_sampler= with batch_size or drop_last is not accepted (as in DataLoader); "
+                         "the batch sampler makes the batches")
+    return DrawnRequests(num_inputs, sampler=sampler, batch_sampler=batch_sampler, batch_size=batch_size,
+                         drop_last=drop_last, generator=generator)
 
 
 def _device(device) -> torch.device:

@@ -32,6 +32,30 @@ def value_range_codec(dtype: torch.dtype, max_value: int) -> IBPCodec:
                     bitval=np.zeros(n_words, dtype=np.uint64), threshold=None)
 
 
+class BytesIdentityCodec(IdentityCodec):
+    """Identity over the bytes of a group whose dtype no codec has (GroupKey.as_bytes): uint8
+    rows, bit for bit; `str()` says why it is identity (the loader's `codecs` and `stats`)."""
+
+    def __init__(self, *, carried: torch.dtype, row_nbytes: int, requested: str):
+        super().__init__(dtype=torch.uint8, row_shape=(row_nbytes,))
+        self.carried = carried
+        self.requested = requested
+
+    def __str__(self) -> str:
+        what = str(self.carried).removeprefix("torch.")
+        if self.requested == "identity":
+            return f"identity (the bytes of {what})"
+        return f"identity (fallback: {self.requested} has no {what})"
+
+    def __repr__(self) -> str:
+        return f"BytesIdentityCodec({self})"
+
+
+def describe(codec: Codec) -> str:
+    """A codec as `stats` names it: its kind, or why a group is sent as identity bytes."""
+    return str(codec) if isinstance(codec, BytesIdentityCodec) else codec.name
+
+
 def _sample_rows(tables: list[torch.Tensor], limit: int, seed: int = 0) -> torch.Tensor:
     """Random rows from each table (at most `limit` in all), concatenated."""
     per = max(1, limit // len(tables))
@@ -48,6 +72,7 @@ def build_codecs(node_attrs: Mapping[str, torch.Tensor], edge_attrs: Mapping[str
     whose dtype and row shape it matches (other groups then get "auto"). The int64 group
     (node and edge ids) always gets an IBP codec built from the id range, unless `codec`
     is "identity". Attributes given as EncodedTables keep the codec they were encoded with.
+    A group of a dtype no codec has gets a BytesIdentityCodec, whatever `codec` asks for.
     """
     if isinstance(codec, str) and codec not in CODEC_NAMES:
         raise ValueError(f"codec={codec!r} is not accepted; use one of {CODEC_NAMES} or a codec object")
@@ -71,7 +96,10 @@ def build_codecs(node_attrs: Mapping[str, torch.Tensor], edge_attrs: Mapping[str
     used_custom = False
     for key, members in tables.items():
         dtype, row_shape = key.torch_dtype, key.codec_row_shape
-        if codec == "identity":
+        if key.as_bytes:
+            requested = codec if isinstance(codec, str) else type(codec).__name__
+            codecs[key] = BytesIdentityCodec(carried=dtype, row_nbytes=row_shape[0], requested=requested)
+        elif codec == "identity":
             codecs[key] = IdentityCodec(dtype=dtype, row_shape=row_shape)
         elif not isinstance(codec, str) and not key.scalar and codec.dtype == dtype \
                 and tuple(codec.row_shape) == row_shape:
@@ -96,4 +124,4 @@ def build_codecs(node_attrs: Mapping[str, torch.Tensor], edge_attrs: Mapping[str
     return codecs
 
 
-__all__ = ["build_codecs", "value_range_codec", "CODEC_NAMES", "CodecSpec"]
+__all__ = ["build_codecs", "value_range_codec", "describe", "BytesIdentityCodec", "CODEC_NAMES", "CodecSpec"]

@@ -5,17 +5,21 @@ concatenated along rows. One-dimensional tensors (labels, node and edge ids) and
 ``edge_index`` are flattened into one element stream per dtype and cut into rows of
 ``SCALAR_BLOCK`` elements, so a row codec sees rows long enough to pay for its header.
 Rows of a pre-encoded table (an attribute served from a store) form a group of their own.
+A group of a dtype no codec has (complex, uint16/32/64, float8, ...: any dtype outside
+``layout.dtypes.SUPPORTED_DTYPES``) travels as the bytes of its rows (uint8 rows, the
+codec sees those) and is viewed back as its dtype when split: bit for bit.
 A group is named by a :class:`GroupKey`; ``str(key)`` is its readable name.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
 import torch
 
-from ..layout.dtypes import dtype_from_name, dtype_name
+from ..layout.dtypes import SUPPORTED_DTYPES, dtype_from_name, dtype_name, itemsize
 
 #: elements per row of a scalar group (64 x int64 = 512 bytes, like a feature row).
 SCALAR_BLOCK = 64
@@ -49,13 +53,29 @@ class GroupKey:
         return self.kind == SCALARS
 
     @property
+    def as_bytes(self) -> bool:
+        """Whether the group travels as the bytes of its rows (a dtype no codec has)."""
+        return self.dtype not in SUPPORTED_DTYPES
+
+    @property
     def codec_row_shape(self) -> tuple[int, ...]:
         """Trailing shape of the rows the group's codec encodes."""
-        return (SCALAR_BLOCK,) if self.scalar else tuple(self.row_shape)
+        shape = (SCALAR_BLOCK,) if self.scalar else tuple(self.row_shape)
+        return (math.prod(shape) * itemsize(self.torch_dtype),) if self.as_bytes else shape
+
+    @property
+    def codec_dtype(self) -> torch.dtype:
+        """The dtype of the rows the group's codec encodes (uint8 for a group sent as bytes)."""
+        return torch.uint8 if self.as_bytes else self.torch_dtype
 
     @property
     def torch_dtype(self) -> torch.dtype:
         """The group's torch dtype."""
+        if self.as_bytes:
+            dtype = getattr(torch, self.dtype, None)
+            if not isinstance(dtype, torch.dtype):
+                return dtype_from_name(self.dtype)  # raises, naming the accepted names
+            return dtype
         return dtype_from_name(self.dtype)
 
     def __str__(self) -> str:
@@ -86,6 +106,8 @@ class GroupLayout:
     def split(self, decoded: torch.Tensor) -> dict[str, torch.Tensor]:
         """Named views of a decoded group tensor (no copies)."""
         out = {}
+        if self.key.as_bytes:  # uint8 rows: the group's own dtype again
+            decoded = decoded.view(self.key.torch_dtype)
         if self.key.scalar:
             flat = decoded.reshape(-1)
             for m in self.members:
@@ -97,11 +119,46 @@ class GroupLayout:
         return out
 
 
+#: an integer dtype of each element size, to gather rows of dtypes torch has no index_select for.
+_SAME_WIDTH = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+@functools.lru_cache(maxsize=None)
+def _has_index_select(dtype: torch.dtype) -> bool:
+    try:
+        torch.zeros(1, dtype=torch.uint8).view(dtype).index_select(0, torch.zeros(1, dtype=torch.int64))
+    except (NotImplementedError, RuntimeError):
+        return False
+    return True
+
+
+def gather_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``table[index]`` along the rows, for any dtype: index_select, or for a dtype torch has
+    none for (uint16/32/64, bits, sub-byte ints) the same bytes gathered through a same-width
+    integer view (bit for bit)."""
+    if _has_index_select(table.dtype):
+        return table.index_select(0, index)
+    size = table.element_size()
+    if size in _SAME_WIDTH:
+        return table.view(_SAME_WIDTH[size]).index_select(0, index).view(table.dtype)
+    rows = table.reshape(table.shape[0], -1).view(torch.uint8)
+    return rows.index_select(0, index).view(table.dtype).reshape((-1,) + tuple(table.shape[1:]))
+
+
+def group_dtype_name(dtype: torch.dtype) -> str:
+    """A group's dtype name: the codecs' name (layout.dtypes) or, for a dtype they lack, torch's."""
+    if dtype in SUPPORTED_DTYPES.values():
+        return dtype_name(dtype)
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"dtype={dtype!r} is not accepted; use a torch.dtype")
+    return str(dtype).removeprefix("torch.")
+
+
 def group_key(name: str, tensor: torch.Tensor) -> GroupKey:
     """The key of the group a named tensor belongs to (``edge_index`` joins the scalars)."""
     if tensor.dim() <= 1 or name == "edge_index":
-        return GroupKey(dtype_name(tensor.dtype), (), SCALARS)
-    return GroupKey(dtype_name(tensor.dtype), tuple(tensor.shape[1:]), ROWS)
+        return GroupKey(group_dtype_name(tensor.dtype), (), SCALARS)
+    return GroupKey(group_dtype_name(tensor.dtype), tuple(tensor.shape[1:]), ROWS)
 
 
 def store_key(name: str, dtype: torch.dtype, row_shape: tuple[int, ...]) -> GroupKey:
@@ -125,18 +182,18 @@ def group_tensors(tensors: Mapping[str, torch.Tensor]) -> dict[GroupKey, tuple[G
         for name, t in items:
             members.append(Member(name, tuple(t.shape), pos))
             if key.scalar:
-                parts.append(t.reshape(-1))
+                part = t.reshape(-1)
                 pos += t.numel()
-            else:
-                parts.append(t)
+            else:  # a group sent as bytes: rows of bytes, for a codec (identity) without the dtype
+                part = t.reshape(t.shape[0], math.prod(t.shape[1:])) if key.as_bytes else t
                 pos += t.shape[0]
+            parts.append(part.view(torch.uint8) if key.as_bytes else part)
+        data = torch.cat(parts) if len(parts) > 1 else parts[0].contiguous()
         if key.scalar:
-            flat = torch.cat(parts) if len(parts) > 1 else parts[0].contiguous()
-            rows = -(-flat.numel() // SCALAR_BLOCK)
-            data = torch.zeros(rows * SCALAR_BLOCK, dtype=flat.dtype)
-            data[: flat.numel()] = flat
-            data = data.view(rows, SCALAR_BLOCK)
-        else:
-            data = torch.cat(parts) if len(parts) > 1 else parts[0].contiguous()
+            width = key.codec_row_shape[0]
+            rows = -(-data.numel() // width)
+            padded = torch.zeros(rows * width, dtype=data.dtype)
+            padded[: data.numel()] = data
+            data = padded.view(rows, width)
         out[key] = (GroupLayout(key, tuple(members)), data)
     return out

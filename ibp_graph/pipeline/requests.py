@@ -96,3 +96,56 @@ class BatchRequests(torch.utils.data.Sampler):
         seeds = batch_seeds(base, n)
         for k in range(n):
             yield BatchRequest(index=order[k * self.batch_size:(k + 1) * self.batch_size], seed=int(seeds[k]))
+
+
+class DrawnRequests(torch.utils.data.Sampler):
+    """BatchRequests whose input positions come from a user's torch Sampler (batches of
+    `batch_size`, the last one kept unless `drop_last`) or batch sampler (its lists as they
+    are), as PyG's NodeLoader uses `sampler=` / `batch_sampler=`; one sampling seed per batch,
+    from `generator` or torch's global RNG, drawn when iteration starts."""
+
+    def __init__(self, num_inputs: int, *, sampler=None, batch_sampler=None, batch_size: int = 1,
+                 drop_last: bool = False, generator: Optional[torch.Generator] = None):
+        if (sampler is None) == (batch_sampler is None):
+            raise ValueError("give exactly one of sampler= and batch_sampler=")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size={batch_size!r} is not accepted; use an int >= 1")
+        for name, s in (("sampler", sampler), ("batch_sampler", batch_sampler)):
+            if s is not None and not hasattr(s, "__iter__"):
+                raise TypeError(f"{name} must be an iterable torch Sampler, got {type(s).__name__}")
+        self.num_inputs = num_inputs
+        self.sampler = sampler
+        self.batch_sampler = batch_sampler
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+        self.generator = generator
+
+    def __len__(self) -> int:
+        if self.batch_sampler is not None:
+            return len(self.batch_sampler)
+        n = len(self.sampler)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def _batches(self):
+        if self.batch_sampler is not None:
+            yield from self.batch_sampler
+            return
+        batch = []
+        for pos in self.sampler:
+            batch.append(int(pos))
+            if len(batch) == self.batch_size:
+                yield batch
+                batch = []
+        if batch and not self.drop_last:
+            yield batch
+
+    def __iter__(self):
+        base = int(torch.randint(0, 2**62, (1,), generator=self.generator))
+        batches = [torch.as_tensor(b, dtype=torch.int64).reshape(-1) for b in self._batches()]
+        for k, index in enumerate(batches):
+            if index.numel() and (int(index.min()) < 0 or int(index.max()) >= self.num_inputs):
+                bad = int(index.min()) if int(index.min()) < 0 else int(index.max())
+                raise IndexError(f"the sampler drew input position {bad}; accepted: positions in "
+                                 f"[0, {self.num_inputs}) of the loader's input nodes")
+        for index, seed in zip(batches, batch_seeds(base, len(batches))):
+            yield BatchRequest(index=index, seed=int(seed))

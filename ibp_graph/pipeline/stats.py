@@ -20,6 +20,8 @@ class LoaderStats:
     seconds: dict = field(default_factory=lambda: defaultdict(float))
     #: host bytes the workers wrote into new buffers (gathers, group concatenation, encode output).
     copied_bytes: int = 0
+    #: the codec of each group, by the group's printed name ("ibp", "identity (fallback: ...)").
+    codecs: dict = field(default_factory=dict)
 
     def add_group(self, key: str, raw: int, sent: int) -> None:
         """Count one group of one batch under its printed name (str of its GroupKey)."""
@@ -72,17 +74,19 @@ class LoaderStats:
         return {"batches": self.batches, "raw_bytes": dict(self.raw_bytes),
                 "sent_bytes": dict(self.sent_bytes), "seconds": dict(self.seconds),
                 "fraction": self.fraction, "copied_bytes": self.copied_bytes,
-                "copied_bytes_per_batch": self.copied_bytes_per_batch}
+                "copied_bytes_per_batch": self.copied_bytes_per_batch, "codecs": dict(self.codecs)}
 
     def table(self) -> str:
         """Two tables: bytes per group, and seconds per stage."""
         rows = [{"group": k, "raw_mb": self.raw_bytes[k] / 1e6, "sent_mb": self.sent_bytes[k] / 1e6,
-                 "fraction": self.sent_bytes[k] / self.raw_bytes[k] if self.raw_bytes[k] else 1.0}
+                 "fraction": self.sent_bytes[k] / self.raw_bytes[k] if self.raw_bytes[k] else 1.0,
+                 "codec": self.codecs.get(k, "")}
                 for k in sorted(self.raw_bytes)]
         rows.append({"group": "total", "raw_mb": self.total_raw_bytes / 1e6,
-                     "sent_mb": self.total_sent_bytes / 1e6, "fraction": self.fraction})
-        bytes_t = format_table(rows, [("group", "group", "s"), ("raw_mb", "raw MB", ".2f"),
-                                      ("sent_mb", "sent MB", ".2f"), ("fraction", "fraction", ".4f")])
+                     "sent_mb": self.total_sent_bytes / 1e6, "fraction": self.fraction, "codec": ""})
+        columns = [("group", "group", "s"), ("raw_mb", "raw MB", ".2f"),
+                   ("sent_mb", "sent MB", ".2f"), ("fraction", "fraction", ".4f")]
+        bytes_t = format_table(rows, columns + ([("codec", "codec", "s")] if self.codecs else []))
         n = max(self.batches, 1)
         times = [{"stage": s, "total": self.seconds.get(s, 0.0), "per_batch": self.seconds.get(s, 0.0) / n * 1e3}
                  for s in STAGES]

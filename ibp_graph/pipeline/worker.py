@@ -15,7 +15,7 @@ from ..layout import CompressedTensor
 from ..data.store import EncodedTable
 from ..sampling.neighbor import NeighborSampler
 from .batch import EncodedBatch
-from .grouping import GroupKey, GroupLayout, group_tensors, store_layout
+from .grouping import GroupKey, GroupLayout, gather_rows, group_tensors, store_layout
 from .requests import BatchRequest
 
 
@@ -51,6 +51,10 @@ def encode_groups(tensors: Mapping[str, torch.Tensor], codecs: Mapping[GroupKey,
     """Group named tensors (grouping.group_tensors) and encode each group with its codec."""
     groups, layouts, _ = encode_groups_counted(tensors, codecs)
     return groups, layouts
+
+
+def _listed(counts) -> Optional[list]:
+    return None if counts is None else list(counts)
 
 
 class BatchProducer(torch.utils.data.Dataset):
@@ -89,15 +93,17 @@ class BatchProducer(torch.utils.data.Dataset):
             if isinstance(table, EncodedTable):
                 stored[name] = table.index_select(out.node)  # compressed rows, no encode
             else:
-                tensors[name] = table.index_select(0, out.node)
-        tensors.update({name: table.index_select(0, out.edge) for name, table in self.edge_attrs.items()})
+                tensors[name] = gather_rows(table, out.node)
+        tensors.update({name: gather_rows(table, out.edge) for name, table in self.edge_attrs.items()})
         tensors["edge_index"] = torch.stack([out.row, out.col])
         tensors["n_id"] = out.node
         tensors["e_id"] = out.edge
         tensors["input_id"] = req.index if self.input_ids is None else self.input_ids[req.index]
+        if out.batch is not None:  # disjoint sampling: each node's seed position
+            tensors["batch"] = out.batch
         t2 = time.perf_counter()
-        meta = {"num_seeds": int(req.index.numel()), "nodes_per_hop": list(out.num_sampled_nodes),
-                "edges_per_hop": list(out.num_sampled_edges)}
+        meta = {"num_seeds": int(req.index.numel()), "nodes_per_hop": _listed(out.num_sampled_nodes),
+                "edges_per_hop": _listed(out.num_sampled_edges)}
         return tensors, stored, meta, {"sample": t1 - t0, "gather": t2 - t1}
 
     def __getitem__(self, req: BatchRequest) -> EncodedBatch:

@@ -16,6 +16,22 @@ Layout of one :class:`SamplerOutput` (that of pyg-lib's ``neighbor_sample`` with
   edges in draw order. ``row`` is the local source (the sampled in-neighbour), ``col``
   the local destination (the frontier node), ``edge`` the column in ``edge_index``.
 
+Options, as PyG's NeighborSampler (pyg-lib) has them:
+
+* ``weight``: per-edge weights; a neighbour is drawn with probability proportional to
+  its edge's weight (without replacement: Efraimidis-Spirakis keys ``log(u) / w``; with
+  replacement: inverse transform on the cumulative weights). Zero-weight edges are never
+  drawn; a node with fewer positive-weight in-edges than the fan-out keeps those only. A
+  fan-out of ``-1``, or one at least the in-degree without replacement, takes every
+  in-edge whatever its weight, as in the uniform case.
+* ``subgraph_type="bidirectional"``: the sampled edges plus their reversals, duplicates
+  removed, sorted by (destination, source) (PyG's ``SamplerOutput.to_bidirectional``);
+  a reversed edge carries its forward edge's id. ``"induced"``: the same nodes, with every
+  edge of the graph between two of them, destination by destination in CSC order (a
+  repeated seed's later copies get none). Both report no per-hop counts (None), as PyG.
+* ``disjoint=True``: every seed position grows its own tree; a node reached from two
+  seeds appears once per tree, and ``batch`` gives each node's seed position.
+
 Randomness is a counter-based hash of (seed, hop, frontier position), so the output
 depends only on ``seed`` and the inputs, never on the number of numba threads.
 """
@@ -32,7 +48,7 @@ from numba import prange
 from ..threads import use_parallel
 from .graph import CSCGraph
 
-__all__ = ["NeighborSampler", "SamplerOutput"]
+__all__ = ["NeighborSampler", "SamplerOutput", "SUBGRAPH_TYPES"]
 
 _MASK64 = (1 << 64) - 1
 _GOLDEN_INT = 0x9E3779B97F4A7C15
@@ -74,6 +90,13 @@ def _draw(state, bound):
     """Advance a splitmix64 state; return (new state, integer uniform in [0, bound))."""
     state = state + _GOLDEN
     return state, np.int64(_mix64(state) % np.uint64(bound))
+
+
+@numba.njit(cache=True, inline="always")
+def _draw_unit(state):
+    """Advance a splitmix64 state; return (new state, float uniform in (0, 1))."""
+    state = state + _GOLDEN
+    return state, (np.float64(_mix64(state) >> np.uint64(11)) + 0.5) * (1.0 / 9007199254740992.0)
 
 
 # ----------------------------------------------------------------------------------
@@ -188,6 +211,79 @@ def _sample_hop_serial(indptr, indices, e_id, frontier, offsets, k, replace, hop
                   src_out, eid_out, 0, frontier.shape[0])
 
 
+@numba.njit(cache=True, nogil=True)
+def _sample_range_weighted(indptr, indices, e_id, weight, frontier, offsets, k, replace, hop_key,
+                           pos0, src_out, eid_out, lo, hi):
+    """_sample_range with edge weights (``weight`` in CSC order): draws proportional to weight."""
+    for i in range(lo, hi):
+        o = offsets[i]
+        cnt = offsets[i + 1] - o
+        if cnt == 0:
+            continue
+        v = frontier[i]
+        start = indptr[v]
+        deg = indptr[v + 1] - start
+        if k < 0 or ((not replace) and k >= deg):
+            for j in range(deg):                   # whole neighbourhood, CSC order
+                src_out[o + j] = j
+        else:
+            state = _mix64(hop_key + np.uint64(pos0 + i) * _GOLDEN)
+            if replace:                            # inverse transform on cumulative weights
+                cum = np.empty(deg, dtype=np.float64)
+                acc = 0.0
+                for j in range(deg):
+                    acc += weight[start + j]
+                    cum[j] = acc
+                for j in range(cnt):
+                    state, u = _draw_unit(state)
+                    t = u * acc
+                    a, b = 0, deg - 1
+                    while a < b:
+                        mid = (a + b) // 2
+                        if cum[mid] > t:
+                            b = mid
+                        else:
+                            a = mid + 1
+                    while weight[start + a] <= 0.0 and a > 0:  # rounding at the top end
+                        a -= 1
+                    src_out[o + j] = a
+            else:                                  # Efraimidis-Spirakis: the cnt largest log(u) / w
+                keys = np.empty(deg, dtype=np.float64)
+                pos = np.empty(deg, dtype=np.int64)
+                m = 0
+                for j in range(deg):
+                    state, u = _draw_unit(state)
+                    w = weight[start + j]
+                    if w > 0.0:
+                        keys[m] = np.log(u) / w
+                        pos[m] = j
+                        m += 1
+                order = np.argsort(-keys[:m])
+                for j in range(cnt):
+                    src_out[o + j] = pos[order[j]]
+            _sort_range(src_out, o, o + cnt)       # canonical order: CSC order
+        for q in range(cnt):                       # relative position -> ids
+            p = start + src_out[o + q]
+            src_out[o + q] = indices[p]
+            eid_out[o + q] = e_id[p]
+
+
+@numba.njit(cache=True, parallel=True, nogil=True)
+def _sample_hop_weighted_parallel(indptr, indices, e_id, weight, frontier, offsets, k, replace,
+                                  hop_key, pos0, src_out, eid_out):
+    n = frontier.shape[0]
+    for c in prange((n + _CHUNK - 1) // _CHUNK):
+        _sample_range_weighted(indptr, indices, e_id, weight, frontier, offsets, k, replace, hop_key,
+                               pos0, src_out, eid_out, c * _CHUNK, min(n, (c + 1) * _CHUNK))
+
+
+@numba.njit(cache=True, nogil=True)
+def _sample_hop_weighted_serial(indptr, indices, e_id, weight, frontier, offsets, k, replace,
+                                hop_key, pos0, src_out, eid_out):
+    _sample_range_weighted(indptr, indices, e_id, weight, frontier, offsets, k, replace, hop_key,
+                           pos0, src_out, eid_out, 0, frontier.shape[0])
+
+
 # Global id -> local id: open addressing with linear probing in one int64 array of
 # (key, value) pairs, key -1 = empty; kept at most half full by doubling.
 
@@ -265,6 +361,47 @@ def _table_insert(table, shift, count, nodes, first_local, row_out, new_out):
     return table, shift, count, n_new
 
 
+@numba.njit(cache=True, nogil=True)
+def _table_find(table, shift, u):
+    """The local id of global id u, or -1 when u is not in the table."""
+    mask = table.shape[0] // 2 - 1
+    h = _slot(u, shift)
+    while True:
+        key = table[2 * h]
+        if key == u:
+            return table[2 * h + 1]
+        if key == -1:
+            return -1
+        h = (h + 1) & mask
+
+
+@numba.njit(cache=True, nogil=True)
+def _induced_edges(indptr, indices, e_id, nodes, table, shift):
+    """Every edge between two of `nodes` (local ids from `table`): (row, col, edge), destination
+    by destination, each in CSC order; a repeated node's later positions get no edges."""
+    total = 0
+    for j in range(nodes.shape[0]):
+        v = nodes[j]
+        if _table_find(table, shift, v) == j:
+            total += indptr[v + 1] - indptr[v]
+    row = np.empty(total, dtype=np.int64)
+    col = np.empty(total, dtype=np.int64)
+    edge = np.empty(total, dtype=np.int64)
+    m = 0
+    for j in range(nodes.shape[0]):
+        v = nodes[j]
+        if _table_find(table, shift, v) != j:
+            continue
+        for p in range(indptr[v], indptr[v + 1]):
+            r = _table_find(table, shift, indices[p])
+            if r >= 0:
+                row[m] = r
+                col[m] = j
+                edge[m] = e_id[p]
+                m += 1
+    return row[:m], col[:m], edge[:m]
+
+
 # ----------------------------------------------------------------------------------
 # Public API.
 
@@ -275,15 +412,18 @@ class SamplerOutput:
     ``node``: global ids (int64), seeds first. ``row``/``col``: local source/destination
     indices into ``node`` (``edge_index = stack([row, col])``). ``edge``: global edge
     ids. ``num_sampled_nodes``: seeds, then new nodes per hop (``len == hops + 1``).
-    ``num_sampled_edges``: edges per hop (``len == hops``).
+    ``num_sampled_edges``: edges per hop (``len == hops``). Both are None for the
+    bidirectional and induced subgraphs. ``batch``: the seed position of every node
+    (disjoint sampling only, else None).
     """
 
     node: torch.Tensor
     row: torch.Tensor
     col: torch.Tensor
     edge: torch.Tensor
-    num_sampled_nodes: List[int]
-    num_sampled_edges: List[int]
+    num_sampled_nodes: Optional[List[int]]
+    num_sampled_edges: Optional[List[int]]
+    batch: Optional[torch.Tensor] = None
 
 
 def _readonly(arr: np.ndarray) -> np.ndarray:
@@ -307,39 +447,87 @@ def _check_num_neighbors(num_neighbors: Sequence[int]) -> List[int]:
     return out
 
 
+#: subgraph types NeighborSampler accepts (PyG's SubgraphType values).
+SUBGRAPH_TYPES = ("directional", "bidirectional", "induced")
+
+
+def _check_weight(weight, graph: CSCGraph) -> Optional[np.ndarray]:
+    """Edge weights (edge_index order) as float64 in CSC order; non-negative and finite."""
+    if weight is None:
+        return None
+    w = weight.detach().cpu().numpy() if isinstance(weight, torch.Tensor) else np.asarray(weight)
+    if w.dtype == np.bool_ or not (np.issubdtype(w.dtype, np.floating) or np.issubdtype(w.dtype, np.integer)):
+        raise TypeError(f"weight has dtype {w.dtype}; accepted: a real (float or integer) dtype")
+    if w.shape != (graph.num_edges,):
+        raise ValueError(f"weight has shape {tuple(w.shape)}; accepted: one weight per edge, "
+                         f"shape ({graph.num_edges},)")
+    w = w.astype(np.float64)
+    bad = np.flatnonzero(~np.isfinite(w) | (w < 0))
+    if bad.size:
+        raise ValueError(f"weight[{int(bad[0])}]={w[bad[0]]!r}; accepted: finite weights >= 0")
+    return np.ascontiguousarray(w[graph.e_id])
+
+
 class NeighborSampler:
-    """Uniform multi-hop in-neighbour sampler for a :class:`CSCGraph` (PyG semantics).
+    """Multi-hop in-neighbour sampler for a :class:`CSCGraph` (PyG semantics).
 
     ``num_neighbors[h]`` in-neighbours are drawn per frontier node at hop ``h``
     (``-1``: all of them); without replacement a node with fewer in-neighbours keeps
     them all, with ``replace=True`` exactly ``k`` draws are made (none if it has none).
+    Draws are uniform, or proportional to ``weight`` (one per edge, in ``edge_index``
+    order) when given. ``subgraph_type`` ("directional", "bidirectional", "induced") and
+    ``disjoint`` are PyG's (see the module docstring).
     ``parallel=True`` spreads the draws over numba's threads; ``parallel=False`` stays on
     the calling thread and gives the same output; ``None`` (default) decides per call:
     parallel in the main process, serial inside DataLoader workers (ibp_graph.threads).
     """
 
     def __init__(self, graph: CSCGraph, num_neighbors: Sequence[int], *,
-                 replace: bool = False, parallel: Optional[bool] = None) -> None:
+                 replace: bool = False, parallel: Optional[bool] = None,
+                 weight: Union[torch.Tensor, np.ndarray, None] = None,
+                 subgraph_type: str = "directional", disjoint: bool = False) -> None:
         if not isinstance(graph, CSCGraph):
             raise TypeError(f"graph must be a CSCGraph, got {type(graph).__name__}")
         if not isinstance(replace, bool):
             raise TypeError(f"replace must be a bool, got {replace!r}")
         if parallel is not None and not isinstance(parallel, bool):
             raise TypeError(f"parallel must be None or a bool, got {parallel!r}")
+        if subgraph_type not in SUBGRAPH_TYPES:
+            raise ValueError(f"subgraph_type={subgraph_type!r} is not accepted; use one of {SUBGRAPH_TYPES}")
+        if not isinstance(disjoint, bool):
+            raise TypeError(f"disjoint must be a bool, got {disjoint!r}")
+        if disjoint and subgraph_type == "induced":
+            raise ValueError("disjoint=True with subgraph_type='induced' is not accepted (as in PyG); "
+                             "use disjoint with 'directional' or 'bidirectional'")
         self.graph = graph
         # Read-only views: in-memory and memory-mapped graphs share one compiled kernel.
         self._csc = tuple(_readonly(a) for a in (graph.indptr, graph.indices, graph.e_id))
         self.num_neighbors = _check_num_neighbors(num_neighbors)
         self.replace = replace
         self.parallel = parallel
+        self.subgraph_type = subgraph_type
+        self.disjoint = disjoint
+        w = _check_weight(weight, graph)
+        self._weight = None if w is None else _readonly(w)
+        # in-edges of positive weight per node: how many distinct draws a node can give
+        if w is None:
+            self._positive = None
+        else:
+            csum = np.concatenate([[0], np.cumsum(w > 0)])
+            self._positive = csum[graph.indptr[1:]] - csum[graph.indptr[:-1]]
 
     def _sample_hop(self, *args):
         parallel = use_parallel(2, 2) if self.parallel is None else self.parallel
+        if self._weight is not None:
+            indptr, indices, e_id, *rest = args
+            kernel = _sample_hop_weighted_parallel if parallel else _sample_hop_weighted_serial
+            return kernel(indptr, indices, e_id, self._weight, *rest)
         return (_sample_hop_parallel if parallel else _sample_hop_serial)(*args)
 
     def __repr__(self) -> str:
         return (f"NeighborSampler({self.graph!r}, num_neighbors={self.num_neighbors}, "
-                f"replace={self.replace}, parallel={self.parallel})")
+                f"replace={self.replace}, parallel={self.parallel}, weighted={self._weight is not None}, "
+                f"subgraph_type={self.subgraph_type!r}, disjoint={self.disjoint})")
 
     def _check_seeds(self, seeds: Union[torch.Tensor, np.ndarray]) -> np.ndarray:
         if isinstance(seeds, torch.Tensor):
@@ -368,6 +556,17 @@ class NeighborSampler:
                     f"range [0, {n}) of the graph")
         return arr
 
+    def _counts(self, frontier: np.ndarray, k: int) -> np.ndarray:
+        """How many in-edges each frontier node gets at a hop of fan-out k."""
+        indptr = self._csc[0]
+        deg = indptr[frontier + 1] - indptr[frontier]
+        if k < 0:
+            return deg
+        drawable = deg if self._positive is None else self._positive[frontier]
+        if self.replace:
+            return np.where(drawable > 0, k, 0).astype(np.int64)
+        return np.where(deg <= k, deg, np.minimum(drawable, k))
+
     def sample(self, seeds: Union[torch.Tensor, np.ndarray], *, seed: int) -> SamplerOutput:
         """Sample the multi-hop in-neighbourhood of ``seeds``; same ``seed``, same output."""
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
@@ -375,8 +574,15 @@ class NeighborSampler:
         # Kernels only see read-only arrays: one compiled version whatever comes in.
         seeds_np = _readonly(self._check_seeds(seeds))
         indptr, indices, e_id = self._csc
+        n_graph = max(self.graph.num_nodes, 1)
+        # Disjoint trees: the id table is keyed by tree * num_nodes + node.
+        trees = np.arange(seeds_np.shape[0], dtype=np.int64) if self.disjoint else None
+        if self.disjoint and seeds_np.shape[0] * n_graph >= 2**62:
+            raise ValueError(f"disjoint=True with {seeds_np.shape[0]} seeds on {n_graph} nodes: "
+                             "tree * num_nodes must stay below 2**62; use smaller batches")
 
         nodes: List[np.ndarray] = [seeds_np]
+        node_trees: List[np.ndarray] = [trees] if self.disjoint else []
         rows: List[np.ndarray] = []
         cols: List[np.ndarray] = []
         edges: List[np.ndarray] = []
@@ -384,16 +590,10 @@ class NeighborSampler:
         num_sampled_edges: List[int] = []
         n_nodes = int(seeds_np.shape[0])
         # Seeds keep their positions; a repeated seed's id maps to its first position.
-        table, shift, count = _table_put_seeds(seeds_np)
-        frontier, begin = seeds_np, 0
+        table, shift, count = _table_put_seeds(trees * n_graph + seeds_np if self.disjoint else seeds_np)
+        frontier, frontier_trees, begin = seeds_np, trees, 0
         for hop, k in enumerate(self.num_neighbors):
-            deg = indptr[frontier + 1] - indptr[frontier]
-            if k < 0:
-                counts = deg
-            elif self.replace:
-                counts = np.where(deg > 0, k, 0).astype(np.int64)
-            else:
-                counts = np.minimum(deg, k)
+            counts = self._counts(frontier, k)
             offsets = np.zeros(frontier.shape[0] + 1, dtype=np.int64)
             np.cumsum(counts, out=offsets[1:])
             m = int(offsets[-1])
@@ -405,11 +605,16 @@ class NeighborSampler:
                                  src, eid)
             col = np.repeat(np.arange(begin, begin + frontier.shape[0], dtype=np.int64),
                             counts)
+            keys = src + np.repeat(frontier_trees, counts) * n_graph if self.disjoint else src
             row = np.empty(m, dtype=np.int64)
             new = np.empty(m, dtype=np.int64)
-            table, shift, count, n_new = _table_insert(table, shift, count, src,
+            table, shift, count, n_new = _table_insert(table, shift, count, keys,
                                                        np.int64(n_nodes), row, new)
             new = new[:n_new]
+            if self.disjoint:
+                frontier_trees = new // n_graph
+                new = new % n_graph
+                node_trees.append(frontier_trees)
             nodes.append(new)
             rows.append(row)
             cols.append(col)
@@ -419,11 +624,33 @@ class NeighborSampler:
             frontier, begin = _readonly(new), n_nodes
             n_nodes += int(n_new)
 
+        node = np.concatenate(nodes)
+        row, col, edge = np.concatenate(rows), np.concatenate(cols), np.concatenate(edges)
+        counts_out: tuple = (num_sampled_nodes, num_sampled_edges)
+        if self.subgraph_type == "induced":
+            row, col, edge = _induced_edges(indptr, indices, e_id, _readonly(node), table, shift)
+            counts_out = (None, None)
+        elif self.subgraph_type == "bidirectional":
+            row, col, edge = _bidirectional(row, col, edge, max(n_nodes, 1))
+            counts_out = (None, None)
         return SamplerOutput(
-            node=torch.from_numpy(np.concatenate(nodes)),
-            row=torch.from_numpy(np.concatenate(rows)),
-            col=torch.from_numpy(np.concatenate(cols)),
-            edge=torch.from_numpy(np.concatenate(edges)),
-            num_sampled_nodes=num_sampled_nodes,
-            num_sampled_edges=num_sampled_edges,
+            node=torch.from_numpy(node),
+            row=torch.from_numpy(row),
+            col=torch.from_numpy(col),
+            edge=torch.from_numpy(edge),
+            num_sampled_nodes=counts_out[0],
+            num_sampled_edges=counts_out[1],
+            batch=torch.from_numpy(np.concatenate(node_trees)) if self.disjoint else None,
         )
+
+
+def _bidirectional(row: np.ndarray, col: np.ndarray, edge: np.ndarray, n: int):
+    """The edges plus their reversals, each (row, col) pair once (its first occurrence, forward
+    edges first), sorted by (col, row): PyG's to_bidirectional (coalesce, sort_by_row=False)."""
+    r2, c2, e2 = np.concatenate([row, col]), np.concatenate([col, row]), np.concatenate([edge, edge])
+    order = np.argsort(c2 * n + r2, kind="stable")
+    key = (c2 * n + r2)[order]
+    keep = np.ones(key.shape[0], dtype=bool)
+    keep[1:] = key[1:] != key[:-1]
+    sel = order[keep]
+    return r2[sel], c2[sel], e2[sel]

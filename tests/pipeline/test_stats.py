@@ -26,7 +26,7 @@ def test_totals_and_as_dict():
     assert d == {"batches": 4, "raw_bytes": {"float32[128]": 2000, "int64[*]": 400},
                  "sent_bytes": {"float32[128]": 500, "int64[*]": 100},
                  "seconds": {"sample": 0.5, "decode": 0.25}, "fraction": 0.25,
-                 "copied_bytes": 4000, "copied_bytes_per_batch": 1000.0}
+                 "copied_bytes": 4000, "copied_bytes_per_batch": 1000.0, "codecs": {}}
 
 
 def test_table_names_every_group_and_stage():
