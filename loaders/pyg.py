@@ -191,14 +191,16 @@ class CompressedNeighborLoader(NeighborLoader):
             self._stage = _common.decode_stage(self._codecs, self.device, self._prefetch)[0]
         return self._to_data(next(iter(self._stage(iter([out])))))
 
-    def _get_iterator(self) -> DataLoaderIterator:
-        # torch's iterator of encoded batches (decoding follows in __iter__), in PyG's wrapper
-        return DataLoaderIterator(DataLoader._get_iterator(self), _identity)
+    def _get_iterator(self):
+        # torch's iterator of encoded batches (decoding follows in __iter__); PyG's wrapper around
+        # it when filter_per_worker is False, as NodeLoader (the batches are the same either way)
+        it = DataLoader._get_iterator(self)
+        return it if self.filter_per_worker else DataLoaderIterator(it, _identity)
 
     def __iter__(self) -> Iterator[Data]:
         it = DataLoader.__iter__(self)
         batches = _common.name_worker_deaths(it, "CompressedNeighborLoader", "sampling, gathering or encoding",
-                                             lambda: _common.worker_processes(it.iterator))
+                                             lambda: _common.worker_processes(getattr(it, "iterator", it)))
         for batch in self._stage(batches):
             yield self._to_data(batch)
 

@@ -106,8 +106,10 @@ class GroupLayout:
     def split(self, decoded: torch.Tensor) -> dict[str, torch.Tensor]:
         """Named views of a decoded group tensor (no copies)."""
         out = {}
-        if self.key.as_bytes:  # uint8 rows: the group's own dtype again
+        if self.key.as_bytes:  # uint8 rows: the group's own dtype and row shape again
             decoded = decoded.view(self.key.torch_dtype)
+            if not self.key.scalar:
+                decoded = decoded.reshape((decoded.shape[0],) + tuple(self.key.row_shape))
         if self.key.scalar:
             flat = decoded.reshape(-1)
             for m in self.members:

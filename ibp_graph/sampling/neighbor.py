@@ -464,7 +464,7 @@ def _check_weight(weight, graph: CSCGraph) -> Optional[np.ndarray]:
     w = w.astype(np.float64)
     bad = np.flatnonzero(~np.isfinite(w) | (w < 0))
     if bad.size:
-        raise ValueError(f"weight[{int(bad[0])}]={w[bad[0]]!r}; accepted: finite weights >= 0")
+        raise ValueError(f"weight[{int(bad[0])}]={float(w[bad[0]])!r}; accepted: finite weights >= 0")
     return np.ascontiguousarray(w[graph.e_id])
 
 

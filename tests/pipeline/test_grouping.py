@@ -1,13 +1,14 @@
 """grouping: keys are small dataclasses with readable names; a group splits back into its tensors."""
 import dataclasses
+import math
 import pickle
 
 import pytest
 import torch
 
 from ibp_graph.codec import SUPPORTED_DTYPES
-from ibp_graph.pipeline.grouping import (ROWS, SCALAR_BLOCK, SCALARS, STORE, GroupKey, group_key,
-                                         group_tensors, store_key, store_layout)
+from ibp_graph.pipeline.grouping import (ROWS, SCALAR_BLOCK, SCALARS, STORE, GroupKey, gather_rows,
+                                         group_key, group_tensors, store_key, store_layout)
 
 
 def _tensor(dtype: torch.dtype, shape, seed: int) -> torch.Tensor:
@@ -94,3 +95,42 @@ def test_mixed_groups_and_store_layout():
     assert layout.key == store_key("x", torch.float16, (4,)) and str(layout.key) == "x@store"
     decoded = torch.randn(10, 4).half()
     assert layout.split(decoded)["x"] is not None and torch.equal(layout.split(decoded)["x"], decoded)
+
+
+#: dtypes no codec has (layout.dtypes.SUPPORTED_DTYPES lacks them), of element sizes 1, 2, 4, 8, 16.
+BYTE_DTYPES = [torch.float8_e4m3fn, torch.uint16, torch.uint32, torch.complex64, torch.complex128, torch.uint64]
+
+
+@pytest.mark.parametrize("dtype", BYTE_DTYPES, ids=str)
+@pytest.mark.parametrize("row_shape", [(), (7,), (3, 5)], ids=["scalar", "7", "3x5"])
+def test_a_dtype_no_codec_has_travels_as_bytes_and_splits_back_bit_for_bit(dtype, row_shape):
+    size = torch.empty((), dtype=dtype).element_size()
+    tensors = {"a": _tensor(dtype, (13,) + row_shape, 1), "b": _tensor(dtype, (0,) + row_shape, 2),
+               "c": _tensor(dtype, (70,) + row_shape, 3)}
+    (key,) = grouped = group_tensors(tensors)
+    layout, data = grouped[key]
+    name = str(dtype).removeprefix("torch.")
+    assert key.dtype == name and key.as_bytes and key.torch_dtype == dtype and key.codec_dtype == torch.uint8
+    assert str(key) == (f"{name}[*]" if row_shape == () else f"{name}[{','.join(map(str, row_shape))}]")
+    per_row = SCALAR_BLOCK if row_shape == () else math.prod(row_shape)
+    assert key.codec_row_shape == (per_row * size,)
+    assert data.dtype == torch.uint8 and data.is_contiguous() and tuple(data.shape[1:]) == key.codec_row_shape
+    out = layout.split(data.clone())
+    for n, t in tensors.items():
+        assert out[n].dtype == dtype and out[n].shape == t.shape, n
+        assert torch.equal(_bits(out[n]), _bits(t)), n
+
+
+def test_supported_dtypes_are_not_sent_as_bytes():
+    for name, dtype in SUPPORTED_DTYPES.items():
+        key = group_key("x", torch.zeros(2, 3, dtype=dtype))
+        assert not key.as_bytes and key.codec_dtype == dtype and key.codec_row_shape == (3,), name
+
+
+@pytest.mark.parametrize("dtype", BYTE_DTYPES + [torch.int4, torch.bits16, torch.float32], ids=str)
+def test_gather_rows_for_any_dtype(dtype):
+    table = _tensor(dtype, (20, 3), 5)
+    index = torch.tensor([4, 0, 19, 4])
+    rows = gather_rows(table, index)
+    assert rows.dtype == dtype and rows.shape == (4, 3)
+    assert torch.equal(_bits(rows), torch.cat([_bits(table[i:i + 1]) for i in index.tolist()]))

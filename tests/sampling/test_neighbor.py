@@ -403,6 +403,138 @@ def expected_distinct_draws(n: int, k: int, replace: bool, copies: int) -> float
 
 
 # ----------------------------------------------------------------------------------
+# Weighted sampling (PyG's weight_attr), subgraph types, disjoint trees
+
+
+def _weighted_star(weights):
+    """Node 0 has in-edges 0..d-1 from nodes 1..d, with these weights."""
+    d = len(weights)
+    ei = torch.stack([torch.arange(1, d + 1), torch.zeros(d, dtype=torch.int64)])
+    return CSCGraph.from_edge_index(ei, d + 1), torch.tensor(weights, dtype=torch.float64)
+
+
+def test_weighted_with_replacement_draws_proportionally_to_weight():
+    graph, w = _weighted_star([1.0, 2.0, 0.0, 3.0, 4.0, 0.0, 10.0])
+    copies, k = 4000, 3
+    out = NeighborSampler(graph, [k], replace=True, weight=w).sample(torch.zeros(copies, dtype=torch.int64), seed=5)
+    hits = Counter(out.edge.tolist())
+    assert hits[2] == hits[5] == 0  # zero weight: never drawn
+    positive = [e for e in range(7) if w[e] > 0]
+    stat = sum((hits[e] - copies * k * w[e].item() / 20.0) ** 2 / (copies * k * w[e].item() / 20.0)
+               for e in positive)
+    assert stat < 31.0, stat  # chi-square, 4 degrees of freedom, p = 1e-6
+
+
+def test_weighted_without_replacement_favours_heavy_edges_and_skips_zero_weights():
+    graph, w = _weighted_star([1.0, 1.0, 0.0, 1.0, 8.0, 0.0, 8.0, 1.0])
+    copies = 4000
+    out = NeighborSampler(graph, [2], weight=w).sample(torch.zeros(copies, dtype=torch.int64), seed=9)
+    pairs = out.edge.view(copies, 2)
+    assert bool((pairs[:, 0] != pairs[:, 1]).all())  # without replacement
+    hits = Counter(out.edge.tolist())
+    assert hits[2] == hits[5] == 0
+    # Efraimidis-Spirakis: P(both heavy edges) = 8/20 * 8/12 + 8/20 * 8/12 = 0.533...
+    both = int(((pairs == 4).any(1) & (pairs == 6).any(1)).sum())
+    assert abs(both / copies - 16 / 30) < 0.04, both / copies
+    assert hits[0] + hits[1] + hits[3] + hits[7] > 0  # light edges are still drawn sometimes
+
+
+def test_weighted_counts_follow_pyg_s_rules():
+    graph, w = _weighted_star([0.0, 1.0, 0.0, 2.0, 0.0])
+    s = lambda k, **kw: NeighborSampler(graph, [k], weight=w, **kw).sample(torch.tensor([0]), seed=1)
+    assert sorted(s(2).edge.tolist()) == [1, 3]      # fewer positive edges than k: those only
+    assert sorted(s(3).edge.tolist()) == [1, 3]
+    assert sorted(s(5).edge.tolist()) == [0, 1, 2, 3, 4]  # k >= degree: the whole neighbourhood
+    assert sorted(s(-1).edge.tolist()) == [0, 1, 2, 3, 4]
+    assert s(4, replace=True).edge.numel() == 4 and set(s(4, replace=True).edge.tolist()) <= {1, 3}
+    none, _ = _weighted_star([0.0, 0.0])
+    assert NeighborSampler(none, [1], weight=torch.zeros(2)).sample(torch.tensor([0]), seed=1).edge.numel() == 0
+
+
+def test_weighted_sampling_is_deterministic_and_thread_count_free():
+    ei = random_edge_index(np.random.default_rng(4), 300, 5000)
+    graph = CSCGraph.from_edge_index(ei, 300)
+    w = torch.rand(5000, generator=torch.Generator().manual_seed(0))
+    w[::4] = 0
+    seeds = torch.arange(0, 300, 3)
+    runs = [NeighborSampler(graph, [5, 3], weight=w, parallel=p).sample(seeds, seed=77) for p in (True, False, True)]
+    for out in runs[1:]:
+        assert sample_edges_equal(out, runs[0]) and torch.equal(out.node, runs[0].node)
+    other = NeighborSampler(graph, [5, 3], weight=w).sample(seeds, seed=78)
+    assert not torch.equal(other.edge, runs[0].edge)
+
+
+@pytest.mark.parametrize("weight, pattern", [
+    (torch.ones(3), r"weight has shape \(3,\); accepted: one weight per edge, shape \(4,\)"),
+    (torch.tensor([1.0, float("nan"), 1.0, 1.0]), r"weight\[1\]=nan; accepted: finite weights >= 0"),
+    (torch.ones(4, dtype=torch.bool), "weight has dtype bool; accepted: a real"),
+])
+def test_weight_errors(weight, pattern):
+    graph = CSCGraph.from_edge_index(torch.tensor([[1, 2, 3, 0], [0, 0, 1, 2]]), 4)
+    with pytest.raises((ValueError, TypeError), match=pattern):
+        NeighborSampler(graph, [2], weight=weight)
+
+
+def _path_graph():
+    """0 <- 1 <- 2 <- 3, plus 2 -> 0 and 0 -> 2 (a 2-cycle with 0)."""
+    ei = torch.tensor([[1, 2, 3, 2, 0], [0, 1, 2, 0, 2]])
+    return CSCGraph.from_edge_index(ei, 4), ei
+
+
+def test_bidirectional_adds_reverse_edges_sorted_by_destination():
+    graph, ei = _path_graph()
+    out = NeighborSampler(graph, [-1], subgraph_type="bidirectional").sample(torch.tensor([0]), seed=0)
+    # directional: node [0, 1, 2], edges 1->0 (e0), 2->0 (e3); plus reversals 0->1, 0->2
+    assert out.node.tolist() == [0, 1, 2]
+    assert list(zip(out.row.tolist(), out.col.tolist(), out.edge.tolist())) == [
+        (1, 0, 0), (2, 0, 3), (0, 1, 0), (0, 2, 3)]
+    assert out.num_sampled_nodes is None and out.num_sampled_edges is None
+
+
+def test_bidirectional_keeps_one_copy_of_an_edge_sampled_both_ways():
+    graph, ei = _path_graph()
+    out = NeighborSampler(graph, [-1, -1], subgraph_type="bidirectional").sample(torch.tensor([0]), seed=0)
+    pairs = list(zip(out.row.tolist(), out.col.tolist()))
+    assert len(pairs) == len(set(pairs))
+    assert set(pairs) == {(a, b) for a, b in pairs} | {(b, a) for a, b in pairs}  # symmetric
+
+
+def test_induced_takes_every_edge_among_the_sampled_nodes():
+    graph, ei = _path_graph()
+    directional = NeighborSampler(graph, [1], replace=False).sample(torch.tensor([1]), seed=3)
+    out = NeighborSampler(graph, [1], subgraph_type="induced").sample(torch.tensor([1]), seed=3)
+    assert out.node.tolist() == directional.node.tolist() == [1, 2]
+    assert list(zip(out.row.tolist(), out.col.tolist(), out.edge.tolist())) == [(1, 0, 1)]
+    out = NeighborSampler(graph, [-1, -1], subgraph_type="induced").sample(torch.tensor([0, 0]), seed=0)
+    assert out.node.tolist() == [0, 0, 1, 2, 3]
+    # every edge between {0, 1, 2, 3}, destination by destination; the seed's second copy gets none
+    assert list(zip(out.row.tolist(), out.col.tolist(), out.edge.tolist())) == [
+        (2, 0, 0), (3, 0, 3), (3, 2, 1), (4, 3, 2), (0, 3, 4)]
+
+
+def test_disjoint_trees_repeat_shared_nodes():
+    graph, ei = _path_graph()
+    out = NeighborSampler(graph, [-1, -1], disjoint=True).sample(torch.tensor([0, 1]), seed=0)
+    # tree 0 (seed 0): 0 <- 1, 2; 2 <- 3. Tree 1 (seed 1): 1 <- 2; 2 <- 3, 0 (0 again, in tree 1)
+    assert out.node.tolist() == [0, 1, 1, 2, 2, 3, 3, 0]
+    assert out.batch.tolist() == [0, 1, 0, 0, 1, 0, 1, 1]
+    assert out.num_sampled_nodes == [2, 3, 3]
+    assert bool((out.batch[out.row] == out.batch[out.col]).all())
+    plain = NeighborSampler(graph, [-1, -1]).sample(torch.tensor([0, 1]), seed=0)
+    assert plain.batch is None and plain.node.tolist() == [0, 1, 2, 3]
+
+
+def test_subgraph_type_and_disjoint_errors():
+    graph, _ = _path_graph()
+    with pytest.raises(ValueError, match=r"subgraph_type='both' is not accepted; use one of"):
+        NeighborSampler(graph, [1], subgraph_type="both")
+    with pytest.raises(ValueError, match="disjoint=True with subgraph_type='induced' is not accepted"):
+        NeighborSampler(graph, [1], subgraph_type="induced", disjoint=True)
+    with pytest.raises(TypeError, match="disjoint must be a bool, got 1"):
+        NeighborSampler(graph, [1], disjoint=1)
+
+
+# ----------------------------------------------------------------------------------
 # Errors
 
 
