@@ -112,6 +112,11 @@ class CompressedNeighborLoader(NeighborLoader):
             raise ValueError(f"filter_per_worker={filter_per_worker!r} is not accepted; use None, True or False")
         kwargs.pop("dataset", None)  # as PyG's NodeLoader (PyTorch Lightning passes them)
         kwargs.pop("collate_fn", None)
+        if kwargs.get("custom_cls") is not None:
+            raise NotImplementedError(f"custom_cls={kwargs['custom_cls']!r} is not supported: it is for remote "
+                                      "(FeatureStore, GraphStore) backends; accepted: None")
+        kwargs.pop("custom_cls", None)
+        input_id = kwargs.pop("input_id", None)
         graph, node_attrs, edge_attrs, self._graph_attrs = _graph_and_attrs(data)
         # PyG sets a batch's num_nodes when the graph's was set
         self._set_num_nodes = isinstance(data, Data) and "num_nodes" in data
@@ -139,11 +144,19 @@ class CompressedNeighborLoader(NeighborLoader):
         self.filter_per_worker = infer_filter_per_worker(data) if filter_per_worker is None \
             else filter_per_worker
         self.custom_cls = None
-        self.input_id = None
+        self.input_id = input_id
         seeds = _input_nodes(input_nodes, num_nodes)
-        # PyG reports input_id as node ids for a boolean mask, as positions for ids or None
+        # PyG reports input_id as node ids for a boolean mask, as positions for ids or None,
+        # unless NodeLoader's input_id= gives one per seed
         mask_given = isinstance(input_nodes, torch.Tensor) and input_nodes.dtype == torch.bool
-        self.input_data = NodeSamplerInput(input_id=seeds if mask_given else None, node=seeds)
+        if input_id is not None:
+            input_id = torch.as_tensor(input_id)
+            if input_id.shape != seeds.shape:
+                raise ValueError(f"input_id has shape {tuple(input_id.shape)}; accepted: one id per input "
+                                 f"node, shape {tuple(seeds.shape)}")
+        elif mask_given:
+            input_id = seeds
+        self.input_data = NodeSamplerInput(input_id=input_id, node=seeds)
         self.device = _device(device)
         self.requests = _requests(seeds.numel(), batch_size, shuffle=shuffle, drop_last=drop_last,
                                   generator=generator, rank=rank, world_size=world_size,

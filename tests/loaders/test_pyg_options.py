@@ -157,3 +157,22 @@ def test_disjoint_gives_every_seed_its_own_tree():
     assert sum(batch.num_sampled_nodes) == batch.n_id.numel()
     # a node two seeds reach appears in both trees
     assert batch.n_id.numel() > batch.n_id.unique().numel()
+
+
+def test_node_loader_s_input_id_and_custom_cls():
+    data = make_graph(100, 500)
+    ids = torch.tensor([5, 9, 20])
+    loader = CompressedNeighborLoader(data, [2], input_nodes=ids, batch_size=3, input_id=torch.tensor([7, 8, 9]))
+    batch = next(iter(loader))
+    assert batch.input_id.tolist() == [7, 8, 9] and batch.n_id[:3].tolist() == [5, 9, 20]
+    with pytest.raises(ValueError, match=r"input_id has shape \(2,\); accepted: one id per input node, shape \(3,\)"):
+        CompressedNeighborLoader(data, [2], input_nodes=ids, input_id=torch.tensor([1, 2]))
+    with pytest.raises(NotImplementedError, match="custom_cls=.* is not supported"):
+        CompressedNeighborLoader(data, [2], custom_cls=Data)
+
+
+def test_dataset_and_collate_fn_are_dropped_as_pyg_s_node_loader_does():
+    data = make_graph(100, 500)
+    loader = CompressedNeighborLoader(data, [2], batch_size=50, dataset=range(3), collate_fn=lambda b: 1 / 0)
+    batches = list(loader)
+    assert len(batches) == 2 and all(torch.equal(b.x, data.x[b.n_id]) for b in batches)
