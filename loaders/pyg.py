@@ -30,8 +30,7 @@ except ImportError as e:  # pragma: no cover - exercised only without torch_geom
     raise ImportError("ibp_graph.loaders.pyg needs torch_geometric: pip install 'ibp-graph[pyg]'") from e
 
 #: PyG options this loader cannot honour: raising NotImplementedError names them.
-_UNSUPPORTED = {"input_time": None, "temporal_strategy": "uniform", "time_attr": None,
-                "transform_sampler_output": None, "neighbor_sampler": None}
+_UNSUPPORTED = {"transform_sampler_output": None, "neighbor_sampler": None}
 
 
 class CompressedNeighborLoader(NeighborLoader):
@@ -53,9 +52,10 @@ class CompressedNeighborLoader(NeighborLoader):
     "induced"; `directed=False` means "induced", as PyG), `disjoint` (`batch.batch`), and
     `filter_per_worker` (either value gives the same batches: workers always gather and
     encode, the main process decodes; it decides, as in PyG, whether `collate_fn(index)`
-    returns the finished `Data` or the encoded batch that `filter_fn` finishes). Temporal
-    sampling (`time_attr`, `input_time`, `temporal_strategy`), `transform_sampler_output`
-    and `neighbor_sampler` raise NotImplementedError naming them. `codec` (``"auto"``, the
+    returns the finished `Data` or the encoded batch that `filter_fn` finishes), temporal
+    sampling (`time_attr` naming node or edge times, `input_time`, `temporal_strategy`;
+    disjoint, as PyG). `transform_sampler_output` and `neighbor_sampler` raise
+    NotImplementedError naming them. `codec` (``"auto"``, the
     default: per group the smallest of IBP and EBP, or identity when neither gains;
     ``"ibp"``, ``"ebp"``, ``"identity"`` or a fitted codec object; a dtype no codec has
     travels as identity bytes, named in `codecs`), `device`, `prefetch` and
@@ -98,15 +98,17 @@ class CompressedNeighborLoader(NeighborLoader):
         **kwargs: Any,
     ):
         _common.start()
-        given = {"input_time": input_time, "temporal_strategy": temporal_strategy, "time_attr": time_attr,
-                 "transform_sampler_output": transform_sampler_output, "neighbor_sampler": neighbor_sampler}
-        bad = [k for k, v in _UNSUPPORTED.items() if given[k] is not v and given[k] != v]
+        given = {"transform_sampler_output": transform_sampler_output, "neighbor_sampler": neighbor_sampler}
+        bad = [k for k, v in _UNSUPPORTED.items() if given[k] is not v]
         if bad:
             raise NotImplementedError(
                 f"CompressedNeighborLoader does not support "
-                f"{', '.join(f'{k}={given[k]!r}' for k in bad)}: temporal sampling and custom samplers "
-                "are not implemented (accepted: the defaults, "
-                f"{', '.join(f'{k}={_UNSUPPORTED[k]!r}' for k in bad)})")
+                f"{', '.join(f'{k}={given[k]!r}' for k in bad)}: sampling and gathering happen together in "
+                f"the workers, with the loader's own sampler (accepted: "
+                f"{', '.join(f'{k}=None' for k in bad)})")
+        if input_time is not None and time_attr is None:
+            raise ValueError("input_time is given but time_attr is None (as in PyG); accepted: input_time with "
+                             "time_attr naming a node- or edge-level time attribute")
         subgraph_type = _subgraph_type(subgraph_type, directed)
         if filter_per_worker not in (None, True, False):
             raise ValueError(f"filter_per_worker={filter_per_worker!r} is not accepted; use None, True or False")
@@ -133,12 +135,15 @@ class CompressedNeighborLoader(NeighborLoader):
         num_nodes = graph.num_nodes
         self.graph = graph
         weight = _edge_weight(data, weight_attr, graph.num_edges)
+        node_time, edge_time = _times(data, time_attr, num_nodes, graph.num_edges)
         self.node_sampler = NeighborSampler(self.graph, num_neighbors, replace=replace, weight=weight,
-                                            subgraph_type=subgraph_type, disjoint=disjoint)
+                                            subgraph_type=subgraph_type, disjoint=disjoint,
+                                            node_time=node_time, edge_time=edge_time,
+                                            temporal_strategy=temporal_strategy)
         # NodeLoader's fields, which PyG's helpers read
         self.data = data
         self.input_nodes = input_nodes
-        self.input_time = None
+        self.input_time = input_time
         self.transform = transform
         self.transform_sampler_output = None
         self.filter_per_worker = infer_filter_per_worker(data) if filter_per_worker is None \
@@ -156,7 +161,12 @@ class CompressedNeighborLoader(NeighborLoader):
                                  f"node, shape {tuple(seeds.shape)}")
         elif mask_given:
             input_id = seeds
-        self.input_data = NodeSamplerInput(input_id=input_id, node=seeds)
+        if input_time is not None:
+            input_time = torch.as_tensor(input_time)
+            if input_time.shape != seeds.shape:
+                raise ValueError(f"input_time has shape {tuple(input_time.shape)}; accepted: one time per input "
+                                 f"node, shape {tuple(seeds.shape)}")
+        self.input_data = NodeSamplerInput(input_id=input_id, node=seeds, time=input_time)
         self.device = _device(device)
         self.requests = _requests(seeds.numel(), batch_size, shuffle=shuffle, drop_last=drop_last,
                                   generator=generator, rank=rank, world_size=world_size,
@@ -167,9 +177,9 @@ class CompressedNeighborLoader(NeighborLoader):
         self._prefetch = prefetch
         self._stage, self.stats = _common.decode_stage(self._codecs, self.device, prefetch)
         if seeds.numel():  # compile the sampler here too (a fixed seed: no RNG touched)
-            self.node_sampler.sample(seeds[:2], seed=0)
+            self.node_sampler.sample(seeds[:2], seed=0, seed_time=None if input_time is None else input_time[:2])
         producer = BatchProducer(self.node_sampler, seeds, node_attrs, edge_attrs, self._codecs,
-                                 input_ids=self.input_data.input_id)
+                                 input_ids=self.input_data.input_id, input_time=input_time)
         kwargs.setdefault("pin_memory", self.device.type == "cuda")
         if kwargs.get("num_workers", 0) == 0:
             kwargs.pop("persistent_workers", None) if not kwargs.get("persistent_workers") else None
@@ -267,6 +277,22 @@ def _edge_weight(data, weight_attr: Optional[str], num_edges: int) -> Optional[t
         raise ValueError(f"weight_attr={weight_attr!r} names no edge attribute of shape ({num_edges},) in data; "
                          "accepted: the name of a 1-d tensor with one weight per edge")
     return torch.as_tensor(value)
+
+
+def _times(data, time_attr: Optional[str], num_nodes: int, num_edges: int):
+    """(node times, edge times) that `time_attr` names (one of them, as PyG decides), or (None, None)."""
+    if time_attr is None:
+        return None, None
+    if not isinstance(time_attr, str):
+        raise TypeError(f"time_attr must be None or the name of a node or edge attribute, got {time_attr!r}")
+    value = data[time_attr] if isinstance(data, Data) and time_attr in data else None
+    if isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim == 1:
+        if data.is_node_attr(time_attr) and value.shape[0] == num_nodes:
+            return torch.as_tensor(value), None
+        if data.is_edge_attr(time_attr) and value.shape[0] == num_edges:
+            return None, torch.as_tensor(value)
+    raise ValueError(f"time_attr={time_attr!r} names neither a node-level ({num_nodes},) nor an edge-level "
+                     f"({num_edges},) attribute of data; accepted: the name of one-dimensional times")
 
 
 def _requests(num_inputs: int, batch_size: int, *, shuffle, drop_last, generator, rank, world_size,

@@ -68,13 +68,15 @@ class BatchProducer(torch.utils.data.Dataset):
 
     def __init__(self, sampler: NeighborSampler, input_nodes: torch.Tensor,
                  node_attrs: Mapping[str, torch.Tensor], edge_attrs: Mapping[str, torch.Tensor],
-                 codecs: Mapping[GroupKey, Codec], input_ids: Optional[torch.Tensor] = None):
+                 codecs: Mapping[GroupKey, Codec], input_ids: Optional[torch.Tensor] = None,
+                 input_time: Optional[torch.Tensor] = None):
         if input_ids is not None and input_ids.shape != input_nodes.shape:
             raise ValueError(f"input_ids has shape {tuple(input_ids.shape)}; accepted: one id per "
                              f"input node, shape {tuple(input_nodes.shape)}")
         self.sampler = sampler
         self.input_nodes = input_nodes
         self.input_ids = input_ids
+        self.input_time = input_time  # temporal sampling: each input node's time (batch's seed_time)
         self.node_attrs = dict(node_attrs)
         self.edge_attrs = dict(edge_attrs)
         self.codecs = dict(codecs)
@@ -86,7 +88,9 @@ class BatchProducer(torch.utils.data.Dataset):
         """The batch's tensors, rows of pre-encoded tables, meta and stage times."""
         t0 = time.perf_counter()
         seeds = self.input_nodes[req.index]
-        out = self.sampler.sample(seeds, seed=req.seed)
+        seed_time = None if self.input_time is None else self.input_time[req.index]
+        out = self.sampler.sample(seeds, seed=req.seed) if seed_time is None else \
+            self.sampler.sample(seeds, seed=req.seed, seed_time=seed_time)
         t1 = time.perf_counter()
         tensors, stored = {}, {}
         for name, table in self.node_attrs.items():
@@ -101,6 +105,8 @@ class BatchProducer(torch.utils.data.Dataset):
         tensors["input_id"] = req.index if self.input_ids is None else self.input_ids[req.index]
         if out.batch is not None:  # disjoint sampling: each node's seed position
             tensors["batch"] = out.batch
+        if seed_time is not None:
+            tensors["seed_time"] = seed_time
         t2 = time.perf_counter()
         meta = {"num_seeds": int(req.index.numel()), "nodes_per_hop": _listed(out.num_sampled_nodes),
                 "edges_per_hop": _listed(out.num_sampled_edges)}

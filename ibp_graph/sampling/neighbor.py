@@ -31,6 +31,10 @@ Options, as PyG's NeighborSampler (pyg-lib) has them:
   repeated seed's later copies get none). Both report no per-hop counts (None), as PyG.
 * ``disjoint=True``: every seed position grows its own tree; a node reached from two
   seeds appears once per tree, and ``batch`` gives each node's seed position.
+* Temporal sampling (``node_time`` or ``edge_time``; always disjoint, as PyG): a tree
+  whose seed has time ``t`` only takes in-edges whose source node (or edge) has a time
+  ``<= t``; ``temporal_strategy="uniform"`` draws among those, ``"last"`` takes the
+  latest ``k`` of them (each node's in-edges ordered by time, ties in CSC order).
 
 Randomness is a counter-based hash of (seed, hop, frontier position), so the output
 depends only on ``seed`` and the inputs, never on the number of numba threads.
@@ -48,7 +52,7 @@ from numba import prange
 from ..threads import use_parallel
 from .graph import CSCGraph
 
-__all__ = ["NeighborSampler", "SamplerOutput", "SUBGRAPH_TYPES"]
+__all__ = ["NeighborSampler", "SamplerOutput", "SUBGRAPH_TYPES", "TEMPORAL_STRATEGIES"]
 
 _MASK64 = (1 << 64) - 1
 _GOLDEN_INT = 0x9E3779B97F4A7C15
@@ -136,12 +140,15 @@ def _sort_range(a, lo, hi):
 
 
 @numba.njit(cache=True, nogil=True)
-def _sample_range(indptr, indices, e_id, frontier, offsets, k, replace, hop_key, pos0,
-                  src_out, eid_out, lo, hi):
+def _sample_range_within(indptr, indices, e_id, frontier, valid, use_valid, last, offsets, k, replace,
+                         hop_key, pos0, src_out, eid_out, lo, hi):
     """Sample the in-edges of frontier[lo:hi] into their slices of src_out / eid_out.
 
     The node at frontier index i (local id pos0 + i) gets its own random stream, so the
-    result does not depend on how the frontier is split among threads.
+    result does not depend on how the frontier is split among threads. With `use_valid`,
+    frontier index i draws from the first valid[i] in-edges of its node only (temporal
+    sampling: the edges a seed's time allows, in time order), and `last` takes the last
+    of those instead of drawing.
     """
     use_hash = (not replace) and k > _SCAN_MAX_K
     table_bits = 0
@@ -158,10 +165,13 @@ def _sample_range(indptr, indices, e_id, frontier, offsets, k, replace, hop_key,
             continue
         v = frontier[i]
         start = indptr[v]
-        deg = indptr[v + 1] - start
+        deg = valid[i] if use_valid else indptr[v + 1] - start
         if k < 0 or ((not replace) and k >= deg):
             for j in range(deg):                   # whole neighbourhood, CSC order
                 src_out[o + j] = j
+        elif last:                                 # the latest cnt of them
+            for j in range(cnt):
+                src_out[o + j] = deg - cnt + j
         else:
             state = _mix64(hop_key + np.uint64(pos0 + i) * _GOLDEN)
             if replace:
@@ -195,6 +205,15 @@ def _sample_range(indptr, indices, e_id, frontier, offsets, k, replace, hop_key,
             eid_out[o + q] = e_id[p]
 
 
+@numba.njit(cache=True, nogil=True)
+def _sample_range(indptr, indices, e_id, frontier, offsets, k, replace, hop_key, pos0,
+                  src_out, eid_out, lo, hi):
+    """Sample the in-edges of frontier[lo:hi] into their slices of src_out / eid_out
+    (_sample_range_within over every in-edge)."""
+    _sample_range_within(indptr, indices, e_id, frontier, offsets[:0], False, False, offsets, k, replace,
+                         hop_key, pos0, src_out, eid_out, lo, hi)
+
+
 @numba.njit(cache=True, parallel=True, nogil=True)
 def _sample_hop_parallel(indptr, indices, e_id, frontier, offsets, k, replace, hop_key,
                          pos0, src_out, eid_out):
@@ -209,6 +228,41 @@ def _sample_hop_serial(indptr, indices, e_id, frontier, offsets, k, replace, hop
                        pos0, src_out, eid_out):
     _sample_range(indptr, indices, e_id, frontier, offsets, k, replace, hop_key, pos0,
                   src_out, eid_out, 0, frontier.shape[0])
+
+
+@numba.njit(cache=True, parallel=True, nogil=True)
+def _sample_hop_temporal_parallel(indptr, indices, e_id, frontier, valid, last, offsets, k, replace,
+                                  hop_key, pos0, src_out, eid_out):
+    n = frontier.shape[0]
+    for c in prange((n + _CHUNK - 1) // _CHUNK):
+        _sample_range_within(indptr, indices, e_id, frontier, valid, True, last, offsets, k, replace, hop_key,
+                             pos0, src_out, eid_out, c * _CHUNK, min(n, (c + 1) * _CHUNK))
+
+
+@numba.njit(cache=True, nogil=True)
+def _sample_hop_temporal_serial(indptr, indices, e_id, frontier, valid, last, offsets, k, replace,
+                                hop_key, pos0, src_out, eid_out):
+    _sample_range_within(indptr, indices, e_id, frontier, valid, True, last, offsets, k, replace, hop_key,
+                         pos0, src_out, eid_out, 0, frontier.shape[0])
+
+
+@numba.njit(cache=True, nogil=True)
+def _valid_counts(indptr, key, frontier, times):
+    """For each frontier index i: how many in-edges of frontier[i] have key <= times[i]
+    (`key` ascends within each node's range: a binary search)."""
+    out = np.empty(frontier.shape[0], dtype=np.int64)
+    for i in range(frontier.shape[0]):
+        v = frontier[i]
+        a, b = indptr[v], indptr[v + 1]
+        t = times[i]
+        while a < b:
+            mid = (a + b) // 2
+            if key[mid] <= t:
+                a = mid + 1
+            else:
+                b = mid
+        out[i] = a - indptr[v]
+    return out
 
 
 @numba.njit(cache=True, nogil=True)
@@ -449,6 +503,23 @@ def _check_num_neighbors(num_neighbors: Sequence[int]) -> List[int]:
 
 #: subgraph types NeighborSampler accepts (PyG's SubgraphType values).
 SUBGRAPH_TYPES = ("directional", "bidirectional", "induced")
+#: temporal strategies NeighborSampler accepts (PyG's).
+TEMPORAL_STRATEGIES = ("uniform", "last")
+
+
+def _check_time(name: str, value, count: int) -> Optional[np.ndarray]:
+    """Times as a 1-d int64 or float64 array of `count` entries (or None)."""
+    if value is None:
+        return None
+    t = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+    if t.dtype == np.bool_ or not (np.issubdtype(t.dtype, np.floating) or np.issubdtype(t.dtype, np.integer)):
+        raise TypeError(f"{name} has dtype {t.dtype}; accepted: an integer or float dtype")
+    if t.shape != (count,):
+        raise ValueError(f"{name} has shape {tuple(t.shape)}; accepted: shape ({count},)")
+    t = t.astype(np.int64 if np.issubdtype(t.dtype, np.integer) else np.float64)
+    if t.dtype == np.float64 and np.isnan(t).any():
+        raise ValueError(f"{name} holds NaN; accepted: comparable times")
+    return np.ascontiguousarray(t)
 
 
 def _check_weight(weight, graph: CSCGraph) -> Optional[np.ndarray]:
@@ -476,7 +547,9 @@ class NeighborSampler:
     them all, with ``replace=True`` exactly ``k`` draws are made (none if it has none).
     Draws are uniform, or proportional to ``weight`` (one per edge, in ``edge_index``
     order) when given. ``subgraph_type`` ("directional", "bidirectional", "induced") and
-    ``disjoint`` are PyG's (see the module docstring).
+    ``disjoint`` are PyG's, and so is temporal sampling by ``node_time`` (one time per
+    node) or ``edge_time`` (one per edge, ``edge_index`` order) with ``temporal_strategy``
+    (see the module docstring).
     ``parallel=True`` spreads the draws over numba's threads; ``parallel=False`` stays on
     the calling thread and gives the same output; ``None`` (default) decides per call:
     parallel in the main process, serial inside DataLoader workers (ibp_graph.threads).
@@ -485,7 +558,10 @@ class NeighborSampler:
     def __init__(self, graph: CSCGraph, num_neighbors: Sequence[int], *,
                  replace: bool = False, parallel: Optional[bool] = None,
                  weight: Union[torch.Tensor, np.ndarray, None] = None,
-                 subgraph_type: str = "directional", disjoint: bool = False) -> None:
+                 subgraph_type: str = "directional", disjoint: bool = False,
+                 node_time: Union[torch.Tensor, np.ndarray, None] = None,
+                 edge_time: Union[torch.Tensor, np.ndarray, None] = None,
+                 temporal_strategy: str = "uniform") -> None:
         if not isinstance(graph, CSCGraph):
             raise TypeError(f"graph must be a CSCGraph, got {type(graph).__name__}")
         if not isinstance(replace, bool):
@@ -496,6 +572,15 @@ class NeighborSampler:
             raise ValueError(f"subgraph_type={subgraph_type!r} is not accepted; use one of {SUBGRAPH_TYPES}")
         if not isinstance(disjoint, bool):
             raise TypeError(f"disjoint must be a bool, got {disjoint!r}")
+        if temporal_strategy not in TEMPORAL_STRATEGIES:
+            raise ValueError(f"temporal_strategy={temporal_strategy!r} is not accepted; use one of "
+                             f"{TEMPORAL_STRATEGIES}")
+        if node_time is not None and edge_time is not None:
+            raise ValueError("node_time and edge_time are both given; accepted: one of them (or neither)")
+        temporal = node_time is not None or edge_time is not None
+        if temporal and weight is not None:
+            raise ValueError("weight with temporal sampling (node_time/edge_time) is not accepted; give one")
+        disjoint = disjoint or temporal  # as PyG: temporal sampling is disjoint
         if disjoint and subgraph_type == "induced":
             raise ValueError("disjoint=True with subgraph_type='induced' is not accepted (as in PyG); "
                              "use disjoint with 'directional' or 'bidirectional'")
@@ -507,6 +592,17 @@ class NeighborSampler:
         self.parallel = parallel
         self.subgraph_type = subgraph_type
         self.disjoint = disjoint
+        self.temporal_strategy = temporal_strategy
+        self.node_time = _check_time("node_time", node_time, graph.num_nodes)
+        edge_time = _check_time("edge_time", edge_time, graph.num_edges)
+        self._tcsc = self._tkey = None
+        if temporal:  # each node's in-edges in time order (stable: CSC order among ties)
+            key = self.node_time[graph.indices] if edge_time is None else edge_time[graph.e_id]
+            dst = np.repeat(np.arange(graph.num_nodes, dtype=np.int64), np.diff(graph.indptr))
+            order = np.lexsort((key, dst))
+            self._tcsc = (self._csc[0], _readonly(np.ascontiguousarray(graph.indices[order])),
+                          _readonly(np.ascontiguousarray(graph.e_id[order])))
+            self._tkey = _readonly(np.ascontiguousarray(key[order]))
         w = _check_weight(weight, graph)
         self._weight = None if w is None else _readonly(w)
         # in-edges of positive weight per node: how many distinct draws a node can give
@@ -527,7 +623,7 @@ class NeighborSampler:
     def __repr__(self) -> str:
         return (f"NeighborSampler({self.graph!r}, num_neighbors={self.num_neighbors}, "
                 f"replace={self.replace}, parallel={self.parallel}, weighted={self._weight is not None}, "
-                f"subgraph_type={self.subgraph_type!r}, disjoint={self.disjoint})")
+                f"subgraph_type={self.subgraph_type!r}, disjoint={self.disjoint}, temporal={self.temporal})")
 
     def _check_seeds(self, seeds: Union[torch.Tensor, np.ndarray]) -> np.ndarray:
         if isinstance(seeds, torch.Tensor):
@@ -556,24 +652,43 @@ class NeighborSampler:
                     f"range [0, {n}) of the graph")
         return arr
 
-    def _counts(self, frontier: np.ndarray, k: int) -> np.ndarray:
-        """How many in-edges each frontier node gets at a hop of fan-out k."""
+    @property
+    def temporal(self) -> bool:
+        """Whether the sampler respects node or edge times."""
+        return self._tkey is not None
+
+    def _counts(self, frontier: np.ndarray, k: int, valid: Optional[np.ndarray]) -> np.ndarray:
+        """How many in-edges each frontier node gets at a hop of fan-out k (temporal: of the
+        `valid` first ones)."""
         indptr = self._csc[0]
-        deg = indptr[frontier + 1] - indptr[frontier]
+        deg = indptr[frontier + 1] - indptr[frontier] if valid is None else valid
         if k < 0:
             return deg
         drawable = deg if self._positive is None else self._positive[frontier]
-        if self.replace:
+        if self.replace and not (valid is not None and self.temporal_strategy == "last"):
             return np.where(drawable > 0, k, 0).astype(np.int64)
         return np.where(deg <= k, deg, np.minimum(drawable, k))
 
-    def sample(self, seeds: Union[torch.Tensor, np.ndarray], *, seed: int) -> SamplerOutput:
-        """Sample the multi-hop in-neighbourhood of ``seeds``; same ``seed``, same output."""
+    def _seed_times(self, seeds: np.ndarray, seed_time) -> np.ndarray:
+        if seed_time is None:
+            if self.node_time is None:
+                raise ValueError("edge-level temporal sampling needs seed_time (the loader's input_time): "
+                                 "accepted: one time per seed")
+            return self.node_time[seeds]
+        return _check_time("seed_time", seed_time, seeds.shape[0]).astype(self._tkey.dtype)
+
+    def sample(self, seeds: Union[torch.Tensor, np.ndarray], *, seed: int,
+               seed_time: Union[torch.Tensor, np.ndarray, None] = None) -> SamplerOutput:
+        """Sample the multi-hop in-neighbourhood of ``seeds``; same ``seed``, same output.
+        Temporal samplers take each seed's time from `seed_time`, else from ``node_time``."""
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
             raise TypeError(f"seed must be an int, got {seed!r}")
         # Kernels only see read-only arrays: one compiled version whatever comes in.
         seeds_np = _readonly(self._check_seeds(seeds))
         indptr, indices, e_id = self._csc
+        times = self._seed_times(seeds_np, seed_time) if self.temporal else None
+        if seed_time is not None and not self.temporal:
+            raise ValueError("seed_time is given but the sampler has no node_time or edge_time; accepted: None")
         n_graph = max(self.graph.num_nodes, 1)
         # Disjoint trees: the id table is keyed by tree * num_nodes + node.
         trees = np.arange(seeds_np.shape[0], dtype=np.int64) if self.disjoint else None
@@ -593,13 +708,19 @@ class NeighborSampler:
         table, shift, count = _table_put_seeds(trees * n_graph + seeds_np if self.disjoint else seeds_np)
         frontier, frontier_trees, begin = seeds_np, trees, 0
         for hop, k in enumerate(self.num_neighbors):
-            counts = self._counts(frontier, k)
+            valid = _valid_counts(indptr, self._tkey, frontier, times[frontier_trees]) if self.temporal else None
+            counts = self._counts(frontier, k, valid)
             offsets = np.zeros(frontier.shape[0] + 1, dtype=np.int64)
             np.cumsum(counts, out=offsets[1:])
             m = int(offsets[-1])
             src = np.empty(m, dtype=np.int64)
             eid = np.empty(m, dtype=np.int64)
-            if m:
+            if m and self.temporal:
+                parallel = use_parallel(2, 2) if self.parallel is None else self.parallel
+                kernel = _sample_hop_temporal_parallel if parallel else _sample_hop_temporal_serial
+                kernel(*self._tcsc, frontier, valid, self.temporal_strategy == "last", offsets, np.int64(k),
+                       self.replace, _hop_key(int(seed), hop), np.int64(begin), src, eid)
+            elif m:
                 self._sample_hop(indptr, indices, e_id, frontier, offsets, np.int64(k),
                                  self.replace, _hop_key(int(seed), hop), np.int64(begin),
                                  src, eid)

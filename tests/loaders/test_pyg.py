@@ -171,12 +171,12 @@ def test_persistent_workers_and_breaking_out_of_an_epoch():
 
 def test_unsupported_options_raise_naming_them():
     data = make_graph(num_nodes=100, num_edges=500)
-    with pytest.raises(NotImplementedError, match="time_attr='t'"):
+    with pytest.raises(ValueError, match="time_attr='t' names neither a node-level"):
         CompressedNeighborLoader(data, [2], time_attr="t")
-    with pytest.raises(NotImplementedError, match="input_time=tensor"):
+    with pytest.raises(ValueError, match="input_time is given but time_attr is None"):
         CompressedNeighborLoader(data, [2], input_time=torch.zeros(100))
-    with pytest.raises(NotImplementedError, match="temporal_strategy='last'"):
-        CompressedNeighborLoader(data, [2], temporal_strategy="last")
+    with pytest.raises(ValueError, match=r"temporal_strategy='latest' is not accepted; use one of \('uniform', 'last'\)"):
+        CompressedNeighborLoader(data, [2], temporal_strategy="latest")
     with pytest.raises(NotImplementedError, match="transform_sampler_output"):
         CompressedNeighborLoader(data, [2], transform_sampler_output=lambda out: out)
     with pytest.raises(NotImplementedError, match="neighbor_sampler"):

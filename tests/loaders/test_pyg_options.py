@@ -176,3 +176,57 @@ def test_dataset_and_collate_fn_are_dropped_as_pyg_s_node_loader_does():
     loader = CompressedNeighborLoader(data, [2], batch_size=50, dataset=range(3), collate_fn=lambda b: 1 / 0)
     batches = list(loader)
     assert len(batches) == 2 and all(torch.equal(b.x, data.x[b.n_id]) for b in batches)
+
+
+def _timed_graph(num_nodes=300, num_edges=3000):
+    g = torch.Generator().manual_seed(4)
+    return Data(x=torch.randn(num_nodes, 4, generator=g),
+                edge_index=torch.randint(0, num_nodes, (2, num_edges), generator=g),
+                time=torch.randint(0, 100, (num_nodes,), generator=g),
+                etime=torch.randint(0, 100, (num_edges,), generator=g))
+
+
+@pytest.mark.parametrize("strategy", ["uniform", "last"])
+def test_temporal_sampling_by_node_time_keeps_neighbours_no_later_than_their_seed(strategy):
+    data = _timed_graph()
+    torch.manual_seed(3)
+    loader = CompressedNeighborLoader(data, [4, 3], batch_size=25, time_attr="time", temporal_strategy=strategy)
+    for batch in loader:
+        seed_time = batch.time[:batch.batch_size]
+        assert torch.equal(batch.batch[:batch.batch_size], torch.arange(batch.batch_size))  # disjoint, as PyG
+        assert bool((batch.time <= seed_time[batch.batch]).all())
+        assert "seed_time" not in batch  # PyG reports seed_time for an input_time only
+        assert torch.equal(batch.x, data.x[batch.n_id])
+        assert torch.equal(data.edge_index[:, batch.e_id], batch.n_id[batch.edge_index])
+    if strategy == "last":  # the latest allowed in-neighbours: deterministic
+        seeds = torch.arange(25)
+        again = next(iter(CompressedNeighborLoader(data, [4, 3], batch_size=25, time_attr="time",
+                                                   temporal_strategy="last")))
+        assert torch.equal(again.n_id, next(iter(loader)).n_id)
+        col = again.edge_index[1] < 25
+        for s in seeds.tolist()[:5]:
+            got = sorted(data.time[again.n_id[again.edge_index[0][col & (again.edge_index[1] == s)]]].tolist())
+            src = data.edge_index[0][data.edge_index[1] == s]
+            allowed = sorted(t for t in data.time[src].tolist() if t <= data.time[s].item())
+            assert got == allowed[-4:]
+
+
+def test_temporal_sampling_by_edge_time_with_input_time():
+    data = _timed_graph()
+    ids = torch.arange(0, 300, 3)
+    input_time = torch.randint(20, 80, (100,), generator=torch.Generator().manual_seed(1))
+    loader = CompressedNeighborLoader(data, [-1, 2], input_nodes=ids, input_time=input_time, batch_size=30,
+                                      time_attr="etime")
+    assert torch.equal(loader.input_data.time, input_time)
+    for batch in loader:
+        assert torch.equal(batch.seed_time, input_time[batch.input_id])
+        edge_seed = batch.batch[batch.edge_index[1]]
+        assert bool((batch.etime <= batch.seed_time[edge_seed]).all())
+        assert torch.equal(batch.etime, data.etime[batch.e_id])
+    with pytest.raises(ValueError, match=r"input_time has shape \(3,\); accepted: one time per input node"):
+        CompressedNeighborLoader(data, [2], input_nodes=ids, input_time=torch.zeros(3), time_attr="time")
+
+
+def test_edge_time_without_input_time_is_refused_naming_it():
+    with pytest.raises(ValueError, match="edge-level temporal sampling needs seed_time .the loader's input_time."):
+        CompressedNeighborLoader(_timed_graph(), [2], time_attr="etime")

@@ -524,6 +524,48 @@ def test_disjoint_trees_repeat_shared_nodes():
     assert plain.batch is None and plain.node.tolist() == [0, 1, 2, 3]
 
 
+def _timed_star():
+    """Node 0 has in-edges 0..5 from nodes 1..6; node times below, node 0 at time 4."""
+    ei = torch.tensor([[1, 2, 3, 4, 5, 6], [0, 0, 0, 0, 0, 0]])
+    return CSCGraph.from_edge_index(ei, 7), torch.tensor([4, 6, 1, 5, 2, 3, 9])
+
+
+def test_temporal_uniform_draws_only_neighbours_no_later_than_the_seed():
+    graph, t = _timed_star()
+    s = NeighborSampler(graph, [2], node_time=t)
+    assert s.disjoint and s.temporal
+    drawn = Counter()
+    for seed in range(300):
+        out = s.sample(torch.tensor([0]), seed=seed)
+        assert out.node.numel() == 3 and bool((t[out.node] <= 4).all())
+        drawn.update(out.node[1:].tolist())
+    assert set(drawn) == {2, 4, 5}  # times 1, 2, 3; nodes 1, 3, 6 are later than 4
+    assert min(drawn.values()) > 150  # uniform among the three: each in 2/3 of the draws
+
+
+def test_temporal_last_takes_the_latest_allowed_and_seed_time_overrides():
+    graph, t = _timed_star()
+    s = NeighborSampler(graph, [2], node_time=t, temporal_strategy="last")
+    assert s.sample(torch.tensor([0]), seed=1).node.tolist() == [0, 4, 5]  # times 2 and 3
+    assert s.sample(torch.tensor([0]), seed=1, seed_time=torch.tensor([5])).node.tolist() == [0, 5, 3]
+    assert s.sample(torch.tensor([0]), seed=1, seed_time=torch.tensor([0])).node.tolist() == [0]
+
+
+def test_temporal_by_edge_time_needs_seed_times():
+    graph, _ = _timed_star()
+    s = NeighborSampler(graph, [-1], edge_time=torch.tensor([5, 1, 2, 3, 9, 0]))
+    out = s.sample(torch.tensor([0]), seed=0, seed_time=torch.tensor([2]))
+    assert out.edge.tolist() == [5, 1, 2]  # edge times 0, 1, 2, in time order
+    with pytest.raises(ValueError, match="edge-level temporal sampling needs seed_time"):
+        s.sample(torch.tensor([0]), seed=0)
+    with pytest.raises(ValueError, match="seed_time is given but the sampler has no node_time or edge_time"):
+        NeighborSampler(graph, [1]).sample(torch.tensor([0]), seed=0, seed_time=torch.tensor([1]))
+    with pytest.raises(ValueError, match=r"node_time has shape \(3,\); accepted: shape \(7,\)"):
+        NeighborSampler(graph, [1], node_time=torch.zeros(3))
+    with pytest.raises(ValueError, match="temporal_strategy='recent' is not accepted"):
+        NeighborSampler(graph, [1], node_time=torch.zeros(7), temporal_strategy="recent")
+
+
 def test_subgraph_type_and_disjoint_errors():
     graph, _ = _path_graph()
     with pytest.raises(ValueError, match=r"subgraph_type='both' is not accepted; use one of"):
