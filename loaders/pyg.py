@@ -210,6 +210,11 @@ class CompressedNeighborLoader(NeighborLoader):
 
     def filter_fn(self, out: EncodedBatch) -> Data:
         """PyG's: an encoded batch decoded on `device` and made NeighborLoader's Data."""
+        if self.device.type == "cuda" and torch.utils.data.get_worker_info() is not None:
+            raise RuntimeError(
+                "CompressedNeighborLoader.filter_fn runs in a DataLoader worker (e.g. ZipLoader with "
+                f"filter_per_worker=True and num_workers > 0) but device={str(self.device)!r} cannot decode in a "
+                "forked worker; accepted: filter_per_worker=False (decode in the main process) or device='cpu'")
         if self._stage is None:  # unpickled in a worker process
             self._stage = _common.decode_stage(self._codecs, self.device, self._prefetch)[0]
         return self._to_data(next(iter(self._stage(iter([out])))))
