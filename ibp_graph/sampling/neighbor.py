@@ -63,6 +63,8 @@ _S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
 
 # Frontier nodes handled by one parallel task; results do not depend on it.
 _CHUNK = 64
+# The weight argument of kernels that sample uniformly.
+_NO_WEIGHT = np.zeros(0, dtype=np.float64)
 # Up to this many draws, Floyd's algorithm checks repeats by a linear scan;
 # above it, by a per-task open-addressing hash set.
 _SCAN_MAX_K = 32
@@ -140,15 +142,15 @@ def _sort_range(a, lo, hi):
 
 
 @numba.njit(cache=True, nogil=True)
-def _sample_range_within(indptr, indices, e_id, frontier, valid, use_valid, last, offsets, k, replace,
-                         hop_key, pos0, src_out, eid_out, lo, hi):
+def _sample_range_within(indptr, indices, e_id, frontier, valid, use_valid, last, weight, use_weight,
+                         offsets, k, replace, hop_key, pos0, src_out, eid_out, lo, hi):
     """Sample the in-edges of frontier[lo:hi] into their slices of src_out / eid_out.
 
     The node at frontier index i (local id pos0 + i) gets its own random stream, so the
     result does not depend on how the frontier is split among threads. With `use_valid`,
     frontier index i draws from the first valid[i] in-edges of its node only (temporal
     sampling: the edges a seed's time allows, in time order), and `last` takes the last
-    of those instead of drawing.
+    of those instead of drawing. With `use_weight`, draws follow `weight` (CSC order).
     """
     use_hash = (not replace) and k > _SCAN_MAX_K
     table_bits = 0
@@ -174,7 +176,9 @@ def _sample_range_within(indptr, indices, e_id, frontier, valid, use_valid, last
                 src_out[o + j] = deg - cnt + j
         else:
             state = _mix64(hop_key + np.uint64(pos0 + i) * _GOLDEN)
-            if replace:
+            if use_weight:
+                _draw_weighted(state, weight, start, deg, cnt, replace, src_out, o)
+            elif replace:
                 for j in range(cnt):
                     state, r = _draw(state, deg)
                     src_out[o + j] = r
@@ -210,8 +214,8 @@ def _sample_range(indptr, indices, e_id, frontier, offsets, k, replace, hop_key,
                   src_out, eid_out, lo, hi):
     """Sample the in-edges of frontier[lo:hi] into their slices of src_out / eid_out
     (_sample_range_within over every in-edge)."""
-    _sample_range_within(indptr, indices, e_id, frontier, offsets[:0], False, False, offsets, k, replace,
-                         hop_key, pos0, src_out, eid_out, lo, hi)
+    _sample_range_within(indptr, indices, e_id, frontier, offsets[:0], False, False, _NO_WEIGHT, False,
+                         offsets, k, replace, hop_key, pos0, src_out, eid_out, lo, hi)
 
 
 @numba.njit(cache=True, parallel=True, nogil=True)
@@ -235,15 +239,15 @@ def _sample_hop_temporal_parallel(indptr, indices, e_id, frontier, valid, last, 
                                   hop_key, pos0, src_out, eid_out):
     n = frontier.shape[0]
     for c in prange((n + _CHUNK - 1) // _CHUNK):
-        _sample_range_within(indptr, indices, e_id, frontier, valid, True, last, offsets, k, replace, hop_key,
-                             pos0, src_out, eid_out, c * _CHUNK, min(n, (c + 1) * _CHUNK))
+        _sample_range_within(indptr, indices, e_id, frontier, valid, True, last, _NO_WEIGHT, False, offsets, k,
+                             replace, hop_key, pos0, src_out, eid_out, c * _CHUNK, min(n, (c + 1) * _CHUNK))
 
 
 @numba.njit(cache=True, nogil=True)
 def _sample_hop_temporal_serial(indptr, indices, e_id, frontier, valid, last, offsets, k, replace,
                                 hop_key, pos0, src_out, eid_out):
-    _sample_range_within(indptr, indices, e_id, frontier, valid, True, last, offsets, k, replace, hop_key,
-                         pos0, src_out, eid_out, 0, frontier.shape[0])
+    _sample_range_within(indptr, indices, e_id, frontier, valid, True, last, _NO_WEIGHT, False, offsets, k,
+                         replace, hop_key, pos0, src_out, eid_out, 0, frontier.shape[0])
 
 
 @numba.njit(cache=True, nogil=True)
@@ -265,61 +269,44 @@ def _valid_counts(indptr, key, frontier, times):
     return out
 
 
-@numba.njit(cache=True, nogil=True)
-def _sample_range_weighted(indptr, indices, e_id, weight, frontier, offsets, k, replace, hop_key,
-                           pos0, src_out, eid_out, lo, hi):
-    """_sample_range with edge weights (``weight`` in CSC order): draws proportional to weight."""
-    for i in range(lo, hi):
-        o = offsets[i]
-        cnt = offsets[i + 1] - o
-        if cnt == 0:
-            continue
-        v = frontier[i]
-        start = indptr[v]
-        deg = indptr[v + 1] - start
-        if k < 0 or ((not replace) and k >= deg):
-            for j in range(deg):                   # whole neighbourhood, CSC order
-                src_out[o + j] = j
-        else:
-            state = _mix64(hop_key + np.uint64(pos0 + i) * _GOLDEN)
-            if replace:                            # inverse transform on cumulative weights
-                cum = np.empty(deg, dtype=np.float64)
-                acc = 0.0
-                for j in range(deg):
-                    acc += weight[start + j]
-                    cum[j] = acc
-                for j in range(cnt):
-                    state, u = _draw_unit(state)
-                    t = u * acc
-                    a, b = 0, deg - 1
-                    while a < b:
-                        mid = (a + b) // 2
-                        if cum[mid] > t:
-                            b = mid
-                        else:
-                            a = mid + 1
-                    while weight[start + a] <= 0.0 and a > 0:  # rounding at the top end
-                        a -= 1
-                    src_out[o + j] = a
-            else:                                  # Efraimidis-Spirakis: the cnt largest log(u) / w
-                keys = np.empty(deg, dtype=np.float64)
-                pos = np.empty(deg, dtype=np.int64)
-                m = 0
-                for j in range(deg):
-                    state, u = _draw_unit(state)
-                    w = weight[start + j]
-                    if w > 0.0:
-                        keys[m] = np.log(u) / w
-                        pos[m] = j
-                        m += 1
-                order = np.argsort(-keys[:m])
-                for j in range(cnt):
-                    src_out[o + j] = pos[order[j]]
-            _sort_range(src_out, o, o + cnt)       # canonical order: CSC order
-        for q in range(cnt):                       # relative position -> ids
-            p = start + src_out[o + q]
-            src_out[o + q] = indices[p]
-            eid_out[o + q] = e_id[p]
+@numba.njit(cache=True, inline="always")
+def _draw_weighted(state, weight, start, deg, cnt, replace, src_out, o):
+    """cnt relative positions in [0, deg) drawn proportionally to weight[start:start + deg] into
+    src_out[o:o + cnt]: with replacement by inverse transform on the cumulative weights, without
+    by Efraimidis-Spirakis keys log(u) / w (the cnt largest; zero weights never drawn)."""
+    if replace:
+        cum = np.empty(deg, dtype=np.float64)
+        acc = 0.0
+        for j in range(deg):
+            acc += weight[start + j]
+            cum[j] = acc
+        for j in range(cnt):
+            state, u = _draw_unit(state)
+            t = u * acc
+            a, b = 0, deg - 1
+            while a < b:
+                mid = (a + b) // 2
+                if cum[mid] > t:
+                    b = mid
+                else:
+                    a = mid + 1
+            while weight[start + a] <= 0.0 and a > 0:  # rounding at the top end
+                a -= 1
+            src_out[o + j] = a
+    else:
+        keys = np.empty(deg, dtype=np.float64)
+        pos = np.empty(deg, dtype=np.int64)
+        m = 0
+        for j in range(deg):
+            state, u = _draw_unit(state)
+            w = weight[start + j]
+            if w > 0.0:
+                keys[m] = np.log(u) / w
+                pos[m] = j
+                m += 1
+        order = np.argsort(-keys[:m])
+        for j in range(cnt):
+            src_out[o + j] = pos[order[j]]
 
 
 @numba.njit(cache=True, parallel=True, nogil=True)
@@ -327,15 +314,15 @@ def _sample_hop_weighted_parallel(indptr, indices, e_id, weight, frontier, offse
                                   hop_key, pos0, src_out, eid_out):
     n = frontier.shape[0]
     for c in prange((n + _CHUNK - 1) // _CHUNK):
-        _sample_range_weighted(indptr, indices, e_id, weight, frontier, offsets, k, replace, hop_key,
-                               pos0, src_out, eid_out, c * _CHUNK, min(n, (c + 1) * _CHUNK))
+        _sample_range_within(indptr, indices, e_id, frontier, offsets[:0], False, False, weight, True, offsets,
+                             k, replace, hop_key, pos0, src_out, eid_out, c * _CHUNK, min(n, (c + 1) * _CHUNK))
 
 
 @numba.njit(cache=True, nogil=True)
 def _sample_hop_weighted_serial(indptr, indices, e_id, weight, frontier, offsets, k, replace,
                                 hop_key, pos0, src_out, eid_out):
-    _sample_range_weighted(indptr, indices, e_id, weight, frontier, offsets, k, replace, hop_key,
-                           pos0, src_out, eid_out, 0, frontier.shape[0])
+    _sample_range_within(indptr, indices, e_id, frontier, offsets[:0], False, False, weight, True, offsets,
+                         k, replace, hop_key, pos0, src_out, eid_out, 0, frontier.shape[0])
 
 
 # Global id -> local id: open addressing with linear probing in one int64 array of
