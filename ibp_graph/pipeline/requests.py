@@ -142,10 +142,10 @@ class DrawnRequests(torch.utils.data.Sampler):
     def __iter__(self):
         base = int(torch.randint(0, 2**62, (1,), generator=self.generator))
         batches = [torch.as_tensor(b, dtype=torch.int64).reshape(-1) for b in self._batches()]
-        for k, index in enumerate(batches):
-            if index.numel() and (int(index.min()) < 0 or int(index.max()) >= self.num_inputs):
-                bad = int(index.min()) if int(index.min()) < 0 else int(index.max())
-                raise IndexError(f"the sampler drew input position {bad}; accepted: positions in "
+        for index in batches:
+            bad = index[(index < 0) | (index >= self.num_inputs)]
+            if bad.numel():
+                raise IndexError(f"the sampler drew input position {int(bad[0])}; accepted: positions in "
                                  f"[0, {self.num_inputs}) of the loader's input nodes")
         for index, seed in zip(batches, batch_seeds(base, len(batches))):
             yield BatchRequest(index=index, seed=int(seed))
