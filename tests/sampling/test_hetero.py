@@ -240,3 +240,23 @@ def test_typed_csc_keeps_sources_of_another_type():
     assert g.indptr.tolist() == [0, 2, 4]
     assert g.indices.tolist() == [0, 4, 9, 9] and g.e_id.tolist() == [1, 3, 0, 2]
     assert repr(g) == "TypedCSC(num_src=10, num_dst=2, num_edges=4)"
+
+
+def test_induced_subgraph_is_every_edge_between_the_sampled_nodes():
+    num_nodes, ei = random_hetero(7)
+    seeds = torch.tensor([4, 9, 4, 30])
+    directional = make_sampler(num_nodes, ei, [3, 2]).sample("paper", seeds, seed=3)
+    out = make_sampler(num_nodes, ei, [3, 2], induced=True).sample("paper", seeds, seed=3)
+    assert out.num_sampled_nodes is None and out.num_sampled_edges is None
+    for t in num_nodes:
+        assert torch.equal(out.node[t], directional.node[t])  # the same nodes
+    for e, v in ei.items():
+        src, _, dst = e
+        first = {}
+        for i, u in enumerate(out.node[src].tolist()):
+            first.setdefault(u, i)
+        want = [(first[int(v[0, k])], i, k) for i, d in enumerate(out.node[dst].tolist())
+                for k in range(v.shape[1]) if int(v[1, k]) == d and int(v[0, k]) in first]
+        got = list(zip(out.row[e].tolist(), out.col[e].tolist(), out.edge[e].tolist()))
+        assert got == want
+    assert out.edge[CITES].numel() > directional.edge[CITES].numel()
