@@ -325,3 +325,23 @@ def test_induced_subgraph_holds_every_edge_between_sampled_nodes():
             for key in data[e].edge_attrs():
                 if key != "edge_index":
                     assert torch.equal(b[e][key], data[e][key][b[e].e_id])
+
+
+def test_pre_encoded_node_features_give_the_same_batches():
+    from ibp_graph.data.store import EncodedTable
+
+    data = make_hetero()
+    kw = dict(num_neighbors=[3, 2], input_nodes="paper", batch_size=300, shuffle=True)
+    plain = batches(data, **kw)
+    table = EncodedTable.encode(data["paper"].x, codec="ebp")
+    data["paper"].x = table
+    data["paper"].num_nodes = 900
+    torch.manual_seed(0)
+    loader = CompressedNeighborLoader(data, device="cpu", num_workers=1, **kw)
+    stored = list(loader)
+    assert len(stored) == len(plain)
+    for a, b in zip(plain, stored):
+        assert torch.equal(a["paper"].x, b["paper"].x) and torch.equal(a["author"].x, b["author"].x)
+        for e in data.edge_types:
+            assert torch.equal(a[e].edge_index, b[e].edge_index)
+    assert loader.codecs["paper.x@store"] is table.codec and "paper.x@store" in loader.stats.sent_bytes
