@@ -23,7 +23,7 @@ from ibp_graph.loaders import _common
 from ibp_graph.pipeline.batch import DecodedBatch
 from ibp_graph.pipeline.codec_setup import CODEC_NAMES, CodecSpec, build_codecs
 from ibp_graph.pipeline.grouping import GroupKey
-from ibp_graph.pipeline.hetero_worker import INPUT_ID, HeteroBatchProducer, edge_name, node_name
+from ibp_graph.pipeline.hetero_worker import INPUT_ID, HeteroBatchProducer, HeteroSampleOnly, edge_name, node_name
 from ibp_graph.pipeline.requests import BatchRequests
 from ibp_graph.pipeline.type_codecs import split_row_groups
 from ibp_graph.sampling.hetero import EdgeType, HeteroNeighborSampler, HeteroSamplerOutput, TypedCSC
@@ -56,9 +56,11 @@ class CompressedHeteroNeighborLoader(DataLoader, AffinityMixin, MultithreadingMi
     (PyG's conversion of the sampled edges; converted edge types carry no ``e_id`` and no
     edge attributes, and no batch carries ``num_sampled_*``) or "induced" (every edge
     between the sampled nodes, with ``e_id``; no ``num_sampled_*``); `transform_sampler_output`
-    gets PyG's HeteroSamplerOutput in the workers. Options this loader cannot honour
-    (temporal and weighted sampling, `disjoint`, a custom `neighbor_sampler`,
-    ``filter_per_worker=False``) raise NotImplementedError naming them.
+    gets PyG's HeteroSamplerOutput in the workers. ``filter_per_worker=False`` keeps only the
+    sampling in the workers and gathers and encodes in the main process (None, the default,
+    and True do it all in the workers); the batches are the same. Options this loader
+    cannot honour (temporal and weighted sampling, `disjoint`, a custom `neighbor_sampler`)
+    raise NotImplementedError naming them.
 
     Each batch is a HeteroData with, per node type, the gathered node attributes, ``n_id``
     and ``num_sampled_nodes`` (``input_id`` and ``batch_size`` on the input type); per edge
@@ -103,8 +105,11 @@ class CompressedHeteroNeighborLoader(DataLoader, AffinityMixin, MultithreadingMi
         if subgraph_type not in _SUBGRAPH_TYPES:
             raise ValueError(f"subgraph_type={subgraph_type!r} is not accepted; use one of {_SUBGRAPH_TYPES}")
         _refuse_options(input_time=input_time, disjoint=disjoint, temporal_strategy=temporal_strategy,
-                        time_attr=time_attr, weight_attr=weight_attr, filter_per_worker=filter_per_worker,
-                        neighbor_sampler=neighbor_sampler)
+                        time_attr=time_attr, weight_attr=weight_attr, neighbor_sampler=neighbor_sampler)
+        if filter_per_worker not in (None, True, False):
+            raise ValueError(f"filter_per_worker={filter_per_worker!r} is not accepted; use None, True or False")
+        # None: in the workers (the compression's work belongs there; batches are the same either way)
+        self.filter_per_worker = filter_per_worker is not False
         self.subgraph_type = subgraph_type
         self.transform_sampler_output = transform_sampler_output
         for k in _REFUSED_KWARGS:
@@ -140,14 +145,20 @@ class CompressedHeteroNeighborLoader(DataLoader, AffinityMixin, MultithreadingMi
         self._stage, self.stats = _common.decode_stage(self._codecs, self.device, prefetch)
         if self.input_nodes.numel():  # compile the sampler here too (a fixed seed: no RNG touched)
             self.node_sampler.sample(self.input_type, self.input_nodes[:2], seed=0)
-        producer = HeteroBatchProducer(self.node_sampler, self.input_type, self.input_nodes,
+        self._producer = producer = HeteroBatchProducer(self.node_sampler, self.input_type, self.input_nodes,
                                        graph.node_attrs, graph.edge_attrs, self._codecs,
                                        input_ids=input_ids, typed_groups=self._typed,
                                        post_sample=_post_sample(subgraph_type, transform_sampler_output))
         kwargs.setdefault("pin_memory", self.device.type == "cuda")
+        # filtering in the main process: the batches are pinned here once built (the DataLoader's
+        # pin thread would only see sampler outputs)
+        self._pin_here = not self.filter_per_worker and bool(kwargs["pin_memory"]) and self.device.type == "cuda"
+        if not self.filter_per_worker:
+            kwargs["pin_memory"] = False
         if kwargs.get("num_workers", 0) == 0 and not kwargs.get("persistent_workers"):
             kwargs.pop("persistent_workers", None)
-        super().__init__(producer, batch_size=None, sampler=self.requests, collate_fn=_identity, **kwargs)
+        dataset = producer if self.filter_per_worker else HeteroSampleOnly(producer)
+        super().__init__(dataset, batch_size=None, sampler=self.requests, collate_fn=_identity, **kwargs)
 
     def set_epoch(self, epoch: int) -> None:
         """Distributed runs: a new shuffle of the input nodes, the same on every rank."""
@@ -160,10 +171,16 @@ class CompressedHeteroNeighborLoader(DataLoader, AffinityMixin, MultithreadingMi
 
     def __iter__(self) -> Iterator[HeteroData]:
         it = super().__iter__()
-        batches = _common.name_worker_deaths(it, type(self).__name__, "sampling, gathering or encoding",
-                                             lambda: _common.worker_processes(it))
+        stages = "sampling, gathering or encoding" if self.filter_per_worker else "sampling"
+        batches = _common.name_worker_deaths(it, type(self).__name__, stages, lambda: _common.worker_processes(it))
+        if not self.filter_per_worker:  # gather and encode here, then pin as the workers' batches are
+            batches = (self._encode_here(req, sampled) for req, sampled in batches)
         for batch in self._stage(batches):
             yield self._to_hetero(batch)
+
+    def _encode_here(self, req, sampled):
+        batch = self._producer.encode(req, sampled)
+        return batch.pin_memory() if self._pin_here else batch
 
     def _to_hetero(self, batch: DecodedBatch) -> HeteroData:
         """NeighborLoader's HeteroData: every type's named tensors, and its fields from the batch's meta."""
@@ -220,7 +237,7 @@ _SUBGRAPH_TYPES = ("directional", "bidirectional", "induced")
 def _refuse_options(**given) -> None:
     """NotImplementedError naming every option given a value this loader cannot honour."""
     honoured = {"input_time": None, "disjoint": False, "temporal_strategy": "uniform", "time_attr": None,
-                "weight_attr": None, "filter_per_worker": (None, True), "neighbor_sampler": None}
+                "weight_attr": None, "neighbor_sampler": None}
     bad = []
     for k, accepted in honoured.items():
         ok = given[k] in accepted if isinstance(accepted, tuple) else (given[k] is accepted or given[k] == accepted)

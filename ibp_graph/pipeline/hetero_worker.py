@@ -89,13 +89,18 @@ class HeteroBatchProducer(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return int(self.input_nodes.numel())
 
-    def gather(self, req: BatchRequest):
-        """The batch's named tensors, rows of pre-encoded tables, meta and stage times."""
+    def sample(self, req: BatchRequest) -> tuple[HeteroSamplerOutput, float]:
+        """The batch's sampled subgraph (after `post_sample`) and the seconds it took."""
         t0 = time.perf_counter()
-        seeds = self.input_nodes[req.index]
-        out = self.sampler.sample(self.input_type, seeds, seed=req.seed)
+        out = self.sampler.sample(self.input_type, self.input_nodes[req.index], seed=req.seed)
         if self.post_sample is not None:
             out = self.post_sample(out)
+        return out, time.perf_counter() - t0
+
+    def gather(self, req: BatchRequest, sampled: Optional[tuple[HeteroSamplerOutput, float]] = None):
+        """The batch's named tensors, rows of pre-encoded tables, meta and stage times (`sampled`:
+        `sample(req)`'s result when it ran elsewhere, e.g. in a worker while this runs in the main process)."""
+        out, sample_seconds = self.sample(req) if sampled is None else sampled
         t1 = time.perf_counter()
         empty = torch.empty(0, dtype=torch.int64)
         nodes = {t: out.node.get(t, empty) for t in self.sampler.node_types}
@@ -125,10 +130,15 @@ class HeteroBatchProducer(torch.utils.data.Dataset):
                 {t: list(v) for t, v in out.num_sampled_nodes.items()},
                 "edges_per_hop": None if out.num_sampled_edges is None else
                 {e: list(v) for e, v in out.num_sampled_edges.items()}}
-        return tensors, stored, meta, {"sample": t1 - t0, "gather": t2 - t1}
+        return tensors, stored, meta, {"sample": sample_seconds, "gather": t2 - t1}
 
     def __getitem__(self, req: BatchRequest) -> EncodedBatch:
-        tensors, stored, meta, seconds = self.gather(req)
+        return self.encode(req)
+
+    def encode(self, req: BatchRequest, sampled: Optional[tuple[HeteroSamplerOutput, float]] = None
+               ) -> EncodedBatch:
+        """The batch, gathered and encoded (from `sampled` when given, as for `gather`)."""
+        tensors, stored, meta, seconds = self.gather(req, sampled)
         t = time.perf_counter()
         groups, layouts = {}, {}
         for name, ct in stored.items():
@@ -154,3 +164,18 @@ class HeteroBatchProducer(torch.utils.data.Dataset):
             x.numel() * x.element_size() for n, x in tensors.items() if n in self._written)
         return EncodedBatch(groups=groups, layouts=layouts, meta=meta, seconds=seconds,
                             copied_bytes=copied)
+
+
+class HeteroSampleOnly(torch.utils.data.Dataset):
+    """The sampling half of a HeteroBatchProducer, for DataLoader workers when the gathering and
+    encoding run in the main process (PyG's ``filter_per_worker=False``): items are
+    ``(request, producer.sample(request))``, to pass to ``producer.encode``."""
+
+    def __init__(self, producer: HeteroBatchProducer):
+        self.producer = producer
+
+    def __len__(self) -> int:
+        return len(self.producer)
+
+    def __getitem__(self, req: BatchRequest):
+        return req, self.producer.sample(req)

@@ -131,6 +131,12 @@ def test_identity_and_auto_and_workers_give_identical_batches():
     same(ref, batches(data, codec="auto", **kw))
     same(ref, batches(data, codec="auto", num_workers=2, **kw))
     same(ref, batches(data, codec="ebp", num_workers=2, persistent_workers=True, **kw))
+    # filtering (gather + encode) in the main process: the same batches
+    main = CompressedNeighborLoader(data, codec="auto", num_workers=2, filter_per_worker=False, device="cpu", **kw)
+    assert not main.filter_per_worker
+    torch.manual_seed(0)
+    same(ref, list(main))
+    assert main.stats.batches == len(ref) and main.stats.seconds["encode"] > 0
     assert not torch.equal(batches(data, seed=1, codec="identity", **kw)[0]["paper"].n_id, ref[0]["paper"].n_id)
 
 
@@ -217,7 +223,7 @@ def test_errors_name_the_argument_and_value():
     with pytest.raises(ValueError, match="subgraph_type='sideways' is not accepted"):
         L(data, [2], input_nodes="paper", subgraph_type="sideways")
     for option in (dict(disjoint=True), dict(time_attr="t"), dict(weight_attr="w"), dict(input_time=torch.zeros(1)),
-                   dict(filter_per_worker=False), dict(temporal_strategy="last")):
+                   dict(temporal_strategy="last")):
         with pytest.raises(NotImplementedError, match=f"{next(iter(option))}=.*for a HeteroData"):
             L(data, [2], input_nodes="paper", **option)
     bad = make_hetero()

@@ -17,12 +17,13 @@ def need_gpu():
         pytest.fail("these tests were selected (-m gpu) but torch sees no CUDA device")
 
 
-@pytest.mark.parametrize("codec,num_workers", [("auto", 0), ("identity", 2)])
-def test_cuda_hetero_batches_equal_cpu_batches(codec, num_workers):
+@pytest.mark.parametrize("codec,num_workers,filter_per_worker", [("auto", 0, None), ("identity", 2, True),
+                                                                 ("auto", 2, False)])
+def test_cuda_hetero_batches_equal_cpu_batches(codec, num_workers, filter_per_worker):
     data = make_hetero(papers=3000, authors=3000, dim=32)  # per-type codecs (split groups) included
     kw = dict(num_neighbors=[4, 3], input_nodes="paper", batch_size=512, shuffle=True, codec=codec)
     on_cpu = batches(data, device="cpu", **kw)
-    on_gpu = batches(data, device="cuda", num_workers=num_workers, **kw)
+    on_gpu = batches(data, device="cuda", num_workers=num_workers, filter_per_worker=filter_per_worker, **kw)
     assert len(on_gpu) == len(on_cpu)
     for a, b in zip(on_cpu, on_gpu):
         for t in a.node_types:
