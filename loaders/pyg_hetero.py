@@ -56,11 +56,13 @@ class CompressedHeteroNeighborLoader(DataLoader, AffinityMixin, MultithreadingMi
     (PyG's conversion of the sampled edges; converted edge types carry no ``e_id`` and no
     edge attributes, and no batch carries ``num_sampled_*``) or "induced" (every edge
     between the sampled nodes, with ``e_id``; no ``num_sampled_*``); `transform_sampler_output`
-    gets PyG's HeteroSamplerOutput in the workers. ``filter_per_worker=False`` keeps only the
+    gets PyG's HeteroSamplerOutput in the workers. ``disjoint=True`` grows one subgraph per seed
+    (node ids may repeat across subgraphs; each node type gets ``batch``, its nodes' seeds;
+    not with "induced", as in PyG). ``filter_per_worker=False`` keeps only the
     sampling in the workers and gathers and encodes in the main process (None, the default,
     and True do it all in the workers); the batches are the same. Options this loader
-    cannot honour (temporal and weighted sampling, `disjoint`, a custom `neighbor_sampler`)
-    raise NotImplementedError naming them.
+    cannot honour (temporal and weighted sampling, a custom `neighbor_sampler`) raise
+    NotImplementedError naming them.
 
     Each batch is a HeteroData with, per node type, the gathered node attributes, ``n_id``
     and ``num_sampled_nodes`` (``input_id`` and ``batch_size`` on the input type); per edge
@@ -104,8 +106,14 @@ class CompressedHeteroNeighborLoader(DataLoader, AffinityMixin, MultithreadingMi
         subgraph_type = getattr(subgraph_type, "value", subgraph_type)  # PyG's SubgraphType enum
         if subgraph_type not in _SUBGRAPH_TYPES:
             raise ValueError(f"subgraph_type={subgraph_type!r} is not accepted; use one of {_SUBGRAPH_TYPES}")
-        _refuse_options(input_time=input_time, disjoint=disjoint, temporal_strategy=temporal_strategy,
-                        time_attr=time_attr, weight_attr=weight_attr, neighbor_sampler=neighbor_sampler)
+        _refuse_options(input_time=input_time, temporal_strategy=temporal_strategy, time_attr=time_attr,
+                        weight_attr=weight_attr, neighbor_sampler=neighbor_sampler)
+        if not isinstance(disjoint, bool):
+            raise TypeError(f"disjoint={disjoint!r} is not accepted; use a bool")
+        if disjoint and subgraph_type == "induced":
+            raise ValueError("disjoint=True with subgraph_type='induced' is not accepted (nor by PyG); "
+                             "use one of them")
+        self.disjoint = disjoint
         if filter_per_worker not in (None, True, False):
             raise ValueError(f"filter_per_worker={filter_per_worker!r} is not accepted; use None, True or False")
         # None: in the workers (the compression's work belongs there; batches are the same either way)
@@ -126,7 +134,8 @@ class CompressedHeteroNeighborLoader(DataLoader, AffinityMixin, MultithreadingMi
         if isinstance(values, Mapping):  # PyG's EdgeTypeStr keys are strings "src__rel__dst"
             values = {tuple(k.split("__")) if isinstance(k, str) else k: v for k, v in values.items()}
         self.node_sampler = HeteroNeighborSampler(graph.num_nodes, graph.csc, values, default=default,
-                                                  replace=replace, induced=subgraph_type == "induced")
+                                                  replace=replace, induced=subgraph_type == "induced",
+                                                  disjoint=disjoint)
         self.input_type, self.input_nodes, input_ids = _input_nodes(input_nodes, graph.num_nodes)
 
         batch_size = kwargs.pop("batch_size", 1)
@@ -196,6 +205,8 @@ class CompressedHeteroNeighborLoader(DataLoader, AffinityMixin, MultithreadingMi
                 store.n_id = batch[node_name(t, "n_id")]
             if t in g.num_nodes_set:
                 store.num_nodes = int(store.n_id.numel())
+            if self.disjoint:
+                store.batch = batch[node_name(t, "batch")]
             if meta["nodes_per_hop"] is not None:
                 store.num_sampled_nodes = meta["nodes_per_hop"][t]
         for e in g.edge_types:
@@ -236,7 +247,7 @@ _SUBGRAPH_TYPES = ("directional", "bidirectional", "induced")
 
 def _refuse_options(**given) -> None:
     """NotImplementedError naming every option given a value this loader cannot honour."""
-    honoured = {"input_time": None, "disjoint": False, "temporal_strategy": "uniform", "time_attr": None,
+    honoured = {"input_time": None, "temporal_strategy": "uniform", "time_attr": None,
                 "weight_attr": None, "neighbor_sampler": None}
     bad = []
     for k, accepted in honoured.items():
@@ -246,8 +257,7 @@ def _refuse_options(**given) -> None:
     if bad:
         raise NotImplementedError(
             f"CompressedNeighborLoader does not support {', '.join(bad)} for a HeteroData; it samples "
-            "heterogeneous graphs uniformly (no temporal or weighted sampling), non-disjoint, with its "
-            "own sampler, filtering in the workers")
+            "heterogeneous graphs uniformly (no temporal or weighted sampling), with its own sampler")
 
 
 class _PostSample:
@@ -259,7 +269,7 @@ class _PostSample:
         self.transform = transform
 
     def __call__(self, out: HeteroSamplerOutput) -> HeteroSamplerOutput:
-        pyg = PyGHeteroSamplerOutput(node=out.node, row=out.row, col=out.col, edge=out.edge,
+        pyg = PyGHeteroSamplerOutput(node=out.node, row=out.row, col=out.col, edge=out.edge, batch=out.batch,
                                      num_sampled_nodes=out.num_sampled_nodes,
                                      num_sampled_edges=out.num_sampled_edges)
         if self.bidirectional:
@@ -268,7 +278,7 @@ class _PostSample:
             pyg = self.transform(pyg)
         return HeteroSamplerOutput(node=pyg.node, row=pyg.row, col=pyg.col, edge=pyg.edge,
                                    num_sampled_nodes=pyg.num_sampled_nodes,
-                                   num_sampled_edges=pyg.num_sampled_edges)
+                                   num_sampled_edges=pyg.num_sampled_edges, batch=pyg.batch)
 
 
 def _post_sample(subgraph_type: str, transform: Optional[Callable]) -> Optional[_PostSample]:

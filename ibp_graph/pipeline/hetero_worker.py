@@ -51,7 +51,8 @@ class HeteroBatchProducer(torch.utils.data.Dataset):
     holds the gathered attributes, ``n_id`` of every node type, ``e_id`` and
     ``edge_index`` (flattened to ``2 * E`` elements: rows then columns, local positions)
     of every edge type, and ``input_id`` (``input_ids[positions]`` when `input_ids` is
-    given, else the positions into the input nodes). Its `meta` is ``{"num_seeds",
+    given, else the positions into the input nodes), and for disjoint sampling ``batch``
+    of every node type (each node's seed). Its `meta` is ``{"num_seeds",
     "nodes_per_hop": {t: [...]}, "edges_per_hop": {e: [...]}}`` (None where the sampler
     output has no counts). `typed_groups` maps the flat names of tensors that get a codec
     of their own to their (TYPED) group keys. `post_sample`, when given, maps each sampler
@@ -119,6 +120,8 @@ class HeteroBatchProducer(torch.utils.data.Dataset):
         # an n_id or e_id attribute of the graph's own is gathered instead (as PyG keeps it)
         for t in self.sampler.node_types:
             tensors.setdefault(node_name(t, "n_id"), nodes[t])
+            if out.batch is not None:  # disjoint sampling: each node's seed
+                tensors[node_name(t, "batch")] = out.batch.get(t, empty)
         for e in self.sampler.edge_types:
             tensors[edge_name(e, "edge_index")] = torch.cat([out.row.get(e, empty), out.col.get(e, empty)])
             if edges[e] is not None:

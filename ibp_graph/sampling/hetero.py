@@ -25,6 +25,10 @@ one :class:`HeteroSamplerOutput` is that of pyg-lib's ``hetero_neighbor_sample``
   sources and destinations: destination position by destination position, each one's
   in-edges in CSC order; ``num_sampled_nodes`` and ``num_sampled_edges`` are None then,
   as PyG's (torch-sparse's) induced sampling returns them.
+* With ``disjoint=True`` (PyG's ``disjoint``) every seed grows a subgraph of its own: a
+  node is new once *per seed* (so ``node[t]`` may repeat ids, one per subgraph holding
+  the node), edges never join two subgraphs, and ``batch[t]`` gives each node's seed
+  (its position among the seeds). Everything else is as above.
 
 Randomness is the counter-based hash of ``sampling.neighbor`` keyed by (seed, hop, edge
 type's position, frontier position): the output depends only on ``seed`` and the inputs,
@@ -196,6 +200,8 @@ class HeteroSamplerOutput:
     edge: Dict[EdgeType, Optional[torch.Tensor]]
     num_sampled_nodes: Optional[Dict[str, List[int]]]
     num_sampled_edges: Optional[Dict[EdgeType, List[int]]]
+    #: disjoint sampling: the seed (position among the seeds) each node's subgraph grew from.
+    batch: Optional[Dict[str, torch.Tensor]] = None
 
 
 def _edge_type_name(edge_type) -> str:
@@ -254,16 +260,20 @@ class HeteroNeighborSampler:
     visited in each hop, as PyG's ``data.edge_types``). `num_neighbors` is a list for all
     edge types or a dict per edge type (:func:`resolve_num_neighbors`). `replace` and
     `parallel` are those of :class:`~ibp_graph.sampling.neighbor.NeighborSampler`;
-    ``induced=True`` returns the subgraph induced by the sampled nodes (see the module).
+    ``induced=True`` returns the subgraph induced by the sampled nodes, ``disjoint=True``
+    one subgraph per seed (see the module; PyG offers no induced disjoint sampling).
     """
 
     def __init__(self, num_nodes: Mapping[str, int], graphs: Mapping[EdgeType, TypedCSC],
                  num_neighbors: Union[Sequence[int], Mapping[EdgeType, Sequence[int]]], *,
                  default: Optional[Sequence[int]] = None, replace: bool = False,
-                 parallel: Optional[bool] = None, induced: bool = False) -> None:
-        for name, flag in (("replace", replace), ("induced", induced)):
+                 parallel: Optional[bool] = None, induced: bool = False, disjoint: bool = False) -> None:
+        for name, flag in (("replace", replace), ("induced", induced), ("disjoint", disjoint)):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be a bool, got {flag!r}")
+        if induced and disjoint:
+            raise ValueError("induced=True with disjoint=True is not accepted (nor by PyG): an induced "
+                             "subgraph joins every sampled node; use one of them")
         if parallel is not None and not isinstance(parallel, bool):
             raise TypeError(f"parallel must be None or a bool, got {parallel!r}")
         self.num_nodes = {t: _check_int(f"num_nodes[{t!r}]", n, minimum=0) for t, n in num_nodes.items()}
@@ -291,13 +301,15 @@ class HeteroNeighborSampler:
         self.replace = replace
         self.parallel = parallel
         self.induced = induced
+        self.disjoint = disjoint
         # read-only views: in-memory and memory-mapped graphs share one compiled kernel
         self._csc = {e: tuple(_readonly(a) for a in (g.indptr, g.indices, g.e_id))
                      for e, g in self.graphs.items()}
 
     def __repr__(self) -> str:
         return (f"HeteroNeighborSampler(node_types={self.node_types}, edge_types={self.edge_types}, "
-                f"num_hops={self.num_hops}, replace={self.replace}, induced={self.induced})")
+                f"num_hops={self.num_hops}, replace={self.replace}, induced={self.induced}, "
+                f"disjoint={self.disjoint})")
 
     def _sample_hop(self, *args):
         parallel = use_parallel(2, 2) if self.parallel is None else self.parallel
@@ -337,16 +349,26 @@ class HeteroNeighborSampler:
             raise TypeError(f"seed must be an int, got {seed!r}")
         seeds_np = _readonly(self.check_seeds(input_type, seeds))
         empty = _readonly(np.empty(0, dtype=np.int64))
+        # disjoint: a node's key is (its seed's position) * (nodes of its type) + its id
+        width = {t: max(1, n) for t, n in self.num_nodes.items()}
+        if self.disjoint and seeds_np.shape[0] * max(width.values()) >= 1 << 62:
+            raise ValueError(f"disjoint sampling of {seeds_np.shape[0]} seeds at once in a graph of "
+                             f"{max(width.values())} nodes of one type overflows its node keys; "
+                             "accepted: fewer seeds per batch")
 
         nodes: Dict[str, List[np.ndarray]] = {t: [] for t in self.node_types}
-        tables, count, frontier = {}, {}, {}
+        batch: Dict[str, List[np.ndarray]] = {t: [] for t in self.node_types}
+        tables, count, frontier, frontier_batch = {}, {}, {}, {}
         for t in self.node_types:
             first = seeds_np if t == input_type else empty
-            table, shift, c = _table_put_seeds(first)
+            which = np.arange(first.shape[0], dtype=np.int64)
+            table, shift, c = _table_put_seeds(_readonly(which * width[t] + first) if self.disjoint else first)
             tables[t] = (table, shift)
             count[t] = c
             nodes[t].append(first)
+            batch[t].append(which)
             frontier[t] = first
+            frontier_batch[t] = which
         size = {t: int(nodes[t][0].shape[0]) for t in self.node_types}
         num_sampled_nodes = {t: [size[t]] for t in self.node_types}
         rows: Dict[EdgeType, List[np.ndarray]] = {e: [] for e in self.edge_types}
@@ -357,6 +379,7 @@ class HeteroNeighborSampler:
         for hop in range(self.num_hops):
             begin = {t: size[t] - frontier[t].shape[0] for t in self.node_types}
             new_this_hop: Dict[str, List[np.ndarray]] = {t: [] for t in self.node_types}
+            new_batch: Dict[str, List[np.ndarray]] = {t: [] for t in self.node_types}
             for pos, e in enumerate(self.edge_types):
                 src_type, _, dst_type = e
                 k = self.num_neighbors[e][hop]
@@ -383,10 +406,16 @@ class HeteroNeighborSampler:
                 row = np.empty(m, dtype=np.int64)
                 new = np.empty(m, dtype=np.int64)
                 table, shift = tables[src_type]
+                keys = src + np.repeat(frontier_batch[dst_type], counts) * width[src_type] \
+                    if self.disjoint else src
                 table, shift, count[src_type], n_new = _table_insert(
-                    table, shift, count[src_type], src, np.int64(size[src_type]), row, new)
+                    table, shift, count[src_type], keys, np.int64(size[src_type]), row, new)
                 tables[src_type] = (table, shift)
-                new_this_hop[src_type].append(new[:n_new])
+                new = new[:n_new]
+                if self.disjoint:
+                    new, which = new % width[src_type], new // width[src_type]
+                    new_batch[src_type].append(which)
+                new_this_hop[src_type].append(new)
                 size[src_type] += int(n_new)
                 rows[e].append(row)
                 cols[e].append(col)
@@ -395,6 +424,9 @@ class HeteroNeighborSampler:
             for t in self.node_types:
                 found = new_this_hop[t]
                 frontier[t] = _readonly(np.concatenate(found)) if found else empty
+                if self.disjoint:
+                    frontier_batch[t] = np.concatenate(new_batch[t]) if new_batch[t] else empty
+                    batch[t].append(frontier_batch[t])
                 nodes[t].append(frontier[t])
                 num_sampled_nodes[t].append(int(frontier[t].shape[0]))
 
@@ -411,6 +443,7 @@ class HeteroNeighborSampler:
             edge={e: cat(edges[e]) for e in self.edge_types},
             num_sampled_nodes=num_sampled_nodes,
             num_sampled_edges=num_sampled_edges,
+            batch={t: cat(batch[t]) for t in self.node_types} if self.disjoint else None,
         )
 
     def _induced(self, node: Dict[str, torch.Tensor], tables) -> HeteroSamplerOutput:

@@ -222,7 +222,9 @@ def test_errors_name_the_argument_and_value():
         L(data, [2], input_nodes="paper", codec="zstd")
     with pytest.raises(ValueError, match="subgraph_type='sideways' is not accepted"):
         L(data, [2], input_nodes="paper", subgraph_type="sideways")
-    for option in (dict(disjoint=True), dict(time_attr="t"), dict(weight_attr="w"), dict(input_time=torch.zeros(1)),
+    with pytest.raises(ValueError, match="disjoint=True with subgraph_type='induced' is not accepted"):
+        L(data, [2], input_nodes="paper", disjoint=True, subgraph_type="induced")
+    for option in (dict(time_attr="t"), dict(weight_attr="w"), dict(input_time=torch.zeros(1)),
                    dict(temporal_strategy="last")):
         with pytest.raises(NotImplementedError, match=f"{next(iter(option))}=.*for a HeteroData"):
             L(data, [2], input_nodes="paper", **option)
@@ -353,3 +355,24 @@ def test_pre_encoded_node_features_give_the_same_batches():
         for e in data.edge_types:
             assert torch.equal(a[e].edge_index, b[e].edge_index)
     assert loader.codecs["paper.x@store"] is table.codec and "paper.x@store" in loader.stats.sent_bytes
+
+
+def test_disjoint_batches_hold_one_subgraph_per_seed():
+    data = make_hetero()
+    kw = dict(num_neighbors=[3, 2], input_nodes=("paper", torch.arange(0, 900, 7)), batch_size=40)
+    ref = batches(data, disjoint=True, codec="identity", **kw)
+    same(ref, batches(data, disjoint=True, codec="auto", num_workers=2, **kw))
+    for batch in ref:
+        n = batch["paper"].batch_size
+        assert torch.equal(batch["paper"].batch[:n], torch.arange(n))
+        for t in data.node_types:
+            assert batch[t].batch.shape == batch[t].n_id.shape
+            assert sum(batch[t].num_sampled_nodes) == batch[t].n_id.numel()
+            if "x" in data[t]:
+                assert torch.equal(batch[t].x, data[t].x[batch[t].n_id])
+        for e in data.edge_types:
+            src, _, dst = e
+            row, col = batch[e].edge_index
+            assert torch.equal(batch[src].batch[row], batch[dst].batch[col])  # inside one subgraph
+            assert torch.equal(data[e].edge_index[:, batch[e].e_id],
+                               torch.stack([batch[src].n_id[row], batch[dst].n_id[col]]))
