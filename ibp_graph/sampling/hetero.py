@@ -148,10 +148,12 @@ class TypedCSC:
 
     @property
     def num_dst(self) -> int:
+        """Number of destination nodes (``len(indptr) - 1``)."""
         return self.indptr.shape[0] - 1
 
     @property
     def num_edges(self) -> int:
+        """Number of edges of the type."""
         return self.indices.shape[0]
 
     @classmethod
