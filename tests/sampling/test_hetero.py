@@ -39,12 +39,19 @@ def make_sampler(num_nodes, ei, num_neighbors, **kw):
     return HeteroNeighborSampler(num_nodes, graphs, num_neighbors, **kw)
 
 
-def reference_full(num_nodes, ei, input_type, seeds, hops):
-    """pyg-lib's algorithm with every in-edge taken, written out plainly."""
+def reference_full(num_nodes, ei, input_type, seeds, hops, key=None, seed_t=None, take=None):
+    """pyg-lib's algorithm with every in-edge taken, written out plainly. Temporal: with `key` (per
+    edge type, each edge's time: its source node's or its own), in-edges are ordered by it (edge
+    order among ties) and only those no later than `seed_t` are candidates; `take(e, hop, cand)`
+    picks among the candidates (all by default)."""
+    key = key or {}
     in_edges = {e: [[] for _ in range(num_nodes[e[2]])] for e in ei}
     for e, v in ei.items():
         for k, d in enumerate(v[1].tolist()):
             in_edges[e][d].append(k)
+        if e in key:
+            for lst in in_edges[e]:
+                lst.sort(key=lambda k: (key[e][k], k))
     nodes = {t: [] for t in num_nodes}
     pos = {t: {} for t in num_nodes}
     for i, s in enumerate(seeds):
@@ -52,11 +59,14 @@ def reference_full(num_nodes, ei, input_type, seeds, hops):
         pos[input_type].setdefault(s, i)
     rows, cols, eids = ({e: [] for e in ei} for _ in range(3))
     front = {t: (0, len(nodes[t])) for t in num_nodes}
-    for _ in range(hops):
+    for hop in range(hops):
         for e, v in ei.items():
             src, _, dst = e
             for i in range(*front[dst]):
-                for k in in_edges[e][nodes[dst][i]]:
+                cand = in_edges[e][nodes[dst][i]]
+                if e in key:
+                    cand = [k for k in cand if key[e][k] <= seed_t]
+                for k in (take(e, hop, cand) if take else cand):
                     u = int(v[0, k])
                     if u not in pos[src]:
                         pos[src][u] = len(nodes[src])
@@ -311,42 +321,6 @@ def test_disjoint_gives_each_seed_its_own_subgraph():
         make_sampler(num_nodes, ei, [2], disjoint=True, induced=True)
 
 
-def reference_temporal(num_nodes, ei, seed, seed_t, hops, key, take=None):
-    """One seed's temporal subgraph, plainly: in-edges ordered by their key (source node's or
-    edge's time; edge order among ties), only those no later than the seed; `take` picks among them."""
-    in_edges = {e: [[] for _ in range(num_nodes[e[2]])] for e in ei}
-    for e, v in ei.items():
-        for k, d in enumerate(v[1].tolist()):
-            in_edges[e][d].append(k)
-    for e in ei:
-        if e in key:
-            for lst in in_edges[e]:
-                lst.sort(key=lambda k: (key[e][k], k))
-    nodes = {t: [] for t in num_nodes}
-    pos = {t: {} for t in num_nodes}
-    nodes["paper"].append(seed)
-    pos["paper"][seed] = 0
-    rows, cols, eids = ({e: [] for e in ei} for _ in range(3))
-    front = {t: (0, len(nodes[t])) for t in num_nodes}
-    for hop in range(hops):
-        for e, v in ei.items():
-            src, _, dst = e
-            for i in range(*front[dst]):
-                cand = in_edges[e][nodes[dst][i]]
-                if e in key:
-                    cand = [k for k in cand if key[e][k] <= seed_t]
-                for k in (take(e, hop, cand) if take else cand):
-                    u = int(v[0, k])
-                    if u not in pos[src]:
-                        pos[src][u] = len(nodes[src])
-                        nodes[src].append(u)
-                    rows[e].append(pos[src][u])
-                    cols[e].append(i)
-                    eids[e].append(k)
-        front = {t: (front[t][1], len(nodes[t])) for t in num_nodes}
-    return nodes, rows, cols, eids
-
-
 def temporal_sampler(num_nodes, ei, fan, *, node_time=None, edge_time=None, **kw):
     if node_time is not None:
         key = {e: node_time[e[0]][v[0].numpy()] for e, v in ei.items() if e[0] in node_time}
@@ -371,7 +345,8 @@ def test_temporal_sampling_keeps_neighbours_no_later_than_the_seed(level):
     assert sampler.disjoint and sampler.temporal
     out = sampler.sample("paper", seeds, seed=1, seed_time=torch.tensor(seed_t))
     for b in range(4):
-        assert per_seed(out, num_nodes, ei, b) == reference_temporal(num_nodes, ei, int(seeds[b]), seed_t[b], 2, key)
+        assert per_seed(out, num_nodes, ei, b) == reference_full(num_nodes, ei, "paper", [int(seeds[b])], 2, key,
+                                                                 seed_t[b])
     # "last": the latest k of those, exactly (edge types without times are sampled at random:
     # all of their in-edges here, to compare exactly)
     fan = {e: [2, 1] if e in key else [-1, -1] for e in ei}
@@ -379,8 +354,8 @@ def test_temporal_sampling_keeps_neighbours_no_later_than_the_seed(level):
     out = sampler.sample("paper", seeds, seed=1, seed_time=torch.tensor(seed_t))
     latest = lambda e, hop, cand: cand[-fan[e][hop]:] if e in key else cand
     for b in range(4):
-        assert per_seed(out, num_nodes, ei, b) == reference_temporal(num_nodes, ei, int(seeds[b]), seed_t[b], 2,
-                                                                     key, take=latest)
+        assert per_seed(out, num_nodes, ei, b) == reference_full(num_nodes, ei, "paper", [int(seeds[b])], 2, key,
+                                                                 seed_t[b], take=latest)
     # "uniform" with a fan-out: a subset of the allowed in-edges, k of them where there are more
     sampler, key = temporal_sampler(num_nodes, ei, [2, 2], **kw)
     out = sampler.sample("paper", seeds, seed=1, seed_time=torch.tensor(seed_t))
