@@ -1,0 +1,472 @@
+"""CompressedHeteroNeighborLoader: PyG's NeighborLoader on a HeteroData, with compressed rows.
+
+``CompressedNeighborLoader(hetero_data, ...)`` builds one of these (PyG's NeighborLoader
+takes both graph kinds under one name). Sampling follows PyG's heterogeneous
+NeighborLoader (``ibp_graph.sampling.hetero``); the features of every node and edge type
+are grouped by (dtype, row shape) across types and compressed like the homogeneous
+loader's, with a codec per type where the types' rows differ enough
+(``ibp_graph.pipeline.type_codecs``); batches are ``HeteroData`` on `device`.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable, Iterator, List, Mapping, Optional, Union
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from ibp_graph.codec.base import Codec
+from ibp_graph.data.store import EncodedTable
+from ibp_graph.index_checks import check_node_table
+from ibp_graph.loaders import _common
+from ibp_graph.pipeline.batch import DecodedBatch
+from ibp_graph.pipeline.codec_setup import CODEC_NAMES, CodecSpec, build_codecs
+from ibp_graph.pipeline.grouping import GroupKey
+from ibp_graph.pipeline.hetero_worker import (INPUT_ID, SEED_TIME, HeteroBatchProducer, HeteroSampleOnly, edge_name,
+                                              node_name)
+from ibp_graph.pipeline.requests import BatchRequests
+from ibp_graph.pipeline.type_codecs import split_row_groups
+from ibp_graph.sampling.hetero import EdgeType, HeteroNeighborSampler, HeteroSamplerOutput, TypedCSC
+
+try:
+    from torch_geometric.data import HeteroData
+    from torch_geometric.loader.mixin import AffinityMixin, MultithreadingMixin
+    from torch_geometric.sampler import HeteroSamplerOutput as PyGHeteroSamplerOutput
+    from torch_geometric.sampler.base import NumNeighbors
+except ImportError as e:  # pragma: no cover - exercised only without torch_geometric
+    raise ImportError("ibp_graph.loaders.pyg_hetero needs torch_geometric: pip install 'ibp-graph[pyg]'") from e
+
+__all__ = ["CompressedHeteroNeighborLoader"]
+
+#: DataLoader arguments the loader sets itself, and those it refuses.
+_REFUSED_KWARGS = ("sampler", "batch_sampler", "collate_fn")
+
+
+class CompressedHeteroNeighborLoader(DataLoader, AffinityMixin, MultithreadingMixin):
+    """torch_geometric.loader.NeighborLoader for a `HeteroData`, sending compressed rows to the device.
+
+    Arguments are NeighborLoader's, in its order, then ours (`codec`, `device`, `prefetch`,
+    `rank`, `world_size`: as for CompressedNeighborLoader). `num_neighbors` is a list for
+    every edge type or a dict per edge type (every edge type named; PyG's NumNeighbors
+    with a `default` is accepted too). `input_nodes` is a node type (all its nodes), or
+    ``(node type, None | boolean mask | node ids)``; a batch's ``input_id`` holds node ids
+    for a mask, positions into the input nodes otherwise (as PyG). Node and edge attributes
+    may be tensors, numpy arrays or np.memmaps (read through a view); node attributes may
+    be EncodedTables. `subgraph_type` may be "directional" (the default), "bidirectional"
+    (PyG's conversion of the sampled edges; converted edge types carry no ``e_id`` and no
+    edge attributes, and no batch carries ``num_sampled_*``) or "induced" (every edge
+    between the sampled nodes, with ``e_id``; no ``num_sampled_*``); `transform_sampler_output`
+    gets PyG's HeteroSamplerOutput in the workers. ``disjoint=True`` grows one subgraph per seed
+    (node ids may repeat across subgraphs; each node type gets ``batch``, its nodes' seeds;
+    not with "induced", as in PyG). ``filter_per_worker=False`` keeps only the
+    sampling in the workers and gathers and encodes in the main process (None, the default,
+    and True do it all in the workers); the batches are the same. `time_attr` (a node-level
+    or edge-level attribute) makes sampling temporal as in PyG: disjoint, each seed's
+    neighbours no later than its time (`input_time`, else its node's `time_attr`), drawn
+    by `temporal_strategy` ("uniform" or "last"); batches then carry ``batch`` per node
+    type and, with `input_time`, ``seed_time`` on the input type. Options this loader
+    cannot honour (weighted sampling, a custom `neighbor_sampler`) raise
+    NotImplementedError naming them.
+
+    Each batch is a HeteroData with, per node type, the gathered node attributes, ``n_id``
+    and ``num_sampled_nodes`` (``input_id`` and ``batch_size`` on the input type); per edge
+    type ``edge_index`` (local ids: from the sampled source to the frontier destination),
+    the gathered edge attributes, ``e_id`` and ``num_sampled_edges``; graph-level and
+    other store-level attributes unchanged. `split_report` says, per row group shared by
+    several types, whether the types got one codec or one each (and why).
+    """
+
+    def __init__(
+        self,
+        data: HeteroData,
+        num_neighbors: Union[List[int], Mapping[EdgeType, List[int]], NumNeighbors],
+        input_nodes: Any = None,
+        input_time: Optional[torch.Tensor] = None,
+        replace: bool = False,
+        subgraph_type: str = "directional",
+        disjoint: bool = False,
+        temporal_strategy: str = "uniform",
+        time_attr: Optional[str] = None,
+        weight_attr: Optional[str] = None,
+        transform: Optional[Callable] = None,
+        transform_sampler_output: Optional[Callable] = None,
+        is_sorted: bool = False,
+        filter_per_worker: Optional[bool] = None,
+        neighbor_sampler: Optional[Any] = None,
+        directed: bool = True,
+        *,
+        codec: CodecSpec = "auto",
+        device: Union[str, torch.device, None] = None,
+        prefetch: int = 2,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        **kwargs: Any,
+    ):
+        _common.start()
+        if not directed:  # PyG: deprecated, the induced subgraph
+            warnings.warn("directed=False is deprecated (as in PyG's NeighborLoader); use "
+                          "subgraph_type='induced'", DeprecationWarning, stacklevel=2)
+            subgraph_type = "induced"
+        subgraph_type = getattr(subgraph_type, "value", subgraph_type)  # PyG's SubgraphType enum
+        if subgraph_type not in _SUBGRAPH_TYPES:
+            raise ValueError(f"subgraph_type={subgraph_type!r} is not accepted; use one of {_SUBGRAPH_TYPES}")
+        _refuse_options(weight_attr=weight_attr, neighbor_sampler=neighbor_sampler)
+        if input_time is not None and time_attr is None:
+            raise ValueError("input_time is set while time_attr is not; accepted: input_time together with "
+                             "time_attr (the seeds' times for temporal sampling)")
+        if not isinstance(disjoint, bool):
+            raise TypeError(f"disjoint={disjoint!r} is not accepted; use a bool")
+        if disjoint and subgraph_type == "induced":
+            raise ValueError("disjoint=True with subgraph_type='induced' is not accepted (nor by PyG); "
+                             "use one of them")
+        if filter_per_worker not in (None, True, False):
+            raise ValueError(f"filter_per_worker={filter_per_worker!r} is not accepted; use None, True or False")
+        # None: in the workers (the compression's work belongs there; batches are the same either way)
+        self.filter_per_worker = filter_per_worker is not False
+        self.subgraph_type = subgraph_type
+        self.transform_sampler_output = transform_sampler_output
+        for k in _REFUSED_KWARGS:
+            if k in kwargs:
+                raise NotImplementedError(f"{k}= is not supported: the loader builds its own batches "
+                                          "(pass batch_size, shuffle, drop_last, generator)")
+        if not isinstance(data, HeteroData):
+            raise TypeError(f"data must be a torch_geometric.data.HeteroData, got {type(data).__name__}")
+        self.data = data
+        graph = _HeteroGraph(data, time_attr)
+        self._graph = graph
+        values, default = (num_neighbors.values, num_neighbors.default) \
+            if isinstance(num_neighbors, NumNeighbors) else (num_neighbors, None)
+        if isinstance(values, Mapping):  # PyG's EdgeTypeStr keys are strings "src__rel__dst"
+            values = {tuple(k.split("__")) if isinstance(k, str) else k: v for k, v in values.items()}
+        if (graph.node_time is not None or graph.edge_time is not None) and subgraph_type == "induced":
+            raise ValueError("time_attr with subgraph_type='induced' is not accepted (nor by PyG): temporal "
+                             "sampling is disjoint")
+        self.node_sampler = HeteroNeighborSampler(graph.num_nodes, graph.csc, values, default=default,
+                                                  replace=replace, induced=subgraph_type == "induced",
+                                                  disjoint=disjoint, node_time=graph.node_time,
+                                                  edge_time=graph.edge_time, temporal_strategy=temporal_strategy)
+        self.disjoint = self.node_sampler.disjoint  # temporal sampling is disjoint (as PyG)
+        self.input_type, self.input_nodes, input_ids = _input_nodes(input_nodes, graph.num_nodes)
+        self.input_time = _input_time(input_time, self.input_nodes)
+        if self.node_sampler.temporal and self.input_time is None and (
+                graph.node_time is None or self.input_type not in graph.node_time):
+            raise ValueError(f"time_attr={time_attr!r} gives {self.input_type!r} nodes no time; accepted: "
+                             "input_time with the seeds' times")
+
+        batch_size = kwargs.pop("batch_size", 1)
+        shuffle = kwargs.pop("shuffle", False)
+        drop_last = kwargs.pop("drop_last", False)
+        generator = kwargs.pop("generator", None)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size={batch_size!r} is not accepted; use an int >= 1")
+        self.device = _common.loader_device(device)
+        self.transform = transform
+        self.requests = BatchRequests(self.input_nodes.numel(), batch_size, shuffle=shuffle,
+                                      drop_last=drop_last, generator=generator, rank=rank,
+                                      world_size=world_size)
+        self._codecs, self._typed, self.split_report = _hetero_codecs(graph, codec)
+        _common.warm_up(self._codecs, self.device)
+        self._stage, self.stats = _common.decode_stage(self._codecs, self.device, prefetch)
+        if self.input_nodes.numel():  # compile the sampler here too (a fixed seed: no RNG touched)
+            self.node_sampler.sample(self.input_type, self.input_nodes[:2], seed=0,
+                                     seed_time=None if self.input_time is None else self.input_time[:2])
+        self._producer = producer = HeteroBatchProducer(self.node_sampler, self.input_type, self.input_nodes,
+                                       graph.node_attrs, graph.edge_attrs, self._codecs,
+                                       input_ids=input_ids, input_time=self.input_time, typed_groups=self._typed,
+                                       post_sample=_post_sample(subgraph_type, transform_sampler_output))
+        kwargs.setdefault("pin_memory", self.device.type == "cuda")
+        # filtering in the main process: the batches are pinned here once built (the DataLoader's
+        # pin thread would only see sampler outputs)
+        self._pin_here = not self.filter_per_worker and bool(kwargs["pin_memory"]) and self.device.type == "cuda"
+        if not self.filter_per_worker:
+            kwargs["pin_memory"] = False
+        if kwargs.get("num_workers", 0) == 0 and not kwargs.get("persistent_workers"):
+            kwargs.pop("persistent_workers", None)
+        dataset = producer if self.filter_per_worker else HeteroSampleOnly(producer)
+        super().__init__(dataset, batch_size=None, sampler=self.requests, collate_fn=_identity, **kwargs)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Distributed runs: a new shuffle of the input nodes, the same on every rank."""
+        self.requests.set_epoch(epoch)
+
+    @property
+    def codecs(self) -> dict[str, Codec]:
+        """The codec of each group of a batch, by the group's printed name (as in `stats`)."""
+        return _common.by_name(self._codecs)
+
+    def __iter__(self) -> Iterator[HeteroData]:
+        it = super().__iter__()
+        stages = "sampling, gathering or encoding" if self.filter_per_worker else "sampling"
+        batches = _common.name_worker_deaths(it, type(self).__name__, stages, lambda: _common.worker_processes(it))
+        if not self.filter_per_worker:  # gather and encode here, then pin as the workers' batches are
+            batches = (self._encode_here(req, sampled) for req, sampled in batches)
+        for batch in self._stage(batches):
+            yield self._to_hetero(batch)
+
+    def _encode_here(self, req, sampled):
+        batch = self._producer.encode(req, sampled)
+        return batch.pin_memory() if self._pin_here else batch
+
+    def _to_hetero(self, batch: DecodedBatch) -> HeteroData:
+        """NeighborLoader's HeteroData: every type's named tensors, and its fields from the batch's meta."""
+        g, meta = self._graph, batch.meta
+        out = HeteroData(**g.graph_attrs)
+        for t in g.node_types:
+            store = out[t]
+            for key, value in g.node_other[t].items():
+                store[key] = value
+            for attr in g.node_attrs[t]:
+                store[attr] = batch[node_name(t, attr)]
+            if "n_id" not in g.node_attrs[t]:
+                store.n_id = batch[node_name(t, "n_id")]
+            if t in g.num_nodes_set:
+                store.num_nodes = int(store.n_id.numel())
+            if self.disjoint:
+                store.batch = batch[node_name(t, "batch")]
+            if meta["nodes_per_hop"] is not None:
+                store.num_sampled_nodes = meta["nodes_per_hop"][t]
+        for e in g.edge_types:
+            store = out[e]
+            for key, value in g.edge_other[e].items():
+                store[key] = value
+            store.edge_index = batch[edge_name(e, "edge_index")].view(2, -1)
+            for attr in g.edge_attrs[e]:  # absent where the subgraph's edges have no ids
+                if edge_name(e, attr) in batch:
+                    store[attr] = batch[edge_name(e, attr)]
+            if "e_id" not in g.edge_attrs[e] and edge_name(e, "e_id") in batch:
+                store.e_id = batch[edge_name(e, "e_id")]
+            if meta["edges_per_hop"] is not None:
+                store.num_sampled_edges = meta["edges_per_hop"][e]
+        inputs = out[self.input_type]
+        inputs.input_id = batch[INPUT_ID]
+        if self.input_time is not None:
+            inputs.seed_time = batch[SEED_TIME]
+        inputs.batch_size = meta["num_seeds"]
+        return self.transform(out) if self.transform is not None else out
+
+    def __repr__(self) -> str:
+        """PyG's NeighborLoader's repr, unchanged: scripts and PyG's own tests compare it."""
+        return "NeighborLoader()"
+
+    def describe(self) -> str:
+        """What this loader samples and how it sends each group (input type, fan-outs, codecs, device)."""
+        return (f"{type(self).__name__}(input_type={self.input_type!r}, "
+                f"num_neighbors={self.node_sampler.num_neighbors}, batches={len(self)}, "
+                f"codecs={ {k: c.name for k, c in self.codecs.items()} }, device={self.device})")
+
+
+def _identity(batch):
+    return batch
+
+
+#: NeighborLoader's subgraph types, all honoured.
+_SUBGRAPH_TYPES = ("directional", "bidirectional", "induced")
+
+
+def _refuse_options(**given) -> None:
+    """NotImplementedError naming every option given a value this loader cannot honour."""
+    honoured = {"weight_attr": None, "neighbor_sampler": None}
+    bad = []
+    for k, accepted in honoured.items():
+        ok = given[k] in accepted if isinstance(accepted, tuple) else (given[k] is accepted or given[k] == accepted)
+        if not ok:
+            bad.append(f"{k}={given[k]!r}")
+    if bad:
+        raise NotImplementedError(
+            f"CompressedNeighborLoader does not support {', '.join(bad)} for a HeteroData; it samples "
+            "heterogeneous graphs uniformly or temporally (not weighted), with its own sampler")
+
+
+class _PostSample:
+    """In the workers, after sampling: PyG's bidirectional subgraph, then `transform_sampler_output`
+    (both on PyG's HeteroSamplerOutput, as NeighborLoader applies them)."""
+
+    def __init__(self, bidirectional: bool, transform: Optional[Callable]):
+        self.bidirectional = bidirectional
+        self.transform = transform
+
+    def __call__(self, out: HeteroSamplerOutput) -> HeteroSamplerOutput:
+        pyg = PyGHeteroSamplerOutput(node=out.node, row=out.row, col=out.col, edge=out.edge, batch=out.batch,
+                                     num_sampled_nodes=out.num_sampled_nodes,
+                                     num_sampled_edges=out.num_sampled_edges)
+        if self.bidirectional:
+            pyg = pyg.to_bidirectional(keep_orig_edges=False)
+        if self.transform is not None:
+            pyg = self.transform(pyg)
+        return HeteroSamplerOutput(node=pyg.node, row=pyg.row, col=pyg.col, edge=pyg.edge,
+                                   num_sampled_nodes=pyg.num_sampled_nodes,
+                                   num_sampled_edges=pyg.num_sampled_edges, batch=pyg.batch)
+
+
+def _post_sample(subgraph_type: str, transform: Optional[Callable]) -> Optional[_PostSample]:
+    if subgraph_type != "bidirectional" and transform is None:
+        return None
+    return _PostSample(subgraph_type == "bidirectional", transform)
+
+
+def _input_time(input_time, input_nodes: torch.Tensor) -> Optional[torch.Tensor]:
+    """NeighborLoader's `input_time`: one time per input node (a CPU tensor), or None."""
+    if input_time is None:
+        return None
+    t = torch.as_tensor(input_time)
+    if t.shape != input_nodes.shape or t.dtype == torch.bool or t.dtype.is_complex:
+        raise ValueError(f"input_time has dtype {t.dtype} and shape {tuple(t.shape)}; accepted: one integer or "
+                         f"float time per input node, shape {tuple(input_nodes.shape)}")
+    return _common.host_table(t, "input_time").contiguous()
+
+
+def _input_nodes(input_nodes, num_nodes: Mapping[str, int]):
+    """(input type, seed node ids as int64, input ids or None) from NeighborLoader's `input_nodes`.
+
+    For a boolean mask the input ids are the node ids (as PyG); else None: the batch's
+    input_id then holds positions into the input nodes.
+    """
+    types = list(num_nodes)
+    if isinstance(input_nodes, str):
+        input_type, nodes = input_nodes, None
+    elif isinstance(input_nodes, (tuple, list)) and len(input_nodes) == 2 and isinstance(input_nodes[0], str):
+        input_type, nodes = input_nodes
+    else:
+        raise ValueError(f"input_nodes={input_nodes!r} is not accepted for a HeteroData; use a node type "
+                         f"(one of {types}) or (node type, None | boolean mask | node ids)")
+    if input_type not in num_nodes:
+        raise ValueError(f"input_nodes names node type {input_type!r}, which the graph does not have; "
+                         f"node types: {types}")
+    n = num_nodes[input_type]
+    if nodes is None:
+        return input_type, torch.arange(n), None
+    t = nodes if isinstance(nodes, torch.Tensor) else torch.as_tensor(
+        np.asarray(list(nodes) if isinstance(nodes, range) else nodes))
+    if t.dtype == torch.bool:
+        if t.dim() != 1 or t.numel() != n:
+            raise ValueError(f"input_nodes[1] is a boolean mask of shape {tuple(t.shape)}; node type "
+                             f"{input_type!r} has {n} nodes: accepted, a mask of shape ({n},)")
+        ids = t.nonzero().view(-1)
+        return input_type, ids, ids
+    if t.dim() != 1 or t.dtype.is_floating_point or t.dtype.is_complex:
+        raise TypeError(f"input_nodes[1] must be None, a boolean mask or a 1-d tensor of node ids, got "
+                        f"dtype={t.dtype} shape={tuple(t.shape)}")
+    t = t.to(torch.int64).contiguous()
+    if t.numel() and (int(t.min()) < 0 or int(t.max()) >= n):
+        bad = int(t.min()) if int(t.min()) < 0 else int(t.max())
+        raise IndexError(f"input_nodes contains {input_type!r} node {bad}, outside [0, {n})")
+    return input_type, t, None
+
+
+class _HeteroGraph:
+    """What the loader reads from a HeteroData: node counts, a TypedCSC per edge type (in-edges in time
+    order for temporal sampling by `time_attr`), the node and edge attributes the workers gather (per
+    type, as CPU tensors or views), everything else as given."""
+
+    def __init__(self, data: HeteroData, time_attr: Optional[str] = None):
+        self.node_types, self.edge_types = (list(m) for m in data.metadata())
+        self.node_time, self.edge_time = _times(data, time_attr)
+        self.num_nodes: dict[str, int] = {}
+        self.num_nodes_set = {t for t in self.node_types if "num_nodes" in data[t]}
+        self.node_attrs: dict[str, dict] = {}
+        self.node_other: dict[str, dict] = {}
+        for t in self.node_types:
+            store = data[t]
+            if store.num_nodes is None:
+                raise ValueError(f"data[{t!r}].num_nodes is None and cannot be inferred; accepted: node "
+                                 "type stores with node attributes or num_nodes set")
+            n = self.num_nodes[t] = int(store.num_nodes)
+            self.node_attrs[t], self.node_other[t] = {}, {}
+            for key, value in store.items():
+                if key == "num_nodes":
+                    continue
+                name = f"data[{t!r}].{key}"
+                if isinstance(value, EncodedTable):
+                    check_node_table(name, value, n)
+                    self.node_attrs[t][key] = value
+                elif isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim > 0 and (
+                        key in _common.NODE_KEYS or store.is_node_attr(key)):
+                    check_node_table(name, value, n)
+                    self.node_attrs[t][key] = _common.host_rows(value, name)
+                elif isinstance(value, (list, tuple)) and len(value) == n:
+                    raise TypeError(f"{name} is a {type(value).__name__} of one entry per node; the "
+                                    "loader gathers node attributes from tensors or numpy arrays only")
+                else:
+                    self.node_other[t][key] = value
+        self.csc: dict[EdgeType, TypedCSC] = {}
+        self.edge_attrs: dict[EdgeType, dict] = {}
+        self.edge_other: dict[EdgeType, dict] = {}
+        for e in self.edge_types:
+            store = data[e]
+            if "edge_index" not in store:
+                raise NotImplementedError(f"data[{e!r}] has no edge_index (keys {list(store.keys())}); the "
+                                          "loader samples edge types given as edge_index only")
+            src, _, dst = e
+            ei = store.edge_index
+            ei = torch.from_numpy(ei) if isinstance(ei, np.ndarray) else ei
+            try:
+                time = None
+                if self.node_time is not None and src in self.node_time and ei.shape[1]:
+                    time = self.node_time[src][_common.host_rows(ei[0], "edge_index").numpy()]
+                elif self.edge_time is not None and e in self.edge_time:
+                    time = self.edge_time[e]
+                self.csc[e] = TypedCSC.from_edge_index(ei, self.num_nodes[src], self.num_nodes[dst], time=time)
+            except (TypeError, ValueError, IndexError) as err:
+                raise type(err)(f"data[{e!r}].edge_index: {err}") from None
+            num_edges = int(ei.shape[1])
+            self.edge_attrs[e], self.edge_other[e] = {}, {}
+            for key, value in store.items():
+                if key == "edge_index":
+                    continue
+                name = f"data[{e!r}].{key}"
+                if isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim > 0 and \
+                        store.is_edge_attr(key) and value.shape[0] == num_edges:
+                    self.edge_attrs[e][key] = _common.host_rows(value, name)
+                else:
+                    self.edge_other[e][key] = value
+        self.graph_attrs = dict(data._global_store.items())
+        names = [node_name(t, a) for t in self.node_types for a in list(self.node_attrs[t]) + ["n_id"]]
+        names += [edge_name(e, a) for e in self.edge_types for a in list(self.edge_attrs[e]) + ["e_id"]]
+        if len(set(names)) != len(names):
+            raise ValueError(f"node and edge type names {self.node_types} / {self.edge_types} give two "
+                             "attributes the same flat name; accepted: type names that do not contain "
+                             "'.' or '__'")
+
+    def flat_tables(self) -> tuple[dict, dict]:
+        """Node and edge attribute tables under their flat names (hetero_worker.node_name / edge_name)."""
+        nodes = {node_name(t, a): v for t, attrs in self.node_attrs.items() for a, v in attrs.items()}
+        edges = {edge_name(e, a): v for e, attrs in self.edge_attrs.items() for a, v in attrs.items()}
+        return nodes, edges
+
+
+def _times(data: HeteroData, time_attr: Optional[str]):
+    """(node times per node type, edge times per edge type) of `time_attr`, as numpy arrays; one of
+    them None (PyG: a time attribute is node-level or edge-level), both None without `time_attr`."""
+    if time_attr is None:
+        return None, None
+    if not isinstance(time_attr, str):
+        raise TypeError(f"time_attr={time_attr!r} is not accepted; use None or an attribute name")
+
+    def arr(value, argname):
+        if isinstance(value, torch.Tensor):
+            value = _common.host_table(value, argname).numpy()
+        return np.asarray(value)
+
+    nodes = {t: arr(data[t][time_attr], f"data[{t!r}].{time_attr}") for t in data.node_types
+             if time_attr in data[t]}
+    edges = {e: arr(data[e][time_attr], f"data[{e!r}].{time_attr}") for e in data.edge_types
+             if time_attr in data[e]}
+    if nodes and edges:
+        raise ValueError(f"time_attr={time_attr!r} holds both node-level and edge-level times; accepted: "
+                         "an attribute of node types or of edge types")
+    if not nodes and not edges:
+        raise ValueError(f"time_attr={time_attr!r} is neither a node-level nor an edge-level attribute of "
+                         "the graph")
+    return (nodes, None) if nodes else (None, edges)
+
+
+def _hetero_codecs(graph: _HeteroGraph, codec: CodecSpec):
+    """One codec per group; row groups shared by several types are split per type where that pays."""
+    nodes, edges = graph.flat_tables()
+    num_nodes = max(graph.num_nodes.values(), default=0)
+    num_edges = max((g.num_edges for g in graph.csc.values()), default=0)
+    codecs = build_codecs(nodes, edges, num_nodes=num_nodes, num_edges=num_edges, codec=codec)
+    if isinstance(codec, str) and codec in CODEC_NAMES and codec != "identity":
+        return split_row_groups({**nodes, **edges}, codecs, kind=codec)
+    return codecs, {}, {}
