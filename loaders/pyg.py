@@ -13,6 +13,7 @@ from ibp_graph.index_checks import check_node_table
 from ibp_graph.loaders import _common
 from ibp_graph.pipeline.batch import DecodedBatch
 from ibp_graph.pipeline.codec_setup import CodecSpec
+from ibp_graph.pipeline.features import plan_features
 from ibp_graph.pipeline.grouping import GroupKey
 from ibp_graph.pipeline.requests import BatchRequests
 from ibp_graph.pipeline.worker import BatchProducer
@@ -44,7 +45,9 @@ class CompressedNeighborLoader(DataLoader, AffinityMixin, MultithreadingMixin):
     default: per group the smallest of IBP and EBP, or identity when neither gains;
     ``"ibp"``, ``"ebp"``, ``"identity"`` or a fitted codec object), `device`, `prefetch`
     and `rank`/`world_size` (this process's share of every epoch's seeds; default
-    torch.distributed's when initialised) are ours. Options NeighborLoader has but this loader cannot honour raise
+    torch.distributed's when initialised), `features` (where node features are read:
+    ``"worker"``, ``"zero_copy"`` or ``"auto"``, pipeline.features) and `device_cache` (bytes,
+    or a fraction of device memory, for compressed hot rows: pipeline.cache; 0: none) are ours. Options NeighborLoader has but this loader cannot honour raise
     NotImplementedError naming them. Remaining keyword arguments go to DataLoader
     (`batch_size`, `shuffle`, `drop_last`, `num_workers`, `persistent_workers`,
     `pin_memory`, `prefetch_factor`, `timeout`, ...).
@@ -78,6 +81,8 @@ class CompressedNeighborLoader(DataLoader, AffinityMixin, MultithreadingMixin):
         prefetch: int = 2,
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
+        features: str = "auto",
+        device_cache: Union[int, float] = 0,
         **kwargs: Any,
     ):
         _common.start()
@@ -125,13 +130,16 @@ class CompressedNeighborLoader(DataLoader, AffinityMixin, MultithreadingMixin):
         self.requests = BatchRequests(self.input_nodes.numel(), batch_size, shuffle=shuffle,
                                       drop_last=drop_last, generator=generator, rank=rank,
                                       world_size=world_size)
+        self.features = plan_features(node_attrs, features=features, device_cache=device_cache,
+                                      device=self.device, indices=self.graph.indices, codec=codec)
         self._codecs: dict[GroupKey, Codec] = _common.setup_codecs(
-            node_attrs, edge_attrs, num_nodes=num_nodes, num_edges=self.graph.num_edges, codec=codec,
-            device=self.device)
-        self._stage, self.stats = _common.decode_stage(self._codecs, self.device, prefetch)
+            self.features.codec_attrs, edge_attrs, num_nodes=num_nodes, num_edges=self.graph.num_edges,
+            codec=codec, device=self.device)
+        self._stage, self.stats = _common.decode_stage(self._codecs, self.device, prefetch, self.features)
         if self.input_nodes.numel():  # compile the sampler here too (a fixed seed: no RNG touched)
             self.node_sampler.sample(self.input_nodes[:2], seed=0)
-        producer = BatchProducer(self.node_sampler, self.input_nodes, node_attrs, edge_attrs, self._codecs,
+        producer = BatchProducer(self.node_sampler, self.input_nodes, self.features.worker_attrs, edge_attrs,
+                                 self._codecs,
                                  input_ids=self.input_nodes if mask_given else None)
         kwargs.setdefault("pin_memory", self.device.type == "cuda")
         if kwargs.get("num_workers", 0) == 0:
@@ -168,7 +176,7 @@ class CompressedNeighborLoader(DataLoader, AffinityMixin, MultithreadingMixin):
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(num_neighbors={self.node_sampler.num_neighbors}, "
                 f"batches={len(self)}, codecs={ {k: c.name for k, c in self.codecs.items()} }, "
-                f"device={self.device})")
+                f"device={self.device}, features={self.features.describe()})")
 
 
 def _identity(batch):
