@@ -64,7 +64,7 @@ class DecodeStage:
         if self.features is None:
             return None
         got = self.features.fill(out, stored_bytes(batch.groups, self.features.sources), checks)
-        out.update(got.tensors)
+        got.apply(out)
         return got
 
     def _count_fetched(self, got) -> None:

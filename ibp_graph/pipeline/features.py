@@ -101,6 +101,10 @@ def as_store(name: str, table: Any, codec) -> EncodedTable:
     return EncodedTable.encode(table.contiguous(), codec, progress=False)
 
 
+#: marks a tensor of node ids sent in place of a feature's rows (ids_name).
+IDS_MARK = "@ids:"
+
+
 @dataclass
 class Fetched:
     """One batch's feature rows fetched by the main process, and what to count for them."""
@@ -108,6 +112,13 @@ class Fetched:
     tensors: dict[str, torch.Tensor]
     counts: Optional[torch.Tensor] = None  # int64 [hits, misses, cache bytes, zero-copy bytes]
     worker_bytes: int = 0
+    drop: list = field(default_factory=list)  # ids tensors the batch no longer needs
+
+    def apply(self, batch: dict) -> None:
+        """Put the fetched rows into a decoded batch and drop the ids sent for them."""
+        for k in self.drop:
+            batch.pop(k, None)
+        batch.update(self.tensors)
 
 
 @dataclass
@@ -186,19 +197,26 @@ class FeatureSource:
             return gpu.fetch(s.table.codec, s.pinned, ids, checks=checks)
         return s.table.codec.decode(s.pinned.index_select(ids))
 
+    def _slots(self, tensors: Mapping[str, torch.Tensor]) -> list[tuple[str, _Source, torch.Tensor]]:
+        """(output name, source, node ids) of each table to serve in a batch: the tables named by
+        ids tensors (``ids_name``: a front-end whose features sit in several places), else every
+        source at the batch's node ids (`self.ids`)."""
+        marked = [k for k in tensors if IDS_MARK in k]
+        if not marked:
+            return [(n, s, tensors[self.ids]) for n, s in self.sources.items()]
+        return [(k.split(IDS_MARK)[0], self.sources[k.split(IDS_MARK)[1]], tensors[k]) for k in marked]
+
     def fill(self, tensors: Mapping[str, torch.Tensor], stored_bytes: Mapping[str, int],
              checks=None) -> Fetched:
-        """The rows of every served attribute for one decoded batch (`tensors`: its named tensors,
-        with the worker-sent misses of cached attributes; `stored_bytes`: compressed bytes the
+        """The rows of every served table for one decoded batch (`tensors`: its named tensors,
+        with the worker-sent misses of cached tables; `stored_bytes`: compressed bytes the
         workers sent per attribute). Call on the stream that decoded the batch."""
         self.prepare()
-        ids = tensors[self.ids]
         counts = torch.zeros(4, dtype=torch.int64, device=self.device)
         out, worker_bytes = {}, 0
-        for name, s in self.sources.items():
+        for name, s, ids in self._slots(tensors):
             if s.cache is None:
                 out[name] = self._zero_copy(s, ids, checks)
-                counts[1] += ids.numel()
                 counts[3] += self._row_bytes(s, ids.to(self.device))
                 continue
             hit_pos, slots, miss_pos = s.cache.split(ids)
@@ -217,7 +235,25 @@ class FeatureSource:
             counts[1] += miss_pos.numel()
             counts[2] += s.cache.hit_bytes(slots)
             out[name] = assemble(ids.numel(), hit_pos, hits, miss_pos, misses)
-        return Fetched(out, counts, worker_bytes)
+        return Fetched(out, counts, worker_bytes, [k for k in tensors if IDS_MARK in k])
+
+
+def ids_name(name: str, table: str) -> str:
+    """The name under which a worker sends the node ids of feature `table` wanted at `name`."""
+    return f"{name}{IDS_MARK}{table}"
+
+
+def worker_tensors(plan: "FeaturePlan", name: str, table: str, ids: torch.Tensor, fetch) -> dict:
+    """What a worker puts into a batch for feature `table` wanted at `name` (rows of nodes `ids`;
+    `fetch(ids)` gathers raw rows): the rows (worker mode), the ids only (zero-copy), or the ids
+    and the rows the device cache lacks (worker mode with a cache)."""
+    src = None if plan.source is None else plan.source.sources.get(table)
+    if src is None:
+        return {name: fetch(ids)}
+    out = {ids_name(name, table): ids}
+    if not src.zero_copy:
+        out[name] = fetch(ids[~src.cache.hot_mask[ids]])
+    return out
 
 
 def assemble(n: int, hit_pos: torch.Tensor, hits: torch.Tensor, miss_pos: torch.Tensor,
@@ -290,5 +326,5 @@ def stored_bytes(groups: Mapping, names) -> dict[str, int]:
     return {k.name: ct.nbytes for k, ct in groups.items() if k.name in names}
 
 
-__all__ = ["FEATURE_MODES", "FeaturePlan", "FeatureSource", "Fetched", "plan_features",
+__all__ = ["FEATURE_MODES", "ids_name", "worker_tensors", "FeaturePlan", "FeatureSource", "Fetched", "plan_features",
            "resolve_mode", "check_features", "assemble", "as_store", "stored_bytes"]

@@ -39,6 +39,11 @@ class LoaderStats:
             self.tier_bytes[tier] += int(n)
 
     @property
+    def serves_features(self) -> bool:
+        """Whether feature rows were served by the main process (zero-copy, device cache) or a cache is set."""
+        return bool(self.cache or self.cache_hits or self.cache_misses or any(self.tier_bytes.values()))
+
+    @property
     def hit_rate(self) -> float:
         """Cache hits / rows looked up in the device cache (0.0 before any)."""
         n = self.cache_hits + self.cache_misses
@@ -94,12 +99,15 @@ class LoaderStats:
 
     def as_dict(self) -> dict:
         """Plain values for JSON."""
-        return {"batches": self.batches, "raw_bytes": dict(self.raw_bytes),
-                "sent_bytes": dict(self.sent_bytes), "seconds": dict(self.seconds),
-                "fraction": self.fraction, "copied_bytes": self.copied_bytes,
-                "copied_bytes_per_batch": self.copied_bytes_per_batch,
-                "cache_hits": self.cache_hits, "cache_misses": self.cache_misses, "hit_rate": self.hit_rate,
-                "tier_bytes": dict(self.tier_bytes), "cache": dict(self.cache)}
+        out = {"batches": self.batches, "raw_bytes": dict(self.raw_bytes),
+               "sent_bytes": dict(self.sent_bytes), "seconds": dict(self.seconds),
+               "fraction": self.fraction, "copied_bytes": self.copied_bytes,
+               "copied_bytes_per_batch": self.copied_bytes_per_batch}
+        if self.serves_features:
+            out["features"] = {"cache_hits": self.cache_hits, "cache_misses": self.cache_misses,
+                               "hit_rate": self.hit_rate, "tier_bytes": dict(self.tier_bytes),
+                               "cache": dict(self.cache)}
+        return out
 
     def table(self) -> str:
         """Two tables: bytes per group, and seconds per stage."""
@@ -117,7 +125,7 @@ class LoaderStats:
                                       ("per_batch", "ms/batch", ".2f")])
         copied = f"host bytes copied in workers: {self.copied_bytes_per_batch / 1e6:.2f} MB/batch"
         tiers = ""
-        if any(self.tier_bytes.values()) or self.cache:
+        if self.serves_features:
             tiers = ("\nfeature rows served by the main process, MB: " + ", ".join(
                 f"{t} {self.tier_bytes[t] / 1e6:.2f}" for t in TIERS) +
                 f"; device cache hit rate {self.hit_rate:.4f}" +

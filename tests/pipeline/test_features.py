@@ -101,12 +101,33 @@ def test_zero_copy_fill_counts_rows_and_bytes_per_tier(codec, budget):
     hits, misses, cache_bytes, zc_bytes = got.counts.tolist()
     lengths = store.compressed.row_lengths()
     hot = plan.source.sources["x"].cache.slots[ids] >= 0 if budget else torch.zeros(700, dtype=torch.bool)
-    assert (hits, misses) == (int(hot.sum()), int((~hot).sum()))
+    assert (hits, misses) == ((int(hot.sum()), int((~hot).sum())) if budget else (0, 0))  # no cache: no lookups
     assert cache_bytes == int(lengths[ids[hot]].sum()) and zc_bytes == int(lengths[ids[~hot]].sum())
     assert got.worker_bytes == 0
     stats = LoaderStats()
     stats.add_tiers(*got.counts.tolist(), worker=got.worker_bytes)
     assert stats.hit_rate == pytest.approx(hits / 700) and stats.tier_bytes["zero_copy"] == zc_bytes
+    assert stats.as_dict()["features"]["tier_bytes"]["zero_copy"] == zc_bytes
+    assert "features" not in LoaderStats().as_dict()  # a loader serving no features: no section
+
+
+@pytest.mark.parametrize("zero_copy", [True, False])
+def test_ids_sent_in_place_of_rows_are_served_and_dropped(zero_copy):
+    """A front-end whose features sit in several places (DGL's blocks) sends ids per place."""
+    x, store, plan = _source(zero_copy, 300 * 4 + 4000)
+    a = torch.randint(0, 300, (90,), generator=torch.Generator().manual_seed(6))
+    b = torch.randint(0, 300, (40,), generator=torch.Generator().manual_seed(7))
+    fetch = lambda i: x[i]  # noqa: E731 - the worker's raw rows
+    sent = {**F.worker_tensors(plan, "0.srcdata.x", "x", a, fetch), **F.worker_tensors(plan, "1.srcdata.x", "x", b, fetch)}
+    assert set(k for k in sent if "@ids:" in k) == {F.ids_name("0.srcdata.x", "x"), F.ids_name("1.srcdata.x", "x")}
+    assert ("0.srcdata.x" in sent) == (not zero_copy)  # misses only, with a cache in worker mode
+    batch = dict(sent)
+    got = plan.source.fill(batch, {})
+    got.apply(batch)
+    assert set(batch) == {"0.srcdata.x", "1.srcdata.x"}
+    assert torch.equal(batch["0.srcdata.x"], x[a]) and torch.equal(batch["1.srcdata.x"], x[b])
+    plain = plan_features({"x": x}, features="worker", device_cache=0, device=CPU, indices=np.zeros(0, np.int64))
+    assert set(F.worker_tensors(plain, "0.srcdata.x", "x", a, fetch)) == {"0.srcdata.x"}
 
 
 def test_worker_misses_are_checked_against_the_cache_map():
