@@ -110,6 +110,11 @@ def run(*, num_nodes: int = 10_000_000, avg_degree: float = 15, family: str = "e
               f"device {device}", flush=True)
     x_dev = x.to(device) if device != "cpu" and "resident" in variants else None
     rows = []
+    report = {"benchmark": "features", "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
+              "avg_degree": avg_degree, "family": family, "store_codec": store.codec.name,
+              "store_fraction": store.fraction, "epoch_seeds": len(seeds), "batch_size": batch_size,
+              "num_neighbors": list(num_neighbors), "num_workers": num_workers, "device": device,
+              "device_cache": device_cache, "gen_s": gen_s, "store_s": store_s, "results": rows}
     for variant in variants:
         torch.manual_seed(seed)
         t0 = time.perf_counter()
@@ -121,20 +126,12 @@ def run(*, num_nodes: int = 10_000_000, avg_degree: float = 15, family: str = "e
         r["start_s"] = start_s
         rows.append(r)
         del loader
+        ratios(rows)
+        if out:  # after every variant: a run cut short keeps what it measured
+            write_json(out, report)
         if not quiet:
             print(f"  {variant}: {r['batches_per_s']:.2f} batches/s, exact={r['exact']}", flush=True)
-    by = {r["variant"]: r["batches_per_s"] for r in rows}
-    for r in rows:
-        base, ceiling = by.get("identity-worker"), by.get("resident")
-        r["vs_identity"] = r["batches_per_s"] / base if base else None
-        r["vs_resident"] = r["batches_per_s"] / ceiling if ceiling else None
-    table = format_table(rows, COLUMNS)
-    report = {"benchmark": "features", "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
-              "avg_degree": avg_degree, "family": family, "store_codec": store.codec.name,
-              "store_fraction": store.fraction, "epoch_seeds": len(seeds), "batch_size": batch_size,
-              "num_neighbors": list(num_neighbors), "num_workers": num_workers, "device": device,
-              "device_cache": device_cache, "gen_s": gen_s, "store_s": store_s, "results": rows,
-              "table": table}
+    report["table"] = table = format_table(rows, COLUMNS)
     if not quiet:
         print(f"\none epoch per variant; MB sent: worker -> main per batch; zero-copy / cache: compressed "
               f"bytes read per batch\n{table}")
@@ -143,6 +140,15 @@ def run(*, num_nodes: int = 10_000_000, avg_degree: float = 15, family: str = "e
         if not quiet:
             print(f"\nwrote {path}")
     return report
+
+
+def ratios(rows: list[dict]) -> None:
+    """Each row's batches/s against identity-worker's and resident's (None while either is missing)."""
+    by = {r["variant"]: r["batches_per_s"] for r in rows}
+    for r in rows:
+        base, ceiling = by.get("identity-worker"), by.get("resident")
+        r["vs_identity"] = r["batches_per_s"] / base if base else None
+        r["vs_resident"] = r["batches_per_s"] / ceiling if ceiling else None
 
 
 def _cache_arg(text: str) -> Union[int, float]:
