@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Callable, Mapping, Optional, Union
 
 import numpy as np
 import torch
@@ -131,7 +131,6 @@ class _Source:
     cache: Optional[DeviceCache]
     pinned: Any = None            # the CompressedTensor the fetch reads (pinned on CUDA)
     registration: Any = None      # kept alive while pinned in place
-    lengths: Optional[torch.Tensor] = None  # per-row compressed bytes on the device (for stats)
 
 
 class FeatureSource:
@@ -171,8 +170,6 @@ class FeatureSource:
                 s.pinned = dataclasses.replace(pinned, offsets=offsets)
             else:
                 s.pinned = ct
-            s.lengths = None if ct.offsets is None else (
-                s.pinned.offsets[1:] - s.pinned.offsets[:-1]).to(torch.int32)
         self._ready = True
 
     def release(self) -> None:
@@ -184,10 +181,13 @@ class FeatureSource:
         self._ready = False
 
     # ---- per batch -----------------------------------------------------------
-    def _row_bytes(self, s: _Source, ids: torch.Tensor) -> torch.Tensor:
-        if s.lengths is None:
+    @staticmethod
+    def _row_bytes(s: _Source, ids: torch.Tensor) -> torch.Tensor:
+        """Compressed bytes of rows `ids` of the store (a 0-d tensor on their device; no wait)."""
+        o = s.pinned.offsets
+        if o is None:
             return torch.tensor(ids.numel() * s.table.compressed.row_nbytes, device=ids.device)
-        return s.lengths[ids].sum(dtype=torch.int64)
+        return (o[ids + 1].to(torch.int64) - o[ids].to(torch.int64)).sum()
 
     def _zero_copy(self, s: _Source, ids: torch.Tensor, checks) -> torch.Tensor:
         """Rows `ids` of the store: fused gather + decode on the GPU, or gather + decode on the CPU."""
@@ -247,7 +247,7 @@ def worker_tensors(plan: "FeaturePlan", name: str, table: str, ids: torch.Tensor
     """What a worker puts into a batch for feature `table` wanted at `name` (rows of nodes `ids`;
     `fetch(ids)` gathers raw rows): the rows (worker mode), the ids only (zero-copy), or the ids
     and the rows the device cache lacks (worker mode with a cache)."""
-    src = None if plan.source is None else plan.source.sources.get(table)
+    src = None if plan is None or plan.source is None else plan.source.sources.get(table)
     if src is None:
         return {name: fetch(ids)}
     out = {ids_name(name, table): ids}
@@ -294,12 +294,13 @@ class FeaturePlan:
 
 
 def plan_features(node_attrs: Mapping[str, Any], *, features: str, device_cache: Union[int, float],
-                  device: torch.device, indices: np.ndarray, codec: Any = "auto",
+                  device: torch.device, indices: Union[np.ndarray, Callable[[], np.ndarray]], codec: Any = "auto",
                   available: Optional[int] = None) -> FeaturePlan:
     """Decide where each node feature table is read: the mode (resolve_mode), the attributes the
     workers gather (zero-copy tables removed; cached ones gathering misses only), and the
     main-process FeatureSource (None in worker mode without a cache). `indices`: the CSC graph's
-    neighbour lists (the cache ranks nodes by their appearances there)."""
+    neighbour lists, or a function returning them (read only for a cache, which ranks nodes by
+    their appearances there)."""
     check_features(features)
     device = torch.device(device)
     budget = cache_budget(device_cache, device)
@@ -310,7 +311,7 @@ def plan_features(node_attrs: Mapping[str, Any], *, features: str, device_cache:
     stores = {n: as_store(n, t, codec) for n, t in tables.items()}
     caches = {}
     if budget:
-        hot = degree_hotness(indices, next(iter(stores.values())).n_rows)
+        hot = degree_hotness(indices() if callable(indices) else indices, next(iter(stores.values())).n_rows)
         share = budget // len(stores)
         caches = {n: DeviceCache(t, hot, share, device) for n, t in stores.items()}
     zero_copy = set(stores) if mode == ZERO_COPY else set()
