@@ -263,7 +263,9 @@ def assemble(n: int, hit_pos: torch.Tensor, hits: torch.Tensor, miss_pos: torch.
     if n == 0:
         return out
     row = out[0].numel() * out.element_size()
-    as_bytes = lambda t: t.reshape(-1).view(torch.uint8).reshape(t.shape[0], row)  # noqa: E731
+    word = next((d for d in (torch.int64, torch.int32, torch.int16) if row % d.itemsize == 0), torch.uint8)
+    # rows seen as whole integer words: a copy of bits, never of values (NaN payloads, -0.0 kept)
+    as_bytes = lambda t: t.reshape(-1).view(torch.uint8).view(word).reshape(t.shape[0], -1)  # noqa: E731
     dst = as_bytes(out)
     if hits.shape[0]:
         dst.index_copy_(0, hit_pos.to(out.device), as_bytes(hits))

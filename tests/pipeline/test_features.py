@@ -78,6 +78,8 @@ def test_assemble_copies_bits_in_sampled_order():
     out = assemble(4, torch.tensor([3, 0]), hits, torch.tensor([1, 2]), misses)
     want = torch.stack([hits[1], misses[0], misses[1], hits[0]])
     assert torch.equal(out.view(torch.int32), want.view(torch.int32))  # NaN payloads kept
+    odd = torch.arange(12, dtype=torch.uint8).reshape(4, 3)  # rows of 3 bytes: copied byte-wise
+    assert torch.equal(assemble(4, torch.tensor([1, 3]), odd[:2], torch.tensor([0, 2]), odd[2:]), odd[[2, 0, 3, 1]])
     assert assemble(0, torch.zeros(0, dtype=torch.int64), hits[:0], torch.zeros(0, dtype=torch.int64),
                     misses[:0]).shape == (0, 3)
 
