@@ -108,3 +108,15 @@ def test_loader_on_cuda_equals_the_cpu_worker_path(codec, features, device_cache
             assert s.cache["x"]["budget_bytes"] == cache_budget(device_cache, torch.device("cuda"))
     if loader.features.mode == "zero_copy":
         assert s.tier_bytes["zero_copy"] > 0 and "x@store" not in s.sent_bytes
+
+
+def test_feature_mode_benchmark_runs_every_variant_exactly_on_cuda():
+    """gpu_check's epoch step on a tiny graph: every variant (resident too) is bit exact first."""
+    from ibp_graph.benchmarks.features import GPU_VARIANTS, run
+
+    report = run(num_nodes=20_000, avg_degree=8, base_rows=4096, epoch_seeds=1024, batch_size=256,
+                 num_neighbors=(5, 3), num_workers=0, device="cuda", device_cache=20_000 * 4 + 400_000,
+                 out=None, quiet=True)
+    by = {r["variant"]: r for r in report["results"]}
+    assert tuple(by) == GPU_VARIANTS and all(r["exact"] == "yes" for r in by.values())
+    assert by["resident"]["vs_resident"] == 1.0 and 0 < by["auto-zero-copy+cache"]["hit_rate"] < 1
