@@ -15,6 +15,7 @@ import torch
 from ibp_graph.codec.base import Codec
 from ibp_graph.pipeline.codec_setup import CodecSpec, build_codecs, describe
 from ibp_graph.pipeline.decode import DecodeStage
+from ibp_graph.pipeline.features import FeaturePlan
 from ibp_graph.pipeline.grouping import GroupKey
 from ibp_graph.pipeline.stats import LoaderStats
 from ibp_graph.threads import use_forksafe_layer
@@ -50,11 +51,15 @@ def warm_up(codecs: Mapping[GroupKey, Codec], device: torch.device) -> None:
             c.decode(ct)
 
 
-def decode_stage(codecs: Mapping[GroupKey, Codec], device: torch.device, prefetch: int
-                 ) -> tuple[DecodeStage, LoaderStats]:
-    """The loader's decode stage and the stats it counts into (the loader's `.stats`)."""
+def decode_stage(codecs: Mapping[GroupKey, Codec], device: torch.device, prefetch: int,
+                 features: Optional[FeaturePlan] = None) -> tuple[DecodeStage, LoaderStats]:
+    """The loader's decode stage and the stats it counts into (the loader's `.stats`); with a
+    feature plan (pipeline.features), the stage also fetches the rows its source serves."""
     stats = LoaderStats(codecs={str(k): describe(c) for k, c in codecs.items()})
-    return DecodeStage(codecs, device, prefetch=prefetch, stats=stats), stats
+    source = None if features is None else features.source
+    if features is not None:
+        stats.cache = {n: c.capacity.as_dict() for n, c in features.caches.items()}
+    return DecodeStage(codecs, device, prefetch=prefetch, stats=stats, features=source), stats
 
 
 def worker_processes(iterator: Any) -> list:

@@ -30,6 +30,7 @@ from ibp_graph.codec.base import Codec
 from ibp_graph.loaders import _common
 from ibp_graph.pipeline.batch import DecodedBatch, EncodedBatch
 from ibp_graph.pipeline.codec_setup import CodecSpec
+from ibp_graph.pipeline.features import plan_features, worker_tensors
 from ibp_graph.pipeline.grouping import GroupKey
 from ibp_graph.pipeline.worker import encode_groups_counted
 
@@ -135,10 +136,11 @@ def _graphs(out: Any) -> list:
 class _CompressingSampler(_DGLSampler):
     """Runs the user's sampler in a worker, then fetches and encodes the features it marked lazy."""
 
-    def __init__(self, sampler, codecs: dict[GroupKey, Codec]):
+    def __init__(self, sampler, codecs: dict[GroupKey, Codec], features=None):
         super().__init__()
         self.sampler = sampler
         self.codecs = codecs
+        self.features = features  # pipeline.features.FeaturePlan: which rows the main process serves
 
     def sample(self, g, indices):
         t0 = time.perf_counter()
@@ -157,7 +159,8 @@ class _CompressingSampler(_DGLSampler):
                     storage = (g.get_node_storage(lazy.name or key, g.ntypes[0]) if kind == "node"
                                else g.get_edge_storage(lazy.name or key, g.canonical_etypes[0]))
                     name = f"{i}.{view_name}.{key}"
-                    tensors[name] = storage.fetch(ids, torch.device("cpu"))
+                    tensors.update(worker_tensors(self.features, name, (lazy.name or key) if kind == "node" else None,
+                                                  ids, lambda i: storage.fetch(i, torch.device("cpu"))))
                     slots.append(_Slot(name, i, view_name, key))
                     del view[key]  # DGL's prefetcher must not fetch it again, uncompressed
         t2 = time.perf_counter()
@@ -173,8 +176,9 @@ class CompressedDGLDataLoader(_DGLDataLoader):
 
     Arguments up to `gpu_cache` are DGL's DataLoader's, in its order; `codec` (``"auto"``,
     the default: per group the smallest of IBP and EBP, or identity when neither gains;
-    ``"ibp"``, ``"ebp"``, ``"identity"`` or a fitted codec object) and `prefetch`
-    (batches decoded ahead on a CUDA device) are ours. Features to load are the ones the sampler names, as for DGL:
+    ``"ibp"``, ``"ebp"``, ``"identity"`` or a fitted codec object), `prefetch`
+    (batches decoded ahead on a CUDA device), `features` and `device_cache` (as for
+    CompressedNeighborLoader: pipeline.features, pipeline.cache) are ours. Features to load are the ones the sampler names, as for DGL:
     ``NeighborSampler(fanouts, prefetch_node_feats=[...], prefetch_labels=[...])``.
     Remaining keyword arguments go to DGL's DataLoader (`num_workers`, `persistent_workers`,
     ...). With the same seeds (``numpy``, ``torch``, ``dgl.seed``) it yields the same
@@ -204,6 +208,8 @@ class CompressedDGLDataLoader(_DGLDataLoader):
         *,
         codec: CodecSpec = "auto",
         prefetch: int = 2,
+        features: str = "auto",
+        device_cache: Union[int, float] = 0,
         **kwargs: Any,
     ):
         _common.start()
@@ -231,16 +237,18 @@ class CompressedDGLDataLoader(_DGLDataLoader):
         node_attrs = {k: _common.host_table(graph.ndata[k], f"graph.ndata[{k!r}]") for k in node_names}
         edge_attrs = {k: _common.host_table(graph.edata[k], f"graph.edata[{k!r}]") for k in edge_names}
         out_device = torch.device(device) if device is not None else torch.device("cpu")
+        self.features = plan_features(node_attrs, features=features, device_cache=device_cache, device=out_device,
+                                      indices=lambda: graph.edges()[0].numpy(), codec=codec)
         self._codecs: dict[GroupKey, Codec] = _common.setup_codecs(
-            node_attrs, edge_attrs, num_nodes=graph.num_nodes(), num_edges=graph.num_edges(), codec=codec,
+            {**self.features.codec_attrs, **node_attrs}, edge_attrs, num_nodes=graph.num_nodes(), num_edges=graph.num_edges(), codec=codec,
             device=out_device)
-        super().__init__(graph, indices, _CompressingSampler(graph_sampler, self._codecs), device=device,
+        super().__init__(graph, indices, _CompressingSampler(graph_sampler, self._codecs, self.features), device=device,
                          use_ddp=use_ddp, ddp_seed=ddp_seed, batch_size=batch_size, drop_last=drop_last,
                          shuffle=shuffle, use_prefetch_thread=use_prefetch_thread,
                          use_alternate_streams=use_alternate_streams, pin_prefetcher=pin_prefetcher,
                          use_uva=False, gpu_cache=None, **kwargs)
         self.graph_sampler = graph_sampler  # the user's; the wrapper lives in collate_fn
-        self._stage, self.stats = _common.decode_stage(self._codecs, self.device, prefetch)
+        self._stage, self.stats = _common.decode_stage(self._codecs, self.device, prefetch, self.features)
 
     @property
     def codecs(self) -> dict[str, Codec]:

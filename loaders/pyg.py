@@ -14,6 +14,7 @@ from ibp_graph.index_checks import check_node_table
 from ibp_graph.loaders import _common
 from ibp_graph.pipeline.batch import DecodedBatch, EncodedBatch
 from ibp_graph.pipeline.codec_setup import CodecSpec
+from ibp_graph.pipeline.features import plan_features
 from ibp_graph.pipeline.grouping import GroupKey
 from ibp_graph.pipeline.requests import BatchRequest, BatchRequests, DrawnRequests
 from ibp_graph.pipeline.worker import BatchProducer
@@ -60,7 +61,10 @@ class CompressedNeighborLoader(NeighborLoader):
     ``"ibp"``, ``"ebp"``, ``"identity"`` or a fitted codec object; a dtype no codec has
     travels as identity bytes, named in `codecs`), `device`, `prefetch` and
     `rank`/`world_size` (this process's share of every epoch's seeds; default
-    torch.distributed's when initialised) are ours. Remaining keyword arguments go to
+    torch.distributed's when initialised), `features` (where node features are read:
+    ``"worker"``, ``"zero_copy"`` or ``"auto"``, pipeline.features) and `device_cache` (bytes,
+    or a fraction of device memory, for compressed hot rows: pipeline.cache; 0: none) are
+    ours. Remaining keyword arguments go to
     DataLoader (`batch_size`, `shuffle`, `drop_last`, `generator`, `sampler` or
     `batch_sampler` over input positions, `num_workers`, `persistent_workers`,
     `pin_memory`, `prefetch_factor`, `timeout`, ...); `dataset` and `collate_fn` are
@@ -102,6 +106,8 @@ class CompressedNeighborLoader(NeighborLoader):
         prefetch: int = 2,
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
+        features: str = "auto",
+        device_cache: Union[int, float] = 0,
         **kwargs: Any,
     ):
         _common.start()
@@ -178,14 +184,16 @@ class CompressedNeighborLoader(NeighborLoader):
         self.requests = _requests(seeds.numel(), batch_size, shuffle=shuffle, drop_last=drop_last,
                                   generator=generator, rank=rank, world_size=world_size,
                                   sampler=sampler, batch_sampler=batch_sampler)
+        self.features = plan_features(node_attrs, features=features, device_cache=device_cache,
+                                      device=self.device, indices=self.graph.indices, codec=codec)
         self._codecs: dict[GroupKey, Codec] = _common.setup_codecs(
-            node_attrs, edge_attrs, num_nodes=num_nodes, num_edges=self.graph.num_edges, codec=codec,
-            device=self.device)
+            self.features.codec_attrs, edge_attrs, num_nodes=num_nodes, num_edges=self.graph.num_edges,
+            codec=codec, device=self.device)
         self._prefetch = prefetch
-        self._stage, self.stats = _common.decode_stage(self._codecs, self.device, prefetch)
+        self._stage, self.stats = _common.decode_stage(self._codecs, self.device, prefetch, self.features)
         if seeds.numel():  # compile the sampler here too (a fixed seed: no RNG touched)
             self.node_sampler.sample(seeds[:2], seed=0, seed_time=None if input_time is None else input_time[:2])
-        producer = BatchProducer(self.node_sampler, seeds, node_attrs, edge_attrs, self._codecs,
+        producer = BatchProducer(self.node_sampler, seeds, self.features.worker_attrs, edge_attrs, self._codecs,
                                  input_ids=self.input_data.input_id, input_time=input_time)
         kwargs.setdefault("pin_memory", self.device.type == "cuda")
         if kwargs.get("num_workers", 0) == 0:
@@ -223,7 +231,7 @@ class CompressedNeighborLoader(NeighborLoader):
                 f"filter_per_worker=True and num_workers > 0) but device={str(self.device)!r} cannot decode in a "
                 "forked worker; accepted: filter_per_worker=False (decode in the main process) or device='cpu'")
         if self._stage is None:  # unpickled in a worker process
-            self._stage = _common.decode_stage(self._codecs, self.device, self._prefetch)[0]
+            self._stage = _common.decode_stage(self._codecs, self.device, self._prefetch, self.features)[0]
         return self._to_data(next(iter(self._stage(iter([out])))))
 
     def _get_iterator(self):

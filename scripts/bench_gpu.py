@@ -60,34 +60,16 @@ def parse_args(argv=None):
 # --------------------------------------------------------------------------- tables
 def tile_rows(x: torch.Tensor, k: int, pin: bool) -> torch.Tensor:
     """x repeated k times along rows, written straight into (pinned) host memory."""
-    out = torch.empty((x.shape[0] * k,) + tuple(x.shape[1:]), dtype=x.dtype, pin_memory=pin)
-    n = x.shape[0]
-    for i in range(k):
-        out[i * n:(i + 1) * n] = x
-    return out
+    from ibp_graph.benchmarks.graphs import tile_rows as tile
+
+    return tile(x, x.shape[0] * k, pin)
 
 
 def tile_compressed(ct, k: int, pin: bool):
     """A CompressedTensor of ct's rows repeated k times (payload copied, offsets shifted)."""
-    from ibp_graph.codec import CompressedTensor
-    from ibp_graph.layout.rows import PAYLOAD_TAIL
+    from ibp_graph.benchmarks.graphs import tile_compressed as tile
 
-    o = ct.offsets.to(torch.int64)
-    used = int(o[-1])
-    total = used * k
-    # the format's tail: decoders may read up to PAYLOAD_TAIL bytes past the last row
-    payload = torch.zeros((total + PAYLOAD_TAIL + 7) // 8 * 8, dtype=torch.uint8, pin_memory=pin)
-    for i in range(k):
-        payload[i * used:(i + 1) * used] = ct.payload[:used]
-    n = ct.n_rows
-    offsets = torch.empty(n * k + 1, dtype=torch.int64)
-    offsets[:-1] = (o[:-1].unsqueeze(0) + used * torch.arange(k).unsqueeze(1)).reshape(-1)
-    offsets[-1] = total
-    offsets = offsets.to(torch.int32 if total < 2**31 else torch.int64)
-    if pin:
-        offsets = offsets.pin_memory()
-    return CompressedTensor(payload=payload, offsets=offsets, shape=(n * k,) + tuple(ct.row_shape),
-                            dtype=ct.dtype, codec=ct.codec, fingerprint=ct.fingerprint)
+    return tile(ct, k, pin)
 
 
 def fit_kind(kind: str, x: torch.Tensor):

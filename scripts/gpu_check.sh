@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # One command for the GPU machine: install ibp-graph into its python3, run the GPU tests,
-# then the GPU benchmarks (decode kernels, then the loader). Writes pytest_gpu.txt,
-# bench_gpu.{txt,json} and bench_loader_gpu.{txt,json} to
-# ${OUT:-bench_out}; exits non-zero if any step fails (every step runs regardless, so one
-# device session yields all the evidence: hence no `set -e`).
+# the decode benchmark (per feature family: decode from device memory, zero-copy fetch vs
+# the pinned-copy ceiling and the PCIe floor) and one loader epoch per feature mode on a
+# 10M-node papers-like graph (identity-worker, auto-worker, auto-zero-copy, +cache,
+# features resident on the GPU), then print ONE table of all of it
+# (ibp_graph.benchmarks.gpu_check). Every GPU result is compared bit for bit with the CPU
+# path before it is timed. Writes pytest_gpu.txt, bench_gpu.{txt,json},
+# features_gpu.{txt,json} and gpu_check_table.txt to ${OUT:-bench_out}; exits non-zero if
+# any step fails (every step runs regardless, so one device session yields all the
+# evidence: hence no `set -e`).
 #
 #   bash scripts/gpu_check.sh                      # everything
 #   PYTEST_ARGS="-x" BENCH_ARGS="--families embedding_f32" bash scripts/gpu_check.sh
+#   DRY_RUN=1 bash scripts/gpu_check.sh            # no GPU: the CPU-side steps on tiny sizes
 #
 # Time: the whole script keeps within BUDGET seconds (default 540, under the device tool's
 # 600 s per command), so its summary is always printed: each step runs under its own
@@ -19,9 +25,13 @@ cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
 OUT_DIR="${OUT:-bench_out}"
 BUDGET="${BUDGET:-540}"
-TEST_TIMEOUT="${TEST_TIMEOUT:-300}"
-BENCH_TIMEOUT="${BENCH_TIMEOUT:-200}"
-LOADER_TIMEOUT="${LOADER_TIMEOUT:-120}"
+TEST_TIMEOUT="${TEST_TIMEOUT:-200}"
+BENCH_TIMEOUT="${BENCH_TIMEOUT:-130}"
+FEATURES_TIMEOUT="${FEATURES_TIMEOUT:-180}"
+DRY_RUN="${DRY_RUN:-0}"
+# the epoch benchmark's graph and loaders (FEATURES_ARGS overrides any of them)
+FEATURES_NODES="${FEATURES_NODES:-10000000}"
+FEATURES_WORKERS="${FEATURES_WORKERS:-12}"
 mkdir -p "$OUT_DIR"
 status=0
 SECONDS=0
@@ -34,6 +44,14 @@ step_timeout() {
     echo $(($1 < left ? $1 : left))
 }
 
+if [ "$DRY_RUN" = 1 ]; then
+    echo "== dry run: no GPU steps; the CPU-side steps on tiny sizes"
+    BENCH_ARGS="--dry-run --families embedding_f32 --table-rows 4096 --base-rows 2048 ${BENCH_ARGS:-}"
+    FEATURES_ARGS="--device cpu --num-nodes 8192 --base-rows 2048 --epoch-seeds 256 --batch-size 64 \
+        --num-neighbors 4 2 --num-workers 0 --device-cache 100000 ${FEATURES_ARGS:-}"
+fi
+
+if [ "$DRY_RUN" != 1 ]; then
 echo "== environment"
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total \
     --format=csv,noheader || true
@@ -71,6 +89,8 @@ if ! "$PY" -m pip install -q --no-deps --no-build-isolation -e .; then
         || { echo "ibp_graph cannot be imported from the checkout either"; exit 1; }
 fi
 
+fi  # not a dry run
+
 # check_rc STEP RC: report a failed step (124: its timeout) and remember the failure.
 check_rc() {
     [ "$2" -eq 0 ] && return
@@ -78,27 +98,36 @@ check_rc() {
     status=1
 }
 
-t=$(step_timeout "$TEST_TIMEOUT" 180)
+if [ "$DRY_RUN" != 1 ]; then
+t=$(step_timeout "$TEST_TIMEOUT" 320)
 echo "== GPU tests (pytest -m gpu; timeout ${t}s, at ${SECONDS}s)"
 timeout "$t" "$PY" -m pytest -m gpu -q -p no:cacheprovider --durations=15 ${PYTEST_ARGS:-} \
     2>&1 | tee "$OUT_DIR/pytest_gpu.txt"
 rc=${PIPESTATUS[0]}
 check_rc "GPU tests" "$rc"
+fi
 
-t=$(step_timeout "$BENCH_TIMEOUT" 70)
-echo "== GPU benchmark (timeout ${t}s, at ${SECONDS}s)"
+t=$(step_timeout "$BENCH_TIMEOUT" 190)
+echo "== decode benchmark (per family: device decode, zero-copy fetch; timeout ${t}s, at ${SECONDS}s)"
 timeout "$t" "$PY" scripts/bench_gpu.py --out "$OUT_DIR/bench_gpu.json" \
     ${BENCH_ARGS:-} 2>&1 | tee "$OUT_DIR/bench_gpu.txt"
 rc=${PIPESTATUS[0]}
-check_rc "GPU benchmark" "$rc"
+check_rc "decode benchmark" "$rc"
 
-t=$(step_timeout "$LOADER_TIMEOUT" 0)
-echo "== GPU loader benchmark (ibp vs identity vs store vs features resident on the GPU; timeout ${t}s, at ${SECONDS}s)"
-timeout "$t" "$PY" scripts/bench_loader.py --device cuda --num-workers 4 \
-    --num-nodes 2000000 --batch-size 1024 --num-neighbors 15 10 --batches 40 \
-    --out "$OUT_DIR/bench_loader_gpu.json" 2>&1 | tee "$OUT_DIR/bench_loader_gpu.txt"
+t=$(step_timeout "$FEATURES_TIMEOUT" 10)
+echo "== loader epoch per feature mode (timeout ${t}s, at ${SECONDS}s)"
+timeout "$t" "$PY" scripts/bench_features.py --device cuda --num-nodes "$FEATURES_NODES" \
+    --num-workers "$FEATURES_WORKERS" --batch-size 1024 --num-neighbors 15 10 5 --epoch-seeds 65536 \
+    --device-cache 1000000000 ${FEATURES_ARGS:-} --out "$OUT_DIR/features_gpu.json" \
+    2>&1 | tee "$OUT_DIR/features_gpu.txt"
 rc=${PIPESTATUS[0]}
-check_rc "GPU loader benchmark" "$rc"
+check_rc "feature-mode epochs" "$rc"
+
+echo "== gpu_check table (at ${SECONDS}s)"
+"$PY" -m ibp_graph.benchmarks.gpu_check --gpu-json "$OUT_DIR/bench_gpu.json" \
+    --features-json "$OUT_DIR/features_gpu.json" 2>&1 | tee "$OUT_DIR/gpu_check_table.txt"
+rc=${PIPESTATUS[0]}
+[ "$DRY_RUN" = 1 ] || check_rc "gpu_check table (a section missing or not exact)" "$rc"
 
 echo "== gpu_check: $([ $status -eq 0 ] && echo OK || echo FAILED) in ${SECONDS}s; outputs in $OUT_DIR/"
 exit $status

@@ -7,11 +7,14 @@ Public API (what the pipeline and users call):
   gathered and decoded on the GPU (zero-copy: only the selected rows cross PCIe);
 * :func:`gather_raw_rows` - rows ``index`` of a raw table, by the same zero-copy gather;
 * :class:`PendingChecks` - collects the kernels' error reports instead of waiting for them;
+* :func:`pin_table` - a compressed table made page-locked for zero-copy reads (registered in
+  place, else copied pinned; :class:`PinError` when neither works);
 * :func:`is_available`, and the errors :class:`CudaUnavailableError`,
   :class:`KernelCompileError`.
 
 Modules: ``dispatch`` (decode/fetch: checks, then the codec's kind), ``ibp`` / ``ebp`` /
-``raw`` (tables and launches per kind), ``tables`` (the device-table cache), ``operands``
+``raw`` (tables and launches per kind), ``tables`` (the device-table cache), ``pinned``
+(page-locked host tables for zero-copy), ``operands``
 (tensor checks and addresses), ``checks`` (errors and error slots), ``abi`` (kernel
 parameters and table records, declared once), ``compiler`` (NVRTC/nvcc) and ``runtime``
 (load and launch). Nothing is imported until first use; CuPy only when a kernel is
@@ -22,6 +25,7 @@ from __future__ import annotations
 _LAZY = {
     "decode": "dispatch", "fetch": "dispatch", "gather_raw_rows": "raw",
     "PendingChecks": "checks", "CudaUnavailableError": "checks", "KernelCompileError": "checks",
+    "pin_table": "pinned", "PinError": "pinned",
 }
 
 
@@ -50,4 +54,4 @@ def __getattr__(name: str):
 
 
 __all__ = ["decode", "fetch", "gather_raw_rows", "PendingChecks", "is_available",
-           "CudaUnavailableError", "KernelCompileError"]
+           "CudaUnavailableError", "KernelCompileError", "pin_table", "PinError"]

@@ -5,6 +5,8 @@ run on a side stream, so they overlap the training step running on the current s
 each yielded tensor is handed over with an event wait and `record_stream`. Without a
 GPU the same stage decodes on the CPU (``codec.decode``). Either way a corrupt group
 raises before its batch is handed out, and the batch's `meta` passes through untouched.
+With a `features` source (pipeline.features: zero-copy stores, device caches) the stage
+then fetches the batch's feature rows in the main process, on the same stream.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import torch
 
 from ..codec.base import Codec
 from .batch import DecodedBatch, EncodedBatch
+from .features import FeatureSource, stored_bytes
 from .grouping import GroupKey
 from .stats import LoaderStats
 
@@ -24,13 +27,14 @@ class DecodeStage:
     """Turns an iterator of EncodedBatches into DecodedBatches on `device`, counting into `stats`."""
 
     def __init__(self, codecs: Mapping[GroupKey, Codec], device: torch.device, *, prefetch: int = 2,
-                 stats: Optional[LoaderStats] = None):
+                 stats: Optional[LoaderStats] = None, features: Optional[FeatureSource] = None):
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
             raise ValueError(f"prefetch={prefetch!r} is not accepted; use an int >= 0 (batches in flight)")
         self.codecs = dict(codecs)
         self.device = torch.device(device)
         self.prefetch = prefetch
         self.stats = stats if stats is not None else LoaderStats()
+        self.features = features
         self._stream = None
 
     def _codec(self, key: GroupKey) -> Codec:
@@ -55,14 +59,28 @@ class DecodeStage:
             tensors.update(batch.layouts[key].split(t))
         return DecodedBatch(tensors, batch.meta)
 
+    def _fetch(self, batch: EncodedBatch, out: DecodedBatch, checks=None):
+        """The feature rows the main process serves (features hook), put into `out`."""
+        if self.features is None:
+            return None
+        got = self.features.fill(out, stored_bytes(batch.groups, self.features.sources), checks)
+        got.apply(out)
+        return got
+
+    def _count_fetched(self, got) -> None:
+        if got is not None:
+            self.stats.add_tiers(*got.counts.tolist(), worker=got.worker_bytes)
+
     # ---- CPU ------------------------------------------------------------------
     def _cpu(self, batches: Iterator[EncodedBatch]) -> Iterator[DecodedBatch]:
         for batch in batches:
             self._count(batch)
             t = time.perf_counter()
             decoded = {k: self._codec(k).decode(ct) for k, ct in batch.groups.items()}
+            out = self._split(batch, decoded)
+            self._count_fetched(self._fetch(batch, out))
             self.stats.add_time("decode", time.perf_counter() - t)
-            yield self._split(batch, decoded)
+            yield out
 
     # ---- CUDA -----------------------------------------------------------------
     def _launch(self, batch: EncodedBatch):
@@ -81,20 +99,23 @@ class DecodeStage:
             on_device = {k: ct.to(self.device, non_blocking=True) for k, ct in batch.groups.items()}
             copied.record()
             decoded = {k: gpu.decode(self._codec(k), ct, checks=checks) for k, ct in on_device.items()}
+            out = self._split(batch, decoded)
+            fetched = self._fetch(batch, out, checks)
             done.record()
-        return batch, decoded, (start, copied, done), checks
+        return out, fetched, (start, copied, done), checks
 
     def _finish(self, item) -> DecodedBatch:
-        batch, decoded, (start, copied, done), checks = item
+        out, fetched, (start, copied, done), checks = item
         current = torch.cuda.current_stream(self.device)
         current.wait_event(done)
-        for t in decoded.values():
+        for t in out.values():
             t.record_stream(current)
         done.synchronize()  # event timing needs the batch finished; it is, or the step waits anyway
         checks.raise_first()  # a corrupt group raises here, before its batch is handed out
         self.stats.add_time("copy", start.elapsed_time(copied) / 1e3)
         self.stats.add_time("decode", copied.elapsed_time(done) / 1e3)
-        return self._split(batch, decoded)
+        self._count_fetched(fetched)
+        return out
 
     def _cuda(self, batches: Iterator[EncodedBatch]) -> Iterator[DecodedBatch]:
         if self._stream is None:

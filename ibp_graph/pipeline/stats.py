@@ -8,6 +8,8 @@ from ..tables import format_table
 
 #: pipeline stages in data-flow order; worker stages first.
 STAGES = ("sample", "gather", "encode", "copy", "decode")
+#: where feature rows served by the main process came from (pipeline.features): compressed bytes per tier.
+TIERS = ("device_cache", "zero_copy", "worker")
 
 
 @dataclass
@@ -22,6 +24,32 @@ class LoaderStats:
     copied_bytes: int = 0
     #: the codec of each group, by the group's printed name ("ibp", "identity (fallback: ...)").
     codecs: dict = field(default_factory=dict)
+    #: rows of cached feature tables found in / missing from the device cache (pipeline.cache).
+    cache_hits: int = 0
+    cache_misses: int = 0
+    #: compressed bytes of the main-process-served feature rows, per tier (TIERS).
+    tier_bytes: dict = field(default_factory=lambda: {t: 0 for t in TIERS})
+    #: the device caches' capacity (Capacity.as_dict() per attribute), set by the loader; not reset.
+    cache: dict = field(default_factory=dict)
+
+    def add_tiers(self, hits: int, misses: int, cache_bytes: int, zero_copy_bytes: int, *,
+                  worker: int = 0) -> None:
+        """Count one batch's served feature rows: cache hits and misses, compressed bytes per tier."""
+        self.cache_hits += int(hits)
+        self.cache_misses += int(misses)
+        for tier, n in zip(TIERS, (cache_bytes, zero_copy_bytes, worker)):
+            self.tier_bytes[tier] += int(n)
+
+    @property
+    def serves_features(self) -> bool:
+        """Whether feature rows were served by the main process (zero-copy, device cache) or a cache is set."""
+        return bool(self.cache or self.cache_hits or self.cache_misses or any(self.tier_bytes.values()))
+
+    @property
+    def hit_rate(self) -> float:
+        """Cache hits / rows looked up in the device cache (0.0 before any)."""
+        n = self.cache_hits + self.cache_misses
+        return self.cache_hits / n if n else 0.0
 
     def add_group(self, key: str, raw: int, sent: int) -> None:
         """Count one group of one batch under its printed name (str of its GroupKey)."""
@@ -52,6 +80,8 @@ class LoaderStats:
         self.sent_bytes.clear()
         self.seconds.clear()
         self.copied_bytes = 0
+        self.cache_hits = self.cache_misses = 0
+        self.tier_bytes = {t: 0 for t in TIERS}
 
     @property
     def total_raw_bytes(self) -> int:
@@ -71,10 +101,15 @@ class LoaderStats:
 
     def as_dict(self) -> dict:
         """Plain values for JSON."""
-        return {"batches": self.batches, "raw_bytes": dict(self.raw_bytes),
-                "sent_bytes": dict(self.sent_bytes), "seconds": dict(self.seconds),
-                "fraction": self.fraction, "copied_bytes": self.copied_bytes,
-                "copied_bytes_per_batch": self.copied_bytes_per_batch, "codecs": dict(self.codecs)}
+        out = {"batches": self.batches, "raw_bytes": dict(self.raw_bytes),
+               "sent_bytes": dict(self.sent_bytes), "seconds": dict(self.seconds),
+               "fraction": self.fraction, "copied_bytes": self.copied_bytes,
+               "copied_bytes_per_batch": self.copied_bytes_per_batch, "codecs": dict(self.codecs)}
+        if self.serves_features:
+            out["features"] = {"cache_hits": self.cache_hits, "cache_misses": self.cache_misses,
+                               "hit_rate": self.hit_rate, "tier_bytes": dict(self.tier_bytes),
+                               "cache": dict(self.cache)}
+        return out
 
     def table(self) -> str:
         """Two tables: bytes per group, and seconds per stage."""
@@ -93,7 +128,14 @@ class LoaderStats:
         time_t = format_table(times, [("stage", "stage", "s"), ("total", "seconds", ".3f"),
                                       ("per_batch", "ms/batch", ".2f")])
         copied = f"host bytes copied in workers: {self.copied_bytes_per_batch / 1e6:.2f} MB/batch"
-        return f"{self.batches} batches\n{bytes_t}\n{copied}\n\n{time_t}"
+        tiers = ""
+        if self.serves_features:
+            tiers = ("\nfeature rows served by the main process, MB: " + ", ".join(
+                f"{t} {self.tier_bytes[t] / 1e6:.2f}" for t in TIERS) +
+                f"; device cache hit rate {self.hit_rate:.4f}" +
+                "".join(f"\ndevice cache {k}: {c['rows']:,} rows compressed ({c['raw_rows']:,} raw) "
+                        f"in {c['budget_bytes'] / 1e6:.1f} MB" for k, c in self.cache.items()))
+        return f"{self.batches} batches\n{bytes_t}\n{copied}{tiers}\n\n{time_t}"
 
     def __str__(self) -> str:
         return self.table()

@@ -1,0 +1,87 @@
+"""CompressedNeighborLoader's feature modes and device cache on the CPU stand-in: every batch equals
+the worker path's, bit for bit, with workers or without; the stats count hits, misses and tiers."""
+import pytest
+import torch
+
+from ibp_graph.data.store import EncodedTable
+from ibp_graph.loaders.pyg import CompressedNeighborLoader
+
+from tests.loaders.test_pyg import check_batch, make_graph
+
+INPUT = torch.arange(0, 3000, 3)
+KEYS = ("x", "y", "n_id", "e_id", "edge_index", "input_id", "edge_attr")
+#: a budget holding the slot map and a few hundred of the 3000 rows
+BUDGET = 3000 * 4 + 30_000
+
+
+def batches(data, num_workers=0, raw=None, **kw):
+    torch.manual_seed(0)
+    loader = CompressedNeighborLoader(data, [5, 3], input_nodes=INPUT, batch_size=128, shuffle=True,
+                                      num_workers=num_workers, **kw)
+    out = list(loader)
+    for b in out:
+        check_batch(b, raw if raw is not None else data, INPUT)
+    return loader, out
+
+
+@pytest.fixture(scope="module")
+def data():
+    return make_graph()
+
+
+@pytest.fixture(scope="module")
+def reference(data):
+    return batches(data, features="worker")[1]
+
+
+def same(a, b):
+    assert len(a) == len(b)
+    for p, q in zip(a, b):
+        for k in KEYS:
+            assert torch.equal(p[k].view(torch.uint8) if p[k].dtype == torch.float32 else p[k],
+                               q[k].view(torch.uint8) if q[k].dtype == torch.float32 else q[k]), k
+
+
+@pytest.mark.parametrize("store", [None, "ibp", "ebp", "identity"])
+@pytest.mark.parametrize("features,device_cache,num_workers", [
+    ("zero_copy", 0, 0), ("zero_copy", BUDGET, 0), ("worker", BUDGET, 0), ("zero_copy", BUDGET, 2),
+    ("worker", BUDGET, 2), ("auto", BUDGET, 0)])
+def test_every_mode_gives_the_worker_paths_batches(data, reference, store, features, device_cache, num_workers):
+    raw = data
+    if store is not None:
+        data = data.clone()
+        data.x = EncodedTable.encode(data.x, store, progress=False)
+    loader, got = batches(data, num_workers, raw, features=features,
+                          device_cache=device_cache)
+    same(reference, got)
+    s = loader.stats
+    rows = sum(b.n_id.numel() for b in got)
+    mode = "worker" if features == "auto" else features  # auto on the CPU: worker
+    assert loader.features.mode == mode
+    if device_cache:
+        assert s.cache_hits + s.cache_misses == rows and 0 < s.hit_rate < 1
+        assert s.tier_bytes["device_cache"] > 0 and s.cache["x"]["rows"] > 0
+        assert f"{s.cache['x']['rows']:,} of 3,000 rows compressed" in repr(loader)
+    if mode == "zero_copy":
+        assert "x@store" not in s.sent_bytes and "float32[24]" not in s.sent_bytes  # no feature rows sent
+        assert s.tier_bytes["zero_copy"] > 0 and s.tier_bytes["worker"] == 0
+    else:
+        assert s.tier_bytes["zero_copy"] == 0
+        assert s.tier_bytes["worker"] == s.sent_bytes["x@store"]  # the misses the workers sent
+    assert "device cache hit rate" in s.table()
+
+
+def test_loader_arguments_are_checked(data):
+    with pytest.raises(ValueError, match=r"features='gpu' is not accepted; use one of \('worker', "
+                                         r"'zero_copy', 'auto'\)"):
+        CompressedNeighborLoader(data, [2], batch_size=8, features="gpu")
+    with pytest.raises(ValueError, match=r"device_cache=-5 is not accepted"):
+        CompressedNeighborLoader(data, [2], batch_size=8, device_cache=-5)
+    with pytest.raises(ValueError, match=r"device_cache=100 bytes cannot hold the slot map of 3,000 nodes"):
+        CompressedNeighborLoader(data, [2], batch_size=8, device_cache=100)
+
+
+def test_default_is_auto_and_worker_on_the_cpu(data):
+    loader = CompressedNeighborLoader(data, [2], batch_size=8)
+    assert loader.features.mode == "worker" and loader.features.source is None
+    assert "features=worker" in repr(loader)
