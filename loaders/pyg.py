@@ -269,6 +269,12 @@ class CompressedNeighborLoader(NeighborLoader):
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"  # PyG's NodeLoader repr
 
+    def describe(self) -> str:
+        """What this loader samples and how it sends each group (fan-outs, codecs, device, features)."""
+        return (f"{type(self).__name__}(num_neighbors={self.node_sampler.num_neighbors}, "
+                f"batches={len(self)}, codecs={ {k: c.name for k, c in self.codecs.items()} }, "
+                f"device={self.device}, features={self.features.describe()})")
+
 
 # inspect.signature would show __new__'s (data=None, *args, **kwargs): show NeighborLoader's arguments
 CompressedNeighborLoader.__signature__ = _common.init_signature(CompressedNeighborLoader)

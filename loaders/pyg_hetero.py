@@ -246,8 +246,8 @@ class CompressedHeteroNeighborLoader(DataLoader, AffinityMixin, MultithreadingMi
         return self.transform(out) if self.transform is not None else out
 
     def __repr__(self) -> str:
-        """PyG's NeighborLoader's repr, unchanged: scripts and PyG's own tests compare it."""
-        return "NeighborLoader()"
+        """PyG's NodeLoader repr (the class name); describe() says more."""
+        return f"{type(self).__name__}()"
 
     def describe(self) -> str:
         """What this loader samples and how it sends each group (input type, fan-outs, codecs, device)."""

@@ -61,7 +61,7 @@ def test_every_mode_gives_the_worker_paths_batches(data, reference, store, featu
     if device_cache:
         assert s.cache_hits + s.cache_misses == rows and 0 < s.hit_rate < 1
         assert s.tier_bytes["device_cache"] > 0 and s.cache["x"]["rows"] > 0
-        assert f"{s.cache['x']['rows']:,} of 3,000 rows compressed" in repr(loader)
+        assert f"{s.cache['x']['rows']:,} of 3,000 rows compressed" in loader.describe()
     if mode == "zero_copy":
         assert "x@store" not in s.sent_bytes and "float32[24]" not in s.sent_bytes  # no feature rows sent
         assert s.tier_bytes["zero_copy"] > 0 and s.tier_bytes["worker"] == 0
@@ -84,4 +84,4 @@ def test_loader_arguments_are_checked(data):
 def test_default_is_auto_and_worker_on_the_cpu(data):
     loader = CompressedNeighborLoader(data, [2], batch_size=8)
     assert loader.features.mode == "worker" and loader.features.source is None
-    assert "features=worker" in repr(loader)
+    assert "features=worker" in loader.describe()
