@@ -40,7 +40,7 @@ from . import checksums
 from .checksums import UnverifiedDataWarning, check_mode
 from ..files import read_json, replace_dir, save_npy, work_dir, write_text
 
-__all__ = ["PreparedDataset", "SPLITS", "build_csc", "write_prepared_meta", "encode_store", "add_store", "as_tensor",
+__all__ = ["PreparedDataset", "SPLITS", "build_csc", "build_relation_arrays", "write_prepared_meta", "encode_store", "add_store", "as_tensor",
            "progress_bar", "FORMAT", "FORMAT_VERSION"]
 
 PathLike = Union[str, os.PathLike]
@@ -345,13 +345,42 @@ def build_csc(edge_chunks: EdgeChunks, num_nodes: int, directory: PathLike, *, u
     files in ``directory`` (``CSCGraph.save`` layout) and returned memory-mapped.
     """
     d = Path(directory)
+    indptr = _write_csc_arrays(edge_chunks, num_nodes, num_nodes, d, undirected=undirected, dedup=dedup,
+                               progress=progress, total_edges=total_edges)
+    meta = {"format": "ibp_graph.csc", "version": 1, "num_nodes": num_nodes, "num_edges": int(indptr[-1])}
+    write_text(d / "meta.json", json.dumps(meta, indent=1) + "\n")
+    return CSCGraph.load(d, mmap=True)
+
+
+def build_relation_arrays(edge_chunks: EdgeChunks, num_src: int, num_dst: int, directory: PathLike, *,
+                          undirected: bool = False, dedup: bool = False, progress: bool = True,
+                          total_edges: Optional[int] = None) -> int:
+    """Write the CSC arrays (indptr.npy over the `num_dst` destinations, indices.npy of source ids, e_id.npy)
+    of one edge type of a heterogeneous graph into `directory`, streamed like `build_csc`; return the edge count.
+
+    Source ids are checked against `num_src` and destinations against `num_dst` (two
+    node types); `undirected` (an edge type within one node type only) and `dedup` as in `build_csc`.
+    """
+    if undirected and num_src != num_dst:
+        raise ValueError(f"undirected=True needs one node type (num_src == num_dst); got num_src={num_src}, "
+                         f"num_dst={num_dst}")
+    indptr = _write_csc_arrays(edge_chunks, num_src, num_dst, Path(directory), undirected=undirected, dedup=dedup,
+                               progress=progress, total_edges=total_edges)
+    return int(indptr[-1])
+
+
+def _write_csc_arrays(edge_chunks: EdgeChunks, num_src: int, num_dst: int, d: Path, *, undirected: bool,
+                      dedup: bool, progress: bool, total_edges: Optional[int]) -> np.ndarray:
+    """indices.npy, e_id.npy and indptr.npy (by destination) in `d`; returns indptr. `undirected` needs
+    num_src == num_dst."""
+    assert not undirected or num_src == num_dst
     d.mkdir(parents=True, exist_ok=True)
-    counts = np.zeros(num_nodes + 1, dtype=np.int64)
+    counts = np.zeros(num_dst + 1, dtype=np.int64)
     n_input = 0
     bar = progress_bar(total_edges or 0, "graph: counting edges", progress, unit="edges")
     for src, dst in edge_chunks():
         src, dst = _int64(src), _int64(dst)
-        _check_ids(src, dst, num_nodes)
+        _check_ids(src, dst, num_src, num_dst)
         _count_in(dst, counts)
         if undirected:
             _count_in(src, counts)
@@ -361,7 +390,7 @@ def build_csc(edge_chunks: EdgeChunks, num_nodes: int, directory: PathLike, *, u
     indptr = np.cumsum(counts)
     num_edges = int(indptr[-1])
     fill = indptr[:-1].copy()
-    indices = np.lib.format.open_memmap(d / "indices.npy", mode="w+", dtype=index_dtype(num_nodes),
+    indices = np.lib.format.open_memmap(d / "indices.npy", mode="w+", dtype=index_dtype(num_src),
                                         shape=(num_edges,))
     e_id = np.lib.format.open_memmap(d / "e_id.npy", mode="w+", dtype=index_dtype(num_edges),
                                      shape=(num_edges,))
@@ -382,9 +411,7 @@ def build_csc(edge_chunks: EdgeChunks, num_nodes: int, directory: PathLike, *, u
         indptr = _dedup_csc(d, indptr, indices, e_id, progress)
     del indices, e_id  # shared file mappings: what was written is visible to the next open
     save_npy(d / "indptr.npy", indptr)
-    meta = {"format": "ibp_graph.csc", "version": 1, "num_nodes": num_nodes, "num_edges": int(indptr[-1])}
-    write_text(d / "meta.json", json.dumps(meta, indent=1) + "\n")
-    return CSCGraph.load(d, mmap=True)
+    return indptr
 
 
 def _dedup_csc(d: Path, indptr: np.ndarray, indices: np.ndarray, e_id: np.ndarray, progress: bool) -> np.ndarray:
@@ -419,12 +446,12 @@ def _int64(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.int64)
 
 
-def _check_ids(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> None:
+def _check_ids(src: np.ndarray, dst: np.ndarray, num_src: int, num_dst: int) -> None:
     if src.shape != dst.shape or src.ndim != 1:
         raise ValueError(f"an edge chunk has src shape {src.shape} and dst shape {dst.shape}; "
                          "expected two 1-d arrays of the same length")
-    if src.size:
-        lo = min(int(src.min()), int(dst.min()))
-        hi = max(int(src.max()), int(dst.max()))
-        if lo < 0 or hi >= num_nodes:
-            raise ValueError(f"an edge names node {lo if lo < 0 else hi}, outside [0, {num_nodes})")
+    for ids, n, what in ((src, num_src, "source"), (dst, num_dst, "destination")):
+        if ids.size:
+            lo, hi = int(ids.min()), int(ids.max())
+            if lo < 0 or hi >= n:
+                raise ValueError(f"an edge names {what} node {lo if lo < 0 else hi}, outside [0, {n})")
