@@ -416,14 +416,18 @@ def add_stores(directory: PathLike, codec: CodecSpec = "auto", *, progress: bool
     if not HeteroPreparedDataset.is_complete(d):
         raise FileNotFoundError(f"{d} is not a finished prepared data set (no valid meta.json): prepare it first")
     meta = read_json(d / "meta.json", ValueError, ": prepare again")
+    changed = False
     for t, info in meta["node_types"].items():
         final = d / "nodes" / t / "store"
-        if info.get("x_shape") is None or (final / "meta.json").is_file():
+        if info.get("x_shape") is None or (info.get("store_codec") and (final / "meta.json").is_file()):
             continue
-        with work_dir(final) as tmp:
-            encode_store(d / "nodes" / t, codec, progress=progress, out=tmp)
-            if not (final / "meta.json").is_file():
-                replace_dir(tmp, final)
+        if not (final / "meta.json").is_file():
+            with work_dir(final) as tmp:
+                encode_store(d / "nodes" / t, codec, progress=progress, out=tmp)
+                if not (final / "meta.json").is_file():  # another process may have finished it meanwhile
+                    replace_dir(tmp, final)
         info["store_codec"] = json.loads((final / "meta.json").read_text())["codec"]
-    write_text(d / "meta.json", json.dumps(meta, indent=2) + "\n")
+        changed = True
+    if changed:
+        write_text(d / "meta.json", json.dumps(meta, indent=2) + "\n")
     return meta

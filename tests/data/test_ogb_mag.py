@@ -1,0 +1,157 @@
+"""`ibp-graph prepare --dataset ogbn-mag` on a miniature in OGB's raw ogbn-mag layout (the files of mag.zip).
+
+The layout follows ogb's read_csv_heterograph_raw / read_node_label_hetero /
+read_nodesplitidx_split_hetero and PyG's OGB_MAG: ``raw/num-node-dict.csv.gz`` (a
+header of node types, one row of counts), ``raw/node-feat/paper/node-feat.csv.gz``,
+``raw/node-label/paper/node-label.csv.gz``, ``raw/relations/<src>___<rel>___<dst>/edge.csv.gz``
+and ``split/time/paper/{train,valid,test}.csv.gz``. The prepared folder must hold what
+PyG's ``OGB_MAG(transform=ToUndirected())`` holds.
+"""
+import gzip
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from ibp_graph.cli import main as cli
+from ibp_graph.data import ogb_mag
+from ibp_graph.data.checksums import ChecksumError
+from ibp_graph.data.hetero import HeteroPreparedDataset
+from ibp_graph.data.maggen import EDGE_TYPES
+from ibp_graph.data.ogb import DamagedOGBFileError, MissingOGBFilesError
+
+COUNTS = {"author": 300, "field_of_study": 40, "institution": 12, "paper": 250}
+
+
+def write_mag(root: Path, seed: int = 0, dim: int = 8) -> dict:
+    """A miniature ogbn-mag under root/ogbn_mag; returns what it wrote."""
+    rng = np.random.default_rng(seed)
+    d = root / "ogbn_mag"
+    raw = d / "raw"
+    (raw / "node-feat" / "paper").mkdir(parents=True)
+    (raw / "node-label" / "paper").mkdir(parents=True)
+    with gzip.open(raw / "num-node-dict.csv.gz", "wt") as f:  # OGB's column order
+        f.write(",".join(COUNTS) + "\n" + ",".join(str(v) for v in COUNTS.values()) + "\n")
+    n = COUNTS["paper"]
+    x = (rng.standard_normal((n, dim)) * 0.1).astype(np.float32)
+    y = rng.integers(0, ogb_mag.NUM_CLASSES, n)
+    np.savetxt(raw / "node-feat" / "paper" / "node-feat.csv.gz", x, fmt="%.9g", delimiter=",")
+    np.savetxt(raw / "node-feat" / "paper" / "node_year.csv.gz", rng.integers(2010, 2020, n), fmt="%d")
+    np.savetxt(raw / "node-label" / "paper" / "node-label.csv.gz", y.reshape(-1, 1), fmt="%d")
+    edges = {}
+    for et, m in zip(EDGE_TYPES, (280, 900, 1200, 700)):
+        src = rng.integers(0, COUNTS[et[0]], m)
+        dst = rng.integers(0, COUNTS[et[2]], m)
+        if et[0] == et[2]:
+            src, dst = src[src != dst], dst[src != dst]
+        else:  # OGB's bipartite relations hold each pair once
+            pairs = np.unique(np.stack([src, dst], 1), axis=0)
+            pairs = pairs[rng.permutation(len(pairs))]
+            src, dst = pairs[:, 0], pairs[:, 1]
+        folder = raw / "relations" / "___".join(et)
+        folder.mkdir(parents=True)
+        np.savetxt(folder / "edge.csv.gz", np.stack([src, dst], 1), fmt="%d", delimiter=",")
+        np.savetxt(folder / "num-edge-list.csv.gz", [len(src)], fmt="%d")
+        edges[et] = torch.from_numpy(np.stack([src, dst]).astype(np.int64))
+    perm = rng.permutation(n)
+    split = {"train": np.sort(perm[:180]), "valid": np.sort(perm[180:215]), "test": np.sort(perm[215:])}
+    (d / "split" / "time" / "paper").mkdir(parents=True)
+    for k, idx in split.items():
+        np.savetxt(d / "split" / "time" / "paper" / f"{k}.csv.gz", idx.reshape(-1, 1), fmt="%d")
+    return {"x": x, "y": y, "edges": edges, "split": split}
+
+
+def _pairs(edge_index: torch.Tensor) -> set:
+    return set(map(tuple, edge_index.t().tolist()))
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ogb")
+    wrote = write_mag(root)
+    out = ogb_mag.prepare(root, progress=False)
+    return root, out, wrote
+
+
+def test_the_miniature_reads_as_pyg_ogb_mag_with_to_undirected(prepared):
+    from torch_geometric.data import HeteroData
+    from torch_geometric.transforms import ToUndirected
+
+    root, out, wrote = prepared
+    assert out == root / "ogbn_mag" / "ibp_prepared"
+    ds = HeteroPreparedDataset.load(out, verify="full")
+    assert ds.name == "ogbn-mag" and ds.target == "paper" and ds.num_classes == 349
+    assert ds.num_nodes_dict == {"paper": 250, "author": 300, "institution": 12, "field_of_study": 40}
+    assert torch.equal(ds.x_dict["paper"], torch.from_numpy(wrote["x"])) and set(ds.x_dict) == {"paper"}
+    assert torch.equal(ds.y, torch.from_numpy(wrote["y"]))
+    for k, idx in wrote["split"].items():
+        assert torch.equal(ds.split[k], torch.from_numpy(idx))
+    # the reference: PyG's ToUndirected on the raw edge types
+    ref = HeteroData()
+    for t, n in COUNTS.items():
+        ref[t].num_nodes = n
+    for et, ei in wrote["edges"].items():
+        ref[et].edge_index = ei
+    ref = ToUndirected()(ref)
+    assert set(ds.edge_types) == set(ref.edge_types) and len(ds.edge_types) == 7
+    for et in ref.edge_types:
+        got = ds.relations[et].edge_index()
+        assert got.shape == ref[et].edge_index.shape, et
+        assert _pairs(got) == _pairs(ref[et].edge_index), et
+    assert ds.store_codec in ("ibp", "ebp", "identity")
+    assert torch.equal(ds.store().decode_rows(torch.arange(250)), ds.x_dict["paper"])
+
+
+def test_damage_to_a_prepared_array_is_named_on_load(prepared, tmp_path):
+    import shutil
+
+    _, out, _ = prepared
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    path = copy / "edges" / "paper___cites___paper" / "indices.npy"
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0x40
+    path.write_bytes(bytes(data))
+    with pytest.raises(ChecksumError, match="paper___cites___paper/indices.npy"):
+        HeteroPreparedDataset.load(copy, verify="full")
+    # unverified, a source id past the source type's nodes is still refused by the structure check
+    np.save(path, np.full(np.load(path).shape, 10_000, dtype=np.load(path).dtype))
+    with pytest.raises(ValueError, match=r"indices.npy holds 10000 .*outside \[0, 250\)"):
+        HeteroPreparedDataset.load(copy, verify="none")
+
+
+def test_missing_files_are_named_with_the_url(tmp_path, capsys):
+    write_mag(tmp_path)
+    (tmp_path / "ogbn_mag" / "raw" / "relations" / "author___writes___paper" / "edge.csv.gz").unlink()
+    (tmp_path / "ogbn_mag" / "split" / "time" / "paper" / "valid.csv.gz").unlink()
+    with pytest.raises(MissingOGBFilesError) as e:
+        ogb_mag.prepare(tmp_path, progress=False)
+    text = str(e.value)
+    assert "raw/relations/author___writes___paper/edge.csv.gz" in text and "split/time/paper/valid.csv.gz" in text
+    assert ogb_mag.URL in text and "2 raw file(s) missing" in text
+    assert cli(["prepare", "--dataset", "ogbn-mag", "--root", str(tmp_path), "--quiet"]) == 1
+    assert "author___writes___paper/edge.csv.gz" in capsys.readouterr().err
+
+
+def test_damaged_and_inconsistent_raw_files_are_named(tmp_path):
+    write_mag(tmp_path)
+    rel = tmp_path / "ogbn_mag" / "raw" / "relations" / "paper___has_topic___field_of_study" / "edge.csv.gz"
+    np.savetxt(rel, [[0, 40]], fmt="%d", delimiter=",")  # field 40 of 40
+    with pytest.raises(DamagedOGBFileError, match=r"has_topic___field_of_study/edge.csv.gz is damaged: it names "
+                                                  r"destination node 40, outside \[0, 40\)"):
+        ogb_mag.prepare(tmp_path, progress=False)
+    rel.write_bytes(b"not a gzip file")
+    with pytest.raises(DamagedOGBFileError, match=f"a good copy is in {ogb_mag.URL}"):
+        ogb_mag.prepare(tmp_path, progress=False)
+    assert not list(tmp_path.glob("ogbn_mag/ibp_prepared*"))  # no half-written folder left
+
+
+def test_prepare_command_writes_the_folder_without_a_store(tmp_path, capsys):
+    write_mag(tmp_path)
+    out = tmp_path / "prepared"
+    assert cli(["prepare", "--dataset", "ogbn-mag", "--root", str(tmp_path), "--out", str(out), "--no-store"]) == 0
+    assert "prepared ogbn-mag" in capsys.readouterr().out
+    ds = HeteroPreparedDataset.load(out)
+    assert not ds.has_store() and ds.store_codec is None and ds.num_edges == sum(
+        r.num_edges for r in ds.relations.values())
