@@ -92,6 +92,11 @@ class PreparedDataset:
         return self.graph.num_nodes
 
     @property
+    def num_edges(self) -> int:
+        """Edges of the graph."""
+        return self.graph.num_edges
+
+    @property
     def num_classes(self) -> int:
         """Classes of the node classification task."""
         return int(self.meta["num_classes"])
