@@ -2,6 +2,7 @@
 worker-death naming and the host-memory checks of their inputs."""
 from __future__ import annotations
 
+import inspect
 import signal
 import threading
 import time
@@ -184,3 +185,34 @@ def numpy_view(value: np.ndarray, argname: str) -> torch.Tensor:
         raise TypeError(f"{argname} is a numpy array of dtype {value.dtype} and strides {value.strides}, "
                         f"which torch cannot view without a copy ({e}); accepted: a numeric dtype "
                         "torch has, native byte order, non-negative strides") from e
+
+
+#: attributes that are node-level by their name in PyG, whatever their row count
+NODE_KEYS = ("x", "pos")
+
+
+def loader_device(device) -> torch.device:
+    """The device a loader's batches go to: `device` checked, or CUDA when available, else the CPU."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"device={device!r} is not accepted; use 'cpu', 'cuda' or 'cuda:N'")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r} but torch sees no CUDA device; use device='cpu'")
+    return dev
+
+
+def host_rows(value: Any, argname: str) -> torch.Tensor:
+    """A node or edge table the workers gather rows from: a CPU tensor (contiguous), or a view of a
+    numpy array or np.memmap (never copied whole: contiguous() of a strided view would)."""
+    if isinstance(value, np.ndarray):
+        return numpy_view(value, argname)
+    return host_table(value, argname).contiguous()
+
+
+def init_signature(cls: type) -> inspect.Signature:
+    """The signature of `cls`'s __init__ without `self`: what inspect.signature(cls) shows when a
+    __new__ that dispatches on its arguments would hide it."""
+    sig = inspect.signature(cls.__init__)
+    return sig.replace(parameters=list(sig.parameters.values())[1:])

@@ -20,7 +20,7 @@ from ibp_graph.sampling.graph import CSCGraph
 from ibp_graph.sampling.neighbor import NeighborSampler
 
 try:
-    from torch_geometric.data import Data
+    from torch_geometric.data import Data, HeteroData
     from torch_geometric.loader.mixin import AffinityMixin, MultithreadingMixin
 except ImportError as e:  # pragma: no cover - exercised only without torch_geometric
     raise ImportError("ibp_graph.loaders.pyg needs torch_geometric: pip install 'ibp-graph[pyg]'") from e
@@ -53,6 +53,13 @@ class CompressedNeighborLoader(DataLoader, AffinityMixin, MultithreadingMixin):
     (ibp_graph.threads), and compiles the kernels once in this process (a warm-up encode
     per codec and one sampled batch), so that forked workers inherit them.
     """
+
+    def __new__(cls, data=None, *args, **kwargs):
+        """A HeteroData gets a CompressedHeteroNeighborLoader (loaders/pyg_hetero.py), as NeighborLoader takes both."""
+        if isinstance(data, HeteroData):
+            from ibp_graph.loaders.pyg_hetero import CompressedHeteroNeighborLoader
+            return CompressedHeteroNeighborLoader(data, *args, **kwargs)
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -171,19 +178,15 @@ class CompressedNeighborLoader(DataLoader, AffinityMixin, MultithreadingMixin):
                 f"device={self.device})")
 
 
+# inspect.signature would show __new__'s (data=None, *args, **kwargs): show NeighborLoader's arguments
+CompressedNeighborLoader.__signature__ = _common.init_signature(CompressedNeighborLoader)
+
+
 def _identity(batch):
     return batch
 
 
-def _device(device) -> torch.device:
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(device)
-    if dev.type not in ("cpu", "cuda"):
-        raise ValueError(f"device={device!r} is not accepted; use 'cpu', 'cuda' or 'cuda:N'")
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={device!r} but torch sees no CUDA device; use device='cpu'")
-    return dev
+_device = _common.loader_device  # shared with loaders/pyg_hetero.py
 
 
 def _input_nodes(input_nodes, num_nodes: int) -> torch.Tensor:
@@ -208,8 +211,7 @@ def _input_nodes(input_nodes, num_nodes: int) -> torch.Tensor:
     return t.contiguous()
 
 
-#: attributes that are node-level by their name in PyG, whatever their row count
-_NODE_KEYS = ("x", "pos")
+_NODE_KEYS = _common.NODE_KEYS
 
 
 def _graph_and_attrs(data) -> tuple[CSCGraph, dict, dict, dict]:
@@ -261,12 +263,7 @@ def _graph_and_attrs(data) -> tuple[CSCGraph, dict, dict, dict]:
     return graph, node, edge, other
 
 
-def _host_rows(value, argname: str) -> torch.Tensor:
-    """A node or edge table the workers gather rows from: a CPU tensor (contiguous), or a view of a
-    numpy array or np.memmap (never copied whole: contiguous() of a strided view would)."""
-    if isinstance(value, np.ndarray):
-        return _common.numpy_view(value, argname)
-    return _common.host_table(value, argname).contiguous()
+_host_rows = _common.host_rows
 
 
 def _check_attr(argname: str, value, num_nodes: int) -> None:

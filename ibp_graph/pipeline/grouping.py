@@ -20,9 +20,13 @@ from ..layout.dtypes import dtype_from_name, dtype_name
 #: elements per row of a scalar group (64 x int64 = 512 bytes, like a feature row).
 SCALAR_BLOCK = 64
 
-#: group kinds: a flattened element stream, rows of a feature table, rows of a pre-encoded table.
-SCALARS, ROWS, STORE = "scalars", "rows", "store"
-KINDS = (SCALARS, ROWS, STORE)
+#: group kinds: a flattened element stream, rows of a feature table, rows of a pre-encoded table,
+#: rows of one named attribute with a codec of its own (a heterogeneous graph's node or edge type
+#: whose rows differ from the other types' of the same dtype and row shape).
+SCALARS, ROWS, STORE, TYPED = "scalars", "rows", "store", "typed"
+KINDS = (SCALARS, ROWS, STORE, TYPED)
+#: kinds whose key names the one attribute the group holds.
+NAMED_KINDS = (STORE, TYPED)
 
 
 @dataclass(frozen=True)
@@ -32,14 +36,14 @@ class GroupKey:
     dtype: str
     row_shape: tuple[int, ...]
     kind: str
-    name: Optional[str] = None  # the attribute a STORE group serves; None otherwise
+    name: Optional[str] = None  # the attribute a STORE or TYPED group holds; None otherwise
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"kind={self.kind!r} is not accepted; use one of {KINDS}")
-        if (self.kind == STORE) != (self.name is not None):
+        if (self.kind in NAMED_KINDS) != (self.name is not None):
             raise ValueError(f"name={self.name!r} with kind={self.kind!r}: a name is given for "
-                             f"{STORE!r} groups only, and always")
+                             f"{' and '.join(map(repr, NAMED_KINDS))} groups only, and always")
         if self.kind == SCALARS and self.row_shape != ():
             raise ValueError(f"row_shape={self.row_shape!r} with kind={SCALARS!r}: scalar groups have ()")
 
@@ -59,9 +63,11 @@ class GroupKey:
         return dtype_from_name(self.dtype)
 
     def __str__(self) -> str:
-        """A readable, stable name ("float32[128]", "int64[*]", "x@store")."""
+        """A readable, stable name ("float32[128]", "int64[*]", "x@store", "float32[128]@paper.x")."""
         if self.kind == STORE:
             return f"{self.name}@store"
+        if self.kind == TYPED:
+            return f"{self.dtype}[{','.join(map(str, self.row_shape))}]@{self.name}"
         if self.scalar:
             return f"{self.dtype}[*]"
         return f"{self.dtype}[{','.join(map(str, self.row_shape))}]"
@@ -107,6 +113,11 @@ def group_key(name: str, tensor: torch.Tensor) -> GroupKey:
 def store_key(name: str, dtype: torch.dtype, row_shape: tuple[int, ...]) -> GroupKey:
     """The key of attribute `name` served from a pre-encoded table of `dtype` rows of `row_shape`."""
     return GroupKey(dtype_name(dtype), tuple(row_shape), STORE, name)
+
+
+def typed_key(name: str, dtype: torch.dtype, row_shape: tuple[int, ...]) -> GroupKey:
+    """The key of attribute `name`'s rows (`dtype`, `row_shape`) when they get a codec of their own."""
+    return GroupKey(dtype_name(dtype), tuple(row_shape), TYPED, name)
 
 
 def store_layout(name: str, dtype: torch.dtype, shape: tuple[int, ...]) -> GroupLayout:

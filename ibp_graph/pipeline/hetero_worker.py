@@ -1,0 +1,142 @@
+"""Worker side for heterogeneous graphs: sample -> gather per node and edge type -> group -> encode.
+
+The twin of ``worker.BatchProducer`` for a :class:`HeteroNeighborSampler`. Each node and
+edge type's tensors get flat names (:func:`node_name`, :func:`edge_name`: ``"paper.x"``,
+``"author__writes__paper.e_id"``), so that one batch is one set of named tensors and
+the grouping of ``grouping.group_tensors`` applies across types: rows of every type with
+the same dtype and row shape form one group (one codec), and all index tensors (``n_id``,
+``e_id``, ``edge_index`` of every type, ``input_id``) one element stream per dtype. A
+tensor named in `typed_groups` is encoded alone, under its TYPED key, with its own codec.
+"""
+from __future__ import annotations
+
+import time
+from typing import Mapping, Optional
+
+import torch
+
+from ..codec.base import Codec
+from ..data.store import EncodedTable
+from ..sampling.hetero import EdgeType, HeteroNeighborSampler
+from .batch import EncodedBatch
+from .grouping import GroupKey, GroupLayout, group_key, store_layout
+from .requests import BatchRequest
+from .worker import encode_groups_counted
+
+
+def type_name(node_or_edge_type) -> str:
+    """A node type as is; an edge type ``(src, rel, dst)`` as PyG's ``"src__rel__dst"``."""
+    return "__".join(node_or_edge_type) if isinstance(node_or_edge_type, tuple) else node_or_edge_type
+
+
+def node_name(node_type: str, attr: str) -> str:
+    """The flat name of attribute `attr` of node type `node_type` in a batch ("paper.x")."""
+    return f"{node_type}.{attr}"
+
+
+def edge_name(edge_type: EdgeType, attr: str) -> str:
+    """The flat name of attribute `attr` of edge type `edge_type` in a batch ("author__writes__paper.e_id")."""
+    return f"{type_name(edge_type)}.{attr}"
+
+
+#: the tensor of the seeds' ids in a batch (positions into the input nodes, or node ids).
+INPUT_ID = "input_id"
+
+
+class HeteroBatchProducer(torch.utils.data.Dataset):
+    """Produces EncodedBatches of a heterogeneous graph: samples, gathers every type's attributes, encodes.
+
+    `node_attrs[t]` / `edge_attrs[e]` map attribute names to tables (CPU tensors, or
+    EncodedTables for node attributes) of node type ``t`` / edge type ``e``. Each batch
+    holds the gathered attributes, ``n_id`` of every node type, ``e_id`` and
+    ``edge_index`` (flattened to ``2 * E`` elements: rows then columns, local positions)
+    of every edge type, and ``input_id`` (``input_ids[positions]`` when `input_ids` is
+    given, else the positions into the input nodes). Its `meta` is ``{"num_seeds",
+    "nodes_per_hop": {t: [...]}, "edges_per_hop": {e: [...]}}``. `typed_groups` maps
+    the flat names of tensors that get a codec of their own to their (TYPED) group keys.
+    """
+
+    def __init__(self, sampler: HeteroNeighborSampler, input_type: str, input_nodes: torch.Tensor,
+                 node_attrs: Mapping[str, Mapping[str, torch.Tensor]],
+                 edge_attrs: Mapping[EdgeType, Mapping[str, torch.Tensor]],
+                 codecs: Mapping[GroupKey, Codec], input_ids: Optional[torch.Tensor] = None,
+                 typed_groups: Optional[Mapping[str, GroupKey]] = None):
+        if input_ids is not None and input_ids.shape != input_nodes.shape:
+            raise ValueError(f"input_ids has shape {tuple(input_ids.shape)}; accepted: one id per "
+                             f"input node, shape {tuple(input_nodes.shape)}")
+        self.sampler = sampler
+        self.input_type = input_type
+        self.input_nodes = input_nodes
+        self.input_ids = input_ids
+        self.node_attrs = {t: dict(a) for t, a in node_attrs.items()}
+        self.edge_attrs = {e: dict(a) for e, a in edge_attrs.items()}
+        self.codecs = dict(codecs)
+        self.typed_groups = dict(typed_groups or {})
+        # tensors the worker writes for a batch: gathered attribute rows and each edge_index
+        self._written = {node_name(t, a) for t, attrs in self.node_attrs.items() for a, table in attrs.items()
+                         if not isinstance(table, EncodedTable)}
+        self._written |= {edge_name(e, a) for e, attrs in self.edge_attrs.items() for a in attrs}
+        self._written |= {edge_name(e, "edge_index") for e in sampler.edge_types}
+        missing = [str(k) for k in self.typed_groups.values() if k not in self.codecs]
+        if missing:
+            raise ValueError(f"typed_groups names groups {missing} that codecs has no codec for")
+
+    def __len__(self) -> int:
+        return int(self.input_nodes.numel())
+
+    def gather(self, req: BatchRequest):
+        """The batch's named tensors, rows of pre-encoded tables, meta and stage times."""
+        t0 = time.perf_counter()
+        seeds = self.input_nodes[req.index]
+        out = self.sampler.sample(self.input_type, seeds, seed=req.seed)
+        t1 = time.perf_counter()
+        tensors, stored = {}, {}
+        for t, attrs in self.node_attrs.items():
+            for attr, table in attrs.items():
+                if isinstance(table, EncodedTable):
+                    stored[node_name(t, attr)] = table.index_select(out.node[t])
+                else:
+                    tensors[node_name(t, attr)] = table.index_select(0, out.node[t])
+        for e, attrs in self.edge_attrs.items():
+            for attr, table in attrs.items():
+                tensors[edge_name(e, attr)] = table.index_select(0, out.edge[e])
+        # an n_id or e_id attribute of the graph's own is gathered instead (as PyG keeps it)
+        for t in self.sampler.node_types:
+            tensors.setdefault(node_name(t, "n_id"), out.node[t])
+        for e in self.sampler.edge_types:
+            tensors[edge_name(e, "edge_index")] = torch.cat([out.row[e], out.col[e]])
+            tensors.setdefault(edge_name(e, "e_id"), out.edge[e])
+        tensors[INPUT_ID] = req.index if self.input_ids is None else self.input_ids[req.index]
+        t2 = time.perf_counter()
+        meta = {"num_seeds": int(req.index.numel()),
+                "nodes_per_hop": {t: list(v) for t, v in out.num_sampled_nodes.items()},
+                "edges_per_hop": {e: list(v) for e, v in out.num_sampled_edges.items()}}
+        return tensors, stored, meta, {"sample": t1 - t0, "gather": t2 - t1}
+
+    def __getitem__(self, req: BatchRequest) -> EncodedBatch:
+        tensors, stored, meta, seconds = self.gather(req)
+        t = time.perf_counter()
+        groups, layouts = {}, {}
+        for name, ct in stored.items():
+            layout = store_layout(name, ct.dtype, tuple(ct.shape))
+            groups[layout.key] = ct
+            layouts[layout.key] = layout
+        shared = {n: x for n, x in tensors.items() if n not in self.typed_groups}
+        encoded, encoded_layouts, copied = encode_groups_counted(shared, self.codecs)
+        groups.update(encoded)
+        layouts.update(encoded_layouts)
+        for name, key in self.typed_groups.items():
+            if name not in tensors:
+                continue
+            plain = group_key(name, tensors[name])
+            one, one_layout, one_copied = encode_groups_counted({name: tensors[name]},
+                                                                {plain: self.codecs[key]})
+            groups[key] = one[plain]
+            layouts[key] = GroupLayout(key, one_layout[plain].members)
+            copied += one_copied
+        seconds["encode"] = time.perf_counter() - t
+        # the gathers (raw rows, stored compressed rows, edge attributes) and edge_index's cat
+        copied += sum(ct.nbytes for ct in stored.values()) + sum(
+            tensors[n].numel() * tensors[n].element_size() for n in self._written)
+        return EncodedBatch(groups=groups, layouts=layouts, meta=meta, seconds=seconds,
+                            copied_bytes=copied)

@@ -1,0 +1,361 @@
+"""Multi-hop neighbour sampling on a heterogeneous graph, with the layout of PyG's NeighborLoader.
+
+A heterogeneous graph is a set of node types (each with its own ids ``0 .. n - 1``) and of
+edge types ``(src, rel, dst)``, each an edge list from ``src`` nodes to ``dst`` nodes, stored
+here as a :class:`TypedCSC` (the in-edges of every ``dst`` node as one slice). The layout of
+one :class:`HeteroSamplerOutput` is that of pyg-lib's ``hetero_neighbor_sample`` with
+``csc=True``, directed, non-disjoint (PyG's NeighborLoader on a ``HeteroData``):
+
+* Seeds are nodes of one type, the input type; ``node[input_type]`` starts with them,
+  exactly as given (duplicates kept). Every other type starts empty.
+* Hop ``h`` visits the edge types in the order given. For edge type ``(s, r, d)`` it
+  samples ``num_neighbors[(s, r, d)][h]`` in-edges of each node of type ``d`` that was
+  new at hop ``h - 1`` (the seeds, at hop 0), and appends the sources seen for the first
+  time to ``node[s]``. Nodes found at hop ``h`` are the frontier of hop ``h + 1`` only,
+  whichever edge type found them (pyg-lib's per-type slices).
+* Edges of type ``(s, r, d)``: ``row`` is the local source (a position in ``node[s]``),
+  ``col`` the local destination (a position in ``node[d]``), ``edge`` the column in that
+  type's ``edge_index``; listed hop by hop, frontier position by frontier position, each
+  position's edges in CSC order (as ``sampling.neighbor`` does on a homogeneous graph).
+* ``num_sampled_nodes[t]`` has ``hops + 1`` entries (seeds, then new nodes per hop; 0 for
+  a type that is not the input type), ``num_sampled_edges[(s, r, d)]`` has ``hops``.
+  Every node type and edge type is present, with empty tensors when nothing was sampled.
+
+Randomness is the counter-based hash of ``sampling.neighbor`` keyed by (seed, hop, edge
+type's position, frontier position): the output depends only on ``seed`` and the inputs,
+never on the number of numba threads. The per-edge-type draws are those of the
+homogeneous sampler's kernels (``_sample_hop_*``), reused unchanged.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+
+from ..index_checks import first_bad_step, first_outside
+from ..threads import use_parallel
+from .graph import _as_numpy, _check_int, _counting_sort_by_dst, index_dtype
+from .neighbor import (_check_num_neighbors, _hop_key, _mix64_py, _readonly, _sample_hop_parallel,
+                       _sample_hop_serial, _table_insert, _table_put_seeds)
+
+__all__ = ["EdgeType", "HeteroNeighborSampler", "HeteroSamplerOutput", "TypedCSC",
+           "resolve_num_neighbors"]
+
+#: an edge type, as PyG names it: (source node type, relation, destination node type).
+EdgeType = Tuple[str, str, str]
+
+# mixes an edge type's position into a hop's key (an odd constant, unrelated to the golden ratio)
+_TYPE_MIX = 0xD1B54A32D192ED03
+
+
+def _type_hop_key(seed: int, hop: int, type_pos: int) -> np.uint64:
+    """The random key of one (hop, edge type): hop keys of sampling.neighbor, mixed with the type."""
+    return np.uint64(_mix64_py(int(_hop_key(seed, hop)) ^ _mix64_py((type_pos + 1) * _TYPE_MIX)))
+
+
+@dataclass(frozen=True, eq=False)
+class TypedCSC:
+    """The edges of one edge type ``(src, rel, dst)``, stored by destination.
+
+    ``indices[indptr[v]:indptr[v + 1]]`` are the sources (ids of ``src`` nodes, below
+    ``num_src``) of the edges into ``dst`` node ``v``, in original edge order; ``e_id``
+    holds each one's column in the type's ``edge_index``. Like :class:`CSCGraph`, except
+    that sources and destinations are ids of different node types.
+    """
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    e_id: np.ndarray
+    num_src: int
+
+    def __post_init__(self) -> None:
+        for name in ("indptr", "indices", "e_id"):
+            arr = getattr(self, name)
+            accepted = ("int64",) if name == "indptr" else ("int32", "int64")
+            if not isinstance(arr, np.ndarray) or arr.dtype.name not in accepted or arr.ndim != 1:
+                raise TypeError(f"{name} must be a 1-d numpy array of {' or '.join(accepted)}, got "
+                                f"{type(arr).__name__} {getattr(arr, 'dtype', '')} "
+                                f"{getattr(arr, 'shape', '')}")
+        _check_int("num_src", self.num_src, minimum=0)
+        if self.indptr.shape[0] < 1:
+            raise ValueError("indptr must have num_dst + 1 >= 1 entries, got 0")
+        if self.e_id.shape != self.indices.shape:
+            raise ValueError(f"e_id must have one entry per edge ({self.indices.shape[0]}), "
+                             f"got {self.e_id.shape[0]}")
+        first, last = int(self.indptr[0]), int(self.indptr[-1])
+        if first != 0 or last != self.indices.shape[0]:
+            raise ValueError(f"indptr must start at 0 and end at num_edges={self.indices.shape[0]}, "
+                             f"got indptr[0]={first}, indptr[-1]={last}")
+        bad = first_bad_step(self.indptr)
+        if bad >= 0:
+            raise ValueError(f"indptr must be non-decreasing; indptr[{bad}]={int(self.indptr[bad])} > "
+                             f"indptr[{bad + 1}]={int(self.indptr[bad + 1])}")
+        bad = first_outside(self.indices, 0, self.num_src)
+        if bad >= 0:
+            raise ValueError(f"indices must name source nodes in [0, num_src={self.num_src}); "
+                             f"indices[{bad}]={int(self.indices[bad])}")
+
+    @property
+    def num_dst(self) -> int:
+        return self.indptr.shape[0] - 1
+
+    @property
+    def num_edges(self) -> int:
+        return self.indices.shape[0]
+
+    @classmethod
+    def from_edge_index(cls, edge_index: Union[torch.Tensor, np.ndarray], num_src: int,
+                        num_dst: int) -> "TypedCSC":
+        """Build from PyG's ``2 x E`` ``edge_index`` of one edge type (row 0: source ids, row 1: destination ids)."""
+        num_src = _check_int("num_src", num_src, minimum=0)
+        num_dst = _check_int("num_dst", num_dst, minimum=0)
+        ei = _as_numpy("edge_index", edge_index)
+        if ei.dtype == np.bool_ or not np.issubdtype(ei.dtype, np.integer):
+            raise TypeError(f"edge_index must have an integer dtype (int32 or int64), got {ei.dtype}")
+        if ei.ndim != 2 or ei.shape[0] != 2:
+            raise ValueError(f"edge_index must have shape (2, num_edges), got {tuple(ei.shape)}")
+        src = np.ascontiguousarray(ei[0], dtype=np.int64)
+        dst = np.ascontiguousarray(ei[1], dtype=np.int64)
+        for row, ids, n, what in ((0, src, num_src, "source"), (1, dst, num_dst, "destination")):
+            if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= n):
+                bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+                raise ValueError(f"edge_index[{row}] contains {what} node id {bad}, outside the valid "
+                                 f"range [0, {n}) of its node type")
+        indices = np.empty(src.shape[0], dtype=index_dtype(num_src))
+        e_id = np.empty(src.shape[0], dtype=index_dtype(src.shape[0]))
+        indptr = _counting_sort_by_dst(src, dst, num_dst, indices, e_id)
+        return cls(indptr, indices, e_id, num_src)
+
+    def __repr__(self) -> str:
+        return f"TypedCSC(num_src={self.num_src}, num_dst={self.num_dst}, num_edges={self.num_edges})"
+
+
+@dataclass
+class HeteroSamplerOutput:
+    """One sampled heterogeneous subgraph, laid out like ``torch_geometric.sampler.HeteroSamplerOutput``.
+
+    ``node[t]``: global ids (int64) of the sampled nodes of type ``t``, seeds first for the
+    input type. ``row[e]``/``col[e]``: local source/destination positions into
+    ``node[src]``/``node[dst]`` of edge type ``e = (src, rel, dst)``. ``edge[e]``: the
+    edges' columns in that type's ``edge_index``. ``num_sampled_nodes[t]``: seeds, then
+    new nodes per hop; ``num_sampled_edges[e]``: edges per hop.
+    """
+
+    node: Dict[str, torch.Tensor]
+    row: Dict[EdgeType, torch.Tensor]
+    col: Dict[EdgeType, torch.Tensor]
+    edge: Dict[EdgeType, torch.Tensor]
+    num_sampled_nodes: Dict[str, List[int]]
+    num_sampled_edges: Dict[EdgeType, List[int]]
+
+
+def _edge_type_name(edge_type) -> str:
+    return "__".join(edge_type) if isinstance(edge_type, tuple) else repr(edge_type)
+
+
+def resolve_num_neighbors(num_neighbors: Union[Sequence[int], Mapping[EdgeType, Sequence[int]]],
+                          edge_types: Sequence[EdgeType],
+                          default: Optional[Sequence[int]] = None) -> Dict[EdgeType, List[int]]:
+    """The fan-outs of every edge type, as PyG's NumNeighbors resolves them.
+
+    A list applies to every edge type. A dict names edge types (``(src, rel, dst)``
+    tuples, or PyG's ``"src__rel__dst"`` strings); every key must be an edge type of the
+    graph, and an edge type it leaves out takes ``default`` (an error when None). Every
+    edge type must have the same number of hops.
+    """
+    if isinstance(num_neighbors, Mapping):
+        names = {_edge_type_name(e): e for e in edge_types}
+        given = {}
+        for key, value in num_neighbors.items():
+            name = key if isinstance(key, str) else _edge_type_name(tuple(key)) \
+                if isinstance(key, (tuple, list)) else repr(key)
+            if name not in names:
+                raise ValueError(f"num_neighbors names edge type {key!r}, which the graph does not "
+                                 f"have; its edge types: {list(edge_types)}")
+            given[names[name]] = value
+        out = {}
+        for e in edge_types:
+            if e in given:
+                value = given[e]
+            elif default is not None:
+                value = default
+            else:
+                raise ValueError(f"num_neighbors gives no fan-outs for edge type {e!r}; a dict must "
+                                 f"name every edge type of the graph ({list(edge_types)}), or use a "
+                                 "list for all of them")
+            out[e] = _check_num_neighbors(value)
+    else:
+        if default is not None:
+            raise ValueError(f"default={default!r} with a list num_neighbors: a default is for the "
+                             "edge types a dict leaves out; accepted with a list: None")
+        hops = _check_num_neighbors(num_neighbors)
+        out = {e: list(hops) for e in edge_types}
+    lengths = {e: len(v) for e, v in out.items()}
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"Number of hops must be the same across all edge types; num_neighbors "
+                         f"gives {lengths}")
+    return out
+
+
+class HeteroNeighborSampler:
+    """Uniform multi-hop in-neighbour sampler for a heterogeneous graph (PyG's semantics).
+
+    `num_nodes` maps every node type to its node count; `graphs` maps every edge type
+    ``(src, rel, dst)`` to its :class:`TypedCSC` (its order is the order edge types are
+    visited in each hop, as PyG's ``data.edge_types``). `num_neighbors` is a list for all
+    edge types or a dict per edge type (:func:`resolve_num_neighbors`). `replace` and
+    `parallel` are those of :class:`~ibp_graph.sampling.neighbor.NeighborSampler`.
+    """
+
+    def __init__(self, num_nodes: Mapping[str, int], graphs: Mapping[EdgeType, TypedCSC],
+                 num_neighbors: Union[Sequence[int], Mapping[EdgeType, Sequence[int]]], *,
+                 default: Optional[Sequence[int]] = None, replace: bool = False,
+                 parallel: Optional[bool] = None) -> None:
+        if not isinstance(replace, bool):
+            raise TypeError(f"replace must be a bool, got {replace!r}")
+        if parallel is not None and not isinstance(parallel, bool):
+            raise TypeError(f"parallel must be None or a bool, got {parallel!r}")
+        self.num_nodes = {t: _check_int(f"num_nodes[{t!r}]", n, minimum=0) for t, n in num_nodes.items()}
+        self.graphs = dict(graphs)
+        for e, g in self.graphs.items():
+            if not (isinstance(e, tuple) and len(e) == 3):
+                raise TypeError(f"graphs key {e!r} is not an edge type; accepted: (src, rel, dst) tuples")
+            if not isinstance(g, TypedCSC):
+                raise TypeError(f"graphs[{e!r}] must be a TypedCSC, got {type(g).__name__}")
+            src, _, dst = e
+            for t in (src, dst):
+                if t not in self.num_nodes:
+                    raise ValueError(f"edge type {e!r} names node type {t!r}, which num_nodes lacks; "
+                                     f"node types: {list(self.num_nodes)}")
+            if g.num_src != self.num_nodes[src] or g.num_dst != self.num_nodes[dst]:
+                raise ValueError(f"graphs[{e!r}] joins {g.num_src} source and {g.num_dst} destination "
+                                 f"nodes; num_nodes gives {self.num_nodes[src]} {src!r} and "
+                                 f"{self.num_nodes[dst]} {dst!r} nodes")
+        self.edge_types: List[EdgeType] = list(self.graphs)
+        self.node_types: List[str] = list(self.num_nodes)
+        self.num_neighbors = resolve_num_neighbors(num_neighbors, self.edge_types, default)
+        # hops of a graph without edge types: those of a list (seeds only come out anyway)
+        self.num_hops = len(next(iter(self.num_neighbors.values()))) if self.num_neighbors else \
+            0 if isinstance(num_neighbors, Mapping) else len(num_neighbors)
+        self.replace = replace
+        self.parallel = parallel
+        # read-only views: in-memory and memory-mapped graphs share one compiled kernel
+        self._csc = {e: tuple(_readonly(a) for a in (g.indptr, g.indices, g.e_id))
+                     for e, g in self.graphs.items()}
+
+    def __repr__(self) -> str:
+        return (f"HeteroNeighborSampler(node_types={self.node_types}, edge_types={self.edge_types}, "
+                f"num_hops={self.num_hops}, replace={self.replace})")
+
+    def _sample_hop(self, *args):
+        parallel = use_parallel(2, 2) if self.parallel is None else self.parallel
+        return (_sample_hop_parallel if parallel else _sample_hop_serial)(*args)
+
+    def check_seeds(self, input_type: str, seeds: Union[torch.Tensor, np.ndarray]) -> np.ndarray:
+        """`seeds` as contiguous int64 ids of `input_type` nodes, or an error naming what is wrong."""
+        if input_type not in self.num_nodes:
+            raise ValueError(f"input_type={input_type!r} is not a node type of the graph; node types: "
+                             f"{self.node_types}")
+        if isinstance(seeds, torch.Tensor):
+            if seeds.device.type != "cpu":
+                raise ValueError(f"seeds must be on the CPU, got device {seeds.device}")
+            if seeds.dtype == torch.bool or seeds.dtype.is_floating_point or seeds.dtype.is_complex:
+                raise TypeError(f"seeds must have an integer dtype, got {seeds.dtype}")
+            arr = seeds.detach().numpy()
+        elif isinstance(seeds, np.ndarray):
+            if seeds.dtype == np.bool_ or not np.issubdtype(seeds.dtype, np.integer):
+                raise TypeError(f"seeds must have an integer dtype, got {seeds.dtype}")
+            arr = seeds
+        else:
+            raise TypeError(f"seeds must be a 1-d integer torch.Tensor, got {type(seeds).__name__}")
+        if arr.ndim != 1:
+            raise ValueError(f"seeds must be 1-d, got shape {tuple(arr.shape)}")
+        arr = np.ascontiguousarray(arr, dtype=np.int64)
+        n = self.num_nodes[input_type]
+        if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= n):
+            bad = int(arr.min()) if int(arr.min()) < 0 else int(arr.max())
+            raise ValueError(f"seeds contains {input_type!r} node id {bad}, outside the valid range "
+                             f"[0, {n})")
+        return arr
+
+    def sample(self, input_type: str, seeds: Union[torch.Tensor, np.ndarray], *,
+               seed: int) -> HeteroSamplerOutput:
+        """Sample the multi-hop in-neighbourhood of `seeds` (nodes of `input_type`); same `seed`, same output."""
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+            raise TypeError(f"seed must be an int, got {seed!r}")
+        seeds_np = _readonly(self.check_seeds(input_type, seeds))
+        empty = _readonly(np.empty(0, dtype=np.int64))
+
+        nodes: Dict[str, List[np.ndarray]] = {t: [] for t in self.node_types}
+        tables, count, frontier = {}, {}, {}
+        for t in self.node_types:
+            first = seeds_np if t == input_type else empty
+            table, shift, c = _table_put_seeds(first)
+            tables[t] = (table, shift)
+            count[t] = c
+            nodes[t].append(first)
+            frontier[t] = first
+        size = {t: int(nodes[t][0].shape[0]) for t in self.node_types}
+        num_sampled_nodes = {t: [size[t]] for t in self.node_types}
+        rows: Dict[EdgeType, List[np.ndarray]] = {e: [] for e in self.edge_types}
+        cols: Dict[EdgeType, List[np.ndarray]] = {e: [] for e in self.edge_types}
+        edges: Dict[EdgeType, List[np.ndarray]] = {e: [] for e in self.edge_types}
+        num_sampled_edges: Dict[EdgeType, List[int]] = {e: [] for e in self.edge_types}
+
+        for hop in range(self.num_hops):
+            begin = {t: size[t] - frontier[t].shape[0] for t in self.node_types}
+            new_this_hop: Dict[str, List[np.ndarray]] = {t: [] for t in self.node_types}
+            for pos, e in enumerate(self.edge_types):
+                src_type, _, dst_type = e
+                k = self.num_neighbors[e][hop]
+                front = frontier[dst_type]
+                indptr, indices, e_id = self._csc[e]
+                deg = indptr[front + 1] - indptr[front]
+                if k < 0:
+                    counts = deg
+                elif self.replace:
+                    counts = np.where(deg > 0, k, 0).astype(np.int64)
+                else:
+                    counts = np.minimum(deg, k)
+                offsets = np.zeros(front.shape[0] + 1, dtype=np.int64)
+                np.cumsum(counts, out=offsets[1:])
+                m = int(offsets[-1])
+                src = np.empty(m, dtype=np.int64)
+                eid = np.empty(m, dtype=np.int64)
+                if m:
+                    self._sample_hop(indptr, indices, e_id, front, offsets, np.int64(k), self.replace,
+                                     _type_hop_key(int(seed), hop, pos), np.int64(begin[dst_type]),
+                                     src, eid)
+                col = np.repeat(np.arange(begin[dst_type], begin[dst_type] + front.shape[0],
+                                          dtype=np.int64), counts)
+                row = np.empty(m, dtype=np.int64)
+                new = np.empty(m, dtype=np.int64)
+                table, shift = tables[src_type]
+                table, shift, count[src_type], n_new = _table_insert(
+                    table, shift, count[src_type], src, np.int64(size[src_type]), row, new)
+                tables[src_type] = (table, shift)
+                new_this_hop[src_type].append(new[:n_new])
+                size[src_type] += int(n_new)
+                rows[e].append(row)
+                cols[e].append(col)
+                edges[e].append(eid)
+                num_sampled_edges[e].append(m)
+            for t in self.node_types:
+                found = new_this_hop[t]
+                frontier[t] = _readonly(np.concatenate(found)) if found else empty
+                nodes[t].append(frontier[t])
+                num_sampled_nodes[t].append(int(frontier[t].shape[0]))
+
+        def cat(parts: List[np.ndarray]) -> torch.Tensor:
+            return torch.from_numpy(np.concatenate(parts)) if parts else torch.empty(0, dtype=torch.int64)
+
+        return HeteroSamplerOutput(
+            node={t: cat(nodes[t]) for t in self.node_types},
+            row={e: cat(rows[e]) for e in self.edge_types},
+            col={e: cat(cols[e]) for e in self.edge_types},
+            edge={e: cat(edges[e]) for e in self.edge_types},
+            num_sampled_nodes=num_sampled_nodes,
+            num_sampled_edges=num_sampled_edges,
+        )

@@ -1,0 +1,331 @@
+"""CompressedHeteroNeighborLoader: PyG's NeighborLoader on a HeteroData, with compressed rows.
+
+``CompressedNeighborLoader(hetero_data, ...)`` builds one of these (PyG's NeighborLoader
+takes both graph kinds under one name). Sampling follows PyG's heterogeneous
+NeighborLoader (``ibp_graph.sampling.hetero``); the features of every node and edge type
+are grouped by (dtype, row shape) across types and compressed like the homogeneous
+loader's, with a codec per type where the types' rows differ enough
+(``ibp_graph.pipeline.type_codecs``); batches are ``HeteroData`` on `device`.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator, List, Mapping, Optional, Union
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from ibp_graph.codec.base import Codec
+from ibp_graph.data.store import EncodedTable
+from ibp_graph.index_checks import check_node_table
+from ibp_graph.loaders import _common
+from ibp_graph.pipeline.batch import DecodedBatch
+from ibp_graph.pipeline.codec_setup import CODEC_NAMES, CodecSpec, build_codecs
+from ibp_graph.pipeline.grouping import GroupKey
+from ibp_graph.pipeline.hetero_worker import INPUT_ID, HeteroBatchProducer, edge_name, node_name
+from ibp_graph.pipeline.requests import BatchRequests
+from ibp_graph.pipeline.type_codecs import split_row_groups
+from ibp_graph.sampling.hetero import EdgeType, HeteroNeighborSampler, TypedCSC
+
+try:
+    from torch_geometric.data import HeteroData
+    from torch_geometric.loader.mixin import AffinityMixin, MultithreadingMixin
+    from torch_geometric.sampler.base import NumNeighbors
+except ImportError as e:  # pragma: no cover - exercised only without torch_geometric
+    raise ImportError("ibp_graph.loaders.pyg_hetero needs torch_geometric: pip install 'ibp-graph[pyg]'") from e
+
+__all__ = ["CompressedHeteroNeighborLoader"]
+
+#: DataLoader arguments the loader sets itself, and those it refuses.
+_REFUSED_KWARGS = ("sampler", "batch_sampler", "collate_fn")
+
+
+class CompressedHeteroNeighborLoader(DataLoader, AffinityMixin, MultithreadingMixin):
+    """torch_geometric.loader.NeighborLoader for a `HeteroData`, sending compressed rows to the device.
+
+    Arguments are NeighborLoader's, in its order, then ours (`codec`, `device`, `prefetch`,
+    `rank`, `world_size`: as for CompressedNeighborLoader). `num_neighbors` is a list for
+    every edge type or a dict per edge type (every edge type named; PyG's NumNeighbors
+    with a `default` is accepted too). `input_nodes` is a node type (all its nodes), or
+    ``(node type, None | boolean mask | node ids)``; a batch's ``input_id`` holds node ids
+    for a mask, positions into the input nodes otherwise (as PyG). Node and edge attributes
+    may be tensors, numpy arrays or np.memmaps (read through a view); node attributes may
+    be EncodedTables. Options this loader cannot honour raise NotImplementedError naming them.
+
+    Each batch is a HeteroData with, per node type, the gathered node attributes, ``n_id``
+    and ``num_sampled_nodes`` (``input_id`` and ``batch_size`` on the input type); per edge
+    type ``edge_index`` (local ids: from the sampled source to the frontier destination),
+    the gathered edge attributes, ``e_id`` and ``num_sampled_edges``; graph-level and
+    other store-level attributes unchanged. `split_report` says, per row group shared by
+    several types, whether the types got one codec or one each (and why).
+    """
+
+    def __init__(
+        self,
+        data: HeteroData,
+        num_neighbors: Union[List[int], Mapping[EdgeType, List[int]], NumNeighbors],
+        input_nodes: Any = None,
+        input_time: Optional[torch.Tensor] = None,
+        replace: bool = False,
+        subgraph_type: str = "directional",
+        disjoint: bool = False,
+        temporal_strategy: str = "uniform",
+        time_attr: Optional[str] = None,
+        weight_attr: Optional[str] = None,
+        transform: Optional[Callable] = None,
+        transform_sampler_output: Optional[Callable] = None,
+        is_sorted: bool = False,
+        filter_per_worker: Optional[bool] = None,
+        neighbor_sampler: Optional[Any] = None,
+        directed: bool = True,
+        *,
+        codec: CodecSpec = "auto",
+        device: Union[str, torch.device, None] = None,
+        prefetch: int = 2,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        **kwargs: Any,
+    ):
+        _common.start()
+        _refuse_options(input_time=input_time, subgraph_type=subgraph_type, disjoint=disjoint,
+                        temporal_strategy=temporal_strategy, time_attr=time_attr, weight_attr=weight_attr,
+                        transform_sampler_output=transform_sampler_output, filter_per_worker=filter_per_worker,
+                        neighbor_sampler=neighbor_sampler, directed=directed)
+        for k in _REFUSED_KWARGS:
+            if k in kwargs:
+                raise NotImplementedError(f"{k}= is not supported: the loader builds its own batches "
+                                          "(pass batch_size, shuffle, drop_last, generator)")
+        if not isinstance(data, HeteroData):
+            raise TypeError(f"data must be a torch_geometric.data.HeteroData, got {type(data).__name__}")
+        self.data = data
+        graph = _HeteroGraph(data)
+        self._graph = graph
+        values, default = (num_neighbors.values, num_neighbors.default) \
+            if isinstance(num_neighbors, NumNeighbors) else (num_neighbors, None)
+        if isinstance(values, Mapping):  # PyG's EdgeTypeStr keys are strings "src__rel__dst"
+            values = {tuple(k.split("__")) if isinstance(k, str) else k: v for k, v in values.items()}
+        self.node_sampler = HeteroNeighborSampler(graph.num_nodes, graph.csc, values, default=default,
+                                                  replace=replace)
+        self.input_type, self.input_nodes, input_ids = _input_nodes(input_nodes, graph.num_nodes)
+
+        batch_size = kwargs.pop("batch_size", 1)
+        shuffle = kwargs.pop("shuffle", False)
+        drop_last = kwargs.pop("drop_last", False)
+        generator = kwargs.pop("generator", None)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size={batch_size!r} is not accepted; use an int >= 1")
+        self.device = _common.loader_device(device)
+        self.transform = transform
+        self.requests = BatchRequests(self.input_nodes.numel(), batch_size, shuffle=shuffle,
+                                      drop_last=drop_last, generator=generator, rank=rank,
+                                      world_size=world_size)
+        self._codecs, self._typed, self.split_report = _hetero_codecs(graph, codec)
+        _common.warm_up(self._codecs, self.device)
+        self._stage, self.stats = _common.decode_stage(self._codecs, self.device, prefetch)
+        if self.input_nodes.numel():  # compile the sampler here too (a fixed seed: no RNG touched)
+            self.node_sampler.sample(self.input_type, self.input_nodes[:2], seed=0)
+        producer = HeteroBatchProducer(self.node_sampler, self.input_type, self.input_nodes,
+                                       graph.node_attrs, graph.edge_attrs, self._codecs,
+                                       input_ids=input_ids, typed_groups=self._typed)
+        kwargs.setdefault("pin_memory", self.device.type == "cuda")
+        if kwargs.get("num_workers", 0) == 0 and not kwargs.get("persistent_workers"):
+            kwargs.pop("persistent_workers", None)
+        super().__init__(producer, batch_size=None, sampler=self.requests, collate_fn=_identity, **kwargs)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Distributed runs: a new shuffle of the input nodes, the same on every rank."""
+        self.requests.set_epoch(epoch)
+
+    @property
+    def codecs(self) -> dict[str, Codec]:
+        """The codec of each group of a batch, by the group's printed name (as in `stats`)."""
+        return _common.by_name(self._codecs)
+
+    def __iter__(self) -> Iterator[HeteroData]:
+        it = super().__iter__()
+        batches = _common.name_worker_deaths(it, type(self).__name__, "sampling, gathering or encoding",
+                                             lambda: _common.worker_processes(it))
+        for batch in self._stage(batches):
+            yield self._to_hetero(batch)
+
+    def _to_hetero(self, batch: DecodedBatch) -> HeteroData:
+        """NeighborLoader's HeteroData: every type's named tensors, and its fields from the batch's meta."""
+        g, meta = self._graph, batch.meta
+        out = HeteroData(**g.graph_attrs)
+        for t in g.node_types:
+            store = out[t]
+            for key, value in g.node_other[t].items():
+                store[key] = value
+            for attr in g.node_attrs[t]:
+                store[attr] = batch[node_name(t, attr)]
+            if "n_id" not in g.node_attrs[t]:
+                store.n_id = batch[node_name(t, "n_id")]
+            if t in g.num_nodes_set:
+                store.num_nodes = int(store.n_id.numel())
+            store.num_sampled_nodes = meta["nodes_per_hop"][t]
+        for e in g.edge_types:
+            store = out[e]
+            for key, value in g.edge_other[e].items():
+                store[key] = value
+            store.edge_index = batch[edge_name(e, "edge_index")].view(2, -1)
+            for attr in g.edge_attrs[e]:
+                store[attr] = batch[edge_name(e, attr)]
+            if "e_id" not in g.edge_attrs[e]:
+                store.e_id = batch[edge_name(e, "e_id")]
+            store.num_sampled_edges = meta["edges_per_hop"][e]
+        inputs = out[self.input_type]
+        inputs.input_id = batch[INPUT_ID]
+        inputs.batch_size = meta["num_seeds"]
+        return self.transform(out) if self.transform is not None else out
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(input_type={self.input_type!r}, "
+                f"num_neighbors={self.node_sampler.num_neighbors}, batches={len(self)}, "
+                f"codecs={ {k: c.name for k, c in self.codecs.items()} }, device={self.device})")
+
+
+def _identity(batch):
+    return batch
+
+
+def _refuse_options(**given) -> None:
+    """NotImplementedError naming every option given a value this loader cannot honour."""
+    honoured = {"input_time": None, "subgraph_type": "directional", "disjoint": False,
+                "temporal_strategy": "uniform", "time_attr": None, "weight_attr": None,
+                "transform_sampler_output": None, "filter_per_worker": (None, True),
+                "neighbor_sampler": None, "directed": True}
+    bad = []
+    for k, accepted in honoured.items():
+        value = getattr(given[k], "value", given[k])  # PyG's SubgraphType enum
+        ok = value in accepted if isinstance(accepted, tuple) else (value is accepted or value == accepted)
+        if not ok:
+            bad.append(f"{k}={given[k]!r}")
+    if bad:
+        raise NotImplementedError(
+            f"CompressedNeighborLoader does not support {', '.join(bad)} for a HeteroData; it samples "
+            "heterogeneous graphs uniformly with the directional subgraph, filtering in the workers "
+            "(subgraph_type='bidirectional'/'induced', disjoint, temporal and weighted sampling are "
+            "not implemented for heterogeneous graphs)")
+
+
+def _input_nodes(input_nodes, num_nodes: Mapping[str, int]):
+    """(input type, seed node ids as int64, input ids or None) from NeighborLoader's `input_nodes`.
+
+    For a boolean mask the input ids are the node ids (as PyG); else None: the batch's
+    input_id then holds positions into the input nodes.
+    """
+    types = list(num_nodes)
+    if isinstance(input_nodes, str):
+        input_type, nodes = input_nodes, None
+    elif isinstance(input_nodes, (tuple, list)) and len(input_nodes) == 2 and isinstance(input_nodes[0], str):
+        input_type, nodes = input_nodes
+    else:
+        raise ValueError(f"input_nodes={input_nodes!r} is not accepted for a HeteroData; use a node type "
+                         f"(one of {types}) or (node type, None | boolean mask | node ids)")
+    if input_type not in num_nodes:
+        raise ValueError(f"input_nodes names node type {input_type!r}, which the graph does not have; "
+                         f"node types: {types}")
+    n = num_nodes[input_type]
+    if nodes is None:
+        return input_type, torch.arange(n), None
+    t = nodes if isinstance(nodes, torch.Tensor) else torch.as_tensor(
+        np.asarray(list(nodes) if isinstance(nodes, range) else nodes))
+    if t.dtype == torch.bool:
+        if t.dim() != 1 or t.numel() != n:
+            raise ValueError(f"input_nodes[1] is a boolean mask of shape {tuple(t.shape)}; node type "
+                             f"{input_type!r} has {n} nodes: accepted, a mask of shape ({n},)")
+        ids = t.nonzero().view(-1)
+        return input_type, ids, ids
+    if t.dim() != 1 or t.dtype.is_floating_point or t.dtype.is_complex:
+        raise TypeError(f"input_nodes[1] must be None, a boolean mask or a 1-d tensor of node ids, got "
+                        f"dtype={t.dtype} shape={tuple(t.shape)}")
+    t = t.to(torch.int64).contiguous()
+    if t.numel() and (int(t.min()) < 0 or int(t.max()) >= n):
+        bad = int(t.min()) if int(t.min()) < 0 else int(t.max())
+        raise IndexError(f"input_nodes contains {input_type!r} node {bad}, outside [0, {n})")
+    return input_type, t, None
+
+
+class _HeteroGraph:
+    """What the loader reads from a HeteroData: node counts, a TypedCSC per edge type, the node and
+    edge attributes the workers gather (per type, as CPU tensors or views), everything else as given."""
+
+    def __init__(self, data: HeteroData):
+        self.node_types, self.edge_types = (list(m) for m in data.metadata())
+        self.num_nodes: dict[str, int] = {}
+        self.num_nodes_set = {t for t in self.node_types if "num_nodes" in data[t]}
+        self.node_attrs: dict[str, dict] = {}
+        self.node_other: dict[str, dict] = {}
+        for t in self.node_types:
+            store = data[t]
+            if store.num_nodes is None:
+                raise ValueError(f"data[{t!r}].num_nodes is None and cannot be inferred; accepted: node "
+                                 "type stores with node attributes or num_nodes set")
+            n = self.num_nodes[t] = int(store.num_nodes)
+            self.node_attrs[t], self.node_other[t] = {}, {}
+            for key, value in store.items():
+                if key == "num_nodes":
+                    continue
+                name = f"data[{t!r}].{key}"
+                if isinstance(value, EncodedTable):
+                    check_node_table(name, value, n)
+                    self.node_attrs[t][key] = value
+                elif isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim > 0 and (
+                        key in _common.NODE_KEYS or store.is_node_attr(key)):
+                    check_node_table(name, value, n)
+                    self.node_attrs[t][key] = _common.host_rows(value, name)
+                elif isinstance(value, (list, tuple)) and len(value) == n:
+                    raise TypeError(f"{name} is a {type(value).__name__} of one entry per node; the "
+                                    "loader gathers node attributes from tensors or numpy arrays only")
+                else:
+                    self.node_other[t][key] = value
+        self.csc: dict[EdgeType, TypedCSC] = {}
+        self.edge_attrs: dict[EdgeType, dict] = {}
+        self.edge_other: dict[EdgeType, dict] = {}
+        for e in self.edge_types:
+            store = data[e]
+            if "edge_index" not in store:
+                raise NotImplementedError(f"data[{e!r}] has no edge_index (keys {list(store.keys())}); the "
+                                          "loader samples edge types given as edge_index only")
+            src, _, dst = e
+            ei = store.edge_index
+            ei = torch.from_numpy(ei) if isinstance(ei, np.ndarray) else ei
+            try:
+                self.csc[e] = TypedCSC.from_edge_index(ei, self.num_nodes[src], self.num_nodes[dst])
+            except (TypeError, ValueError) as err:
+                raise type(err)(f"data[{e!r}].edge_index: {err}") from None
+            num_edges = int(ei.shape[1])
+            self.edge_attrs[e], self.edge_other[e] = {}, {}
+            for key, value in store.items():
+                if key == "edge_index":
+                    continue
+                name = f"data[{e!r}].{key}"
+                if isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim > 0 and \
+                        store.is_edge_attr(key) and value.shape[0] == num_edges:
+                    self.edge_attrs[e][key] = _common.host_rows(value, name)
+                else:
+                    self.edge_other[e][key] = value
+        self.graph_attrs = dict(data._global_store.items())
+        names = [node_name(t, a) for t in self.node_types for a in list(self.node_attrs[t]) + ["n_id"]]
+        names += [edge_name(e, a) for e in self.edge_types for a in list(self.edge_attrs[e]) + ["e_id"]]
+        if len(set(names)) != len(names):
+            raise ValueError(f"node and edge type names {self.node_types} / {self.edge_types} give two "
+                             "attributes the same flat name; accepted: type names that do not contain "
+                             "'.' or '__'")
+
+    def flat_tables(self) -> tuple[dict, dict]:
+        """Node and edge attribute tables under their flat names (hetero_worker.node_name / edge_name)."""
+        nodes = {node_name(t, a): v for t, attrs in self.node_attrs.items() for a, v in attrs.items()}
+        edges = {edge_name(e, a): v for e, attrs in self.edge_attrs.items() for a, v in attrs.items()}
+        return nodes, edges
+
+
+def _hetero_codecs(graph: _HeteroGraph, codec: CodecSpec):
+    """One codec per group; row groups shared by several types are split per type where that pays."""
+    nodes, edges = graph.flat_tables()
+    num_nodes = max(graph.num_nodes.values(), default=0)
+    num_edges = max((g.num_edges for g in graph.csc.values()), default=0)
+    codecs = build_codecs(nodes, edges, num_nodes=num_nodes, num_edges=num_edges, codec=codec)
+    if isinstance(codec, str) and codec in CODEC_NAMES and codec != "identity":
+        return split_row_groups({**nodes, **edges}, codecs, kind=codec)
+    return codecs, {}, {}

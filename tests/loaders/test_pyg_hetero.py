@@ -1,0 +1,272 @@
+"""CompressedNeighborLoader on a HeteroData: PyG's heterogeneous NeighborLoader contract, per type,
+lossless batches with any codec and worker count, input_id semantics, errors, and a to_hetero model."""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch_geometric.data import HeteroData
+from torch_geometric.nn import GraphSAGE, to_hetero
+
+from ibp_graph.loaders.pyg import CompressedNeighborLoader
+from ibp_graph.loaders.pyg_hetero import CompressedHeteroNeighborLoader
+from tests.sampling.test_hetero import check_contract
+from ibp_graph.sampling.hetero import HeteroSamplerOutput
+
+CITES, WRITES, REV, AFF, EMPTY = (("paper", "cites", "paper"), ("author", "writes", "paper"),
+                                  ("paper", "rev_writes", "author"), ("author", "aff", "inst"),
+                                  ("inst", "empty", "paper"))
+
+
+def make_hetero(papers=900, authors=1200, insts=40, dim=16, seed=0):
+    """An ogbn-mag-like graph whose feature rows name their node (column 0 is the node id): dense
+    float papers, small-integer authors, featureless institutions, an edge type without edges."""
+    g = torch.Generator().manual_seed(seed)
+    data = HeteroData()
+    x = torch.randn(papers, dim, generator=g)
+    x[:, 0] = torch.arange(papers, dtype=torch.float32)
+    data["paper"].x = x
+    data["paper"].y = torch.randint(0, 5, (papers,), generator=g)
+    data["paper"].train_mask = torch.rand(papers, generator=g) < 0.3
+    ax = torch.randint(0, 3, (authors, dim), generator=g).float()
+    ax[:, 0] = torch.arange(authors, dtype=torch.float32)
+    data["author"].x = ax
+    data["inst"].num_nodes = insts
+    data[CITES].edge_index = torch.randint(0, papers, (2, 5000), generator=g)
+    data[WRITES].edge_index = torch.stack([torch.randint(0, authors, (3000,), generator=g),
+                                           torch.randint(0, papers, (3000,), generator=g)])
+    data[REV].edge_index = data[WRITES].edge_index.flip(0)
+    data[AFF].edge_index = torch.stack([torch.arange(authors), torch.arange(authors) % insts])
+    data[AFF].weight = torch.rand(authors, 2, generator=g)
+    data[EMPTY].edge_index = torch.zeros(2, 0, dtype=torch.int64)
+    data[EMPTY].edge_attr = torch.zeros(0, 3)
+    data.name = "mag-like"  # graph-level: every batch keeps it
+    return data
+
+
+def check_batch(batch, data, fanouts, input_nodes):
+    """The contract per type, bit for bit, against the graph the loader sampled."""
+    assert isinstance(batch, HeteroData)
+    assert set(batch.node_types) == set(data.node_types) and set(batch.edge_types) == set(data.edge_types)
+    for t in data.node_types:
+        n_id = batch[t].n_id
+        for key in data[t].node_attrs():
+            assert torch.equal(batch[t][key], data[t][key][n_id])  # bit for bit
+        if "x" in data[t]:
+            assert torch.equal(batch[t].x[:, 0].long(), n_id)  # the features name their node
+        else:
+            assert "x" not in batch[t]  # a type without features gets none (as PyG)
+    for e in data.edge_types:
+        assert batch[e].edge_index.shape == (2, batch[e].e_id.numel())
+        for key in data[e].edge_attrs():
+            if key != "edge_index":
+                assert torch.equal(batch[e][key], data[e][key][batch[e].e_id])
+    seeds = batch["paper"].n_id[: batch["paper"].batch_size]
+    assert torch.equal(seeds, input_nodes[batch["paper"].input_id]) or torch.equal(seeds, batch["paper"].input_id)
+    out = HeteroSamplerOutput(
+        node={t: batch[t].n_id for t in data.node_types},
+        row={e: batch[e].edge_index[0] for e in data.edge_types},
+        col={e: batch[e].edge_index[1] for e in data.edge_types},
+        edge={e: batch[e].e_id for e in data.edge_types},
+        num_sampled_nodes={t: batch[t].num_sampled_nodes for t in data.node_types},
+        num_sampled_edges={e: batch[e].num_sampled_edges for e in data.edge_types})
+    num_nodes = {t: data[t].num_nodes for t in data.node_types}
+    ei = {e: data[e].edge_index for e in data.edge_types}
+    check_contract(out, num_nodes, ei, "paper", seeds, fanouts)
+    assert batch.name == "mag-like"
+
+
+def batches(data, seed=0, **kw):
+    torch.manual_seed(seed)
+    kw.setdefault("device", "cpu")
+    return list(CompressedNeighborLoader(data, **kw))
+
+
+def same(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        for t in x.node_types:
+            assert list(x[t].keys()) == list(y[t].keys())
+            for k in x[t].keys():
+                assert torch.equal(x[t][k], y[t][k]) if torch.is_tensor(x[t][k]) else x[t][k] == y[t][k]
+        for e in x.edge_types:
+            assert list(x[e].keys()) == list(y[e].keys())
+            for k in x[e].keys():
+                assert torch.equal(x[e][k], y[e][k]) if torch.is_tensor(x[e][k]) else x[e][k] == y[e][k]
+
+
+@pytest.mark.parametrize("codec", ["auto", "identity"])
+def test_batches_follow_pyg_hetero_semantics(codec):
+    data = make_hetero()
+    input_nodes = torch.arange(0, 900, 3)
+    loader = CompressedNeighborLoader(data, [4, 3], input_nodes=("paper", input_nodes), batch_size=64,
+                                      shuffle=True, codec=codec, device="cpu")
+    assert isinstance(loader, CompressedHeteroNeighborLoader)
+    assert len(loader) == 5
+    seen = []
+    for batch in loader:
+        check_batch(batch, data, {e: [4, 3] for e in data.edge_types}, input_nodes)
+        seen.append(batch["paper"].input_id)
+        # the fields of PyG's NeighborLoader, per type (pyg-lib: num_sampled_* included)
+        assert set(batch["paper"].keys()) == {"x", "y", "train_mask", "n_id", "num_sampled_nodes",
+                                              "input_id", "batch_size"}
+        assert set(batch["author"].keys()) == {"x", "n_id", "num_sampled_nodes"}
+        assert set(batch["inst"].keys()) == {"num_nodes", "n_id", "num_sampled_nodes"}
+        assert batch["inst"].num_nodes == batch["inst"].n_id.numel()
+        assert set(batch[CITES].keys()) == {"edge_index", "e_id", "num_sampled_edges"}
+        assert set(batch[AFF].keys()) == {"edge_index", "weight", "e_id", "num_sampled_edges"}
+        assert batch[EMPTY].edge_index.shape == (2, 0) and batch[EMPTY].edge_attr.shape == (0, 3)
+        assert batch["paper"].batch_size == batch["paper"].input_id.numel() <= 64
+    assert torch.equal(torch.cat(seen).sort().values, torch.arange(300))  # every seed once
+    assert loader.stats.batches == 5
+    groups = set(loader.stats.sent_bytes)
+    assert "int64[*]" in groups and "bool[*]" in groups
+    if codec == "identity":
+        assert loader.stats.fraction == pytest.approx(1.0, abs=0.02)
+
+
+def test_identity_and_auto_and_workers_give_identical_batches():
+    data = make_hetero()
+    kw = dict(num_neighbors=[3, 2], input_nodes=("paper", torch.arange(400)), batch_size=100, shuffle=True)
+    ref = batches(data, codec="identity", **kw)
+    same(ref, batches(data, codec="auto", **kw))
+    same(ref, batches(data, codec="auto", num_workers=2, **kw))
+    same(ref, batches(data, codec="ebp", num_workers=2, persistent_workers=True, **kw))
+    assert not torch.equal(batches(data, seed=1, codec="identity", **kw)[0]["paper"].n_id, ref[0]["paper"].n_id)
+
+
+def test_dict_and_list_num_neighbors_agree():
+    data = make_hetero()
+    kw = dict(input_nodes="paper", batch_size=300)
+    as_list = batches(data, num_neighbors=[3, 2], **kw)
+    as_dict = batches(data, num_neighbors={e: [3, 2] for e in data.edge_types}, **kw)
+    same(as_list, as_dict)
+    fan = {CITES: [5, 0], WRITES: [1, 2], REV: [-1, 1], AFF: [2, 2], EMPTY: [1, 1]}
+    for batch in batches(data, num_neighbors=fan, **kw):
+        check_batch(batch, data, fan, torch.arange(900))
+        assert batch[CITES].num_sampled_edges[1] == 0
+
+
+def test_input_id_is_node_ids_for_a_mask_and_positions_otherwise():
+    data = make_hetero()
+    mask = data["paper"].train_mask
+    ids = mask.nonzero().view(-1)
+    by_mask = batches(data, num_neighbors=[2], input_nodes=("paper", mask), batch_size=50)
+    by_ids = batches(data, num_neighbors=[2], input_nodes=("paper", ids), batch_size=50)
+    assert torch.equal(torch.cat([b["paper"].input_id for b in by_mask]), ids)  # node ids (PyG)
+    assert torch.equal(torch.cat([b["paper"].input_id for b in by_ids]), torch.arange(ids.numel()))  # positions
+    for a, b in zip(by_mask, by_ids):
+        assert torch.equal(a["paper"].n_id, b["paper"].n_id)
+        assert torch.equal(a["paper"].n_id[: a["paper"].batch_size], a["paper"].input_id)
+    as_list = batches(data, num_neighbors=[2], input_nodes=("paper", ids.tolist()), batch_size=50)
+    same(as_list, by_ids)
+
+
+def test_features_are_grouped_across_types_or_split_where_types_differ():
+    data = make_hetero(papers=3000, authors=3000, dim=32)
+    loader = CompressedNeighborLoader(data, [2], input_nodes="paper", batch_size=500, device="cpu")
+    report = loader.split_report["float32[32]"]
+    assert report["members"] == ["paper.x", "author.x"]
+    # dense float papers and small-integer authors: separate codecs send fewer bytes
+    assert report["split"] and report["per_type_fraction"] < report["pooled_fraction"] * 0.98
+    assert {"float32[32]@paper.x", "float32[32]@author.x"} <= set(loader.codecs)
+    assert "float32[32]" not in loader.codecs
+    for batch in loader:
+        check_batch(batch, data, {e: [2] for e in data.edge_types}, torch.arange(3000))
+    assert {"float32[32]@paper.x", "float32[32]@author.x"} <= set(loader.stats.sent_bytes)
+    # alike types share one group and one codec
+    data["author"].x = data["paper"].x.clone()[:3000]
+    data["author"].x[:, 0] = torch.arange(3000, dtype=torch.float32)
+    loader = CompressedNeighborLoader(data, [2], input_nodes="paper", batch_size=500, device="cpu")
+    assert not loader.split_report["float32[32]"]["split"] and "float32[32]" in loader.codecs
+    for batch in loader:
+        check_batch(batch, data, {e: [2] for e in data.edge_types}, torch.arange(3000))
+
+
+def test_numpy_and_memmap_attributes(tmp_path):
+    data = make_hetero()
+    x = data["author"].x.numpy()
+    mm = np.lib.format.open_memmap(tmp_path / "a.npy", mode="w+", dtype=x.dtype, shape=x.shape)
+    mm[:] = x
+    mm.flush()
+    data["author"].x = np.load(tmp_path / "a.npy", mmap_mode="r")
+    data[AFF].weight = data[AFF].weight.numpy()
+    for batch in batches(data, num_neighbors=[3, 3], input_nodes="paper", batch_size=300):
+        assert torch.equal(batch["author"].x, torch.from_numpy(x)[batch["author"].n_id])
+        assert torch.equal(batch[AFF].weight, torch.from_numpy(data[AFF].weight)[batch[AFF].e_id])
+
+
+def test_errors_name_the_argument_and_value():
+    data = make_hetero()
+    L = CompressedNeighborLoader
+    with pytest.raises(ValueError, match="node type 'venue', which the graph does not have"):
+        L(data, [2], input_nodes=("venue", None))
+    with pytest.raises(ValueError, match="input_nodes=None is not accepted for a HeteroData"):
+        L(data, [2])
+    with pytest.raises(IndexError, match="'paper' node 900, outside \\[0, 900\\)"):
+        L(data, [2], input_nodes=("paper", torch.tensor([0, 900])))
+    with pytest.raises(ValueError, match="boolean mask of shape \\(5,\\)"):
+        L(data, [2], input_nodes=("paper", torch.ones(5, dtype=torch.bool)))
+    with pytest.raises(ValueError, match="no fan-outs for edge type \\('author', 'aff', 'inst'\\)"):
+        L(data, {e: [2] for e in data.edge_types if e != AFF}, input_nodes="paper")
+    with pytest.raises(ValueError, match="names edge type \\('a', 'b', 'c'\\)"):
+        L(data, {**{e: [2] for e in data.edge_types}, ("a", "b", "c"): [1]}, input_nodes="paper")
+    with pytest.raises(ValueError, match="hops must be the same across all edge types"):
+        L(data, {**{e: [2] for e in data.edge_types}, CITES: [2, 2]}, input_nodes="paper")
+    with pytest.raises(ValueError, match="codec='zstd' is not accepted"):
+        L(data, [2], input_nodes="paper", codec="zstd")
+    for option in (dict(subgraph_type="induced"), dict(subgraph_type="bidirectional"), dict(disjoint=True),
+                   dict(time_attr="t"), dict(weight_attr="w"), dict(filter_per_worker=False)):
+        with pytest.raises(NotImplementedError, match=f"{next(iter(option))}=.*for a HeteroData"):
+            L(data, [2], input_nodes="paper", **option)
+    bad = make_hetero()
+    bad[CITES].edge_index = torch.tensor([[0], [900]])
+    with pytest.raises(ValueError, match="data\\[\\('paper', 'cites', 'paper'\\)\\].edge_index: .*node id 900"):
+        L(bad, [2], input_nodes="paper")
+
+
+def test_num_neighbors_as_pyg_num_neighbors_with_a_default():
+    from torch_geometric.sampler.base import NumNeighbors
+
+    data = make_hetero()
+    fan = NumNeighbors({CITES: [4]}, default=[1])
+    for batch in batches(data, num_neighbors=fan, input_nodes="paper", batch_size=300):
+        check_batch(batch, data, {e: [4] if e == CITES else [1] for e in data.edge_types}, torch.arange(900))
+
+
+def test_to_hetero_graphsage_trains_on_the_batches():
+    torch.manual_seed(0)
+    data = make_hetero()
+    data["author"].x = data["author"].x[:, :8]  # types may differ in width; lazy layers adapt
+    data["inst"].x = torch.zeros(40, 4)  # to_hetero needs an input for every type it updates
+    model = to_hetero(GraphSAGE((-1, -1), 32, num_layers=2, out_channels=5), data.metadata(), aggr="sum")
+    loader = CompressedNeighborLoader(data, [4, 3], input_nodes=("paper", data["paper"].train_mask),
+                                      batch_size=64, shuffle=True, device="cpu")
+    batch = next(iter(loader))
+    with torch.no_grad():
+        model(batch.x_dict, batch.edge_index_dict)  # initialise the lazy layers
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    losses = []
+    for batch in loader:
+        opt.zero_grad()
+        out = model(batch.x_dict, batch.edge_index_dict)["paper"][: batch["paper"].batch_size]
+        loss = F.cross_entropy(out, batch["paper"].y[: batch["paper"].batch_size])
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    assert len(losses) == len(loader) and all(np.isfinite(losses))
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    assert grads and all(bool(torch.isfinite(g).all()) for g in grads)
+    assert any(bool(g.abs().sum() > 0) for g in grads)
+
+
+def tag(batch):
+    batch.tag = 1
+    return batch
+
+
+def test_repr_and_transform():
+    data = make_hetero()
+    loader = CompressedNeighborLoader(data, [2], input_nodes="paper", batch_size=300, device="cpu",
+                                      transform=tag)
+    assert "CompressedHeteroNeighborLoader(input_type='paper'" in repr(loader)
+    assert next(iter(loader)).tag == 1

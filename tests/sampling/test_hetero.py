@@ -1,0 +1,242 @@
+"""Heterogeneous neighbour sampler: exact against a brute-force reference (full fan-out), the
+contract of PyG's heterogeneous NeighborLoader (any fan-out), determinism, and its errors."""
+from __future__ import annotations
+
+import numba
+import numpy as np
+import pytest
+import torch
+
+from ibp_graph.sampling.hetero import (HeteroNeighborSampler, HeteroSamplerOutput, TypedCSC,
+                                       resolve_num_neighbors)
+
+CITES, WRITES, REV, AFF, EMPTY = (("paper", "cites", "paper"), ("author", "writes", "paper"),
+                                  ("paper", "rev_writes", "author"), ("author", "aff", "inst"),
+                                  ("inst", "empty", "paper"))
+
+
+def random_hetero(seed=0, papers=60, authors=80, insts=7):
+    """Node counts and edge_index per edge type: a small multigraph with skewed in-degrees, a type
+    only reachable as a destination (inst) and an edge type without edges."""
+    rng = np.random.default_rng(seed)
+    num_nodes = {"paper": papers, "author": authors, "inst": insts}
+
+    def edges(src, dst, m):
+        w = rng.pareto(1.5, num_nodes[dst]) + 0.05
+        d = rng.choice(num_nodes[dst], m, p=w / w.sum())
+        s = rng.integers(0, num_nodes[src], m)
+        return torch.from_numpy(np.stack([s, d]).astype(np.int64))
+
+    ei = {CITES: edges("paper", "paper", 300), WRITES: edges("author", "paper", 200),
+          AFF: edges("author", "inst", 90), EMPTY: torch.zeros(2, 0, dtype=torch.int64)}
+    ei[REV] = ei[WRITES].flip(0)
+    ei = {e: ei[e] for e in (CITES, WRITES, REV, AFF, EMPTY)}  # the edge types' order
+    return num_nodes, ei
+
+
+def make_sampler(num_nodes, ei, num_neighbors, **kw):
+    graphs = {e: TypedCSC.from_edge_index(v, num_nodes[e[0]], num_nodes[e[2]]) for e, v in ei.items()}
+    return HeteroNeighborSampler(num_nodes, graphs, num_neighbors, **kw)
+
+
+def reference_full(num_nodes, ei, input_type, seeds, hops):
+    """pyg-lib's algorithm with every in-edge taken, written out plainly."""
+    in_edges = {e: [[] for _ in range(num_nodes[e[2]])] for e in ei}
+    for e, v in ei.items():
+        for k, d in enumerate(v[1].tolist()):
+            in_edges[e][d].append(k)
+    nodes = {t: [] for t in num_nodes}
+    pos = {t: {} for t in num_nodes}
+    for i, s in enumerate(seeds):
+        nodes[input_type].append(s)
+        pos[input_type].setdefault(s, i)
+    rows, cols, eids = ({e: [] for e in ei} for _ in range(3))
+    front = {t: (0, len(nodes[t])) for t in num_nodes}
+    for _ in range(hops):
+        for e, v in ei.items():
+            src, _, dst = e
+            for i in range(*front[dst]):
+                for k in in_edges[e][nodes[dst][i]]:
+                    u = int(v[0, k])
+                    if u not in pos[src]:
+                        pos[src][u] = len(nodes[src])
+                        nodes[src].append(u)
+                    rows[e].append(pos[src][u])
+                    cols[e].append(i)
+                    eids[e].append(k)
+        front = {t: (front[t][1], len(nodes[t])) for t in num_nodes}
+    return nodes, rows, cols, eids
+
+
+def check_contract(out: HeteroSamplerOutput, num_nodes, ei, input_type, seeds, fanouts, replace=False):
+    """What PyG's heterogeneous NeighborLoader promises, checked for any fan-out."""
+    seeds = torch.as_tensor(seeds)
+    assert set(out.node) == set(num_nodes) and set(out.row) == set(out.col) == set(out.edge) == set(ei)
+    assert torch.equal(out.node[input_type][: seeds.numel()], seeds)  # seeds first, as given
+    for t, n in out.num_sampled_nodes.items():
+        assert sum(n) == out.node[t].numel()
+        assert n[0] == (seeds.numel() if t == input_type else 0)
+        rest = out.node[t][n[0]:]
+        assert rest.unique().numel() == rest.numel()  # a node is new once
+        assert not np.isin(rest.numpy(), out.node[t][: n[0]].numpy()).any()
+    for e, v in ei.items():
+        src, _, dst = e
+        row, col, eid = out.row[e], out.col[e], out.edge[e]
+        assert row.dtype == col.dtype == eid.dtype == torch.int64
+        assert sum(out.num_sampled_edges[e]) == eid.numel() == row.numel() == col.numel()
+        # every edge is real and points from the sampled source to the frontier destination
+        assert torch.equal(v[:, eid], torch.stack([out.node[src][row], out.node[dst][col]]))
+        deg = torch.bincount(v[1], minlength=num_nodes[dst])
+        lo = 0
+        for hop, m in enumerate(out.num_sampled_edges[e]):
+            r, c, k = row[lo:lo + m], col[lo:lo + m], eid[lo:lo + m]
+            lo += m
+            nd = out.num_sampled_nodes[dst]
+            begin, end = sum(nd[:hop]), sum(nd[:hop + 1])  # the frontier: new at the previous hop
+            assert bool(((c >= begin) & (c < end)).all())
+            assert bool((r < sum(out.num_sampled_nodes[src][:hop + 2])).all())
+            fan = fanouts[e][hop]
+            got = torch.bincount(c - begin, minlength=end - begin) if m else torch.zeros(end - begin,
+                                                                                          dtype=torch.int64)
+            d = deg[out.node[dst][begin:end]]
+            want = d if fan < 0 else (torch.where(d > 0, fan, 0) if replace else d.clamp(max=fan))
+            assert torch.equal(got, want), (e, hop)
+            if not replace:  # distinct in-edges per frontier position
+                pairs = torch.stack([c, k]).unique(dim=1)
+                assert pairs.shape[1] == m
+    # every node new at hop h is the source of an edge sampled at hop h
+    for t in num_nodes:
+        n = out.num_sampled_nodes[t]
+        for hop in range(1, len(n)):
+            new = set(range(sum(n[:hop]), sum(n[:hop + 1])))
+            reached = set()
+            for e in ei:
+                if e[0] != t:
+                    continue
+                lo = sum(out.num_sampled_edges[e][:hop - 1])
+                reached |= set(out.row[e][lo:lo + out.num_sampled_edges[e][hop - 1]].tolist())
+            assert new <= reached
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_full_fanout_equals_the_reference_exactly(seed):
+    num_nodes, ei = random_hetero(seed)
+    seeds = [3, 17, 3, 40, 0]  # a repeated seed too
+    out = make_sampler(num_nodes, ei, [-1, -1, -1]).sample("paper", torch.tensor(seeds), seed=5)
+    nodes, rows, cols, eids = reference_full(num_nodes, ei, "paper", seeds, 3)
+    for t in num_nodes:
+        assert out.node[t].tolist() == nodes[t]
+    for e in ei:
+        assert out.row[e].tolist() == rows[e]
+        assert out.col[e].tolist() == cols[e]
+        assert out.edge[e].tolist() == eids[e]
+    check_contract(out, num_nodes, ei, "paper", seeds, {e: [-1] * 3 for e in ei})
+
+
+@pytest.mark.parametrize("fan", [[2, 1], [5, 3, 2], [0, 4], [40, 40]])
+@pytest.mark.parametrize("replace", [False, True])
+def test_contract_for_any_fanout(fan, replace):
+    num_nodes, ei = random_hetero(3)
+    sampler = make_sampler(num_nodes, ei, fan, replace=replace)
+    for s in range(4):
+        seeds = torch.randint(0, num_nodes["author"], (9,), generator=torch.Generator().manual_seed(s))
+        out = sampler.sample("author", seeds, seed=s)
+        check_contract(out, num_nodes, ei, "author", seeds, {e: fan for e in ei}, replace=replace)
+
+
+def test_fanouts_per_edge_type_are_respected():
+    num_nodes, ei = random_hetero(4)
+    fan = {CITES: [3, 1], WRITES: [1, 2], REV: [2, 0], AFF: [-1, -1], EMPTY: [5, 5]}
+    out = make_sampler(num_nodes, ei, fan).sample("paper", torch.arange(10), seed=9)
+    check_contract(out, num_nodes, ei, "paper", torch.arange(10), fan)
+    assert out.num_sampled_edges[REV][1] == 0 and out.num_sampled_edges[EMPTY] == [0, 0]
+
+
+def test_unreached_types_are_present_and_empty():
+    num_nodes, ei = random_hetero(0)
+    out = make_sampler(num_nodes, ei, [3]).sample("paper", torch.tensor([1, 2]), seed=0)
+    # one hop from papers reaches papers and authors; institutions are reached from authors only
+    assert out.node["inst"].shape == (0,) and out.node["inst"].dtype == torch.int64
+    assert out.num_sampled_nodes["inst"] == [0, 0]
+    assert out.edge[AFF].numel() == 0 and out.num_sampled_edges[AFF] == [0]
+    assert out.edge[EMPTY].numel() == 0 and out.row[EMPTY].dtype == torch.int64
+
+
+def test_same_seed_same_output_whatever_the_threads():
+    num_nodes, ei = random_hetero(5, papers=400, authors=500)
+    seeds = torch.arange(0, 400, 2)
+    ref = make_sampler(num_nodes, ei, [6, 4], parallel=False).sample("paper", seeds, seed=11)
+    threads = numba.get_num_threads()
+    try:
+        for n in sorted({1, max(1, threads)}):
+            numba.set_num_threads(n)
+            out = make_sampler(num_nodes, ei, [6, 4], parallel=True).sample("paper", seeds, seed=11)
+            for t in num_nodes:
+                assert torch.equal(out.node[t], ref.node[t])
+            for e in ei:
+                assert torch.equal(out.edge[e], ref.edge[e]) and torch.equal(out.row[e], ref.row[e])
+    finally:
+        numba.set_num_threads(threads)
+    other = make_sampler(num_nodes, ei, [6, 4]).sample("paper", seeds, seed=12)
+    assert not torch.equal(other.edge[CITES], ref.edge[CITES])
+
+
+def test_edge_types_draw_independent_streams():
+    # two identical edge types must not sample the same neighbours (the type is in the key)
+    num_nodes, ei = random_hetero(6)
+    twin = {CITES: ei[CITES], ("paper", "cites_again", "paper"): ei[CITES]}
+    out = make_sampler(num_nodes, twin, [2]).sample("paper", torch.arange(60), seed=1)
+    assert not torch.equal(out.edge[CITES], out.edge[("paper", "cites_again", "paper")])
+
+
+def test_num_neighbors_dict_and_list_agree_and_are_checked():
+    edge_types = [CITES, WRITES]
+    assert resolve_num_neighbors([3, 2], edge_types) == {CITES: [3, 2], WRITES: [3, 2]}
+    assert resolve_num_neighbors({CITES: [3, 2], "author__writes__paper": [1, 1]}, edge_types) == \
+        {CITES: [3, 2], WRITES: [1, 1]}
+    assert resolve_num_neighbors({CITES: [4]}, edge_types, default=[1]) == {CITES: [4], WRITES: [1]}
+    with pytest.raises(ValueError, match="no fan-outs for edge type \\('author', 'writes', 'paper'\\)"):
+        resolve_num_neighbors({CITES: [3, 2]}, edge_types)
+    with pytest.raises(ValueError, match="names edge type \\('a', 'b', 'c'\\), which the graph does not have"):
+        resolve_num_neighbors({CITES: [1], WRITES: [1], ("a", "b", "c"): [1]}, edge_types)
+    with pytest.raises(ValueError, match="hops must be the same across all edge types"):
+        resolve_num_neighbors({CITES: [1], WRITES: [1, 1]}, edge_types)
+    with pytest.raises(ValueError, match="num_neighbors\\[1\\] must be an int >= -1"):
+        resolve_num_neighbors([3, -2], edge_types)
+    with pytest.raises(ValueError, match="default=\\[1\\] with a list"):
+        resolve_num_neighbors([3], edge_types, default=[1])
+    num_nodes, ei = random_hetero(0)
+    a = make_sampler(num_nodes, ei, [3, 2]).sample("paper", torch.arange(5), seed=2)
+    b = make_sampler(num_nodes, ei, {e: [3, 2] for e in ei}).sample("paper", torch.arange(5), seed=2)
+    assert all(torch.equal(a.edge[e], b.edge[e]) for e in ei)
+
+
+def test_errors_name_the_argument_and_value():
+    num_nodes, ei = random_hetero(0)
+    sampler = make_sampler(num_nodes, ei, [2])
+    with pytest.raises(ValueError, match="input_type='venue' is not a node type"):
+        sampler.sample("venue", torch.arange(2), seed=0)
+    with pytest.raises(ValueError, match="'inst' node id 7, outside the valid range \\[0, 7\\)"):
+        sampler.sample("inst", torch.tensor([0, 7]), seed=0)
+    with pytest.raises(TypeError, match="integer dtype"):
+        sampler.sample("paper", torch.tensor([0.0]), seed=0)
+    with pytest.raises(TypeError, match="seed must be an int"):
+        sampler.sample("paper", torch.tensor([0]), seed="1")
+    with pytest.raises(ValueError, match="edge_index\\[0\\] contains source node id 80"):
+        TypedCSC.from_edge_index(torch.tensor([[80], [0]]), 80, 60)
+    with pytest.raises(ValueError, match="edge_index\\[1\\] contains destination node id -1"):
+        TypedCSC.from_edge_index(torch.tensor([[0], [-1]]), 80, 60)
+    graphs = {CITES: TypedCSC.from_edge_index(ei[CITES], 60, 60)}
+    with pytest.raises(ValueError, match="names node type 'paper', which num_nodes lacks"):
+        HeteroNeighborSampler({"author": 80}, graphs, [1])
+    with pytest.raises(ValueError, match="joins 60 source and 60 destination nodes"):
+        HeteroNeighborSampler({"paper": 61}, graphs, [1])
+
+
+def test_typed_csc_keeps_sources_of_another_type():
+    ei = torch.tensor([[9, 0, 9, 4], [1, 0, 1, 0]])  # 10 sources, 2 destinations
+    g = TypedCSC.from_edge_index(ei, num_src=10, num_dst=2)
+    assert (g.num_src, g.num_dst, g.num_edges) == (10, 2, 4)
+    assert g.indptr.tolist() == [0, 2, 4]
+    assert g.indices.tolist() == [0, 4, 9, 9] and g.e_id.tolist() == [1, 3, 0, 2]
+    assert repr(g) == "TypedCSC(num_src=10, num_dst=2, num_edges=4)"
