@@ -36,18 +36,17 @@ import torch
 
 from ..codec.auto import CodecSpec
 from ..files import read_json, replace_dir, work_dir, write_text
-from ..index_checks import first_bad_step, first_outside
+from ..sampling.hetero import EdgeType, TypedCSC
 from . import checksums
 from .checksums import UnverifiedDataWarning, check_mode
 from .prepared import EdgeChunks, SPLITS, _load_npy, as_tensor, build_relation_arrays, encode_store
 
-__all__ = ["HeteroPreparedDataset", "Relation", "EdgeType", "FORMAT", "FORMAT_VERSION", "edge_dir_name",
+__all__ = ["HeteroPreparedDataset", "load_relation", "edge_index", "EdgeType", "FORMAT", "FORMAT_VERSION", "edge_dir_name",
            "write_hetero_meta", "write_relations", "reverse_type", "encode_stores", "add_stores"]
 
 PathLike = Union[str, os.PathLike]
 FORMAT = "ibp_graph.hetero_prepared"
 FORMAT_VERSION = 1
-EdgeType = tuple[str, str, str]
 _NAME = re.compile(r"^[A-Za-z0-9_]+$")
 _RELATION_FILES = ("indptr", "indices", "e_id")
 
@@ -57,60 +56,27 @@ def edge_dir_name(edge_type: EdgeType) -> str:
     return "___".join(edge_type)
 
 
-@dataclass(frozen=True, eq=False)
-class Relation:
-    """One edge type stored by destination: ``indices[indptr[v]:indptr[v + 1]]`` are the sources of v's in-edges.
+def edge_index(relation: TypedCSC) -> torch.Tensor:
+    """PyG's ``(2, num_edges)`` int64 edge_index of one edge type (row 0 sources, row 1 destinations), in
+    CSC order."""
+    dst = np.repeat(np.arange(relation.num_dst, dtype=np.int64), np.diff(relation.indptr))
+    return torch.from_numpy(np.stack([np.asarray(relation.indices, dtype=np.int64), dst]))
 
-    Sources are ids of the edge type's source node type (``< num_src``), destinations
-    of its destination type (``len(indptr) - 1``); arrays are numpy (possibly memory maps).
-    """
 
-    indptr: np.ndarray
-    indices: np.ndarray
-    e_id: np.ndarray
-    num_src: int
-
-    @property
-    def num_dst(self) -> int:
-        """Nodes of the destination type."""
-        return self.indptr.shape[0] - 1
-
-    @property
-    def num_edges(self) -> int:
-        """Edges of this type."""
-        return self.indices.shape[0]
-
-    def edge_index(self) -> torch.Tensor:
-        """PyG's ``(2, num_edges)`` int64 edge_index (row 0 sources, row 1 destinations), in CSC order."""
-        dst = np.repeat(np.arange(self.num_dst, dtype=np.int64), np.diff(self.indptr))
-        return torch.from_numpy(np.stack([np.asarray(self.indices, dtype=np.int64), dst]))
-
-    @classmethod
-    def load(cls, directory: PathLike, num_src: int, num_dst: int, num_edges: int, *,
-             mmap: bool = True) -> "Relation":
-        """Read an edges/<type> folder, checking its arrays against the sizes meta.json records."""
-        d = Path(directory)
-        arrays = {n: _load_npy(d / f"{n}.npy", "r" if mmap else None) for n in _RELATION_FILES}
-        indptr, indices, e_id = arrays["indptr"], arrays["indices"], arrays["e_id"]
-        shapes_ok = (indptr.dtype == np.int64 and indices.dtype.name in ("int32", "int64")
-                     and e_id.dtype.name in ("int32", "int64") and indptr.shape == (num_dst + 1,)
-                     and indices.shape == (num_edges,) and e_id.shape == (num_edges,))
-        if not shapes_ok:
-            raise ValueError(f"{d}: indptr {indptr.dtype} {indptr.shape}, indices {indices.dtype} {indices.shape}, "
-                             f"e_id {e_id.dtype} {e_id.shape}; meta.json records {num_dst} destination nodes and "
-                             f"{num_edges} edges (expected int64 ({num_dst + 1},) and int32/int64 ({num_edges},)): "
-                             "prepare again")
-        if int(indptr[0]) != 0 or int(indptr[-1]) != num_edges:
-            raise ValueError(f"{d}/indptr.npy must run from 0 to {num_edges}; it runs from {int(indptr[0])} to "
-                             f"{int(indptr[-1])}: prepare again")
-        bad = first_bad_step(indptr)
-        if bad >= 0:
-            raise ValueError(f"{d}/indptr.npy decreases at position {bad}: prepare again")
-        bad = first_outside(indices, 0, num_src)  # e_id only labels edges: the sampler reads nothing by it
-        if bad >= 0:
-            raise ValueError(f"{d}/indices.npy holds {int(indices[bad])} at position {bad}, outside [0, {num_src}) "
-                             f"(the source type's nodes): prepare again")
-        return cls(indptr, indices, e_id, num_src)
+def load_relation(directory: PathLike, num_src: int, num_dst: int, num_edges: int, *,
+                  mmap: bool = True) -> TypedCSC:
+    """Read an edges/<type> folder as a TypedCSC, checking its arrays against the sizes meta.json records."""
+    d = Path(directory)
+    arrays = {n: _load_npy(d / f"{n}.npy", "r" if mmap else None) for n in _RELATION_FILES}
+    indptr, indices, e_id = arrays["indptr"], arrays["indices"], arrays["e_id"]
+    if indptr.shape != (num_dst + 1,) or indices.shape != (num_edges,) or e_id.shape != (num_edges,):
+        raise ValueError(f"{d}: indptr {indptr.shape}, indices {indices.shape}, e_id {e_id.shape}; meta.json "
+                         f"records {num_dst} destination nodes and {num_edges} edges (expected ({num_dst + 1},), "
+                         f"({num_edges},), ({num_edges},)): prepare again")
+    try:  # TypedCSC checks dtypes, indptr's range and steps, and every source id against num_src
+        return TypedCSC(indptr, indices, e_id, num_src)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{d} is not a valid edge type: {e}: prepare again") from None
 
 
 @dataclass(frozen=True, eq=False)
@@ -121,7 +87,7 @@ class HeteroPreparedDataset:
     meta: dict
     num_nodes_dict: dict[str, int]
     x_dict: dict[str, torch.Tensor]
-    relations: dict[EdgeType, Relation]
+    relations: dict[EdgeType, TypedCSC]
     y: torch.Tensor
     split: dict[str, torch.Tensor] = field(default_factory=dict)
     verify: str = "sample"
@@ -214,7 +180,7 @@ class HeteroPreparedDataset:
                 data[t].x = self.store(t) if store else self.x_dict[t]
         data[self.target].y = self.y
         for et, rel in self.relations.items():
-            data[et].edge_index = rel.edge_index()
+            data[et].edge_index = edge_index(rel)
         return data
 
     def __repr__(self) -> str:
@@ -271,7 +237,7 @@ class HeteroPreparedDataset:
                                  f"{info.get('x_dtype')} {tuple(info['x_shape'])} for {num_nodes[t]} nodes: "
                                  "prepare again")
             x_dict[t] = as_tensor(x)
-        relations = {et[:3]: Relation.load(d / "edges" / edge_dir_name(et[:3]), num_nodes[et[0]], num_nodes[et[2]],
+        relations = {et[:3]: load_relation(d / "edges" / edge_dir_name(et[:3]), num_nodes[et[0]], num_nodes[et[2]],
                                            et[3], mmap=mmap) for et in edge_types}
         target = meta["target"]
         y = _load_npy(d / "y.npy", mode)

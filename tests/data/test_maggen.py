@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from ibp_graph.data import graphgen, maggen
-from ibp_graph.data.hetero import HeteroPreparedDataset, reverse_type
+from ibp_graph.data.hetero import HeteroPreparedDataset, edge_index, reverse_type
 from ibp_graph.data.maggen import MagSpec
 from ibp_graph.data.prepared import PreparedDataset
 
@@ -25,14 +25,14 @@ def test_types_sizes_and_reverse_edge_types(small):
     forward = list(maggen.EDGE_TYPES)
     assert small.edge_types == forward + [reverse_type(et) for et in forward if et[0] != et[2]]
     for et in forward:
-        ei = small.relations[et].edge_index()
+        ei = edge_index(small.relations[et])
         pairs = ei[0] * 10**6 + ei[1]
         assert torch.unique(pairs).numel() == pairs.numel(), et  # no repeated pair
         if et[0] == et[2]:  # cites: undirected, no self-citation
             assert torch.equal(torch.sort(pairs).values, torch.sort(ei[1] * 10**6 + ei[0]).values)
             assert not bool((ei[0] == ei[1]).any())
         else:  # the reverse type holds the same pairs flipped
-            rev = small.relations[reverse_type(et)].edge_index()
+            rev = edge_index(small.relations[reverse_type(et)])
             assert torch.equal(torch.sort(pairs).values, torch.sort(rev[1] * 10**6 + rev[0]).values), et
     writes = small.relations[("author", "writes", "paper")]
     assert int(np.diff(writes.indptr).min()) >= 1  # every paper has an author
@@ -60,7 +60,7 @@ def test_year_split_and_labels(small):
 def _same_label_share(small, et) -> float:
     """Share of paper pairs linked through one node of type et[0] (or et[2]) that have the same label."""
     rel = small.relations[et]
-    ei = rel.edge_index()
+    ei = edge_index(rel)
     other, paper = (ei[0], ei[1]) if et[2] == "paper" else (ei[1], ei[0])
     y = small.y
     order = torch.argsort(other, stable=True)
