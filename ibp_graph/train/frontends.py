@@ -135,7 +135,9 @@ class PyGHetero(PyG):
         """(logits of the batch's target seeds, their classes); `labels[i]` is the class of input node i."""
         seeds = batch[self.target]
         num_nodes = {t: batch[t].num_nodes for t in batch.node_types}
-        out = model(batch.x_dict, batch.edge_index_dict, num_nodes, seeds.batch_size)
+        hops_nodes = {t: [int(v) for v in batch[t].num_sampled_nodes] for t in batch.node_types}
+        hops_edges = {e: [int(v) for v in batch[e].num_sampled_edges] for e in batch.edge_types}
+        out = model(batch.x_dict, batch.edge_index_dict, num_nodes, seeds.batch_size, hops_nodes, hops_edges)
         return out, labels[seeds.input_id]
 
 

@@ -147,14 +147,27 @@ class HeteroSAGE(torch.nn.Module):
         """Standardise `node_type`'s inputs with these per-column statistics."""
         self.inputs[node_type].set_feature_stats(mean, std)
 
-    def forward(self, x_dict: dict, edge_index_dict: dict, num_nodes_dict: dict[str, int],
-                batch_size: int) -> torch.Tensor:
-        """Logits of the first `batch_size` target nodes (the seeds)."""
+    def forward(self, x_dict: dict, edge_index_dict: dict, num_nodes_dict: dict[str, int], batch_size: int,
+                num_sampled_nodes_dict: Optional[dict] = None,
+                num_sampled_edges_dict: Optional[dict] = None) -> torch.Tensor:
+        """Logits of the first `batch_size` target nodes (the seeds).
+
+        With a NeighborLoader batch's per-hop counts (per type), layer ``l`` runs only on
+        the nodes and edges that still reach the seeds (PyG's ``trim_to_layer``): the last
+        layer computes the seeds' rows, not the whole sampled subgraph's.
+        """
+        from torch_geometric.utils import trim_to_layer
+
         h = {t: m.standardise(x_dict[t]) for t, m in self.inputs.items()}
         for t, vec in self.type_vectors.items():
             h[t] = vec.expand(num_nodes_dict.get(t, 0), -1)
-        for conv in self.convs:
-            out = conv(h, edge_index_dict)
+        trim = num_sampled_nodes_dict is not None and num_sampled_edges_dict is not None and all(
+            len(v) == len(self.convs) for v in num_sampled_edges_dict.values())
+        edges = edge_index_dict
+        for i, conv in enumerate(self.convs):
+            if trim:
+                h, edges, _ = trim_to_layer(i, num_sampled_nodes_dict, num_sampled_edges_dict, h, edges)
+            out = conv(h, edges)
             h = {t: self.dropout(v.relu()) for t, v in out.items()}
         return self.classify(h[self.target][:batch_size])
 

@@ -77,6 +77,26 @@ def test_hetero_sage_returns_the_seeds_logits_and_reads_every_edge_type():
         HeteroSAGE(types, edges, {"paper": 4}, 8, 3, 2, "author")
 
 
+def test_trimming_layers_does_not_change_the_seeds_logits(data_root):
+    from ibp_graph.train import frontends
+
+    cfg = _cfg(data_root, "unused", "loader.num_neighbors=[4, 3, 2]")
+    ds = HeteroPreparedDataset.load(maggen.cache_dir(cfg.data.mag, data_root))
+    front = frontends.get("pyg", hetero=True)
+    loader = front.make_loader(ds, front.prepare(ds), ds.split["train"], cfg.loader, "ibp", batch_size=64,
+                               shuffle=False, device=torch.device("cpu"))
+    batch = next(iter(loader))
+    assert all(len(batch[e].num_sampled_edges) == 3 for e in batch.edge_types)  # so forward trims
+    model = front.build_model(cfg, ds).eval()
+    labels = ds.y[ds.split["train"]]
+    trimmed, y = front.forward(model, batch, labels)
+    nodes = {t: batch[t].num_nodes for t in batch.node_types}
+    full = model(batch.x_dict, batch.edge_index_dict, nodes, 64)
+    assert trimmed.shape == (64, 12) and torch.equal(y, labels[:64])
+    torch.testing.assert_close(trimmed, full, rtol=1e-4, atol=1e-5)
+    assert torch.equal(batch["paper"].x, ds.x[batch["paper"].n_id])  # the rows, bit for bit
+
+
 def test_ogbn_mag_trains_from_a_miniature_of_ogbs_raw_layout(tmp_path, capsys):
     from tests.data.test_ogb_mag import write_mag
 
