@@ -155,3 +155,18 @@ def test_prepare_command_writes_the_folder_without_a_store(tmp_path, capsys):
     ds = HeteroPreparedDataset.load(out)
     assert not ds.has_store() and ds.store_codec is None and ds.num_edges == sum(
         r.num_edges for r in ds.relations.values())
+
+
+def test_verify_command_checks_the_folder_and_its_store(prepared, tmp_path, capsys):
+    import shutil
+
+    _, out, _ = prepared
+    assert cli(["verify", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and "(hetero): ok" in lines[0] and "nodes/paper/store (store): ok" in lines[1]
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    y = copy / "y.npy"
+    y.write_bytes(y.read_bytes()[:-8])
+    assert cli(["verify", str(copy)]) == 1
+    assert "(hetero): DAMAGED" in capsys.readouterr().out
