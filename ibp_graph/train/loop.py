@@ -201,11 +201,12 @@ def _prepare(cfg, path: Path, *, progress: bool) -> None:
         ogb.prepare(cfg.name, cfg.root, path, store=cfg.store, progress=progress, keep_complete=True)
 
 
-def make_loader(ds: PreparedDataset, input_nodes: torch.Tensor, cfg: LoaderConfig, codec: str, *,
+def make_loader(ds, input_nodes: torch.Tensor, cfg: LoaderConfig, codec: str, *,
                 batch_size: int, shuffle: bool, device: torch.device, use_store: bool = True, graph=None):
-    """The loader of `cfg.framework` over the prepared data set (for dgl, `graph`: its DGL graph,
-    built from `ds` when not given); features from the store when the front-end says so."""
-    front = frontends.get(cfg.framework)
+    """The loader of `cfg.framework` over the prepared data set (for dgl, `graph`: its DGL graph; for a
+    HeteroPreparedDataset, its HeteroData; built from `ds` when not given); features from the store when the
+    front-end says so."""
+    front = frontends.get(cfg.framework, hetero=not isinstance(ds, PreparedDataset))
     if graph is None:
         graph = front.prepare(ds)
     return front.make_loader(ds, graph, input_nodes, cfg, codec, batch_size=batch_size, shuffle=shuffle,

@@ -79,12 +79,13 @@ def test_hetero_sage_returns_the_seeds_logits_and_reads_every_edge_type():
 
 def test_trimming_layers_does_not_change_the_seeds_logits(data_root):
     from ibp_graph.train import frontends
+    from ibp_graph.train.loop import make_loader
 
     cfg = _cfg(data_root, "unused", "loader.num_neighbors=[4, 3, 2]")
     ds = HeteroPreparedDataset.load(maggen.cache_dir(cfg.data.mag, data_root))
     front = frontends.get("pyg", hetero=True)
-    loader = front.make_loader(ds, front.prepare(ds), ds.split["train"], cfg.loader, "ibp", batch_size=64,
-                               shuffle=False, device=torch.device("cpu"))
+    loader = make_loader(ds, ds.split["train"], cfg.loader, "ibp", batch_size=64, shuffle=False,
+                         device=torch.device("cpu"))
     batch = next(iter(loader))
     assert all(len(batch[e].num_sampled_edges) == 3 for e in batch.edge_types)  # so forward trims
     model = front.build_model(cfg, ds).eval()
