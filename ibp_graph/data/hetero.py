@@ -39,7 +39,8 @@ from ..files import read_json, replace_dir, work_dir, write_text
 from ..sampling.hetero import EdgeType, TypedCSC
 from . import checksums
 from .checksums import UnverifiedDataWarning, check_mode
-from .prepared import EdgeChunks, SPLITS, _load_npy, as_tensor, build_relation_arrays, encode_store
+from .prepared import (EdgeChunks, LabeledDataset, SPLITS, _load_npy, as_tensor, build_relation_arrays,
+                       encode_store)
 
 __all__ = ["HeteroPreparedDataset", "load_relation", "edge_index", "EdgeType", "FORMAT", "FORMAT_VERSION", "edge_dir_name",
            "write_hetero_meta", "write_relations", "reverse_type", "encode_stores", "add_stores"]
@@ -80,7 +81,7 @@ def load_relation(directory: PathLike, num_src: int, num_dst: int, num_edges: in
 
 
 @dataclass(frozen=True, eq=False)
-class HeteroPreparedDataset:
+class HeteroPreparedDataset(LabeledDataset):
     """A heterogeneous prepared folder, opened memory-mapped: node types, relations, labels and splits."""
 
     directory: Path
@@ -92,21 +93,13 @@ class HeteroPreparedDataset:
     split: dict[str, torch.Tensor] = field(default_factory=dict)
     verify: str = "sample"
     _stores: dict = field(default_factory=dict, repr=False)
-
-    @property
-    def name(self) -> str:
-        """The data set's name ("ogbn-mag", "synthetic-mag", ...)."""
-        return self.meta["name"]
+    format = FORMAT
+    format_version = FORMAT_VERSION
 
     @property
     def target(self) -> str:
         """The node type that carries labels and splits (ogbn-mag: "paper")."""
         return self.meta["target"]
-
-    @property
-    def num_classes(self) -> int:
-        """Classes of the target nodes."""
-        return int(self.meta["num_classes"])
 
     @property
     def node_types(self) -> list[str]:
@@ -158,15 +151,6 @@ class HeteroPreparedDataset:
         """The codec the target type's store was encoded with (None without a store)."""
         return self.meta["node_types"][self.target].get("store_codec") if self.has_store(self.target) else None
 
-    def majority_accuracy(self, split: str = "test") -> float:
-        """Accuracy of always answering the most frequent training class, on `split`."""
-        y_train = self.y[self.split["train"]]
-        if y_train.numel() == 0:
-            return 0.0
-        majority = int(torch.bincount(y_train).argmax())
-        target = self.y[self.split[split]]
-        return float((target == majority).float().mean()) if target.numel() else 0.0
-
     def to_hetero_data(self, *, store: bool = False):
         """A torch_geometric HeteroData of the whole graph: ``x`` of the featured types (the memory-mapped
         table, or with `store` the pre-encoded EncodedTable), ``num_nodes`` of every type, the target's ``y``,
@@ -188,16 +172,6 @@ class HeteroPreparedDataset:
         sizes = ", ".join(f"{k}={v.numel():,}" for k, v in self.split.items())
         return (f"HeteroPreparedDataset({self.name!r}, nodes: {nodes}; {len(self.relations)} edge types, "
                 f"{self.num_edges:,} edges; target {self.target!r}, classes={self.num_classes}, {sizes})")
-
-    @staticmethod
-    def is_complete(directory: PathLike) -> bool:
-        """Whether `directory` holds a finished heterogeneous preparation (meta.json is written last)."""
-        path = Path(directory) / "meta.json"
-        try:
-            meta = json.loads(path.read_text())
-        except (OSError, ValueError):
-            return False
-        return isinstance(meta, dict) and meta.get("format") == FORMAT and meta.get("version") == FORMAT_VERSION
 
     @classmethod
     def load(cls, directory: PathLike, *, mmap: bool = True, verify: str = "sample") -> "HeteroPreparedDataset":

@@ -22,9 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
-import json
-import math
 import os
 import time
 from dataclasses import dataclass
@@ -82,15 +79,7 @@ class MagSpec:
             "homophily": (self.homophily, 0.0, 1.0), "topic_fraction": (self.topic_fraction, 0.0, 1.0),
             "degree_exponent": (self.degree_exponent, 1.5, None), "seed": (self.seed, 0, None),
         }
-        for name, (value, lo, hi) in checks.items():
-            kind = (int,) if isinstance(lo, int) else (int, float)
-            if isinstance(value, bool) or not isinstance(value, kind) \
-                    or value < lo or (hi is not None and value > hi) or not math.isfinite(value):
-                rng = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
-                what = "an integer" if kind == (int,) else "a number"
-                raise ValueError(f"MagSpec.{name}={value!r} is not accepted; expected {what} {rng}")
-            if kind != (int,):
-                object.__setattr__(self, name, float(value))  # 3 and 3.0: one spec, one cache folder
+        graphgen.check_spec_fields(self, checks)
 
     @property
     def num_nodes(self) -> dict[str, int]:
@@ -107,8 +96,7 @@ class MagSpec:
 
     def key(self) -> str:
         """A short name for this spec's cache folder (changes whenever any field does)."""
-        text = json.dumps(dataclasses.asdict(self), sort_keys=True)
-        return hashlib.blake2b(text.encode(), digest_size=5).hexdigest()
+        return graphgen.spec_key(self)
 
 
 def cache_dir(spec: MagSpec, root: PathLike) -> Path:

@@ -31,7 +31,7 @@ from .prepared import (PreparedDataset, SPLITS, build_csc, encode_store, progres
                        write_prepared_meta)
 
 __all__ = ["OGBSpec", "OGB_DATASETS", "MissingOGBFilesError", "DamagedOGBFileError", "prepare", "check_files",
-           "dataset_dir", "required_files", "default_prepared_dir"]
+           "dataset_dir", "find_dataset_dir", "check_present", "required_files", "default_prepared_dir"]
 
 PathLike = Union[str, os.PathLike]
 _URL = "http://snap.stanford.edu/ogb/data/nodeproppred/"
@@ -108,11 +108,17 @@ def required_files(name: str) -> list[str]:
 def dataset_dir(name: str, root: PathLike) -> Path:
     """The data set folder under `root`: ROOT itself, ROOT/<dir_name> (OGB's) or ROOT/<zip folder>."""
     s = _spec(name)
+    return find_dataset_dir(root, s.dir_name, s.download_name)
+
+
+def find_dataset_dir(root: PathLike, dir_name: str, download_name: str) -> Path:
+    """The first of ROOT, ROOT/`dir_name` (OGB's name) and ROOT/`download_name` (the zip's top folder) that
+    holds raw/ or split/; ROOT/`dir_name` when none does."""
     root = Path(root)
-    for cand in (root, root / s.dir_name, root / s.download_name):
+    for cand in (root, root / dir_name, root / download_name):
         if (cand / "raw").is_dir() or (cand / "split").is_dir():
             return cand
-    return root / s.dir_name
+    return root / dir_name
 
 
 def default_prepared_dir(name: str, root: PathLike) -> Path:
@@ -123,13 +129,20 @@ def default_prepared_dir(name: str, root: PathLike) -> Path:
 def check_files(name: str, root: PathLike) -> Path:
     """The data set folder, or MissingOGBFilesError naming each missing file and where OGB publishes it."""
     s = _spec(name)
-    d = dataset_dir(name, root)
-    missing = [f for f in required_files(name) if not (d / f).is_file()]
+    return check_present(name, root, dataset_dir(name, root), required_files(name), s.url, s.dir_name,
+                         s.download_name)
+
+
+def check_present(name: str, root: PathLike, d: Path, files: list[str], url: str, dir_name: str,
+                  download_name: str) -> Path:
+    """`d`, or MissingOGBFilesError naming each of `files` (relative to `d`) that is missing and the zip
+    (`url`, top folder `download_name`, which OGB renames `dir_name`) that holds it."""
+    missing = [f for f in files if not (d / f).is_file()]
     if missing:
-        lines = "\n".join(f"  {d / f}   (in {s.url} as {s.download_name}/{f})" for f in missing)
+        lines = "\n".join(f"  {d / f}   (in {url} as {download_name}/{f})" for f in missing)
         raise MissingOGBFilesError(
             f"{name}: {len(missing)} raw file(s) missing under {d}:\n{lines}\n"
-            f"Download {s.url}, unzip it in {Path(root)} and rename {s.download_name}/ to {s.dir_name}/ "
+            f"Download {url}, unzip it in {Path(root)} and rename {download_name}/ to {dir_name}/ "
             f"(or run OGB's NodePropPredDataset(name={name!r}, root=...) once where there is internet "
             f"and pass that root).")
     return d

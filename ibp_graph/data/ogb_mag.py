@@ -32,7 +32,8 @@ from ..codec.auto import CodecSpec, check_kind
 from ..files import replace_dir, work_dir
 from .hetero import HeteroPreparedDataset, encode_stores, write_hetero_meta, write_relations
 from .maggen import EDGE_TYPES, NODE_TYPES, TARGET
-from .ogb import CHUNK_ROWS, DamagedOGBFileError, MissingOGBFilesError, _csv_chunks, _damaged, _labels_to_int
+from .ogb import (CHUNK_ROWS, DamagedOGBFileError, MissingOGBFilesError, _csv_chunks, _damaged, _labels_to_int,
+                  check_present, find_dataset_dir)
 from .prepared import SPLITS, progress_bar
 
 __all__ = ["NAME", "URL", "NUM_CLASSES", "required_files", "dataset_dir", "default_prepared_dir", "check_files",
@@ -56,11 +57,7 @@ def required_files() -> list[str]:
 
 def dataset_dir(root: PathLike) -> Path:
     """The data set folder under `root`: ROOT itself, ROOT/ogbn_mag (OGB's) or ROOT/mag (the zip's)."""
-    root = Path(root)
-    for cand in (root, root / _DIR_NAME, root / _DOWNLOAD_NAME):
-        if (cand / "raw").is_dir() or (cand / "split").is_dir():
-            return cand
-    return root / _DIR_NAME
+    return find_dataset_dir(root, _DIR_NAME, _DOWNLOAD_NAME)
 
 
 def default_prepared_dir(root: PathLike) -> Path:
@@ -70,16 +67,7 @@ def default_prepared_dir(root: PathLike) -> Path:
 
 def check_files(root: PathLike) -> Path:
     """The data set folder, or MissingOGBFilesError naming each missing file and where OGB publishes it."""
-    d = dataset_dir(root)
-    missing = [f for f in required_files() if not (d / f).is_file()]
-    if missing:
-        lines = "\n".join(f"  {d / f}   (in {URL} as {_DOWNLOAD_NAME}/{f})" for f in missing)
-        raise MissingOGBFilesError(
-            f"{NAME}: {len(missing)} raw file(s) missing under {d}:\n{lines}\n"
-            f"Download {URL}, unzip it in {Path(root)} and rename {_DOWNLOAD_NAME}/ to {_DIR_NAME}/ "
-            f"(or run OGB's NodePropPredDataset(name={NAME!r}, root=...) once where there is internet "
-            "and pass that root).")
-    return d
+    return check_present(NAME, root, dataset_dir(root), required_files(), URL, _DIR_NAME, _DOWNLOAD_NAME)
 
 
 def _num_nodes(path: Path) -> dict[str, int]:

@@ -40,7 +40,7 @@ from . import checksums
 from .checksums import UnverifiedDataWarning, check_mode
 from ..files import read_json, replace_dir, save_npy, work_dir, write_text
 
-__all__ = ["PreparedDataset", "SPLITS", "build_csc", "build_relation_arrays", "write_prepared_meta", "encode_store", "add_store", "as_tensor",
+__all__ = ["PreparedDataset", "LabeledDataset", "SPLITS", "build_csc", "build_relation_arrays", "write_prepared_meta", "encode_store", "add_store", "as_tensor",
            "progress_bar", "FORMAT", "FORMAT_VERSION"]
 
 PathLike = Union[str, os.PathLike]
@@ -68,8 +68,47 @@ def progress_bar(total: int, desc: str, enabled: bool, unit: str = "rows"):
                 dynamic_ncols=True, leave=False)
 
 
+class LabeledDataset:
+    """What every prepared data set answers from its meta.json, labels and splits (``meta``, ``y``, ``split``);
+    `format` and `format_version` name the meta.json it reads."""
+
+    format: str = ""
+    format_version: int = 0
+
+    @property
+    def name(self) -> str:
+        """The data set's name (e.g. "ogbn-papers100M", "synthetic", "ogbn-mag")."""
+        return self.meta["name"]
+
+    @property
+    def num_classes(self) -> int:
+        """Classes of the node classification task."""
+        return int(self.meta["num_classes"])
+
+    def majority_accuracy(self, split: str = "test") -> float:
+        """Accuracy of always answering the most frequent training class, on `split`."""
+        y_train = self.y[self.split["train"]]
+        if y_train.numel() == 0:
+            return 0.0
+        majority = int(torch.bincount(y_train).argmax())
+        target = self.y[self.split[split]]
+        return float((target == majority).float().mean()) if target.numel() else 0.0
+
+    @classmethod
+    def is_complete(cls, directory: PathLike) -> bool:
+        """Whether `directory` holds a finished preparation of this kind (its meta.json is written last)."""
+        path = Path(directory) / "meta.json"
+        if not path.is_file():
+            return False
+        try:
+            meta = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return False
+        return isinstance(meta, dict) and meta.get("format") == cls.format and meta.get("version") == cls.format_version
+
+
 @dataclass(frozen=True, eq=False)
-class PreparedDataset:
+class PreparedDataset(LabeledDataset):
     """A prepared folder, opened memory-mapped: graph, features, labels and splits."""
 
     directory: Path
@@ -80,11 +119,8 @@ class PreparedDataset:
     split: dict[str, torch.Tensor] = field(default_factory=dict)
     verify: str = "sample"
     _stores: dict = field(default_factory=dict, repr=False)
-
-    @property
-    def name(self) -> str:
-        """The data set's name (e.g. "ogbn-papers100M", "synthetic")."""
-        return self.meta["name"]
+    format = FORMAT
+    format_version = FORMAT_VERSION
 
     @property
     def num_nodes(self) -> int:
@@ -95,11 +131,6 @@ class PreparedDataset:
     def num_edges(self) -> int:
         """Edges of the graph."""
         return self.graph.num_edges
-
-    @property
-    def num_classes(self) -> int:
-        """Classes of the node classification task."""
-        return int(self.meta["num_classes"])
 
     @property
     def store_dir(self) -> Path:
@@ -128,32 +159,11 @@ class PreparedDataset:
             return None
         return json.loads((self.store_dir / "meta.json").read_text())["codec"]
 
-    def majority_accuracy(self, split: str = "test") -> float:
-        """Accuracy of always answering the most frequent training class, on `split`."""
-        y_train = self.y[self.split["train"]]
-        if y_train.numel() == 0:
-            return 0.0
-        majority = int(torch.bincount(y_train).argmax())
-        target = self.y[self.split[split]]
-        return float((target == majority).float().mean()) if target.numel() else 0.0
-
     def __repr__(self) -> str:
         sizes = ", ".join(f"{k}={v.numel():,}" for k, v in self.split.items())
         return (f"PreparedDataset({self.name!r}, nodes={self.num_nodes:,}, edges={self.graph.num_edges:,}, "
                 f"x={tuple(self.x.shape)} {self.x.dtype}, classes={self.num_classes}, {sizes}, "
                 f"store={'yes' if self.has_store() else 'no'})")
-
-    @staticmethod
-    def is_complete(directory: PathLike) -> bool:
-        """Whether `directory` holds a finished preparation (its meta.json is written last)."""
-        path = Path(directory) / "meta.json"
-        if not path.is_file():
-            return False
-        try:
-            meta = json.loads(path.read_text())
-        except (OSError, ValueError):
-            return False
-        return isinstance(meta, dict) and meta.get("format") == FORMAT and meta.get("version") == FORMAT_VERSION
 
     @classmethod
     def load(cls, directory: PathLike, *, mmap: bool = True, verify: str = "sample") -> "PreparedDataset":
