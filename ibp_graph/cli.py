@@ -52,7 +52,8 @@ def _prepare(argv: Sequence[str]) -> int:
     p.add_argument("--codec", default="auto", choices=KINDS,
                    help="the feature store's codec (default auto: the smallest of ibp and ebp on a row "
                         "sample, identity when neither gains); the prepared folder records the choice")
-    p.add_argument("--config", help="synthetic, synthetic-mag: take data.synthetic / data.mag from this experiment file")
+    p.add_argument("--config",
+                   help="synthetic, synthetic-mag: take data.synthetic / data.mag from this experiment file")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="synthetic, synthetic-mag: override a config key, e.g. data.synthetic.num_nodes=111059956")
     p.add_argument("--quiet", action="store_true", help="no progress bars")

@@ -42,8 +42,8 @@ from .checksums import UnverifiedDataWarning, check_mode
 from .prepared import (EdgeChunks, LabeledDataset, SPLITS, _load_npy, as_tensor, build_relation_arrays,
                        encode_store)
 
-__all__ = ["HeteroPreparedDataset", "load_relation", "edge_index", "EdgeType", "FORMAT", "FORMAT_VERSION", "edge_dir_name",
-           "write_hetero_meta", "write_relations", "reverse_type", "encode_stores", "add_stores"]
+__all__ = ["HeteroPreparedDataset", "load_relation", "edge_index", "EdgeType", "FORMAT", "FORMAT_VERSION",
+           "edge_dir_name", "write_hetero_meta", "write_relations", "reverse_type", "encode_stores", "add_stores"]
 
 PathLike = Union[str, os.PathLike]
 FORMAT = "ibp_graph.hetero_prepared"

@@ -40,8 +40,8 @@ from . import checksums
 from .checksums import UnverifiedDataWarning, check_mode
 from ..files import read_json, replace_dir, save_npy, work_dir, write_text
 
-__all__ = ["PreparedDataset", "LabeledDataset", "SPLITS", "build_csc", "build_relation_arrays", "write_prepared_meta", "encode_store", "add_store", "as_tensor",
-           "progress_bar", "FORMAT", "FORMAT_VERSION"]
+__all__ = ["PreparedDataset", "LabeledDataset", "SPLITS", "build_csc", "build_relation_arrays", "write_prepared_meta",
+           "encode_store", "add_store", "as_tensor", "progress_bar", "FORMAT", "FORMAT_VERSION"]
 
 PathLike = Union[str, os.PathLike]
 FORMAT = "ibp_graph.prepared"

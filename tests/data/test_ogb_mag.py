@@ -117,7 +117,8 @@ def test_damage_to_a_prepared_array_is_named_on_load(prepared, tmp_path):
         HeteroPreparedDataset.load(copy, verify="full")
     # unverified, a source id past the source type's nodes is still refused by the structure check
     np.save(path, np.full(np.load(path).shape, 10_000, dtype=np.load(path).dtype))
-    with pytest.raises(ValueError, match=r"paper___cites___paper is not a valid edge type: indices must name source nodes in \[0, num_src=250\)"):
+    with pytest.raises(ValueError, match=r"paper___cites___paper is not a valid edge type: indices must name "
+                                         r"source nodes in \[0, num_src=250\)"):
         HeteroPreparedDataset.load(copy, verify="none")
 
 
@@ -170,3 +171,14 @@ def test_verify_command_checks_the_folder_and_its_store(prepared, tmp_path, caps
     y.write_bytes(y.read_bytes()[:-8])
     assert cli(["verify", str(copy)]) == 1
     assert "(hetero): DAMAGED" in capsys.readouterr().out
+
+
+def test_prepare_refuses_options_that_do_not_apply_to_mag(tmp_path, capsys):
+    write_mag(tmp_path)
+    with pytest.raises(SystemExit):
+        cli(["prepare", "--dataset", "ogbn-mag", "--root", str(tmp_path), "--directed"])
+    assert "--directed applies to homogeneous OGB data sets" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli(["prepare", "--dataset", "ogbn-mag", "--root", str(tmp_path), "--set", "data.mag.num_papers=5"])
+    assert "--config and --set apply to --dataset synthetic and synthetic-mag only" in capsys.readouterr().err
+    assert not (tmp_path / "ogbn_mag" / "ibp_prepared").exists()
