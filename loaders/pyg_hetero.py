@@ -9,6 +9,7 @@ loader's, with a codec per type where the types' rows differ enough
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable, Iterator, List, Mapping, Optional, Union
 
 import numpy as np
@@ -22,14 +23,15 @@ from ibp_graph.loaders import _common
 from ibp_graph.pipeline.batch import DecodedBatch
 from ibp_graph.pipeline.codec_setup import CODEC_NAMES, CodecSpec, build_codecs
 from ibp_graph.pipeline.grouping import GroupKey
-from ibp_graph.pipeline.hetero_worker import INPUT_ID, HeteroBatchProducer, edge_name, node_name
+from ibp_graph.pipeline.hetero_worker import INPUT_ID, HeteroBatchProducer, HeteroSampleOnly, edge_name, node_name
 from ibp_graph.pipeline.requests import BatchRequests
 from ibp_graph.pipeline.type_codecs import split_row_groups
-from ibp_graph.sampling.hetero import EdgeType, HeteroNeighborSampler, TypedCSC
+from ibp_graph.sampling.hetero import EdgeType, HeteroNeighborSampler, HeteroSamplerOutput, TypedCSC
 
 try:
     from torch_geometric.data import HeteroData
     from torch_geometric.loader.mixin import AffinityMixin, MultithreadingMixin
+    from torch_geometric.sampler import HeteroSamplerOutput as PyGHeteroSamplerOutput
     from torch_geometric.sampler.base import NumNeighbors
 except ImportError as e:  # pragma: no cover - exercised only without torch_geometric
     raise ImportError("ibp_graph.loaders.pyg_hetero needs torch_geometric: pip install 'ibp-graph[pyg]'") from e
@@ -50,7 +52,17 @@ class CompressedHeteroNeighborLoader(DataLoader, AffinityMixin, MultithreadingMi
     ``(node type, None | boolean mask | node ids)``; a batch's ``input_id`` holds node ids
     for a mask, positions into the input nodes otherwise (as PyG). Node and edge attributes
     may be tensors, numpy arrays or np.memmaps (read through a view); node attributes may
-    be EncodedTables. Options this loader cannot honour raise NotImplementedError naming them.
+    be EncodedTables. `subgraph_type` may be "directional" (the default), "bidirectional"
+    (PyG's conversion of the sampled edges; converted edge types carry no ``e_id`` and no
+    edge attributes, and no batch carries ``num_sampled_*``) or "induced" (every edge
+    between the sampled nodes, with ``e_id``; no ``num_sampled_*``); `transform_sampler_output`
+    gets PyG's HeteroSamplerOutput in the workers. ``disjoint=True`` grows one subgraph per seed
+    (node ids may repeat across subgraphs; each node type gets ``batch``, its nodes' seeds;
+    not with "induced", as in PyG). ``filter_per_worker=False`` keeps only the
+    sampling in the workers and gathers and encodes in the main process (None, the default,
+    and True do it all in the workers); the batches are the same. Options this loader
+    cannot honour (temporal and weighted sampling, a custom `neighbor_sampler`) raise
+    NotImplementedError naming them.
 
     Each batch is a HeteroData with, per node type, the gathered node attributes, ``n_id``
     and ``num_sampled_nodes`` (``input_id`` and ``batch_size`` on the input type); per edge
@@ -87,10 +99,27 @@ class CompressedHeteroNeighborLoader(DataLoader, AffinityMixin, MultithreadingMi
         **kwargs: Any,
     ):
         _common.start()
-        _refuse_options(input_time=input_time, subgraph_type=subgraph_type, disjoint=disjoint,
-                        temporal_strategy=temporal_strategy, time_attr=time_attr, weight_attr=weight_attr,
-                        transform_sampler_output=transform_sampler_output, filter_per_worker=filter_per_worker,
-                        neighbor_sampler=neighbor_sampler, directed=directed)
+        if not directed:  # PyG: deprecated, the induced subgraph
+            warnings.warn("directed=False is deprecated (as in PyG's NeighborLoader); use "
+                          "subgraph_type='induced'", DeprecationWarning, stacklevel=2)
+            subgraph_type = "induced"
+        subgraph_type = getattr(subgraph_type, "value", subgraph_type)  # PyG's SubgraphType enum
+        if subgraph_type not in _SUBGRAPH_TYPES:
+            raise ValueError(f"subgraph_type={subgraph_type!r} is not accepted; use one of {_SUBGRAPH_TYPES}")
+        _refuse_options(input_time=input_time, temporal_strategy=temporal_strategy, time_attr=time_attr,
+                        weight_attr=weight_attr, neighbor_sampler=neighbor_sampler)
+        if not isinstance(disjoint, bool):
+            raise TypeError(f"disjoint={disjoint!r} is not accepted; use a bool")
+        if disjoint and subgraph_type == "induced":
+            raise ValueError("disjoint=True with subgraph_type='induced' is not accepted (nor by PyG); "
+                             "use one of them")
+        self.disjoint = disjoint
+        if filter_per_worker not in (None, True, False):
+            raise ValueError(f"filter_per_worker={filter_per_worker!r} is not accepted; use None, True or False")
+        # None: in the workers (the compression's work belongs there; batches are the same either way)
+        self.filter_per_worker = filter_per_worker is not False
+        self.subgraph_type = subgraph_type
+        self.transform_sampler_output = transform_sampler_output
         for k in _REFUSED_KWARGS:
             if k in kwargs:
                 raise NotImplementedError(f"{k}= is not supported: the loader builds its own batches "
@@ -105,7 +134,8 @@ class CompressedHeteroNeighborLoader(DataLoader, AffinityMixin, MultithreadingMi
         if isinstance(values, Mapping):  # PyG's EdgeTypeStr keys are strings "src__rel__dst"
             values = {tuple(k.split("__")) if isinstance(k, str) else k: v for k, v in values.items()}
         self.node_sampler = HeteroNeighborSampler(graph.num_nodes, graph.csc, values, default=default,
-                                                  replace=replace)
+                                                  replace=replace, induced=subgraph_type == "induced",
+                                                  disjoint=disjoint)
         self.input_type, self.input_nodes, input_ids = _input_nodes(input_nodes, graph.num_nodes)
 
         batch_size = kwargs.pop("batch_size", 1)
@@ -124,13 +154,20 @@ class CompressedHeteroNeighborLoader(DataLoader, AffinityMixin, MultithreadingMi
         self._stage, self.stats = _common.decode_stage(self._codecs, self.device, prefetch)
         if self.input_nodes.numel():  # compile the sampler here too (a fixed seed: no RNG touched)
             self.node_sampler.sample(self.input_type, self.input_nodes[:2], seed=0)
-        producer = HeteroBatchProducer(self.node_sampler, self.input_type, self.input_nodes,
+        self._producer = producer = HeteroBatchProducer(self.node_sampler, self.input_type, self.input_nodes,
                                        graph.node_attrs, graph.edge_attrs, self._codecs,
-                                       input_ids=input_ids, typed_groups=self._typed)
+                                       input_ids=input_ids, typed_groups=self._typed,
+                                       post_sample=_post_sample(subgraph_type, transform_sampler_output))
         kwargs.setdefault("pin_memory", self.device.type == "cuda")
+        # filtering in the main process: the batches are pinned here once built (the DataLoader's
+        # pin thread would only see sampler outputs)
+        self._pin_here = not self.filter_per_worker and bool(kwargs["pin_memory"]) and self.device.type == "cuda"
+        if not self.filter_per_worker:
+            kwargs["pin_memory"] = False
         if kwargs.get("num_workers", 0) == 0 and not kwargs.get("persistent_workers"):
             kwargs.pop("persistent_workers", None)
-        super().__init__(producer, batch_size=None, sampler=self.requests, collate_fn=_identity, **kwargs)
+        dataset = producer if self.filter_per_worker else HeteroSampleOnly(producer)
+        super().__init__(dataset, batch_size=None, sampler=self.requests, collate_fn=_identity, **kwargs)
 
     def set_epoch(self, epoch: int) -> None:
         """Distributed runs: a new shuffle of the input nodes, the same on every rank."""
@@ -143,10 +180,16 @@ class CompressedHeteroNeighborLoader(DataLoader, AffinityMixin, MultithreadingMi
 
     def __iter__(self) -> Iterator[HeteroData]:
         it = super().__iter__()
-        batches = _common.name_worker_deaths(it, type(self).__name__, "sampling, gathering or encoding",
-                                             lambda: _common.worker_processes(it))
+        stages = "sampling, gathering or encoding" if self.filter_per_worker else "sampling"
+        batches = _common.name_worker_deaths(it, type(self).__name__, stages, lambda: _common.worker_processes(it))
+        if not self.filter_per_worker:  # gather and encode here, then pin as the workers' batches are
+            batches = (self._encode_here(req, sampled) for req, sampled in batches)
         for batch in self._stage(batches):
             yield self._to_hetero(batch)
+
+    def _encode_here(self, req, sampled):
+        batch = self._producer.encode(req, sampled)
+        return batch.pin_memory() if self._pin_here else batch
 
     def _to_hetero(self, batch: DecodedBatch) -> HeteroData:
         """NeighborLoader's HeteroData: every type's named tensors, and its fields from the batch's meta."""
@@ -162,23 +205,33 @@ class CompressedHeteroNeighborLoader(DataLoader, AffinityMixin, MultithreadingMi
                 store.n_id = batch[node_name(t, "n_id")]
             if t in g.num_nodes_set:
                 store.num_nodes = int(store.n_id.numel())
-            store.num_sampled_nodes = meta["nodes_per_hop"][t]
+            if self.disjoint:
+                store.batch = batch[node_name(t, "batch")]
+            if meta["nodes_per_hop"] is not None:
+                store.num_sampled_nodes = meta["nodes_per_hop"][t]
         for e in g.edge_types:
             store = out[e]
             for key, value in g.edge_other[e].items():
                 store[key] = value
             store.edge_index = batch[edge_name(e, "edge_index")].view(2, -1)
-            for attr in g.edge_attrs[e]:
-                store[attr] = batch[edge_name(e, attr)]
-            if "e_id" not in g.edge_attrs[e]:
+            for attr in g.edge_attrs[e]:  # absent where the subgraph's edges have no ids
+                if edge_name(e, attr) in batch:
+                    store[attr] = batch[edge_name(e, attr)]
+            if "e_id" not in g.edge_attrs[e] and edge_name(e, "e_id") in batch:
                 store.e_id = batch[edge_name(e, "e_id")]
-            store.num_sampled_edges = meta["edges_per_hop"][e]
+            if meta["edges_per_hop"] is not None:
+                store.num_sampled_edges = meta["edges_per_hop"][e]
         inputs = out[self.input_type]
         inputs.input_id = batch[INPUT_ID]
         inputs.batch_size = meta["num_seeds"]
         return self.transform(out) if self.transform is not None else out
 
     def __repr__(self) -> str:
+        """PyG's NeighborLoader's repr, unchanged: scripts and PyG's own tests compare it."""
+        return "NeighborLoader()"
+
+    def describe(self) -> str:
+        """What this loader samples and how it sends each group (input type, fan-outs, codecs, device)."""
         return (f"{type(self).__name__}(input_type={self.input_type!r}, "
                 f"num_neighbors={self.node_sampler.num_neighbors}, batches={len(self)}, "
                 f"codecs={ {k: c.name for k, c in self.codecs.items()} }, device={self.device})")
@@ -188,24 +241,50 @@ def _identity(batch):
     return batch
 
 
+#: NeighborLoader's subgraph types, all honoured.
+_SUBGRAPH_TYPES = ("directional", "bidirectional", "induced")
+
+
 def _refuse_options(**given) -> None:
     """NotImplementedError naming every option given a value this loader cannot honour."""
-    honoured = {"input_time": None, "subgraph_type": "directional", "disjoint": False,
-                "temporal_strategy": "uniform", "time_attr": None, "weight_attr": None,
-                "transform_sampler_output": None, "filter_per_worker": (None, True),
-                "neighbor_sampler": None, "directed": True}
+    honoured = {"input_time": None, "temporal_strategy": "uniform", "time_attr": None,
+                "weight_attr": None, "neighbor_sampler": None}
     bad = []
     for k, accepted in honoured.items():
-        value = getattr(given[k], "value", given[k])  # PyG's SubgraphType enum
-        ok = value in accepted if isinstance(accepted, tuple) else (value is accepted or value == accepted)
+        ok = given[k] in accepted if isinstance(accepted, tuple) else (given[k] is accepted or given[k] == accepted)
         if not ok:
             bad.append(f"{k}={given[k]!r}")
     if bad:
         raise NotImplementedError(
             f"CompressedNeighborLoader does not support {', '.join(bad)} for a HeteroData; it samples "
-            "heterogeneous graphs uniformly with the directional subgraph, filtering in the workers "
-            "(subgraph_type='bidirectional'/'induced', disjoint, temporal and weighted sampling are "
-            "not implemented for heterogeneous graphs)")
+            "heterogeneous graphs uniformly (no temporal or weighted sampling), with its own sampler")
+
+
+class _PostSample:
+    """In the workers, after sampling: PyG's bidirectional subgraph, then `transform_sampler_output`
+    (both on PyG's HeteroSamplerOutput, as NeighborLoader applies them)."""
+
+    def __init__(self, bidirectional: bool, transform: Optional[Callable]):
+        self.bidirectional = bidirectional
+        self.transform = transform
+
+    def __call__(self, out: HeteroSamplerOutput) -> HeteroSamplerOutput:
+        pyg = PyGHeteroSamplerOutput(node=out.node, row=out.row, col=out.col, edge=out.edge, batch=out.batch,
+                                     num_sampled_nodes=out.num_sampled_nodes,
+                                     num_sampled_edges=out.num_sampled_edges)
+        if self.bidirectional:
+            pyg = pyg.to_bidirectional(keep_orig_edges=False)
+        if self.transform is not None:
+            pyg = self.transform(pyg)
+        return HeteroSamplerOutput(node=pyg.node, row=pyg.row, col=pyg.col, edge=pyg.edge,
+                                   num_sampled_nodes=pyg.num_sampled_nodes,
+                                   num_sampled_edges=pyg.num_sampled_edges, batch=pyg.batch)
+
+
+def _post_sample(subgraph_type: str, transform: Optional[Callable]) -> Optional[_PostSample]:
+    if subgraph_type != "bidirectional" and transform is None:
+        return None
+    return _PostSample(subgraph_type == "bidirectional", transform)
 
 
 def _input_nodes(input_nodes, num_nodes: Mapping[str, int]):

@@ -11,13 +11,13 @@ tensor named in `typed_groups` is encoded alone, under its TYPED key, with its o
 from __future__ import annotations
 
 import time
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional
 
 import torch
 
 from ..codec.base import Codec
 from ..data.store import EncodedTable
-from ..sampling.hetero import EdgeType, HeteroNeighborSampler
+from ..sampling.hetero import EdgeType, HeteroNeighborSampler, HeteroSamplerOutput
 from .batch import EncodedBatch
 from .grouping import GroupKey, GroupLayout, group_key, store_layout
 from .requests import BatchRequest
@@ -51,16 +51,21 @@ class HeteroBatchProducer(torch.utils.data.Dataset):
     holds the gathered attributes, ``n_id`` of every node type, ``e_id`` and
     ``edge_index`` (flattened to ``2 * E`` elements: rows then columns, local positions)
     of every edge type, and ``input_id`` (``input_ids[positions]`` when `input_ids` is
-    given, else the positions into the input nodes). Its `meta` is ``{"num_seeds",
-    "nodes_per_hop": {t: [...]}, "edges_per_hop": {e: [...]}}``. `typed_groups` maps
-    the flat names of tensors that get a codec of their own to their (TYPED) group keys.
+    given, else the positions into the input nodes), and for disjoint sampling ``batch``
+    of every node type (each node's seed). Its `meta` is ``{"num_seeds",
+    "nodes_per_hop": {t: [...]}, "edges_per_hop": {e: [...]}}`` (None where the sampler
+    output has no counts). `typed_groups` maps the flat names of tensors that get a codec
+    of their own to their (TYPED) group keys. `post_sample`, when given, maps each sampler
+    output to the one the batch is built from (e.g. PyG's bidirectional subgraph); an edge
+    type whose ``edge`` it sets to None gets no ``e_id`` and no edge attributes.
     """
 
     def __init__(self, sampler: HeteroNeighborSampler, input_type: str, input_nodes: torch.Tensor,
                  node_attrs: Mapping[str, Mapping[str, torch.Tensor]],
                  edge_attrs: Mapping[EdgeType, Mapping[str, torch.Tensor]],
                  codecs: Mapping[GroupKey, Codec], input_ids: Optional[torch.Tensor] = None,
-                 typed_groups: Optional[Mapping[str, GroupKey]] = None):
+                 typed_groups: Optional[Mapping[str, GroupKey]] = None,
+                 post_sample: Optional[Callable[[HeteroSamplerOutput], HeteroSamplerOutput]] = None):
         if input_ids is not None and input_ids.shape != input_nodes.shape:
             raise ValueError(f"input_ids has shape {tuple(input_ids.shape)}; accepted: one id per "
                              f"input node, shape {tuple(input_nodes.shape)}")
@@ -72,6 +77,7 @@ class HeteroBatchProducer(torch.utils.data.Dataset):
         self.edge_attrs = {e: dict(a) for e, a in edge_attrs.items()}
         self.codecs = dict(codecs)
         self.typed_groups = dict(typed_groups or {})
+        self.post_sample = post_sample
         # tensors the worker writes for a batch: gathered attribute rows and each edge_index
         self._written = {node_name(t, a) for t, attrs in self.node_attrs.items() for a, table in attrs.items()
                          if not isinstance(table, EncodedTable)}
@@ -84,37 +90,58 @@ class HeteroBatchProducer(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return int(self.input_nodes.numel())
 
-    def gather(self, req: BatchRequest):
-        """The batch's named tensors, rows of pre-encoded tables, meta and stage times."""
+    def sample(self, req: BatchRequest) -> tuple[HeteroSamplerOutput, float]:
+        """The batch's sampled subgraph (after `post_sample`) and the seconds it took."""
         t0 = time.perf_counter()
-        seeds = self.input_nodes[req.index]
-        out = self.sampler.sample(self.input_type, seeds, seed=req.seed)
+        out = self.sampler.sample(self.input_type, self.input_nodes[req.index], seed=req.seed)
+        if self.post_sample is not None:
+            out = self.post_sample(out)
+        return out, time.perf_counter() - t0
+
+    def gather(self, req: BatchRequest, sampled: Optional[tuple[HeteroSamplerOutput, float]] = None):
+        """The batch's named tensors, rows of pre-encoded tables, meta and stage times (`sampled`:
+        `sample(req)`'s result when it ran elsewhere, e.g. in a worker while this runs in the main process)."""
+        out, sample_seconds = self.sample(req) if sampled is None else sampled
         t1 = time.perf_counter()
+        empty = torch.empty(0, dtype=torch.int64)
+        nodes = {t: out.node.get(t, empty) for t in self.sampler.node_types}
+        edges = {e: (out.edge or {}).get(e) for e in self.sampler.edge_types}
         tensors, stored = {}, {}
         for t, attrs in self.node_attrs.items():
             for attr, table in attrs.items():
                 if isinstance(table, EncodedTable):
-                    stored[node_name(t, attr)] = table.index_select(out.node[t])
+                    stored[node_name(t, attr)] = table.index_select(nodes[t])
                 else:
-                    tensors[node_name(t, attr)] = table.index_select(0, out.node[t])
+                    tensors[node_name(t, attr)] = table.index_select(0, nodes[t])
         for e, attrs in self.edge_attrs.items():
-            for attr, table in attrs.items():
-                tensors[edge_name(e, attr)] = table.index_select(0, out.edge[e])
+            if edges[e] is not None:
+                for attr, table in attrs.items():
+                    tensors[edge_name(e, attr)] = table.index_select(0, edges[e])
         # an n_id or e_id attribute of the graph's own is gathered instead (as PyG keeps it)
         for t in self.sampler.node_types:
-            tensors.setdefault(node_name(t, "n_id"), out.node[t])
+            tensors.setdefault(node_name(t, "n_id"), nodes[t])
+            if out.batch is not None:  # disjoint sampling: each node's seed
+                tensors[node_name(t, "batch")] = out.batch.get(t, empty)
         for e in self.sampler.edge_types:
-            tensors[edge_name(e, "edge_index")] = torch.cat([out.row[e], out.col[e]])
-            tensors.setdefault(edge_name(e, "e_id"), out.edge[e])
+            tensors[edge_name(e, "edge_index")] = torch.cat([out.row.get(e, empty), out.col.get(e, empty)])
+            if edges[e] is not None:
+                tensors.setdefault(edge_name(e, "e_id"), edges[e])
         tensors[INPUT_ID] = req.index if self.input_ids is None else self.input_ids[req.index]
         t2 = time.perf_counter()
         meta = {"num_seeds": int(req.index.numel()),
-                "nodes_per_hop": {t: list(v) for t, v in out.num_sampled_nodes.items()},
-                "edges_per_hop": {e: list(v) for e, v in out.num_sampled_edges.items()}}
-        return tensors, stored, meta, {"sample": t1 - t0, "gather": t2 - t1}
+                "nodes_per_hop": None if out.num_sampled_nodes is None else
+                {t: list(v) for t, v in out.num_sampled_nodes.items()},
+                "edges_per_hop": None if out.num_sampled_edges is None else
+                {e: list(v) for e, v in out.num_sampled_edges.items()}}
+        return tensors, stored, meta, {"sample": sample_seconds, "gather": t2 - t1}
 
     def __getitem__(self, req: BatchRequest) -> EncodedBatch:
-        tensors, stored, meta, seconds = self.gather(req)
+        return self.encode(req)
+
+    def encode(self, req: BatchRequest, sampled: Optional[tuple[HeteroSamplerOutput, float]] = None
+               ) -> EncodedBatch:
+        """The batch, gathered and encoded (from `sampled` when given, as for `gather`)."""
+        tensors, stored, meta, seconds = self.gather(req, sampled)
         t = time.perf_counter()
         groups, layouts = {}, {}
         for name, ct in stored.items():
@@ -137,6 +164,21 @@ class HeteroBatchProducer(torch.utils.data.Dataset):
         seconds["encode"] = time.perf_counter() - t
         # the gathers (raw rows, stored compressed rows, edge attributes) and edge_index's cat
         copied += sum(ct.nbytes for ct in stored.values()) + sum(
-            tensors[n].numel() * tensors[n].element_size() for n in self._written)
+            x.numel() * x.element_size() for n, x in tensors.items() if n in self._written)
         return EncodedBatch(groups=groups, layouts=layouts, meta=meta, seconds=seconds,
                             copied_bytes=copied)
+
+
+class HeteroSampleOnly(torch.utils.data.Dataset):
+    """The sampling half of a HeteroBatchProducer, for DataLoader workers when the gathering and
+    encoding run in the main process (PyG's ``filter_per_worker=False``): items are
+    ``(request, producer.sample(request))``, to pass to ``producer.encode``."""
+
+    def __init__(self, producer: HeteroBatchProducer):
+        self.producer = producer
+
+    def __len__(self) -> int:
+        return len(self.producer)
+
+    def __getitem__(self, req: BatchRequest):
+        return req, self.producer.sample(req)

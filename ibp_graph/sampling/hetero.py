@@ -20,6 +20,15 @@ one :class:`HeteroSamplerOutput` is that of pyg-lib's ``hetero_neighbor_sample``
 * ``num_sampled_nodes[t]`` has ``hops + 1`` entries (seeds, then new nodes per hop; 0 for
   a type that is not the input type), ``num_sampled_edges[(s, r, d)]`` has ``hops``.
   Every node type and edge type is present, with empty tensors when nothing was sampled.
+* With ``induced=True`` (PyG's ``subgraph_type="induced"``) the nodes are sampled the same
+  way, and each edge type then holds *every* edge of the graph between its sampled
+  sources and destinations: destination position by destination position, each one's
+  in-edges in CSC order; ``num_sampled_nodes`` and ``num_sampled_edges`` are None then,
+  as PyG's (torch-sparse's) induced sampling returns them.
+* With ``disjoint=True`` (PyG's ``disjoint``) every seed grows a subgraph of its own: a
+  node is new once *per seed* (so ``node[t]`` may repeat ids, one per subgraph holding
+  the node), edges never join two subgraphs, and ``batch[t]`` gives each node's seed
+  (its position among the seeds). Everything else is as above.
 
 Randomness is the counter-based hash of ``sampling.neighbor`` keyed by (seed, hop, edge
 type's position, frontier position): the output depends only on ``seed`` and the inputs,
@@ -31,6 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+import numba
 import numpy as np
 import torch
 
@@ -38,7 +48,7 @@ from ..index_checks import first_bad_step, first_outside
 from ..threads import use_parallel
 from .graph import _as_numpy, _check_int, _counting_sort_by_dst, index_dtype
 from .neighbor import (_check_num_neighbors, _hop_key, _mix64_py, _readonly, _sample_hop_parallel,
-                       _sample_hop_serial, _table_insert, _table_put_seeds)
+                       _sample_hop_serial, _slot, _table_insert, _table_put_seeds)
 
 __all__ = ["EdgeType", "HeteroNeighborSampler", "HeteroSamplerOutput", "TypedCSC",
            "resolve_num_neighbors"]
@@ -53,6 +63,45 @@ _TYPE_MIX = 0xD1B54A32D192ED03
 def _type_hop_key(seed: int, hop: int, type_pos: int) -> np.uint64:
     """The random key of one (hop, edge type): hop keys of sampling.neighbor, mixed with the type."""
     return np.uint64(_mix64_py(int(_hop_key(seed, hop)) ^ _mix64_py((type_pos + 1) * _TYPE_MIX)))
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _table_get(table, shift, u):
+    """The local id of global id u in a table of sampling.neighbor (_table_put_seeds), or -1."""
+    mask = table.shape[0] // 2 - 1
+    h = _slot(u, shift)
+    while True:
+        key = table[2 * h]
+        if key == u:
+            return table[2 * h + 1]
+        if key == -1:
+            return -1
+        h = (h + 1) & mask
+
+
+@numba.njit(cache=True, nogil=True)
+def _induced_edges(indptr, indices, e_id, dst_nodes, table, shift):
+    """Every in-edge of dst_nodes whose source is in `table`: (row, col, edge), by destination position."""
+    m = 0
+    for i in range(dst_nodes.shape[0]):
+        v = dst_nodes[i]
+        for p in range(indptr[v], indptr[v + 1]):
+            if _table_get(table, shift, indices[p]) >= 0:
+                m += 1
+    row = np.empty(m, dtype=np.int64)
+    col = np.empty(m, dtype=np.int64)
+    eid = np.empty(m, dtype=np.int64)
+    j = 0
+    for i in range(dst_nodes.shape[0]):
+        v = dst_nodes[i]
+        for p in range(indptr[v], indptr[v + 1]):
+            r = _table_get(table, shift, indices[p])
+            if r >= 0:
+                row[j] = r
+                col[j] = i
+                eid[j] = e_id[p]
+                j += 1
+    return row, col, eid
 
 
 @dataclass(frozen=True, eq=False)
@@ -140,15 +189,19 @@ class HeteroSamplerOutput:
     input type. ``row[e]``/``col[e]``: local source/destination positions into
     ``node[src]``/``node[dst]`` of edge type ``e = (src, rel, dst)``. ``edge[e]``: the
     edges' columns in that type's ``edge_index``. ``num_sampled_nodes[t]``: seeds, then
-    new nodes per hop; ``num_sampled_edges[e]``: edges per hop.
+    new nodes per hop; ``num_sampled_edges[e]``: edges per hop. The counts are None for an
+    induced subgraph, and ``edge[e]`` None for an edge type whose edges are not edges of
+    the graph (PyG's bidirectional subgraph merges an edge type with its reverse).
     """
 
     node: Dict[str, torch.Tensor]
     row: Dict[EdgeType, torch.Tensor]
     col: Dict[EdgeType, torch.Tensor]
-    edge: Dict[EdgeType, torch.Tensor]
-    num_sampled_nodes: Dict[str, List[int]]
-    num_sampled_edges: Dict[EdgeType, List[int]]
+    edge: Dict[EdgeType, Optional[torch.Tensor]]
+    num_sampled_nodes: Optional[Dict[str, List[int]]]
+    num_sampled_edges: Optional[Dict[EdgeType, List[int]]]
+    #: disjoint sampling: the seed (position among the seeds) each node's subgraph grew from.
+    batch: Optional[Dict[str, torch.Tensor]] = None
 
 
 def _edge_type_name(edge_type) -> str:
@@ -206,15 +259,21 @@ class HeteroNeighborSampler:
     ``(src, rel, dst)`` to its :class:`TypedCSC` (its order is the order edge types are
     visited in each hop, as PyG's ``data.edge_types``). `num_neighbors` is a list for all
     edge types or a dict per edge type (:func:`resolve_num_neighbors`). `replace` and
-    `parallel` are those of :class:`~ibp_graph.sampling.neighbor.NeighborSampler`.
+    `parallel` are those of :class:`~ibp_graph.sampling.neighbor.NeighborSampler`;
+    ``induced=True`` returns the subgraph induced by the sampled nodes, ``disjoint=True``
+    one subgraph per seed (see the module; PyG offers no induced disjoint sampling).
     """
 
     def __init__(self, num_nodes: Mapping[str, int], graphs: Mapping[EdgeType, TypedCSC],
                  num_neighbors: Union[Sequence[int], Mapping[EdgeType, Sequence[int]]], *,
                  default: Optional[Sequence[int]] = None, replace: bool = False,
-                 parallel: Optional[bool] = None) -> None:
-        if not isinstance(replace, bool):
-            raise TypeError(f"replace must be a bool, got {replace!r}")
+                 parallel: Optional[bool] = None, induced: bool = False, disjoint: bool = False) -> None:
+        for name, flag in (("replace", replace), ("induced", induced), ("disjoint", disjoint)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be a bool, got {flag!r}")
+        if induced and disjoint:
+            raise ValueError("induced=True with disjoint=True is not accepted (nor by PyG): an induced "
+                             "subgraph joins every sampled node; use one of them")
         if parallel is not None and not isinstance(parallel, bool):
             raise TypeError(f"parallel must be None or a bool, got {parallel!r}")
         self.num_nodes = {t: _check_int(f"num_nodes[{t!r}]", n, minimum=0) for t, n in num_nodes.items()}
@@ -241,13 +300,16 @@ class HeteroNeighborSampler:
             0 if isinstance(num_neighbors, Mapping) else len(num_neighbors)
         self.replace = replace
         self.parallel = parallel
+        self.induced = induced
+        self.disjoint = disjoint
         # read-only views: in-memory and memory-mapped graphs share one compiled kernel
         self._csc = {e: tuple(_readonly(a) for a in (g.indptr, g.indices, g.e_id))
                      for e, g in self.graphs.items()}
 
     def __repr__(self) -> str:
         return (f"HeteroNeighborSampler(node_types={self.node_types}, edge_types={self.edge_types}, "
-                f"num_hops={self.num_hops}, replace={self.replace})")
+                f"num_hops={self.num_hops}, replace={self.replace}, induced={self.induced}, "
+                f"disjoint={self.disjoint})")
 
     def _sample_hop(self, *args):
         parallel = use_parallel(2, 2) if self.parallel is None else self.parallel
@@ -287,16 +349,26 @@ class HeteroNeighborSampler:
             raise TypeError(f"seed must be an int, got {seed!r}")
         seeds_np = _readonly(self.check_seeds(input_type, seeds))
         empty = _readonly(np.empty(0, dtype=np.int64))
+        # disjoint: a node's key is (its seed's position) * (nodes of its type) + its id
+        width = {t: max(1, n) for t, n in self.num_nodes.items()}
+        if self.disjoint and seeds_np.shape[0] * max(width.values()) >= 1 << 62:
+            raise ValueError(f"disjoint sampling of {seeds_np.shape[0]} seeds at once in a graph of "
+                             f"{max(width.values())} nodes of one type overflows its node keys; "
+                             "accepted: fewer seeds per batch")
 
         nodes: Dict[str, List[np.ndarray]] = {t: [] for t in self.node_types}
-        tables, count, frontier = {}, {}, {}
+        batch: Dict[str, List[np.ndarray]] = {t: [] for t in self.node_types}
+        tables, count, frontier, frontier_batch = {}, {}, {}, {}
         for t in self.node_types:
             first = seeds_np if t == input_type else empty
-            table, shift, c = _table_put_seeds(first)
+            which = np.arange(first.shape[0], dtype=np.int64)
+            table, shift, c = _table_put_seeds(_readonly(which * width[t] + first) if self.disjoint else first)
             tables[t] = (table, shift)
             count[t] = c
             nodes[t].append(first)
+            batch[t].append(which)
             frontier[t] = first
+            frontier_batch[t] = which
         size = {t: int(nodes[t][0].shape[0]) for t in self.node_types}
         num_sampled_nodes = {t: [size[t]] for t in self.node_types}
         rows: Dict[EdgeType, List[np.ndarray]] = {e: [] for e in self.edge_types}
@@ -307,6 +379,7 @@ class HeteroNeighborSampler:
         for hop in range(self.num_hops):
             begin = {t: size[t] - frontier[t].shape[0] for t in self.node_types}
             new_this_hop: Dict[str, List[np.ndarray]] = {t: [] for t in self.node_types}
+            new_batch: Dict[str, List[np.ndarray]] = {t: [] for t in self.node_types}
             for pos, e in enumerate(self.edge_types):
                 src_type, _, dst_type = e
                 k = self.num_neighbors[e][hop]
@@ -333,10 +406,16 @@ class HeteroNeighborSampler:
                 row = np.empty(m, dtype=np.int64)
                 new = np.empty(m, dtype=np.int64)
                 table, shift = tables[src_type]
+                keys = src + np.repeat(frontier_batch[dst_type], counts) * width[src_type] \
+                    if self.disjoint else src
                 table, shift, count[src_type], n_new = _table_insert(
-                    table, shift, count[src_type], src, np.int64(size[src_type]), row, new)
+                    table, shift, count[src_type], keys, np.int64(size[src_type]), row, new)
                 tables[src_type] = (table, shift)
-                new_this_hop[src_type].append(new[:n_new])
+                new = new[:n_new]
+                if self.disjoint:
+                    new, which = new % width[src_type], new // width[src_type]
+                    new_batch[src_type].append(which)
+                new_this_hop[src_type].append(new)
                 size[src_type] += int(n_new)
                 rows[e].append(row)
                 cols[e].append(col)
@@ -345,17 +424,36 @@ class HeteroNeighborSampler:
             for t in self.node_types:
                 found = new_this_hop[t]
                 frontier[t] = _readonly(np.concatenate(found)) if found else empty
+                if self.disjoint:
+                    frontier_batch[t] = np.concatenate(new_batch[t]) if new_batch[t] else empty
+                    batch[t].append(frontier_batch[t])
                 nodes[t].append(frontier[t])
                 num_sampled_nodes[t].append(int(frontier[t].shape[0]))
 
         def cat(parts: List[np.ndarray]) -> torch.Tensor:
             return torch.from_numpy(np.concatenate(parts)) if parts else torch.empty(0, dtype=torch.int64)
 
+        node = {t: cat(nodes[t]) for t in self.node_types}
+        if self.induced:
+            return self._induced(node, tables)
         return HeteroSamplerOutput(
-            node={t: cat(nodes[t]) for t in self.node_types},
+            node=node,
             row={e: cat(rows[e]) for e in self.edge_types},
             col={e: cat(cols[e]) for e in self.edge_types},
             edge={e: cat(edges[e]) for e in self.edge_types},
             num_sampled_nodes=num_sampled_nodes,
             num_sampled_edges=num_sampled_edges,
+            batch={t: cat(batch[t]) for t in self.node_types} if self.disjoint else None,
         )
+
+    def _induced(self, node: Dict[str, torch.Tensor], tables) -> HeteroSamplerOutput:
+        """Every edge of each edge type between its sampled sources and destinations."""
+        row, col, edge = {}, {}, {}
+        for e in self.edge_types:
+            src_type, _, dst_type = e
+            indptr, indices, e_id = self._csc[e]
+            table, shift = tables[src_type]
+            r, c, k = _induced_edges(indptr, indices, e_id, _readonly(node[dst_type].numpy()), table, shift)
+            row[e], col[e], edge[e] = torch.from_numpy(r), torch.from_numpy(c), torch.from_numpy(k)
+        return HeteroSamplerOutput(node=node, row=row, col=col, edge=edge, num_sampled_nodes=None,
+                                   num_sampled_edges=None)

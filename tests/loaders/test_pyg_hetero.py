@@ -131,6 +131,12 @@ def test_identity_and_auto_and_workers_give_identical_batches():
     same(ref, batches(data, codec="auto", **kw))
     same(ref, batches(data, codec="auto", num_workers=2, **kw))
     same(ref, batches(data, codec="ebp", num_workers=2, persistent_workers=True, **kw))
+    # filtering (gather + encode) in the main process: the same batches
+    main = CompressedNeighborLoader(data, codec="auto", num_workers=2, filter_per_worker=False, device="cpu", **kw)
+    assert not main.filter_per_worker
+    torch.manual_seed(0)
+    same(ref, list(main))
+    assert main.stats.batches == len(ref) and main.stats.seconds["encode"] > 0
     assert not torch.equal(batches(data, seed=1, codec="identity", **kw)[0]["paper"].n_id, ref[0]["paper"].n_id)
 
 
@@ -214,8 +220,12 @@ def test_errors_name_the_argument_and_value():
         L(data, {**{e: [2] for e in data.edge_types}, CITES: [2, 2]}, input_nodes="paper")
     with pytest.raises(ValueError, match="codec='zstd' is not accepted"):
         L(data, [2], input_nodes="paper", codec="zstd")
-    for option in (dict(subgraph_type="induced"), dict(subgraph_type="bidirectional"), dict(disjoint=True),
-                   dict(time_attr="t"), dict(weight_attr="w"), dict(filter_per_worker=False)):
+    with pytest.raises(ValueError, match="subgraph_type='sideways' is not accepted"):
+        L(data, [2], input_nodes="paper", subgraph_type="sideways")
+    with pytest.raises(ValueError, match="disjoint=True with subgraph_type='induced' is not accepted"):
+        L(data, [2], input_nodes="paper", disjoint=True, subgraph_type="induced")
+    for option in (dict(time_attr="t"), dict(weight_attr="w"), dict(input_time=torch.zeros(1)),
+                   dict(temporal_strategy="last")):
         with pytest.raises(NotImplementedError, match=f"{next(iter(option))}=.*for a HeteroData"):
             L(data, [2], input_nodes="paper", **option)
     bad = make_hetero()
@@ -252,7 +262,7 @@ def test_to_hetero_graphsage_trains_on_the_batches():
         loss = F.cross_entropy(out, batch["paper"].y[: batch["paper"].batch_size])
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
     assert len(losses) == len(loader) and all(np.isfinite(losses))
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     assert grads and all(bool(torch.isfinite(g).all()) for g in grads)
@@ -268,5 +278,101 @@ def test_repr_and_transform():
     data = make_hetero()
     loader = CompressedNeighborLoader(data, [2], input_nodes="paper", batch_size=300, device="cpu",
                                       transform=tag)
-    assert "CompressedHeteroNeighborLoader(input_type='paper'" in repr(loader)
+    assert repr(loader) == str(loader) == "NeighborLoader()"  # PyG's, which scripts compare
+    assert "CompressedHeteroNeighborLoader(input_type='paper'" in loader.describe()
+    assert "'int64[*]': 'ibp'" in loader.describe()
     assert next(iter(loader)).tag == 1
+
+
+@pytest.mark.filterwarnings("ignore:Cannot convert to bidirectional graph")  # aff, empty: PyG warns too
+def test_bidirectional_subgraph_is_pygs_conversion_of_the_directional_one():
+    from torch_geometric.sampler import HeteroSamplerOutput as PyGOut
+
+    data = make_hetero()
+    kw = dict(num_neighbors=[3, 2], input_nodes="paper", batch_size=300)
+    directional = batches(data, **kw)
+    bidirectional = batches(data, subgraph_type="bidirectional", num_workers=2, **kw)
+    for d, b in zip(directional, bidirectional):
+        want = PyGOut(node={t: d[t].n_id for t in d.node_types},
+                      row={e: d[e].edge_index[0] for e in d.edge_types},
+                      col={e: d[e].edge_index[1] for e in d.edge_types},
+                      edge={e: d[e].e_id for e in d.edge_types}).to_bidirectional()
+        for t in data.node_types:
+            assert torch.equal(b[t].n_id, d[t].n_id) and "num_sampled_nodes" not in b[t]
+        for e in data.edge_types:
+            assert torch.equal(b[e].edge_index, torch.stack([want.row[e], want.col[e]]))
+            assert "num_sampled_edges" not in b[e]
+            if want.edge[e] is None:  # merged with its reverse: no ids, no edge attributes
+                assert "e_id" not in b[e] and "weight" not in b[e]
+            else:
+                assert torch.equal(b[e].e_id, want.edge[e])
+        # writes and rev_writes merged: one is the other reversed, and every edge is real
+        assert torch.equal(b[REV].edge_index, b[WRITES].edge_index.flip(0))
+        real = set(map(tuple, data[WRITES].edge_index.t().tolist()))
+        pairs = torch.stack([b["author"].n_id[b[WRITES].edge_index[0]], b["paper"].n_id[b[WRITES].edge_index[1]]])
+        assert set(map(tuple, pairs.t().tolist())) <= real
+        assert b[WRITES].edge_index.shape[1] >= d[WRITES].edge_index.shape[1]
+
+
+def test_induced_subgraph_holds_every_edge_between_sampled_nodes():
+    data = make_hetero()
+    kw = dict(num_neighbors=[2, 2], input_nodes="paper", batch_size=300)
+    directional = batches(data, **kw)
+    with pytest.warns(DeprecationWarning, match="directed=False is deprecated"):
+        loader = CompressedNeighborLoader(data, directed=False, device="cpu", **kw)
+    torch.manual_seed(0)
+    induced = list(loader)
+    for d, b in zip(directional, induced):
+        for t in data.node_types:
+            assert torch.equal(b[t].n_id, d[t].n_id) and "num_sampled_nodes" not in b[t]
+        for e in data.edge_types:
+            src, _, dst = e
+            ei = data[e].edge_index
+            inside = torch.isin(ei[0], b[src].n_id) & torch.isin(ei[1], b[dst].n_id)
+            assert torch.equal(b[e].e_id.sort().values, inside.nonzero().view(-1))  # all of them, once
+            real = torch.stack([b[src].n_id[b[e].edge_index[0]], b[dst].n_id[b[e].edge_index[1]]])
+            assert torch.equal(real, ei[:, b[e].e_id])
+            for key in data[e].edge_attrs():
+                if key != "edge_index":
+                    assert torch.equal(b[e][key], data[e][key][b[e].e_id])
+
+
+def test_pre_encoded_node_features_give_the_same_batches():
+    from ibp_graph.data.store import EncodedTable
+
+    data = make_hetero()
+    kw = dict(num_neighbors=[3, 2], input_nodes="paper", batch_size=300, shuffle=True)
+    plain = batches(data, **kw)
+    table = EncodedTable.encode(data["paper"].x, codec="ebp")
+    data["paper"].x = table
+    data["paper"].num_nodes = 900
+    torch.manual_seed(0)
+    loader = CompressedNeighborLoader(data, device="cpu", num_workers=1, **kw)
+    stored = list(loader)
+    assert len(stored) == len(plain)
+    for a, b in zip(plain, stored):
+        assert torch.equal(a["paper"].x, b["paper"].x) and torch.equal(a["author"].x, b["author"].x)
+        for e in data.edge_types:
+            assert torch.equal(a[e].edge_index, b[e].edge_index)
+    assert loader.codecs["paper.x@store"] is table.codec and "paper.x@store" in loader.stats.sent_bytes
+
+
+def test_disjoint_batches_hold_one_subgraph_per_seed():
+    data = make_hetero()
+    kw = dict(num_neighbors=[3, 2], input_nodes=("paper", torch.arange(0, 900, 7)), batch_size=40)
+    ref = batches(data, disjoint=True, codec="identity", **kw)
+    same(ref, batches(data, disjoint=True, codec="auto", num_workers=2, **kw))
+    for batch in ref:
+        n = batch["paper"].batch_size
+        assert torch.equal(batch["paper"].batch[:n], torch.arange(n))
+        for t in data.node_types:
+            assert batch[t].batch.shape == batch[t].n_id.shape
+            assert sum(batch[t].num_sampled_nodes) == batch[t].n_id.numel()
+            if "x" in data[t]:
+                assert torch.equal(batch[t].x, data[t].x[batch[t].n_id])
+        for e in data.edge_types:
+            src, _, dst = e
+            row, col = batch[e].edge_index
+            assert torch.equal(batch[src].batch[row], batch[dst].batch[col])  # inside one subgraph
+            assert torch.equal(data[e].edge_index[:, batch[e].e_id],
+                               torch.stack([batch[src].n_id[row], batch[dst].n_id[col]]))

@@ -240,3 +240,72 @@ def test_typed_csc_keeps_sources_of_another_type():
     assert g.indptr.tolist() == [0, 2, 4]
     assert g.indices.tolist() == [0, 4, 9, 9] and g.e_id.tolist() == [1, 3, 0, 2]
     assert repr(g) == "TypedCSC(num_src=10, num_dst=2, num_edges=4)"
+
+
+def test_induced_subgraph_is_every_edge_between_the_sampled_nodes():
+    num_nodes, ei = random_hetero(7)
+    seeds = torch.tensor([4, 9, 4, 30])
+    directional = make_sampler(num_nodes, ei, [3, 2]).sample("paper", seeds, seed=3)
+    out = make_sampler(num_nodes, ei, [3, 2], induced=True).sample("paper", seeds, seed=3)
+    assert out.num_sampled_nodes is None and out.num_sampled_edges is None
+    for t in num_nodes:
+        assert torch.equal(out.node[t], directional.node[t])  # the same nodes
+    for e, v in ei.items():
+        src, _, dst = e
+        first = {}
+        for i, u in enumerate(out.node[src].tolist()):
+            first.setdefault(u, i)
+        want = [(first[int(v[0, k])], i, k) for i, d in enumerate(out.node[dst].tolist())
+                for k in range(v.shape[1]) if int(v[1, k]) == d and int(v[0, k]) in first]
+        got = list(zip(out.row[e].tolist(), out.col[e].tolist(), out.edge[e].tolist()))
+        assert got == want
+    assert out.edge[CITES].numel() > directional.edge[CITES].numel()
+
+
+def per_seed(out, num_nodes, ei, b):
+    """The part of a disjoint output grown from seed b, with positions local to that part."""
+    keep = {t: (out.batch[t] == b).nonzero().view(-1) for t in num_nodes}
+    local = {}
+    for t, idx in keep.items():
+        m = torch.full((out.node[t].numel(),), -1, dtype=torch.int64)
+        m[idx] = torch.arange(idx.numel())
+        local[t] = m
+    nodes = {t: out.node[t][keep[t]].tolist() for t in num_nodes}
+    rows, cols, eids = {}, {}, {}
+    for e in ei:
+        src, _, dst = e
+        mine = out.batch[dst][out.col[e]] == b
+        assert torch.equal(mine, out.batch[src][out.row[e]] == b)  # no edge joins two subgraphs
+        rows[e] = local[src][out.row[e][mine]].tolist()
+        cols[e] = local[dst][out.col[e][mine]].tolist()
+        eids[e] = out.edge[e][mine].tolist()
+    return nodes, rows, cols, eids
+
+
+def test_disjoint_gives_each_seed_its_own_subgraph():
+    num_nodes, ei = random_hetero(8)
+    seeds = [5, 12, 5, 40]  # a repeated seed grows two subgraphs
+    out = make_sampler(num_nodes, ei, [-1, -1], disjoint=True).sample("paper", torch.tensor(seeds), seed=4)
+    assert out.batch["paper"][:4].tolist() == [0, 1, 2, 3]
+    assert out.node["paper"][:4].tolist() == seeds
+    for b, s in enumerate(seeds):
+        assert per_seed(out, num_nodes, ei, b) == reference_full(num_nodes, ei, "paper", [s], 2)
+    for t in num_nodes:  # a node is new once per subgraph
+        pairs = torch.stack([out.batch[t], out.node[t]])
+        assert pairs.unique(dim=1).shape[1] == out.node[t].numel()
+        assert sum(out.num_sampled_nodes[t]) == out.node[t].numel()
+    # sampled fan-outs: still real edges inside one subgraph, at most k per frontier position
+    sampler = make_sampler(num_nodes, ei, [2, 2], disjoint=True)
+    out = sampler.sample("paper", torch.tensor(seeds), seed=4)
+    for b in range(len(seeds)):
+        _, rows, cols, eids = per_seed(out, num_nodes, ei, b)
+        for e in ei:
+            assert torch.bincount(torch.tensor(cols[e], dtype=torch.int64)).max().item() <= 2 if cols[e] else True
+    for e, v in ei.items():
+        src, _, dst = e
+        assert torch.equal(v[:, out.edge[e]], torch.stack([out.node[src][out.row[e]], out.node[dst][out.col[e]]]))
+    again = sampler.sample("paper", torch.tensor(seeds), seed=4)
+    assert all(torch.equal(again.batch[t], out.batch[t]) and torch.equal(again.node[t], out.node[t])
+               for t in num_nodes)
+    with pytest.raises(ValueError, match="induced=True with disjoint=True is not accepted"):
+        make_sampler(num_nodes, ei, [2], disjoint=True, induced=True)
