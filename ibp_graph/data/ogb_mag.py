@@ -102,6 +102,59 @@ def _edge_source(path: Path, num_src: int, num_dst: int, chunk_rows: int):
     return chunks
 
 
+def _write_rows(path: Path, shape: tuple[int, int], dtype, blocks, where: Path, progress: bool) -> None:
+    """A (rows, dim) .npy at `path` from row blocks, checked against `shape` (a DamagedOGBFileError names `where`)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    n = shape[0]
+    x = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
+    pos = 0
+    bar = progress_bar(n, f"{path.parent.name} features", progress)
+    for block in blocks:
+        if block.ndim != 2 or block.shape[1] != shape[1] or pos + block.shape[0] > n:
+            raise DamagedOGBFileError(where, f"rows {pos}.. have shape {block.shape[1:]} (expected ({shape[1]},)) "
+                                             f"or there are more than {n} rows")
+        x[pos:pos + block.shape[0]] = block
+        pos += block.shape[0]
+        bar.update(block.shape[0])
+    bar.close()
+    if pos != n:
+        raise DamagedOGBFileError(where, f"it has {pos} rows; expected {n} (one per node)")
+    del x
+
+
+def _write_labels(path: Path, n: int, blocks, num_classes: int, where: Path) -> np.ndarray:
+    """y.npy (int64, -1 unlabeled) from label blocks (float with NaN for unlabeled, or int); returns it."""
+    y = np.empty(n, dtype=np.int64)
+    pos = 0
+    for block in blocks:
+        if pos + block.shape[0] > n:
+            raise DamagedOGBFileError(where, f"it has more than {n} labels")
+        y[pos:pos + block.shape[0]] = _labels_to_int(block, num_classes, str(where))
+        pos += block.shape[0]
+    if pos != n:
+        raise DamagedOGBFileError(where, f"it has {pos} labels; expected {n} (one per node)")
+    np.save(path, y)
+    return y
+
+
+def _write_splits(directory: Path, y: np.ndarray, parts: dict) -> dict[str, int]:
+    """split/<part>.npy for {part: (node ids, the file they came from)}: labeled nodes only; returns the sizes."""
+    (directory / "split").mkdir()
+    n, sizes = y.shape[0], {}
+    for part, (idx, where) in parts.items():
+        idx = np.asarray(idx).reshape(-1)
+        if idx.dtype.kind not in "iu":
+            raise DamagedOGBFileError(where, f"its {part} ids are {idx.dtype}; expected integers")
+        idx = idx.astype(np.int64)
+        if idx.size and (idx.min() < 0 or idx.max() >= n):
+            raise DamagedOGBFileError(where, f"it names paper {idx.min() if idx.min() < 0 else idx.max()}, "
+                                             f"outside [0, {n})")
+        idx = idx[y[idx] >= 0]
+        np.save(directory / "split" / f"{part}.npy", idx)
+        sizes[part] = idx.shape[0]
+    return sizes
+
+
 def prepare(root: PathLike, out: Optional[PathLike] = None, *, store: bool = True, codec: CodecSpec = "auto",
             progress: bool = True, chunk_rows: int = CHUNK_ROWS, keep_complete: bool = False) -> Path:
     """Convert OGB's raw ogbn-mag under `root` into a heterogeneous prepared folder (default
@@ -129,51 +182,20 @@ def prepare(root: PathLike, out: Optional[PathLike] = None, *, store: bool = Tru
                                         num_nodes[et[2]], chunk_rows) for et in EDGE_TYPES}
             edge_types = write_relations(tmp, sources, num_nodes, dedup_bipartite=False, progress=progress)
 
-            # ---- paper features
+            # ---- paper features, labels, splits
             feat_path = raw / "node-feat" / TARGET / "node-feat.csv.gz"
             first = next(_csv_chunks(feat_path, np.float32, 1), None)
             if first is None:
                 raise DamagedOGBFileError(feat_path, "it is empty")
-            (tmp / "nodes" / TARGET).mkdir(parents=True)
-            x = np.lib.format.open_memmap(tmp / "nodes" / TARGET / "x.npy", mode="w+", dtype=np.float32,
-                                          shape=(n, first.shape[1]))
-            pos = 0
-            bar = progress_bar(n, "paper features", progress)
-            for block in _csv_chunks(feat_path, np.float32, chunk_rows):
-                if block.shape[1] != x.shape[1] or pos + block.shape[0] > n:
-                    raise DamagedOGBFileError(feat_path, f"rows {pos}.. have {block.shape[1]} columns (expected "
-                                                         f"{x.shape[1]}) or there are more than {n} rows")
-                x[pos:pos + block.shape[0]] = block
-                pos += block.shape[0]
-                bar.update(block.shape[0])
-            bar.close()
-            if pos != n:
-                raise DamagedOGBFileError(feat_path, f"it has {pos} rows; num-node-dict.csv.gz lists {n} papers")
-            del x
-
-            # ---- labels and splits
+            _write_rows(tmp / "nodes" / TARGET / "x.npy", (n, first.shape[1]), np.float32,
+                        _csv_chunks(feat_path, np.float32, chunk_rows), feat_path, progress)
             label_path = raw / "node-label" / TARGET / "node-label.csv.gz"
-            y = np.empty(n, dtype=np.int64)
-            pos = 0
-            for block in _csv_chunks(label_path, np.float64, chunk_rows):
-                if pos + block.shape[0] > n:
-                    raise DamagedOGBFileError(label_path, f"it has more than {n} labels")
-                y[pos:pos + block.shape[0]] = _labels_to_int(block, NUM_CLASSES, str(label_path))
-                pos += block.shape[0]
-            if pos != n:
-                raise DamagedOGBFileError(label_path, f"it has {pos} labels; num-node-dict.csv.gz lists {n} papers")
-            np.save(tmp / "y.npy", y)
-            (tmp / "split").mkdir()
-            sizes = {}
-            for part in SPLITS:
-                path = src / "split" / "time" / TARGET / f"{part}.csv.gz"
-                idx = np.concatenate([c.reshape(-1) for c in _csv_chunks(path, np.int64)] or [np.zeros(0, np.int64)])
-                if idx.size and (idx.min() < 0 or idx.max() >= n):
-                    raise DamagedOGBFileError(path, f"it names paper {idx.min() if idx.min() < 0 else idx.max()}, "
-                                                    f"outside [0, {n})")
-                idx = idx[y[idx] >= 0]
-                np.save(tmp / "split" / f"{part}.npy", idx.astype(np.int64))
-                sizes[part] = idx.shape[0]
+            y = _write_labels(tmp / "y.npy", n, _csv_chunks(label_path, np.float64, chunk_rows), NUM_CLASSES,
+                              label_path)
+            split_dir = src / "split" / "time" / TARGET
+            sizes = _write_splits(tmp, y, {part: (np.concatenate(
+                [c.reshape(-1) for c in _csv_chunks(split_dir / f"{part}.csv.gz", np.int64)]
+                or [np.zeros(0, np.int64)]), split_dir / f"{part}.csv.gz") for part in SPLITS})
 
             stored = encode_stores(tmp, codec, progress=progress) if store else {}
             meta = write_hetero_meta(tmp, name=NAME, num_classes=NUM_CLASSES, target=TARGET, num_nodes=num_nodes,
