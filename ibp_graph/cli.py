@@ -41,6 +41,7 @@ def _prepare(argv: Sequence[str]) -> int:
                     "splits) and a pre-encoded feature store.")
     p.add_argument("--dataset", required=True,
                    help="ogbn-papers100M, ogbn-products, ogbn-arxiv, ogbn-mag (OGB's raw files under --root), "
+                        "mag240m (OGB-LSC's mag240m_kddcup2021 under --root), "
                         "synthetic (the generated default data set) or synthetic-mag (the generated "
                         "ogbn-mag-like one; sizes of both from --config/--set)")
     p.add_argument("--root", help="OGB: the folder holding OGB's data set folder (e.g. ROOT/ogbn_papers100M/raw); "
@@ -95,7 +96,7 @@ def _prepare(argv: Sequence[str]) -> int:
                 p.error("--root is required for OGB data sets: the folder holding OGB's data set folder")
             ogb.prepare(a.dataset, a.root, a.out, undirected=not a.directed, store=not a.no_store,
                         codec=a.codec, progress=not a.quiet)
-    except (FileNotFoundError, ValueError, NotImplementedError) as e:
+    except (FileNotFoundError, ValueError) as e:
         print(f"ibp-graph prepare: {e}", file=sys.stderr)
         return 1
     return 0

@@ -31,7 +31,7 @@ from .prepared import (PreparedDataset, SPLITS, build_csc, encode_store, progres
                        write_prepared_meta)
 
 __all__ = ["OGBSpec", "OGB_DATASETS", "MissingOGBFilesError", "DamagedOGBFileError", "prepare", "check_files",
-           "dataset_dir", "find_dataset_dir", "check_present", "required_files", "default_prepared_dir"]
+           "dataset_dir", "find_dataset_dir", "check_present", "with_copy_source", "required_files", "default_prepared_dir"]
 
 PathLike = Union[str, os.PathLike]
 _URL = "http://snap.stanford.edu/ogb/data/nodeproppred/"
@@ -87,6 +87,15 @@ def _damaged(path: Path) -> Iterator[None]:
         raise
     except (zipfile.BadZipFile, EOFError, zlib.error, OSError, ValueError, UnicodeDecodeError, KeyError) as e:
         raise DamagedOGBFileError(path, f"{type(e).__name__}: {e}") from None
+
+
+def with_copy_source(e: DamagedOGBFileError, src: Path, url: str, folder: str) -> DamagedOGBFileError:
+    """`e`, naming where a good copy of its file is (in the zip at `url`, under `folder`/) if it names none yet;
+    `src` is the data set folder the file's path is relative to."""
+    if e.source:
+        return e
+    rel = e.path.relative_to(src).as_posix() if e.path.is_relative_to(src) else e.path.name
+    return DamagedOGBFileError(e.path, e.what, f"a good copy is in {url} as {folder}/{rel}")
 
 
 def _spec(name: str) -> OGBSpec:
@@ -386,11 +395,7 @@ def prepare(name: str, root: PathLike, out: Optional[PathLike] = None, *, undire
                                 labeled=labeled, unlabeled_split_nodes_dropped=dropped, **stored)
             replace_dir(tmp, final, keep=PreparedDataset.is_complete if keep_complete else lambda p: False)
     except DamagedOGBFileError as e:
-        if e.source:
-            raise
-        rel = e.path.relative_to(src).as_posix() if e.path.is_relative_to(src) else e.path.name
-        raise DamagedOGBFileError(e.path, e.what, f"a good copy is in {spec.url} as {spec.download_name}/{rel}") \
-            from None
+        raise with_copy_source(e, src, spec.url, spec.download_name) from None
     raw_bytes = int(np.prod(feat_shape)) * feat_dtype.itemsize
     say(f"prepared {name} in {final}: {num_nodes:,} nodes, {num_edges:,} edges"
         f" ({'undirected' if undirected else 'as given'}), x {tuple(feat_shape)} float32, {labeled:,} labeled;"

@@ -19,9 +19,11 @@ checksummed, and checked when opened.
 from __future__ import annotations
 
 import csv
+import functools
 import gzip
 import io
 import os
+import pickle
 import time
 from pathlib import Path
 from typing import Optional, Union
@@ -33,11 +35,12 @@ from ..files import replace_dir, work_dir
 from .hetero import HeteroPreparedDataset, encode_stores, write_hetero_meta, write_relations
 from .maggen import EDGE_TYPES, NODE_TYPES, TARGET
 from .ogb import (CHUNK_ROWS, DamagedOGBFileError, MissingOGBFilesError, _csv_chunks, _damaged, _labels_to_int,
-                  check_present, find_dataset_dir)
+                  check_present, find_dataset_dir, with_copy_source)
 from .prepared import SPLITS, progress_bar
 
 __all__ = ["NAME", "URL", "NUM_CLASSES", "required_files", "dataset_dir", "default_prepared_dir", "check_files",
-           "prepare", "prepare_mag240m", "MAG240M_NUM_NODES", "MAG240M_NUM_CLASSES", "MAG240M_DIM"]
+           "prepare", "prepare_mag240m", "mag240m_dir", "MAG240M_NUM_NODES", "MAG240M_NUM_CLASSES", "MAG240M_DIM",
+           "MAG240M_EDGE_TYPES"]
 
 PathLike = Union[str, os.PathLike]
 NAME = "ogbn-mag"
@@ -87,18 +90,23 @@ def _num_nodes(path: Path) -> dict[str, int]:
     return {t: counts[t] for t in NODE_TYPES}
 
 
+def _checked_edges(path: Path, src: np.ndarray, dst: np.ndarray, num_src: int, num_dst: int,
+                   counts_from: str) -> tuple[np.ndarray, np.ndarray]:
+    """(src, dst), or a DamagedOGBFileError naming `path` when an id is outside its node type's count."""
+    for ids, limit, what in ((src, num_src, "source"), (dst, num_dst, "destination")):
+        if ids.size and (ids.min() < 0 or ids.max() >= limit):
+            bad = ids.min() if ids.min() < 0 else ids.max()
+            raise DamagedOGBFileError(path, f"it names {what} node {bad}, outside [0, {limit}) ({counts_from}'s count)")
+    return src, dst
+
+
 def _edge_source(path: Path, num_src: int, num_dst: int, chunk_rows: int):
     """The (src, dst) chunks of one edge.csv.gz, each checked against the node counts."""
     def chunks():
         for c in _csv_chunks(path, np.int64, chunk_rows):
             if c.shape[1] != 2:
                 raise DamagedOGBFileError(path, f"a line holds {c.shape[1]} values; expected 'src,dst'")
-            for col, limit, what in ((0, num_src, "source"), (1, num_dst, "destination")):
-                if c.shape[0] and (c[:, col].min() < 0 or c[:, col].max() >= limit):
-                    bad = c[:, col].min() if c[:, col].min() < 0 else c[:, col].max()
-                    raise DamagedOGBFileError(path, f"it names {what} node {bad}, outside [0, {limit}) "
-                                                    "(num-node-dict.csv.gz's count)")
-            yield c[:, 0], c[:, 1]
+            yield _checked_edges(path, c[:, 0], c[:, 1], num_src, num_dst, "num-node-dict.csv.gz")
     return chunks
 
 
@@ -155,6 +163,16 @@ def _write_splits(directory: Path, y: np.ndarray, parts: dict) -> dict[str, int]
     return sizes
 
 
+def _summary(name: str, final: Path, meta: dict, sizes: dict, stored: dict, seconds: float) -> str:
+    """The closing line of a preparation: node and edge counts, split sizes, the store's codec and fraction."""
+    num_edges = sum(e[3] for e in meta["edge_types"])
+    nodes = ", ".join(f"{v['num_nodes']:,} {t}" for t, v in meta["node_types"].items())
+    store = (f"paper store ({stored[TARGET]['store_codec']}) {stored[TARGET]['store_fraction']:.4f} of raw"
+             if stored else "no feature store")
+    return (f"prepared {name} in {final}: {nodes}; {num_edges:,} edges of {len(meta['edge_types'])} types; "
+            f"train {sizes['train']:,} / valid {sizes['valid']:,} / test {sizes['test']:,}; {store} in {seconds:.1f} s")
+
+
 def prepare(root: PathLike, out: Optional[PathLike] = None, *, store: bool = True, codec: CodecSpec = "auto",
             progress: bool = True, chunk_rows: int = CHUNK_ROWS, keep_complete: bool = False) -> Path:
     """Convert OGB's raw ogbn-mag under `root` into a heterogeneous prepared folder (default
@@ -202,21 +220,13 @@ def prepare(root: PathLike, out: Optional[PathLike] = None, *, store: bool = Tru
                                      edge_types=edge_types, source={"ogb": NAME, "raw": str(src), "url": URL})
             replace_dir(tmp, final, keep=HeteroPreparedDataset.is_complete if keep_complete else lambda p: False)
     except DamagedOGBFileError as e:
-        if e.source:
-            raise
-        rel = e.path.relative_to(src).as_posix() if e.path.is_relative_to(src) else e.path.name
-        raise DamagedOGBFileError(e.path, e.what, f"a good copy is in {URL} as {_DOWNLOAD_NAME}/{rel}") from None
-    num_edges = sum(e[3] for e in meta["edge_types"])
-    say(f"prepared {NAME} in {final}: " + ", ".join(f"{v:,} {t}" for t, v in num_nodes.items())
-        + f"; {num_edges:,} edges of {len(edge_types)} types; train {sizes['train']:,} / valid {sizes['valid']:,}"
-          f" / test {sizes['test']:,}"
-        + (f"; paper store ({stored[TARGET]['store_codec']}) {stored[TARGET]['store_fraction']:.4f} of raw"
-           if store else "; no feature store") + f" in {time.perf_counter() - t0:.1f} s", flush=True)
+        raise with_copy_source(e, src, URL, _DOWNLOAD_NAME) from None
+    say(_summary(NAME, final, meta, sizes, stored, time.perf_counter() - t0), flush=True)
     return final
 
 
 # ---------------------------------------------------------------------------------------------
-# MAG240M (OGB-LSC): the layout is known; converting it is not implemented yet
+# MAG240M (OGB-LSC): mag240m_kddcup2021/, numpy arrays and two small torch pickles
 
 MAG240M_NAME = "mag240m"
 #: where OGB-LSC publishes MAG240M (a zip with the top folder mag240m_kddcup2021/; 202 GB unzipped).
@@ -225,32 +235,131 @@ MAG240M_URL = "https://dgl-data.s3-accelerate.amazonaws.com/dataset/OGB-LSC/mag2
 MAG240M_NUM_NODES = {"paper": 121_751_666, "author": 122_383_112, "institution": 25_721}
 MAG240M_NUM_CLASSES = 153
 MAG240M_DIM = 768
+#: MAG240M's edge types (processed/<src>___<rel>___<dst>/edge_index.npy).
+MAG240M_EDGE_TYPES = (("author", "affiliated_with", "institution"), ("author", "writes", "paper"),
+                      ("paper", "cites", "paper"))
 _MAG240M_DIR = "mag240m_kddcup2021"
-_MAG240M_FILES = ("meta.pt", "split_dict.pt", "processed/paper/node_feat.npy", "processed/paper/node_label.npy",
-                  "processed/paper/node_year.npy", "processed/author___writes___paper/edge_index.npy",
-                  "processed/author___affiliated_with___institution/edge_index.npy",
-                  "processed/paper___cites___paper/edge_index.npy")
+_MAG240M_FILES = ("meta.pt", "split_dict.pt", "processed/paper/node_feat.npy", "processed/paper/node_label.npy") + \
+    tuple(f"processed/{'___'.join(et)}/edge_index.npy" for et in MAG240M_EDGE_TYPES)
+
+
+def mag240m_dir(root: PathLike) -> Path:
+    """MAG240M's folder under `root`: ROOT itself (holding processed/) or ROOT/mag240m_kddcup2021."""
+    root = Path(root)
+    return root if (root / "processed").is_dir() else root / _MAG240M_DIR
+
+
+def _torch_file(path: Path) -> dict:
+    """A torch.save'd dict of ints or id arrays, read without unpickling anything else (weights_only, numpy
+    arrays allowed under the names numpy 1 and 2 pickle them by)."""
+    import torch
+
+    reconstruct = np.ndarray.__reduce__(np.zeros(1))[0]  # numpy's array reconstructor, whatever its module
+    allowed = [reconstruct, (reconstruct, "numpy.core.multiarray._reconstruct"),
+               (reconstruct, "numpy._core.multiarray._reconstruct"), np.ndarray, np.dtype]
+    allowed += [type(np.dtype(t)) for t in ("i2", "i4", "i8", "u4", "u8", "f4", "f8")]
+    with _damaged(path), torch.serialization.safe_globals(allowed):
+        try:
+            value = torch.load(path, map_location="cpu", weights_only=True)
+        except (pickle.UnpicklingError, RuntimeError) as e:  # torch's "Weights only load failed"
+            why = str(e).split("WeightsUnpickler error:")[-1].strip().split("\n")[0][:200]
+            raise DamagedOGBFileError(path, f"it holds objects other than ints and arrays ({why})") from None
+    if not isinstance(value, dict):
+        raise DamagedOGBFileError(path, f"it holds a {type(value).__name__}; expected a dict")
+    return value
+
+
+def _npy(path: Path) -> np.ndarray:
+    with _damaged(path):
+        return np.load(path, mmap_mode="r", allow_pickle=False)
 
 
 def prepare_mag240m(root: PathLike, out: Optional[PathLike] = None, *, store: bool = True,
-                    codec: CodecSpec = "auto", progress: bool = True) -> Path:
-    """MAG240M (OGB-LSC's mag240m_kddcup2021 layout) -> a heterogeneous prepared folder: not implemented yet.
+                    codec: CodecSpec = "auto", progress: bool = True, chunk_rows: int = CHUNK_ROWS,
+                    keep_complete: bool = False) -> Path:
+    """Convert MAG240M (OGB-LSC's mag240m_kddcup2021 layout) into a heterogeneous prepared folder (default
+    <folder>/ibp_prepared); return it.
 
-    Checks the files first (a MissingOGBFilesError names each missing one and the URL),
-    then raises NotImplementedError naming what is missing in this reader.
+    Reads meta.pt (node counts, classes) and split_dict.pt (train/valid/test paper ids)
+    without unpickling arbitrary objects, processed/paper/node_feat.npy (float16,
+    memory-mapped: hard-linked into the folder when it is on the same file system, else
+    copied in chunks), node_label.npy (NaN: unlabeled) and the three edge types'
+    edge_index.npy, streamed; cites is made undirected and writes/affiliated_with gain
+    their reverse types, as for ogbn-mag. Splits keep labeled papers only (MAG240M's
+    test labels are hidden, so its test split is empty). Authors and institutions have no
+    features.
     """
     if isinstance(codec, str):
         check_kind(codec, "codec")
-    root = Path(root)
-    d = root if (root / "processed").is_dir() else root / _MAG240M_DIR
-    missing = [f for f in _MAG240M_FILES if not (d / f).is_file()]
-    if missing:
-        lines = "\n".join(f"  {d / f}" for f in missing)
-        raise MissingOGBFilesError(f"{MAG240M_NAME}: {len(missing)} file(s) missing under {d}:\n{lines}\n"
-                                   f"Download {MAG240M_URL} and unzip it in {root} (or run OGB-LSC's "
-                                   f"MAG240MDataset(root=...) once where there is internet and pass that root).")
-    raise NotImplementedError(
-        f"preparing {MAG240M_NAME} from {d} is not implemented: this reader does not yet read meta.pt and "
-        "split_dict.pt (torch pickles; they must be read without unpickling arbitrary objects) nor serve "
-        "processed/paper/node_feat.npy (174 GiB float16) in place instead of copying it; "
-        "configs/mag240m.yaml documents the layout and the memory a run needs")
+    src = mag240m_dir(root)
+    check_present(MAG240M_NAME, root, src, list(_MAG240M_FILES), MAG240M_URL, _MAG240M_DIR, _MAG240M_DIR)
+    final = Path(out) if out is not None else src / "ibp_prepared"
+    try:
+        return _prepare_mag240m(src, final, store, codec, progress, chunk_rows, keep_complete)
+    except DamagedOGBFileError as e:
+        raise with_copy_source(e, src, MAG240M_URL, _MAG240M_DIR) from None
+
+
+def _prepare_mag240m(src: Path, final: Path, store: bool, codec: CodecSpec, progress: bool, chunk_rows: int,
+                     keep_complete: bool) -> Path:
+    t0 = time.perf_counter()
+    with work_dir(final) as tmp:
+        meta_pt = _torch_file(src / "meta.pt")
+        num_nodes = {}
+        for t in ("paper", "author", "institution"):
+            v = meta_pt.get(t)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise DamagedOGBFileError(src / "meta.pt", f"{t}={v!r}; expected a node count")
+            num_nodes[t] = v
+        num_classes = meta_pt.get("num_classes", MAG240M_NUM_CLASSES)
+        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
+            raise DamagedOGBFileError(src / "meta.pt", f"num_classes={num_classes!r}; expected an integer >= 1")
+        n = num_nodes["paper"]
+
+        sources = {}
+        for et in MAG240M_EDGE_TYPES:
+            path = src / "processed" / "___".join(et) / "edge_index.npy"
+            ei = _npy(path)
+            if ei.ndim != 2 or ei.shape[0] != 2 or ei.dtype.kind not in "iu":
+                raise DamagedOGBFileError(path, f"it holds {ei.dtype} {ei.shape}; expected integer (2, num_edges)")
+            sources[et] = functools.partial(_npy_edges, path, ei, num_nodes[et[0]], num_nodes[et[2]], chunk_rows)
+        edge_types = write_relations(tmp, sources, num_nodes, dedup_bipartite=False, progress=progress)
+
+        feat_path = src / "processed" / "paper" / "node_feat.npy"
+        feat = _npy(feat_path)
+        if feat.ndim != 2 or feat.shape[0] != n or not feat.flags.c_contiguous:
+            raise DamagedOGBFileError(feat_path, f"it holds {feat.dtype} {feat.shape}; expected C-ordered ({n}, dim)")
+        x_path = tmp / "nodes" / TARGET / "x.npy"
+        x_path.parent.mkdir(parents=True)
+        try:
+            os.link(feat_path, x_path)  # 174 GiB: shared with OGB-LSC's file, not copied (checksummed below)
+        except OSError:
+            _write_rows(x_path, feat.shape, feat.dtype, (feat[i:i + chunk_rows] for i in range(0, n, chunk_rows)),
+                        feat_path, progress)
+        label_path = src / "processed" / "paper" / "node_label.npy"
+        labels = _npy(label_path)
+        y = _write_labels(tmp / "y.npy", n, (labels[i:i + chunk_rows] for i in range(0, labels.shape[0], chunk_rows)),
+                          num_classes, label_path)
+        split_pt = _torch_file(src / "split_dict.pt")
+        parts = {"train": "train", "valid": "valid", "test": "test" if "test" in split_pt else "test-whole"}
+        missing = [k for k in parts.values() if k not in split_pt]
+        if missing:
+            raise DamagedOGBFileError(src / "split_dict.pt", f"it lacks {missing}; it holds {sorted(split_pt)}")
+        sizes = _write_splits(tmp, y, {p: (np.asarray(split_pt[k]), src / "split_dict.pt") for p, k in parts.items()})
+
+        stored = encode_stores(tmp, codec, progress=progress) if store else {}
+        meta = write_hetero_meta(tmp, name=MAG240M_NAME, num_classes=num_classes, target=TARGET, num_nodes=num_nodes,
+                                 edge_types=edge_types, source={"ogb-lsc": MAG240M_NAME, "raw": str(src),
+                                                                "url": MAG240M_URL})
+        replace_dir(tmp, final, keep=HeteroPreparedDataset.is_complete if keep_complete else lambda p: False)
+    if progress:
+        print(_summary(MAG240M_NAME, final, meta, sizes, stored, time.perf_counter() - t0), flush=True)
+    return final
+
+
+def _npy_edges(path: Path, ei: np.ndarray, num_src: int, num_dst: int, chunk: int):
+    """(src, dst) chunks of a memory-mapped (2, E) edge_index, checked against the node counts."""
+    for lo in range(0, ei.shape[1], chunk):
+        with _damaged(path):
+            src, dst = np.asarray(ei[0, lo:lo + chunk], np.int64), np.asarray(ei[1, lo:lo + chunk], np.int64)
+        yield _checked_edges(path, src, dst, num_src, num_dst, "meta.pt")

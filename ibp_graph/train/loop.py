@@ -159,7 +159,9 @@ def _prepared_path(cfg) -> Path:
 
         return ogb_mag.default_prepared_dir(cfg.root)
     if cfg.name == "mag240m":
-        return Path(cfg.root) / "mag240m_kddcup2021" / "ibp_prepared"
+        from ..data import ogb_mag
+
+        return ogb_mag.mag240m_dir(cfg.root) / "ibp_prepared"
     from ..data import ogb
 
     return ogb.default_prepared_dir(cfg.name, cfg.root)
@@ -186,7 +188,7 @@ def _prepare(cfg, path: Path, *, progress: bool) -> None:
         elif cfg.name == "ogbn-mag":
             ogb_mag.prepare(cfg.root, path, store=cfg.store, progress=progress, keep_complete=True)
         else:
-            ogb_mag.prepare_mag240m(cfg.root, path, store=cfg.store, progress=progress)
+            ogb_mag.prepare_mag240m(cfg.root, path, store=cfg.store, progress=progress, keep_complete=True)
         return
     if PreparedDataset.is_complete(path):  # prepared with --no-store: make only the store, regenerate nothing
         add_store(path, progress=progress)
@@ -418,7 +420,7 @@ def main_config(cfg: Config, *, baseline: bool = False) -> int:
     messages, exit status. (The whole config is validated first, before any data is touched.)"""
     try:
         run(cfg, baseline=baseline)
-    except (FileNotFoundError, ValueError, ImportError, NotImplementedError) as e:
+    except (FileNotFoundError, ValueError, ImportError) as e:
         print(f"ibp-graph train: {e}", file=sys.stderr)
         return 1
     finally:

@@ -182,3 +182,80 @@ def test_prepare_refuses_options_that_do_not_apply_to_mag(tmp_path, capsys):
         cli(["prepare", "--dataset", "ogbn-mag", "--root", str(tmp_path), "--set", "data.mag.num_papers=5"])
     assert "--config and --set apply to --dataset synthetic and synthetic-mag only" in capsys.readouterr().err
     assert not (tmp_path / "ogbn_mag" / "ibp_prepared").exists()
+
+
+MAG240M_COUNTS = {"paper": 300, "author": 350, "institution": 9}
+
+
+def write_mag240m(root: Path, seed: int = 1, numpy1_names: bool = False) -> dict:
+    """A miniature MAG240M under root/mag240m_kddcup2021 (OGB-LSC's layout); `numpy1_names` pickles the split
+    arrays the way numpy 1 did (numpy.core.multiarray._reconstruct), as the published split_dict.pt is."""
+    from ibp_graph.data.ogb_mag import MAG240M_EDGE_TYPES
+
+    rng = np.random.default_rng(seed)
+    d = root / "mag240m_kddcup2021"
+    (d / "processed" / "paper").mkdir(parents=True)
+    n = MAG240M_COUNTS["paper"]
+    torch.save({**MAG240M_COUNTS, "num_classes": 153}, d / "meta.pt")
+    x = (rng.standard_normal((n, 16)) * 0.1).astype(np.float16)
+    y = rng.integers(0, 153, n).astype(np.float32)
+    perm = rng.permutation(n)
+    split = {"train": np.sort(perm[:200]), "valid": np.sort(perm[200:240]), "test": np.sort(perm[240:])}
+    y[split["test"]] = np.nan  # hidden, as in the published files
+    y[perm[:10]] = np.nan  # a few unlabeled training papers: dropped from the split
+    np.save(d / "processed" / "paper" / "node_feat.npy", x)
+    np.save(d / "processed" / "paper" / "node_label.npy", y)
+    np.save(d / "processed" / "paper" / "node_year.npy", rng.integers(2000, 2021, n))
+    edges = {}
+    for et, m in zip(MAG240M_EDGE_TYPES, (200, 900, 1500)):
+        ei = np.stack([rng.integers(0, MAG240M_COUNTS[et[0]], m), rng.integers(0, MAG240M_COUNTS[et[2]], m)])
+        if et[0] != et[2]:
+            ei = np.unique(ei, axis=1)
+        (d / "processed" / "___".join(et)).mkdir()
+        np.save(d / "processed" / "___".join(et) / "edge_index.npy", ei)
+        edges[et] = ei
+    reconstruct = np.ndarray.__reduce__(np.zeros(1))[0]
+    module = reconstruct.__module__
+    try:
+        if numpy1_names:
+            reconstruct.__module__ = "numpy.core.multiarray"
+        torch.save(split, d / "split_dict.pt")
+    finally:
+        reconstruct.__module__ = module
+    return {"x": x, "y": y, "split": split, "edges": edges}
+
+
+@pytest.mark.parametrize("numpy1_names", [False, True])
+def test_mag240m_miniature_prepares_like_ogb_lsc_reads_it(tmp_path, capsys, numpy1_names):
+    wrote = write_mag240m(tmp_path, numpy1_names=numpy1_names)
+    if numpy1_names:
+        assert b"numpy.core.multiarray" in (tmp_path / "mag240m_kddcup2021" / "split_dict.pt").read_bytes()
+    out = ogb_mag.prepare_mag240m(tmp_path, progress=True)
+    assert "prepared mag240m" in capsys.readouterr().out
+    ds = HeteroPreparedDataset.load(out, verify="full")
+    assert ds.num_nodes_dict == MAG240M_COUNTS and ds.num_classes == 153 and len(ds.edge_types) == 5
+    assert ds.x.dtype == torch.float16 and torch.equal(ds.x, torch.from_numpy(wrote["x"]))
+    y = wrote["y"]
+    assert torch.equal(ds.y, torch.from_numpy(np.where(np.isnan(y), -1, np.nan_to_num(y)).astype(np.int64)))
+    assert torch.equal(ds.split["train"], torch.from_numpy(wrote["split"]["train"][~np.isnan(y[wrote["split"]["train"]])]))
+    assert ds.split["test"].numel() == 0 and ds.split["valid"].numel() == 40  # test labels are hidden
+    for et, ei in wrote["edges"].items():
+        got = edge_index(ds.relations[et])
+        if et[0] == et[2]:
+            ei = np.concatenate([ei, ei[::-1]], 1)
+        assert _pairs(got) == set(map(tuple, ei.T.tolist())), et
+    assert torch.equal(ds.store().decode_rows(torch.arange(300)), ds.x)
+
+
+def test_mag240m_refuses_pickled_objects_and_names_missing_files(tmp_path):
+    write_mag240m(tmp_path)
+    (tmp_path / "mag240m_kddcup2021" / "processed" / "paper" / "node_label.npy").unlink()
+    with pytest.raises(MissingOGBFilesError, match=r"processed/paper/node_label.npy.*mag240m_kddcup2021.zip"):
+        ogb_mag.prepare_mag240m(tmp_path, progress=False)
+    write_mag240m(tmp_path / "b")
+    import datetime
+
+    torch.save({"train": datetime.date(2021, 3, 15)}, tmp_path / "b" / "mag240m_kddcup2021" / "split_dict.pt")
+    with pytest.raises(DamagedOGBFileError, match="split_dict.pt is damaged: it holds objects other than .*"
+                                                  "a good copy is in https://dgl-data"):
+        ogb_mag.prepare_mag240m(tmp_path / "b", progress=False)
