@@ -254,6 +254,9 @@ def _torch_file(path: Path) -> dict:
     arrays allowed under the names numpy 1 and 2 pickle them by)."""
     import torch
 
+    if not hasattr(torch.serialization, "safe_globals"):
+        raise ImportError(f"reading {path} safely needs torch >= 2.5 (torch.serialization.safe_globals); this is "
+                          f"torch {torch.__version__}")
     reconstruct = np.ndarray.__reduce__(np.zeros(1))[0]  # numpy's array reconstructor, whatever its module
     allowed = [reconstruct, (reconstruct, "numpy.core.multiarray._reconstruct"),
                (reconstruct, "numpy._core.multiarray._reconstruct"), np.ndarray, np.dtype]
