@@ -23,7 +23,8 @@ from ibp_graph.loaders import _common
 from ibp_graph.pipeline.batch import DecodedBatch
 from ibp_graph.pipeline.codec_setup import CODEC_NAMES, CodecSpec, build_codecs
 from ibp_graph.pipeline.grouping import GroupKey
-from ibp_graph.pipeline.hetero_worker import INPUT_ID, HeteroBatchProducer, HeteroSampleOnly, edge_name, node_name
+from ibp_graph.pipeline.hetero_worker import (INPUT_ID, SEED_TIME, HeteroBatchProducer, HeteroSampleOnly, edge_name,
+                                              node_name)
 from ibp_graph.pipeline.requests import BatchRequests
 from ibp_graph.pipeline.type_codecs import split_row_groups
 from ibp_graph.sampling.hetero import EdgeType, HeteroNeighborSampler, HeteroSamplerOutput, TypedCSC
@@ -60,8 +61,12 @@ class CompressedHeteroNeighborLoader(DataLoader, AffinityMixin, MultithreadingMi
     (node ids may repeat across subgraphs; each node type gets ``batch``, its nodes' seeds;
     not with "induced", as in PyG). ``filter_per_worker=False`` keeps only the
     sampling in the workers and gathers and encodes in the main process (None, the default,
-    and True do it all in the workers); the batches are the same. Options this loader
-    cannot honour (temporal and weighted sampling, a custom `neighbor_sampler`) raise
+    and True do it all in the workers); the batches are the same. `time_attr` (a node-level
+    or edge-level attribute) makes sampling temporal as in PyG: disjoint, each seed's
+    neighbours no later than its time (`input_time`, else its node's `time_attr`), drawn
+    by `temporal_strategy` ("uniform" or "last"); batches then carry ``batch`` per node
+    type and, with `input_time`, ``seed_time`` on the input type. Options this loader
+    cannot honour (weighted sampling, a custom `neighbor_sampler`) raise
     NotImplementedError naming them.
 
     Each batch is a HeteroData with, per node type, the gathered node attributes, ``n_id``
@@ -106,14 +111,15 @@ class CompressedHeteroNeighborLoader(DataLoader, AffinityMixin, MultithreadingMi
         subgraph_type = getattr(subgraph_type, "value", subgraph_type)  # PyG's SubgraphType enum
         if subgraph_type not in _SUBGRAPH_TYPES:
             raise ValueError(f"subgraph_type={subgraph_type!r} is not accepted; use one of {_SUBGRAPH_TYPES}")
-        _refuse_options(input_time=input_time, temporal_strategy=temporal_strategy, time_attr=time_attr,
-                        weight_attr=weight_attr, neighbor_sampler=neighbor_sampler)
+        _refuse_options(weight_attr=weight_attr, neighbor_sampler=neighbor_sampler)
+        if input_time is not None and time_attr is None:
+            raise ValueError("input_time is set while time_attr is not; accepted: input_time together with "
+                             "time_attr (the seeds' times for temporal sampling)")
         if not isinstance(disjoint, bool):
             raise TypeError(f"disjoint={disjoint!r} is not accepted; use a bool")
         if disjoint and subgraph_type == "induced":
             raise ValueError("disjoint=True with subgraph_type='induced' is not accepted (nor by PyG); "
                              "use one of them")
-        self.disjoint = disjoint
         if filter_per_worker not in (None, True, False):
             raise ValueError(f"filter_per_worker={filter_per_worker!r} is not accepted; use None, True or False")
         # None: in the workers (the compression's work belongs there; batches are the same either way)
@@ -127,16 +133,26 @@ class CompressedHeteroNeighborLoader(DataLoader, AffinityMixin, MultithreadingMi
         if not isinstance(data, HeteroData):
             raise TypeError(f"data must be a torch_geometric.data.HeteroData, got {type(data).__name__}")
         self.data = data
-        graph = _HeteroGraph(data)
+        graph = _HeteroGraph(data, time_attr)
         self._graph = graph
         values, default = (num_neighbors.values, num_neighbors.default) \
             if isinstance(num_neighbors, NumNeighbors) else (num_neighbors, None)
         if isinstance(values, Mapping):  # PyG's EdgeTypeStr keys are strings "src__rel__dst"
             values = {tuple(k.split("__")) if isinstance(k, str) else k: v for k, v in values.items()}
+        if (graph.node_time is not None or graph.edge_time is not None) and subgraph_type == "induced":
+            raise ValueError("time_attr with subgraph_type='induced' is not accepted (nor by PyG): temporal "
+                             "sampling is disjoint")
         self.node_sampler = HeteroNeighborSampler(graph.num_nodes, graph.csc, values, default=default,
                                                   replace=replace, induced=subgraph_type == "induced",
-                                                  disjoint=disjoint)
+                                                  disjoint=disjoint, node_time=graph.node_time,
+                                                  edge_time=graph.edge_time, temporal_strategy=temporal_strategy)
+        self.disjoint = self.node_sampler.disjoint  # temporal sampling is disjoint (as PyG)
         self.input_type, self.input_nodes, input_ids = _input_nodes(input_nodes, graph.num_nodes)
+        self.input_time = _input_time(input_time, self.input_nodes)
+        if self.node_sampler.temporal and self.input_time is None and (
+                graph.node_time is None or self.input_type not in graph.node_time):
+            raise ValueError(f"time_attr={time_attr!r} gives {self.input_type!r} nodes no time; accepted: "
+                             "input_time with the seeds' times")
 
         batch_size = kwargs.pop("batch_size", 1)
         shuffle = kwargs.pop("shuffle", False)
@@ -153,10 +169,11 @@ class CompressedHeteroNeighborLoader(DataLoader, AffinityMixin, MultithreadingMi
         _common.warm_up(self._codecs, self.device)
         self._stage, self.stats = _common.decode_stage(self._codecs, self.device, prefetch)
         if self.input_nodes.numel():  # compile the sampler here too (a fixed seed: no RNG touched)
-            self.node_sampler.sample(self.input_type, self.input_nodes[:2], seed=0)
+            self.node_sampler.sample(self.input_type, self.input_nodes[:2], seed=0,
+                                     seed_time=None if self.input_time is None else self.input_time[:2])
         self._producer = producer = HeteroBatchProducer(self.node_sampler, self.input_type, self.input_nodes,
                                        graph.node_attrs, graph.edge_attrs, self._codecs,
-                                       input_ids=input_ids, typed_groups=self._typed,
+                                       input_ids=input_ids, input_time=self.input_time, typed_groups=self._typed,
                                        post_sample=_post_sample(subgraph_type, transform_sampler_output))
         kwargs.setdefault("pin_memory", self.device.type == "cuda")
         # filtering in the main process: the batches are pinned here once built (the DataLoader's
@@ -223,6 +240,8 @@ class CompressedHeteroNeighborLoader(DataLoader, AffinityMixin, MultithreadingMi
                 store.num_sampled_edges = meta["edges_per_hop"][e]
         inputs = out[self.input_type]
         inputs.input_id = batch[INPUT_ID]
+        if self.input_time is not None:
+            inputs.seed_time = batch[SEED_TIME]
         inputs.batch_size = meta["num_seeds"]
         return self.transform(out) if self.transform is not None else out
 
@@ -247,8 +266,7 @@ _SUBGRAPH_TYPES = ("directional", "bidirectional", "induced")
 
 def _refuse_options(**given) -> None:
     """NotImplementedError naming every option given a value this loader cannot honour."""
-    honoured = {"input_time": None, "temporal_strategy": "uniform", "time_attr": None,
-                "weight_attr": None, "neighbor_sampler": None}
+    honoured = {"weight_attr": None, "neighbor_sampler": None}
     bad = []
     for k, accepted in honoured.items():
         ok = given[k] in accepted if isinstance(accepted, tuple) else (given[k] is accepted or given[k] == accepted)
@@ -257,7 +275,7 @@ def _refuse_options(**given) -> None:
     if bad:
         raise NotImplementedError(
             f"CompressedNeighborLoader does not support {', '.join(bad)} for a HeteroData; it samples "
-            "heterogeneous graphs uniformly (no temporal or weighted sampling), with its own sampler")
+            "heterogeneous graphs uniformly or temporally (not weighted), with its own sampler")
 
 
 class _PostSample:
@@ -285,6 +303,17 @@ def _post_sample(subgraph_type: str, transform: Optional[Callable]) -> Optional[
     if subgraph_type != "bidirectional" and transform is None:
         return None
     return _PostSample(subgraph_type == "bidirectional", transform)
+
+
+def _input_time(input_time, input_nodes: torch.Tensor) -> Optional[torch.Tensor]:
+    """NeighborLoader's `input_time`: one time per input node (a CPU tensor), or None."""
+    if input_time is None:
+        return None
+    t = torch.as_tensor(input_time)
+    if t.shape != input_nodes.shape or t.dtype == torch.bool or t.dtype.is_complex:
+        raise ValueError(f"input_time has dtype {t.dtype} and shape {tuple(t.shape)}; accepted: one integer or "
+                         f"float time per input node, shape {tuple(input_nodes.shape)}")
+    return _common.host_table(t, "input_time").contiguous()
 
 
 def _input_nodes(input_nodes, num_nodes: Mapping[str, int]):
@@ -326,11 +355,13 @@ def _input_nodes(input_nodes, num_nodes: Mapping[str, int]):
 
 
 class _HeteroGraph:
-    """What the loader reads from a HeteroData: node counts, a TypedCSC per edge type, the node and
-    edge attributes the workers gather (per type, as CPU tensors or views), everything else as given."""
+    """What the loader reads from a HeteroData: node counts, a TypedCSC per edge type (in-edges in time
+    order for temporal sampling by `time_attr`), the node and edge attributes the workers gather (per
+    type, as CPU tensors or views), everything else as given."""
 
-    def __init__(self, data: HeteroData):
+    def __init__(self, data: HeteroData, time_attr: Optional[str] = None):
         self.node_types, self.edge_types = (list(m) for m in data.metadata())
+        self.node_time, self.edge_time = _times(data, time_attr)
         self.num_nodes: dict[str, int] = {}
         self.num_nodes_set = {t for t in self.node_types if "num_nodes" in data[t]}
         self.node_attrs: dict[str, dict] = {}
@@ -370,8 +401,13 @@ class _HeteroGraph:
             ei = store.edge_index
             ei = torch.from_numpy(ei) if isinstance(ei, np.ndarray) else ei
             try:
-                self.csc[e] = TypedCSC.from_edge_index(ei, self.num_nodes[src], self.num_nodes[dst])
-            except (TypeError, ValueError) as err:
+                time = None
+                if self.node_time is not None and src in self.node_time and ei.shape[1]:
+                    time = self.node_time[src][_common.host_rows(ei[0], "edge_index").numpy()]
+                elif self.edge_time is not None and e in self.edge_time:
+                    time = self.edge_time[e]
+                self.csc[e] = TypedCSC.from_edge_index(ei, self.num_nodes[src], self.num_nodes[dst], time=time)
+            except (TypeError, ValueError, IndexError) as err:
                 raise type(err)(f"data[{e!r}].edge_index: {err}") from None
             num_edges = int(ei.shape[1])
             self.edge_attrs[e], self.edge_other[e] = {}, {}
@@ -397,6 +433,32 @@ class _HeteroGraph:
         nodes = {node_name(t, a): v for t, attrs in self.node_attrs.items() for a, v in attrs.items()}
         edges = {edge_name(e, a): v for e, attrs in self.edge_attrs.items() for a, v in attrs.items()}
         return nodes, edges
+
+
+def _times(data: HeteroData, time_attr: Optional[str]):
+    """(node times per node type, edge times per edge type) of `time_attr`, as numpy arrays; one of
+    them None (PyG: a time attribute is node-level or edge-level), both None without `time_attr`."""
+    if time_attr is None:
+        return None, None
+    if not isinstance(time_attr, str):
+        raise TypeError(f"time_attr={time_attr!r} is not accepted; use None or an attribute name")
+
+    def arr(value, argname):
+        if isinstance(value, torch.Tensor):
+            value = _common.host_table(value, argname).numpy()
+        return np.asarray(value)
+
+    nodes = {t: arr(data[t][time_attr], f"data[{t!r}].{time_attr}") for t in data.node_types
+             if time_attr in data[t]}
+    edges = {e: arr(data[e][time_attr], f"data[{e!r}].{time_attr}") for e in data.edge_types
+             if time_attr in data[e]}
+    if nodes and edges:
+        raise ValueError(f"time_attr={time_attr!r} holds both node-level and edge-level times; accepted: "
+                         "an attribute of node types or of edge types")
+    if not nodes and not edges:
+        raise ValueError(f"time_attr={time_attr!r} is neither a node-level nor an edge-level attribute of "
+                         "the graph")
+    return (nodes, None) if nodes else (None, edges)
 
 
 def _hetero_codecs(graph: _HeteroGraph, codec: CodecSpec):

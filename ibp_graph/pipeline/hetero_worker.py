@@ -41,6 +41,8 @@ def edge_name(edge_type: EdgeType, attr: str) -> str:
 
 #: the tensor of the seeds' ids in a batch (positions into the input nodes, or node ids).
 INPUT_ID = "input_id"
+#: the tensor of the seeds' times in a batch (temporal sampling with given input times).
+SEED_TIME = "seed_time"
 
 
 class HeteroBatchProducer(torch.utils.data.Dataset):
@@ -51,8 +53,9 @@ class HeteroBatchProducer(torch.utils.data.Dataset):
     holds the gathered attributes, ``n_id`` of every node type, ``e_id`` and
     ``edge_index`` (flattened to ``2 * E`` elements: rows then columns, local positions)
     of every edge type, and ``input_id`` (``input_ids[positions]`` when `input_ids` is
-    given, else the positions into the input nodes), and for disjoint sampling ``batch``
-    of every node type (each node's seed). Its `meta` is ``{"num_seeds",
+    given, else the positions into the input nodes), ``seed_time`` when `input_time` (one
+    time per input node) is given, and for disjoint sampling ``batch`` of every node type
+    (each node's seed). Its `meta` is ``{"num_seeds",
     "nodes_per_hop": {t: [...]}, "edges_per_hop": {e: [...]}}`` (None where the sampler
     output has no counts). `typed_groups` maps the flat names of tensors that get a codec
     of their own to their (TYPED) group keys. `post_sample`, when given, maps each sampler
@@ -64,7 +67,7 @@ class HeteroBatchProducer(torch.utils.data.Dataset):
                  node_attrs: Mapping[str, Mapping[str, torch.Tensor]],
                  edge_attrs: Mapping[EdgeType, Mapping[str, torch.Tensor]],
                  codecs: Mapping[GroupKey, Codec], input_ids: Optional[torch.Tensor] = None,
-                 typed_groups: Optional[Mapping[str, GroupKey]] = None,
+                 input_time: Optional[torch.Tensor] = None, typed_groups: Optional[Mapping[str, GroupKey]] = None,
                  post_sample: Optional[Callable[[HeteroSamplerOutput], HeteroSamplerOutput]] = None):
         if input_ids is not None and input_ids.shape != input_nodes.shape:
             raise ValueError(f"input_ids has shape {tuple(input_ids.shape)}; accepted: one id per "
@@ -73,6 +76,7 @@ class HeteroBatchProducer(torch.utils.data.Dataset):
         self.input_type = input_type
         self.input_nodes = input_nodes
         self.input_ids = input_ids
+        self.input_time = input_time
         self.node_attrs = {t: dict(a) for t, a in node_attrs.items()}
         self.edge_attrs = {e: dict(a) for e, a in edge_attrs.items()}
         self.codecs = dict(codecs)
@@ -93,7 +97,8 @@ class HeteroBatchProducer(torch.utils.data.Dataset):
     def sample(self, req: BatchRequest) -> tuple[HeteroSamplerOutput, float]:
         """The batch's sampled subgraph (after `post_sample`) and the seconds it took."""
         t0 = time.perf_counter()
-        out = self.sampler.sample(self.input_type, self.input_nodes[req.index], seed=req.seed)
+        out = self.sampler.sample(self.input_type, self.input_nodes[req.index], seed=req.seed,
+                                  seed_time=None if self.input_time is None else self.input_time[req.index])
         if self.post_sample is not None:
             out = self.post_sample(out)
         return out, time.perf_counter() - t0
@@ -127,6 +132,8 @@ class HeteroBatchProducer(torch.utils.data.Dataset):
             if edges[e] is not None:
                 tensors.setdefault(edge_name(e, "e_id"), edges[e])
         tensors[INPUT_ID] = req.index if self.input_ids is None else self.input_ids[req.index]
+        if self.input_time is not None:
+            tensors[SEED_TIME] = self.input_time[req.index]
         t2 = time.perf_counter()
         meta = {"num_seeds": int(req.index.numel()),
                 "nodes_per_hop": None if out.num_sampled_nodes is None else

@@ -10,9 +10,11 @@ For a row group with tables of two or more attributes, a row sample of each tabl
 cut into a fit half and an evaluation half. A codec fitted on the pooled fit halves and
 one fitted on each table's fit half alone (same `kind`) each encode every table's
 evaluation half; their fractions (bytes sent / raw, offsets included) are weighted by
-the tables' row counts. The group is split, each table becoming a TYPED group with a
-codec of its own (refitted on its whole sample), when the per-table codecs send at
-least ``SPLIT_GAIN`` fewer bytes than the pooled one; otherwise it stays pooled.
+the tables' row counts. The group is split when the per-table codecs send at least
+``SPLIT_GAIN`` fewer bytes than the pooled one: each table becomes a TYPED group with a
+codec of its own, fitted as build_codecs fits a group (on up to DEFAULT_SAMPLE_ROWS of its
+rows). Otherwise the group stays pooled. Tables too small for fit_codec to compress
+(``codec.auto.MIN_BYTES``) measure as identity, so they stay pooled.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from typing import Mapping
 import torch
 
 from ..codec.auto import fit_named
-from ..codec.base import Codec, random_rows
+from ..codec.base import DEFAULT_SAMPLE_ROWS, Codec, random_rows
 from ..data.store import EncodedTable
 from .grouping import GroupKey, group_key, typed_key
 
@@ -78,9 +80,9 @@ def split_row_groups(tables: Mapping[str, torch.Tensor], codecs: Mapping[GroupKe
         if not split:
             continue
         del out[key]
-        for n in names:
+        for i, n in enumerate(names):
             k = typed_key(n, key.torch_dtype, key.row_shape)
-            out[k] = fit_named(samples[n].contiguous(), kind)
+            out[k] = fit_named(random_rows(tables[n], DEFAULT_SAMPLE_ROWS, seed + i).contiguous(), kind)
             typed[n] = k
     return out, typed, report
 

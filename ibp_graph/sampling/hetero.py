@@ -29,6 +29,13 @@ one :class:`HeteroSamplerOutput` is that of pyg-lib's ``hetero_neighbor_sample``
   node is new once *per seed* (so ``node[t]`` may repeat ids, one per subgraph holding
   the node), edges never join two subgraphs, and ``batch[t]`` gives each node's seed
   (its position among the seeds). Everything else is as above.
+* Temporal sampling (``node_time`` per node type or ``edge_time`` per edge type, PyG's
+  ``time_attr``) is disjoint, and draws each frontier position's neighbours only among
+  the in-edges whose source node's (or edge's) time is no later than its seed's time;
+  with ``temporal_strategy="last"`` it takes the latest ``k`` of them instead of ``k`` at
+  random. The in-edges of every temporal edge type are ordered by time
+  (``TypedCSC.from_edge_index(..., time=...)``), so those are a prefix of each
+  neighbourhood, as in pyg-lib; edge types whose sources have no time are not restricted.
 
 Randomness is the counter-based hash of ``sampling.neighbor`` keyed by (seed, hop, edge
 type's position, frontier position): the output depends only on ``seed`` and the inputs,
@@ -50,11 +57,14 @@ from .graph import _as_numpy, _check_int, _counting_sort_by_dst, index_dtype
 from .neighbor import (_check_num_neighbors, _hop_key, _mix64_py, _readonly, _sample_hop_parallel,
                        _sample_hop_serial, _slot, _table_insert, _table_put_seeds)
 
-__all__ = ["EdgeType", "HeteroNeighborSampler", "HeteroSamplerOutput", "TypedCSC",
+__all__ = ["EdgeType", "HeteroNeighborSampler", "HeteroSamplerOutput", "TEMPORAL_STRATEGIES", "TypedCSC",
            "resolve_num_neighbors"]
 
 #: an edge type, as PyG names it: (source node type, relation, destination node type).
 EdgeType = Tuple[str, str, str]
+
+#: how a temporal draw picks among the in-edges no later than its seed: at random, or the latest.
+TEMPORAL_STRATEGIES = ("uniform", "last")
 
 # mixes an edge type's position into a hop's key (an odd constant, unrelated to the golden ratio)
 _TYPE_MIX = 0xD1B54A32D192ED03
@@ -104,6 +114,30 @@ def _induced_edges(indptr, indices, e_id, dst_nodes, table, shift):
     return row, col, eid
 
 
+@numba.njit(cache=True, nogil=True)
+def _temporal_ranges(indptr, pos_time, front, front_time, k, last):
+    """Per frontier position, the in-edges a temporal draw picks from: those no later than the
+    position's seed time (a prefix of its time-sorted neighbourhood), the last k of them for
+    the "last" strategy; as ``[lo0, hi0, lo1, hi1, ...]``."""
+    out = np.empty(2 * front.shape[0], dtype=np.int64)
+    for i in range(front.shape[0]):
+        lo = indptr[front[i]]
+        hi = indptr[front[i] + 1]
+        a, b = lo, hi                            # first position whose time exceeds the seed's
+        while a < b:
+            mid = (a + b) // 2
+            if pos_time[mid] <= front_time[i]:
+                a = mid + 1
+            else:
+                b = mid
+        hi = a
+        if last and k >= 0 and hi - lo > k:
+            lo = hi - k
+        out[2 * i] = lo
+        out[2 * i + 1] = hi
+    return out
+
+
 @dataclass(frozen=True, eq=False)
 class TypedCSC:
     """The edges of one edge type ``(src, rel, dst)``, stored by destination.
@@ -148,16 +182,23 @@ class TypedCSC:
 
     @property
     def num_dst(self) -> int:
+        """Number of destination nodes (``len(indptr) - 1``)."""
         return self.indptr.shape[0] - 1
 
     @property
     def num_edges(self) -> int:
+        """Number of edges of the type."""
         return self.indices.shape[0]
 
     @classmethod
     def from_edge_index(cls, edge_index: Union[torch.Tensor, np.ndarray], num_src: int,
-                        num_dst: int) -> "TypedCSC":
-        """Build from PyG's ``2 x E`` ``edge_index`` of one edge type (row 0: source ids, row 1: destination ids)."""
+                        num_dst: int, time: Optional[np.ndarray] = None) -> "TypedCSC":
+        """Build from PyG's ``2 x E`` ``edge_index`` of one edge type (row 0: source ids, row 1: destination ids).
+
+        With `time` (one value per edge: the edge's time, or its source node's), each
+        destination's in-edges are ordered by it (ties in edge order), as PyG orders them
+        for temporal sampling; otherwise in edge order.
+        """
         num_src = _check_int("num_src", num_src, minimum=0)
         num_dst = _check_int("num_dst", num_dst, minimum=0)
         ei = _as_numpy("edge_index", edge_index)
@@ -175,6 +216,14 @@ class TypedCSC:
         indices = np.empty(src.shape[0], dtype=index_dtype(num_src))
         e_id = np.empty(src.shape[0], dtype=index_dtype(src.shape[0]))
         indptr = _counting_sort_by_dst(src, dst, num_dst, indices, e_id)
+        if time is not None:
+            time = np.asarray(time)
+            if time.shape != src.shape:
+                raise ValueError(f"time must have one value per edge ({src.shape[0]}), got shape "
+                                 f"{tuple(time.shape)}")
+            order = np.lexsort((time, dst))  # stable: ties keep edge order
+            indices[:] = src[order]
+            e_id[:] = order
         return cls(indptr, indices, e_id, num_src)
 
     def __repr__(self) -> str:
@@ -261,16 +310,29 @@ class HeteroNeighborSampler:
     edge types or a dict per edge type (:func:`resolve_num_neighbors`). `replace` and
     `parallel` are those of :class:`~ibp_graph.sampling.neighbor.NeighborSampler`;
     ``induced=True`` returns the subgraph induced by the sampled nodes, ``disjoint=True``
-    one subgraph per seed (see the module; PyG offers no induced disjoint sampling).
+    one subgraph per seed (see the module; PyG offers no induced disjoint sampling);
+    `node_time` or `edge_time` (numpy arrays or tensors: one time per node of a type, per
+    edge of a type) make it temporal, with `temporal_strategy` "uniform" or "last".
     """
 
     def __init__(self, num_nodes: Mapping[str, int], graphs: Mapping[EdgeType, TypedCSC],
                  num_neighbors: Union[Sequence[int], Mapping[EdgeType, Sequence[int]]], *,
                  default: Optional[Sequence[int]] = None, replace: bool = False,
-                 parallel: Optional[bool] = None, induced: bool = False, disjoint: bool = False) -> None:
+                 parallel: Optional[bool] = None, induced: bool = False, disjoint: bool = False,
+                 node_time: Optional[Mapping[str, np.ndarray]] = None,
+                 edge_time: Optional[Mapping[EdgeType, np.ndarray]] = None,
+                 temporal_strategy: str = "uniform") -> None:
         for name, flag in (("replace", replace), ("induced", induced), ("disjoint", disjoint)):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be a bool, got {flag!r}")
+        if temporal_strategy not in TEMPORAL_STRATEGIES:
+            raise ValueError(f"temporal_strategy={temporal_strategy!r} is not accepted; use one of "
+                             f"{TEMPORAL_STRATEGIES}")
+        if node_time is not None and edge_time is not None:
+            raise ValueError("node_time and edge_time are both given; accepted: one of them (PyG's time_attr "
+                             "is node-level or edge-level)")
+        temporal = node_time is not None or edge_time is not None
+        disjoint = disjoint or temporal  # as PyG: temporal sampling is disjoint
         if induced and disjoint:
             raise ValueError("induced=True with disjoint=True is not accepted (nor by PyG): an induced "
                              "subgraph joins every sampled node; use one of them")
@@ -302,9 +364,48 @@ class HeteroNeighborSampler:
         self.parallel = parallel
         self.induced = induced
         self.disjoint = disjoint
+        self.temporal_strategy = temporal_strategy
         # read-only views: in-memory and memory-mapped graphs share one compiled kernel
         self._csc = {e: tuple(_readonly(a) for a in (g.indptr, g.indices, g.e_id))
                      for e, g in self.graphs.items()}
+        self.node_time = None if node_time is None else {t: self._time(f"node_time[{t!r}]", v, self.num_nodes.get(t))
+                                                          for t, v in node_time.items()}
+        self.edge_time = None if edge_time is None else {e: self._time(f"edge_time[{e!r}]", v,
+                                                                       self.graphs[e].num_edges
+                                                                       if e in self.graphs else None)
+                                                          for e, v in edge_time.items()}
+        # the time at each CSC position of the edge types sampled temporally (their neighbours' or
+        # edges' times; pyg-lib leaves the others unrestricted), checked sorted per neighbourhood
+        self._pos_time: Dict[EdgeType, np.ndarray] = {}
+        for e, (indptr, indices, e_id) in self._csc.items():
+            if self.node_time is not None and e[0] in self.node_time:
+                pos_time = self.node_time[e[0]][indices]
+            elif self.edge_time is not None and e in self.edge_time:
+                pos_time = self.edge_time[e][e_id]
+            else:
+                continue
+            seg = np.repeat(np.arange(indptr.shape[0] - 1), np.diff(indptr))
+            bad = np.flatnonzero((pos_time[1:] < pos_time[:-1]) & (seg[1:] == seg[:-1]))
+            if bad.size:
+                raise ValueError(f"graphs[{e!r}] is not sorted by time within the in-edges of destination "
+                                 f"{int(seg[bad[0]])}; build it with TypedCSC.from_edge_index(..., time=...)")
+            self._pos_time[e] = _readonly(np.ascontiguousarray(pos_time))
+
+    def _time(self, argname: str, value, count: Optional[int]) -> np.ndarray:
+        if count is None:
+            raise ValueError(f"{argname}: no such {'node' if argname.startswith('node') else 'edge'} type "
+                             f"in the graph; node types {self.node_types}, edge types {self.edge_types}")
+        arr = _as_numpy(argname, value)
+        if arr.shape != (count,) or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+            raise ValueError(f"{argname} has dtype {arr.dtype} and shape {tuple(arr.shape)}; accepted: one "
+                             f"integer or float time per {'node' if argname.startswith('node') else 'edge'} "
+                             f"({count},)")
+        return np.ascontiguousarray(arr)
+
+    @property
+    def temporal(self) -> bool:
+        """Whether neighbours are restricted to times no later than their seed's."""
+        return bool(self._pos_time) or self.node_time is not None or self.edge_time is not None
 
     def __repr__(self) -> str:
         return (f"HeteroNeighborSampler(node_types={self.node_types}, edge_types={self.edge_types}, "
@@ -343,11 +444,16 @@ class HeteroNeighborSampler:
         return arr
 
     def sample(self, input_type: str, seeds: Union[torch.Tensor, np.ndarray], *,
-               seed: int) -> HeteroSamplerOutput:
-        """Sample the multi-hop in-neighbourhood of `seeds` (nodes of `input_type`); same `seed`, same output."""
+               seed: int, seed_time: Union[torch.Tensor, np.ndarray, None] = None) -> HeteroSamplerOutput:
+        """Sample the multi-hop in-neighbourhood of `seeds` (nodes of `input_type`); same `seed`, same output.
+
+        Temporal sampling takes each seed's time from `seed_time` (one per seed), else from
+        `node_time` of the input type.
+        """
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
             raise TypeError(f"seed must be an int, got {seed!r}")
         seeds_np = _readonly(self.check_seeds(input_type, seeds))
+        times = self._seed_times(input_type, seeds_np, seed_time) if self.temporal else None
         empty = _readonly(np.empty(0, dtype=np.int64))
         # disjoint: a node's key is (its seed's position) * (nodes of its type) + its id
         width = {t: max(1, n) for t, n in self.num_nodes.items()}
@@ -385,6 +491,11 @@ class HeteroNeighborSampler:
                 k = self.num_neighbors[e][hop]
                 front = frontier[dst_type]
                 indptr, indices, e_id = self._csc[e]
+                if e in self._pos_time:  # draw from [lo, hi) pairs: the in-edges no later than the seed
+                    indptr = _readonly(_temporal_ranges(indptr, self._pos_time[e], front,
+                                                        times[frontier_batch[dst_type]], np.int64(k),
+                                                        self.temporal_strategy == "last"))
+                    front = _readonly(np.arange(0, 2 * front.shape[0], 2, dtype=np.int64))
                 deg = indptr[front + 1] - indptr[front]
                 if k < 0:
                     counts = deg
@@ -445,6 +556,18 @@ class HeteroNeighborSampler:
             num_sampled_edges=num_sampled_edges,
             batch={t: cat(batch[t]) for t in self.node_types} if self.disjoint else None,
         )
+
+    def _seed_times(self, input_type: str, seeds: np.ndarray, seed_time) -> np.ndarray:
+        if seed_time is not None:
+            arr = _as_numpy("seed_time", seed_time)
+            if arr.shape != seeds.shape:
+                raise ValueError(f"seed_time has shape {tuple(arr.shape)}; accepted: one time per seed "
+                                 f"{tuple(seeds.shape)}")
+            return np.ascontiguousarray(arr)
+        if self.node_time is None or input_type not in self.node_time:
+            raise ValueError(f"temporal sampling from {input_type!r} nodes needs their times: pass seed_time, "
+                             f"or node_time for {input_type!r}")
+        return self.node_time[input_type][seeds]
 
     def _induced(self, node: Dict[str, torch.Tensor], tables) -> HeteroSamplerOutput:
         """Every edge of each edge type between its sampled sources and destinations."""

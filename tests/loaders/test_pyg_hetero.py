@@ -224,8 +224,11 @@ def test_errors_name_the_argument_and_value():
         L(data, [2], input_nodes="paper", subgraph_type="sideways")
     with pytest.raises(ValueError, match="disjoint=True with subgraph_type='induced' is not accepted"):
         L(data, [2], input_nodes="paper", disjoint=True, subgraph_type="induced")
-    for option in (dict(time_attr="t"), dict(weight_attr="w"), dict(input_time=torch.zeros(1)),
-                   dict(temporal_strategy="last")):
+    with pytest.raises(ValueError, match="input_time is set while time_attr is not"):
+        L(data, [2], input_nodes="paper", input_time=torch.zeros(900))
+    with pytest.raises(ValueError, match="time_attr='t' is neither a node-level nor an edge-level"):
+        L(data, [2], input_nodes="paper", time_attr="t")
+    for option in (dict(weight_attr="w"),):
         with pytest.raises(NotImplementedError, match=f"{next(iter(option))}=.*for a HeteroData"):
             L(data, [2], input_nodes="paper", **option)
     bad = make_hetero()
@@ -376,3 +379,39 @@ def test_disjoint_batches_hold_one_subgraph_per_seed():
             assert torch.equal(batch[src].batch[row], batch[dst].batch[col])  # inside one subgraph
             assert torch.equal(data[e].edge_index[:, batch[e].e_id],
                                torch.stack([batch[src].n_id[row], batch[dst].n_id[col]]))
+
+
+def test_temporal_batches_keep_neighbours_no_later_than_their_seed():
+    data = make_hetero()
+    g = torch.Generator().manual_seed(1)
+    data["paper"].time = torch.randint(0, 50, (900,), generator=g)
+    data["author"].time = torch.randint(0, 50, (1200,), generator=g)
+    kw = dict(num_neighbors=[4, 3], input_nodes="paper", batch_size=100, time_attr="time")
+    ref = batches(data, codec="identity", **kw)
+    same(ref, batches(data, codec="auto", num_workers=2, **kw))
+    for batch in ref:
+        n = batch["paper"].batch_size
+        seed_time = batch["paper"].time[:n]
+        for t in ("paper", "author"):
+            assert torch.equal(batch[t].time, data[t].time[batch[t].n_id])
+            assert bool((batch[t].time <= seed_time[batch[t].batch]).all())  # nothing from the future
+        for e in data.edge_types:
+            src, _, dst = e
+            row, col = batch[e].edge_index
+            assert torch.equal(batch[src].batch[row], batch[dst].batch[col])
+            assert torch.equal(data[e].edge_index[:, batch[e].e_id],
+                               torch.stack([batch[src].n_id[row], batch[dst].n_id[col]]))
+        assert "seed_time" not in batch["paper"]
+    # given seed times, and the "last" strategy: the latest neighbours of each
+    times = torch.full((900,), 25)
+    last = batches(data, input_time=times, temporal_strategy="last", **kw)
+    for batch in last:
+        assert torch.equal(batch["paper"].seed_time, torch.full((batch["paper"].batch_size,), 25))
+        assert bool((batch["author"].time <= 25).all()) and bool((batch["paper"].time[100:] <= 25).all())
+    # edge-level times
+    data["paper"].time = data["author"].time = None
+    data[CITES].time = torch.randint(0, 50, (5000,), generator=g)
+    data[WRITES].time = torch.randint(0, 50, (3000,), generator=g)
+    for batch in batches(data, input_time=times, **kw):
+        for e in (CITES, WRITES):
+            assert bool((batch[e].time <= 25).all()) and torch.equal(batch[e].time, data[e].time[batch[e].e_id])

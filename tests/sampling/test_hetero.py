@@ -39,12 +39,19 @@ def make_sampler(num_nodes, ei, num_neighbors, **kw):
     return HeteroNeighborSampler(num_nodes, graphs, num_neighbors, **kw)
 
 
-def reference_full(num_nodes, ei, input_type, seeds, hops):
-    """pyg-lib's algorithm with every in-edge taken, written out plainly."""
+def reference_full(num_nodes, ei, input_type, seeds, hops, key=None, seed_t=None, take=None):
+    """pyg-lib's algorithm with every in-edge taken, written out plainly. Temporal: with `key` (per
+    edge type, each edge's time: its source node's or its own), in-edges are ordered by it (edge
+    order among ties) and only those no later than `seed_t` are candidates; `take(e, hop, cand)`
+    picks among the candidates (all by default)."""
+    key = key or {}
     in_edges = {e: [[] for _ in range(num_nodes[e[2]])] for e in ei}
     for e, v in ei.items():
         for k, d in enumerate(v[1].tolist()):
             in_edges[e][d].append(k)
+        if e in key:
+            for lst in in_edges[e]:
+                lst.sort(key=lambda k: (key[e][k], k))
     nodes = {t: [] for t in num_nodes}
     pos = {t: {} for t in num_nodes}
     for i, s in enumerate(seeds):
@@ -52,11 +59,14 @@ def reference_full(num_nodes, ei, input_type, seeds, hops):
         pos[input_type].setdefault(s, i)
     rows, cols, eids = ({e: [] for e in ei} for _ in range(3))
     front = {t: (0, len(nodes[t])) for t in num_nodes}
-    for _ in range(hops):
+    for hop in range(hops):
         for e, v in ei.items():
             src, _, dst = e
             for i in range(*front[dst]):
-                for k in in_edges[e][nodes[dst][i]]:
+                cand = in_edges[e][nodes[dst][i]]
+                if e in key:
+                    cand = [k for k in cand if key[e][k] <= seed_t]
+                for k in (take(e, hop, cand) if take else cand):
                     u = int(v[0, k])
                     if u not in pos[src]:
                         pos[src][u] = len(nodes[src])
@@ -309,3 +319,68 @@ def test_disjoint_gives_each_seed_its_own_subgraph():
                for t in num_nodes)
     with pytest.raises(ValueError, match="induced=True with disjoint=True is not accepted"):
         make_sampler(num_nodes, ei, [2], disjoint=True, induced=True)
+
+
+def temporal_sampler(num_nodes, ei, fan, *, node_time=None, edge_time=None, **kw):
+    if node_time is not None:
+        key = {e: node_time[e[0]][v[0].numpy()] for e, v in ei.items() if e[0] in node_time}
+    else:
+        key = {e: edge_time[e] for e in edge_time}
+    graphs = {e: TypedCSC.from_edge_index(v, num_nodes[e[0]], num_nodes[e[2]], time=key.get(e))
+              for e, v in ei.items()}
+    return HeteroNeighborSampler(num_nodes, graphs, fan, node_time=node_time, edge_time=edge_time, **kw), key
+
+
+@pytest.mark.parametrize("level", ["node", "edge"])
+def test_temporal_sampling_keeps_neighbours_no_later_than_the_seed(level):
+    num_nodes, ei = random_hetero(9)
+    rng = np.random.default_rng(0)
+    if level == "node":  # institutions have no time: edges into them are not restricted
+        kw = dict(node_time={"paper": rng.integers(0, 20, 60), "author": rng.integers(0, 20, 80)})
+    else:
+        kw = dict(edge_time={CITES: rng.integers(0, 20, 300), WRITES: rng.integers(0, 20, 200)})
+    seeds = torch.tensor([3, 8, 3, 51])
+    seed_t = [12, 5, 0, 19]
+    sampler, key = temporal_sampler(num_nodes, ei, [-1, -1], **kw)
+    assert sampler.disjoint and sampler.temporal
+    out = sampler.sample("paper", seeds, seed=1, seed_time=torch.tensor(seed_t))
+    for b in range(4):
+        assert per_seed(out, num_nodes, ei, b) == reference_full(num_nodes, ei, "paper", [int(seeds[b])], 2, key,
+                                                                 seed_t[b])
+    # "last": the latest k of those, exactly (edge types without times are sampled at random:
+    # all of their in-edges here, to compare exactly)
+    fan = {e: [2, 1] if e in key else [-1, -1] for e in ei}
+    sampler, key = temporal_sampler(num_nodes, ei, fan, temporal_strategy="last", **kw)
+    out = sampler.sample("paper", seeds, seed=1, seed_time=torch.tensor(seed_t))
+    latest = lambda e, hop, cand: cand[-fan[e][hop]:] if e in key else cand
+    for b in range(4):
+        assert per_seed(out, num_nodes, ei, b) == reference_full(num_nodes, ei, "paper", [int(seeds[b])], 2, key,
+                                                                 seed_t[b], take=latest)
+    # "uniform" with a fan-out: a subset of the allowed in-edges, k of them where there are more
+    sampler, key = temporal_sampler(num_nodes, ei, [2, 2], **kw)
+    out = sampler.sample("paper", seeds, seed=1, seed_time=torch.tensor(seed_t))
+    for e in key:
+        src, _, dst = e
+        t_seed = torch.tensor(seed_t)[out.batch[dst][out.col[e]]]
+        assert bool((torch.as_tensor(key[e])[out.edge[e]] <= t_seed).all())
+
+
+def test_temporal_seed_times_default_to_the_input_types_node_time():
+    num_nodes, ei = random_hetero(10)
+    t = {"paper": np.arange(60)[::-1].copy(), "author": np.arange(80) % 7}
+    sampler, _ = temporal_sampler(num_nodes, ei, [-1, -1], node_time=t)
+    seeds = torch.tensor([10, 40])
+    a = sampler.sample("paper", seeds, seed=0)
+    b = sampler.sample("paper", seeds, seed=0, seed_time=t["paper"][[10, 40]])
+    assert all(torch.equal(a.node[x], b.node[x]) for x in num_nodes)
+    for x, seed_t in (("paper", t["paper"]),):
+        assert bool((torch.as_tensor(seed_t)[a.node[x]] <= torch.as_tensor(seed_t)[seeds][a.batch[x]]).all())
+    with pytest.raises(ValueError, match="needs their times: pass seed_time, or node_time for 'inst'"):
+        sampler.sample("inst", torch.tensor([1]), seed=0)
+    with pytest.raises(ValueError, match="not sorted by time within the in-edges"):
+        graphs = {e: TypedCSC.from_edge_index(v, num_nodes[e[0]], num_nodes[e[2]]) for e, v in ei.items()}
+        HeteroNeighborSampler(num_nodes, graphs, [1], node_time=t)
+    with pytest.raises(ValueError, match="temporal_strategy='first' is not accepted"):
+        HeteroNeighborSampler(num_nodes, {}, [1], temporal_strategy="first")
+    with pytest.raises(ValueError, match="node_time\\['paper'\\] has dtype int64 and shape \\(3,\\)"):
+        HeteroNeighborSampler(num_nodes, {}, [1], node_time={"paper": np.arange(3)})
