@@ -40,8 +40,10 @@ def _prepare(argv: Sequence[str]) -> int:
         description="Convert a data set once into memory-mappable arrays (CSC graph, features, labels, "
                     "splits) and a pre-encoded feature store.")
     p.add_argument("--dataset", required=True,
-                   help="ogbn-papers100M, ogbn-products, ogbn-arxiv (OGB's raw files under --root), "
-                        "or synthetic (the generated default data set; sizes from --config/--set)")
+                   help="ogbn-papers100M, ogbn-products, ogbn-arxiv, ogbn-mag (OGB's raw files under --root), "
+                        "mag240m (OGB-LSC's mag240m_kddcup2021 under --root), "
+                        "synthetic (the generated default data set) or synthetic-mag (the generated "
+                        "ogbn-mag-like one; sizes of both from --config/--set)")
     p.add_argument("--root", help="OGB: the folder holding OGB's data set folder (e.g. ROOT/ogbn_papers100M/raw); "
                                   "synthetic: the cache folder (default: the config's data.root, data_cache)")
     p.add_argument("--out", help="the prepared folder (default: <data set folder>/ibp_prepared; "
@@ -51,9 +53,10 @@ def _prepare(argv: Sequence[str]) -> int:
     p.add_argument("--codec", default="auto", choices=KINDS,
                    help="the feature store's codec (default auto: the smallest of ibp and ebp on a row "
                         "sample, identity when neither gains); the prepared folder records the choice")
-    p.add_argument("--config", help="synthetic: take data.synthetic from this experiment file")
+    p.add_argument("--config",
+                   help="synthetic, synthetic-mag: take data.synthetic / data.mag from this experiment file")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="synthetic: override a config key, e.g. data.synthetic.num_nodes=111059956")
+                   help="synthetic, synthetic-mag: override a config key, e.g. data.synthetic.num_nodes=111059956")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     a = p.parse_args(argv)
     _exit_on_sigterm()  # a scheduler's SIGTERM unwinds like Ctrl-C: the work folder is removed
@@ -65,6 +68,25 @@ def _prepare(argv: Sequence[str]) -> int:
             data = load_config(a.config, a.set).data
             out = a.out or graphgen.cache_dir(data.synthetic, a.root or data.root)
             graphgen.generate(data.synthetic, out, store=not a.no_store, codec=a.codec, progress=not a.quiet)
+        elif a.dataset == "synthetic-mag":
+            from .data import maggen
+            from .train.config import load_config
+
+            data = load_config(a.config, a.set).data
+            out = a.out or maggen.cache_dir(data.mag, a.root or data.root)
+            maggen.generate(data.mag, out, store=not a.no_store, codec=a.codec, progress=not a.quiet)
+        elif a.dataset in ("ogbn-mag", "mag240m"):
+            from .data import ogb_mag
+
+            if a.config or a.set:
+                p.error("--config and --set apply to --dataset synthetic and synthetic-mag only")
+            if a.directed:
+                p.error(f"--directed applies to homogeneous OGB data sets; {a.dataset} is prepared as PyG's "
+                        "ToUndirected() leaves it (cites undirected, rev_ edge types added)")
+            if not a.root:
+                p.error(f"--root is required for {a.dataset}: the folder holding its data set folder")
+            prepare = ogb_mag.prepare if a.dataset == "ogbn-mag" else ogb_mag.prepare_mag240m
+            prepare(a.root, a.out, store=not a.no_store, codec=a.codec, progress=not a.quiet)
         else:
             from .data import ogb
 

@@ -38,7 +38,7 @@ from ..files import replace_dir, work_dir
 from .prepared import (PreparedDataset, add_store, build_csc, encode_store, progress_bar,
                        write_prepared_meta)
 
-__all__ = ["GraphSpec", "generate", "ensure", "cache_dir", "embedding_rows"]
+__all__ = ["GraphSpec", "generate", "ensure", "cache_dir", "embedding_rows", "check_spec_fields", "spec_key"]
 
 PathLike = Union[str, os.PathLike]
 #: nodes per random stream of the node and edge generators (fixed: outputs are prefix-stable).
@@ -78,15 +78,7 @@ class GraphSpec:
             "topic_fraction": (self.topic_fraction, 0.0, 1.0),
             "degree_exponent": (self.degree_exponent, 1.5, None), "seed": (self.seed, 0, None),
         }
-        for name, (value, lo, hi) in checks.items():
-            kind = (int,) if isinstance(lo, int) else (int, float)
-            if isinstance(value, bool) or not isinstance(value, kind) \
-                    or value < lo or (hi is not None and value > hi) or not math.isfinite(value):
-                rng = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
-                what = "an integer" if kind == (int,) else "a number"
-                raise ValueError(f"GraphSpec.{name}={value!r} is not accepted; expected {what} {rng}")
-            if kind != (int,):
-                object.__setattr__(self, name, float(value))  # 3 and 3.0: one spec, one cache folder
+        check_spec_fields(self, checks)
 
     @classmethod
     def papers100m(cls, **changes) -> "GraphSpec":
@@ -96,8 +88,28 @@ class GraphSpec:
 
     def key(self) -> str:
         """A short name for this spec's cache folder (changes whenever any field does)."""
-        text = json.dumps(dataclasses.asdict(self), sort_keys=True)
-        return hashlib.blake2b(text.encode(), digest_size=5).hexdigest()
+        return spec_key(self)
+
+
+def check_spec_fields(spec, checks: dict) -> None:
+    """Check a generator spec's fields, ``{name: (value, lo, hi)}`` (an int `lo`: an integer field, else a
+    number; `hi` None: no upper bound); a ValueError names the first bad one. Numbers are stored as floats
+    (3 and 3.0: one spec, one cache folder)."""
+    for name, (value, lo, hi) in checks.items():
+        kind = (int,) if isinstance(lo, int) else (int, float)
+        if isinstance(value, bool) or not isinstance(value, kind) \
+                or value < lo or (hi is not None and value > hi) or not math.isfinite(value):
+            rng = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
+            what = "an integer" if kind == (int,) else "a number"
+            raise ValueError(f"{type(spec).__name__}.{name}={value!r} is not accepted; expected {what} {rng}")
+        if kind != (int,):
+            object.__setattr__(spec, name, float(value))
+
+
+def spec_key(spec) -> str:
+    """A short name for a generator spec's cache folder (changes whenever any field does)."""
+    text = json.dumps(dataclasses.asdict(spec), sort_keys=True)
+    return hashlib.blake2b(text.encode(), digest_size=5).hexdigest()
 
 
 def cache_dir(spec: GraphSpec, root: PathLike) -> Path:

@@ -31,7 +31,7 @@ from .prepared import (PreparedDataset, SPLITS, build_csc, encode_store, progres
                        write_prepared_meta)
 
 __all__ = ["OGBSpec", "OGB_DATASETS", "MissingOGBFilesError", "DamagedOGBFileError", "prepare", "check_files",
-           "dataset_dir", "required_files", "default_prepared_dir"]
+           "dataset_dir", "find_dataset_dir", "check_present", "with_copy_source", "required_files", "default_prepared_dir"]
 
 PathLike = Union[str, os.PathLike]
 _URL = "http://snap.stanford.edu/ogb/data/nodeproppred/"
@@ -89,6 +89,15 @@ def _damaged(path: Path) -> Iterator[None]:
         raise DamagedOGBFileError(path, f"{type(e).__name__}: {e}") from None
 
 
+def with_copy_source(e: DamagedOGBFileError, src: Path, url: str, folder: str) -> DamagedOGBFileError:
+    """`e`, naming where a good copy of its file is (in the zip at `url`, under `folder`/) if it names none yet;
+    `src` is the data set folder the file's path is relative to."""
+    if e.source:
+        return e
+    rel = e.path.relative_to(src).as_posix() if e.path.is_relative_to(src) else e.path.name
+    return DamagedOGBFileError(e.path, e.what, f"a good copy is in {url} as {folder}/{rel}")
+
+
 def _spec(name: str) -> OGBSpec:
     try:
         return OGB_DATASETS[name]
@@ -108,11 +117,17 @@ def required_files(name: str) -> list[str]:
 def dataset_dir(name: str, root: PathLike) -> Path:
     """The data set folder under `root`: ROOT itself, ROOT/<dir_name> (OGB's) or ROOT/<zip folder>."""
     s = _spec(name)
+    return find_dataset_dir(root, s.dir_name, s.download_name)
+
+
+def find_dataset_dir(root: PathLike, dir_name: str, download_name: str) -> Path:
+    """The first of ROOT, ROOT/`dir_name` (OGB's name) and ROOT/`download_name` (the zip's top folder) that
+    holds raw/ or split/; ROOT/`dir_name` when none does."""
     root = Path(root)
-    for cand in (root, root / s.dir_name, root / s.download_name):
+    for cand in (root, root / dir_name, root / download_name):
         if (cand / "raw").is_dir() or (cand / "split").is_dir():
             return cand
-    return root / s.dir_name
+    return root / dir_name
 
 
 def default_prepared_dir(name: str, root: PathLike) -> Path:
@@ -123,13 +138,20 @@ def default_prepared_dir(name: str, root: PathLike) -> Path:
 def check_files(name: str, root: PathLike) -> Path:
     """The data set folder, or MissingOGBFilesError naming each missing file and where OGB publishes it."""
     s = _spec(name)
-    d = dataset_dir(name, root)
-    missing = [f for f in required_files(name) if not (d / f).is_file()]
+    return check_present(name, root, dataset_dir(name, root), required_files(name), s.url, s.dir_name,
+                         s.download_name)
+
+
+def check_present(name: str, root: PathLike, d: Path, files: list[str], url: str, dir_name: str,
+                  download_name: str) -> Path:
+    """`d`, or MissingOGBFilesError naming each of `files` (relative to `d`) that is missing and the zip
+    (`url`, top folder `download_name`, which OGB renames `dir_name`) that holds it."""
+    missing = [f for f in files if not (d / f).is_file()]
     if missing:
-        lines = "\n".join(f"  {d / f}   (in {s.url} as {s.download_name}/{f})" for f in missing)
+        lines = "\n".join(f"  {d / f}   (in {url} as {download_name}/{f})" for f in missing)
         raise MissingOGBFilesError(
             f"{name}: {len(missing)} raw file(s) missing under {d}:\n{lines}\n"
-            f"Download {s.url}, unzip it in {Path(root)} and rename {s.download_name}/ to {s.dir_name}/ "
+            f"Download {url}, unzip it in {Path(root)} and rename {download_name}/ to {dir_name}/ "
             f"(or run OGB's NodePropPredDataset(name={name!r}, root=...) once where there is internet "
             f"and pass that root).")
     return d
@@ -373,11 +395,7 @@ def prepare(name: str, root: PathLike, out: Optional[PathLike] = None, *, undire
                                 labeled=labeled, unlabeled_split_nodes_dropped=dropped, **stored)
             replace_dir(tmp, final, keep=PreparedDataset.is_complete if keep_complete else lambda p: False)
     except DamagedOGBFileError as e:
-        if e.source:
-            raise
-        rel = e.path.relative_to(src).as_posix() if e.path.is_relative_to(src) else e.path.name
-        raise DamagedOGBFileError(e.path, e.what, f"a good copy is in {spec.url} as {spec.download_name}/{rel}") \
-            from None
+        raise with_copy_source(e, src, spec.url, spec.download_name) from None
     raw_bytes = int(np.prod(feat_shape)) * feat_dtype.itemsize
     say(f"prepared {name} in {final}: {num_nodes:,} nodes, {num_edges:,} edges"
         f" ({'undirected' if undirected else 'as given'}), x {tuple(feat_shape)} float32, {labeled:,} labeled;"

@@ -40,8 +40,8 @@ from . import checksums
 from .checksums import UnverifiedDataWarning, check_mode
 from ..files import read_json, replace_dir, save_npy, work_dir, write_text
 
-__all__ = ["PreparedDataset", "SPLITS", "build_csc", "write_prepared_meta", "encode_store", "add_store", "as_tensor",
-           "progress_bar", "FORMAT", "FORMAT_VERSION"]
+__all__ = ["PreparedDataset", "LabeledDataset", "SPLITS", "build_csc", "build_relation_arrays", "write_prepared_meta",
+           "encode_store", "add_store", "as_tensor", "progress_bar", "FORMAT", "FORMAT_VERSION"]
 
 PathLike = Union[str, os.PathLike]
 FORMAT = "ibp_graph.prepared"
@@ -68,8 +68,47 @@ def progress_bar(total: int, desc: str, enabled: bool, unit: str = "rows"):
                 dynamic_ncols=True, leave=False)
 
 
+class LabeledDataset:
+    """What every prepared data set answers from its meta.json, labels and splits (``meta``, ``y``, ``split``);
+    `format` and `format_version` name the meta.json it reads."""
+
+    format: str = ""
+    format_version: int = 0
+
+    @property
+    def name(self) -> str:
+        """The data set's name (e.g. "ogbn-papers100M", "synthetic", "ogbn-mag")."""
+        return self.meta["name"]
+
+    @property
+    def num_classes(self) -> int:
+        """Classes of the node classification task."""
+        return int(self.meta["num_classes"])
+
+    def majority_accuracy(self, split: str = "test") -> float:
+        """Accuracy of always answering the most frequent training class, on `split`."""
+        y_train = self.y[self.split["train"]]
+        if y_train.numel() == 0:
+            return 0.0
+        majority = int(torch.bincount(y_train).argmax())
+        target = self.y[self.split[split]]
+        return float((target == majority).float().mean()) if target.numel() else 0.0
+
+    @classmethod
+    def is_complete(cls, directory: PathLike) -> bool:
+        """Whether `directory` holds a finished preparation of this kind (its meta.json is written last)."""
+        path = Path(directory) / "meta.json"
+        if not path.is_file():
+            return False
+        try:
+            meta = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return False
+        return isinstance(meta, dict) and meta.get("format") == cls.format and meta.get("version") == cls.format_version
+
+
 @dataclass(frozen=True, eq=False)
-class PreparedDataset:
+class PreparedDataset(LabeledDataset):
     """A prepared folder, opened memory-mapped: graph, features, labels and splits."""
 
     directory: Path
@@ -80,11 +119,8 @@ class PreparedDataset:
     split: dict[str, torch.Tensor] = field(default_factory=dict)
     verify: str = "sample"
     _stores: dict = field(default_factory=dict, repr=False)
-
-    @property
-    def name(self) -> str:
-        """The data set's name (e.g. "ogbn-papers100M", "synthetic")."""
-        return self.meta["name"]
+    format = FORMAT
+    format_version = FORMAT_VERSION
 
     @property
     def num_nodes(self) -> int:
@@ -92,9 +128,9 @@ class PreparedDataset:
         return self.graph.num_nodes
 
     @property
-    def num_classes(self) -> int:
-        """Classes of the node classification task."""
-        return int(self.meta["num_classes"])
+    def num_edges(self) -> int:
+        """Edges of the graph."""
+        return self.graph.num_edges
 
     @property
     def store_dir(self) -> Path:
@@ -123,32 +159,11 @@ class PreparedDataset:
             return None
         return json.loads((self.store_dir / "meta.json").read_text())["codec"]
 
-    def majority_accuracy(self, split: str = "test") -> float:
-        """Accuracy of always answering the most frequent training class, on `split`."""
-        y_train = self.y[self.split["train"]]
-        if y_train.numel() == 0:
-            return 0.0
-        majority = int(torch.bincount(y_train).argmax())
-        target = self.y[self.split[split]]
-        return float((target == majority).float().mean()) if target.numel() else 0.0
-
     def __repr__(self) -> str:
         sizes = ", ".join(f"{k}={v.numel():,}" for k, v in self.split.items())
         return (f"PreparedDataset({self.name!r}, nodes={self.num_nodes:,}, edges={self.graph.num_edges:,}, "
                 f"x={tuple(self.x.shape)} {self.x.dtype}, classes={self.num_classes}, {sizes}, "
                 f"store={'yes' if self.has_store() else 'no'})")
-
-    @staticmethod
-    def is_complete(directory: PathLike) -> bool:
-        """Whether `directory` holds a finished preparation (its meta.json is written last)."""
-        path = Path(directory) / "meta.json"
-        if not path.is_file():
-            return False
-        try:
-            meta = json.loads(path.read_text())
-        except (OSError, ValueError):
-            return False
-        return isinstance(meta, dict) and meta.get("format") == FORMAT and meta.get("version") == FORMAT_VERSION
 
     @classmethod
     def load(cls, directory: PathLike, *, mmap: bool = True, verify: str = "sample") -> "PreparedDataset":
@@ -345,13 +360,42 @@ def build_csc(edge_chunks: EdgeChunks, num_nodes: int, directory: PathLike, *, u
     files in ``directory`` (``CSCGraph.save`` layout) and returned memory-mapped.
     """
     d = Path(directory)
+    indptr = _write_csc_arrays(edge_chunks, num_nodes, num_nodes, d, undirected=undirected, dedup=dedup,
+                               progress=progress, total_edges=total_edges)
+    meta = {"format": "ibp_graph.csc", "version": 1, "num_nodes": num_nodes, "num_edges": int(indptr[-1])}
+    write_text(d / "meta.json", json.dumps(meta, indent=1) + "\n")
+    return CSCGraph.load(d, mmap=True)
+
+
+def build_relation_arrays(edge_chunks: EdgeChunks, num_src: int, num_dst: int, directory: PathLike, *,
+                          undirected: bool = False, dedup: bool = False, progress: bool = True,
+                          total_edges: Optional[int] = None) -> int:
+    """Write the CSC arrays (indptr.npy over the `num_dst` destinations, indices.npy of source ids, e_id.npy)
+    of one edge type of a heterogeneous graph into `directory`, streamed like `build_csc`; return the edge count.
+
+    Source ids are checked against `num_src` and destinations against `num_dst` (two
+    node types); `undirected` (an edge type within one node type only) and `dedup` as in `build_csc`.
+    """
+    if undirected and num_src != num_dst:
+        raise ValueError(f"undirected=True needs one node type (num_src == num_dst); got num_src={num_src}, "
+                         f"num_dst={num_dst}")
+    indptr = _write_csc_arrays(edge_chunks, num_src, num_dst, Path(directory), undirected=undirected, dedup=dedup,
+                               progress=progress, total_edges=total_edges)
+    return int(indptr[-1])
+
+
+def _write_csc_arrays(edge_chunks: EdgeChunks, num_src: int, num_dst: int, d: Path, *, undirected: bool,
+                      dedup: bool, progress: bool, total_edges: Optional[int]) -> np.ndarray:
+    """indices.npy, e_id.npy and indptr.npy (by destination) in `d`; returns indptr. `undirected` needs
+    num_src == num_dst."""
+    assert not undirected or num_src == num_dst
     d.mkdir(parents=True, exist_ok=True)
-    counts = np.zeros(num_nodes + 1, dtype=np.int64)
+    counts = np.zeros(num_dst + 1, dtype=np.int64)
     n_input = 0
     bar = progress_bar(total_edges or 0, "graph: counting edges", progress, unit="edges")
     for src, dst in edge_chunks():
         src, dst = _int64(src), _int64(dst)
-        _check_ids(src, dst, num_nodes)
+        _check_ids(src, dst, num_src, num_dst)
         _count_in(dst, counts)
         if undirected:
             _count_in(src, counts)
@@ -361,7 +405,7 @@ def build_csc(edge_chunks: EdgeChunks, num_nodes: int, directory: PathLike, *, u
     indptr = np.cumsum(counts)
     num_edges = int(indptr[-1])
     fill = indptr[:-1].copy()
-    indices = np.lib.format.open_memmap(d / "indices.npy", mode="w+", dtype=index_dtype(num_nodes),
+    indices = np.lib.format.open_memmap(d / "indices.npy", mode="w+", dtype=index_dtype(num_src),
                                         shape=(num_edges,))
     e_id = np.lib.format.open_memmap(d / "e_id.npy", mode="w+", dtype=index_dtype(num_edges),
                                      shape=(num_edges,))
@@ -382,9 +426,7 @@ def build_csc(edge_chunks: EdgeChunks, num_nodes: int, directory: PathLike, *, u
         indptr = _dedup_csc(d, indptr, indices, e_id, progress)
     del indices, e_id  # shared file mappings: what was written is visible to the next open
     save_npy(d / "indptr.npy", indptr)
-    meta = {"format": "ibp_graph.csc", "version": 1, "num_nodes": num_nodes, "num_edges": int(indptr[-1])}
-    write_text(d / "meta.json", json.dumps(meta, indent=1) + "\n")
-    return CSCGraph.load(d, mmap=True)
+    return indptr
 
 
 def _dedup_csc(d: Path, indptr: np.ndarray, indices: np.ndarray, e_id: np.ndarray, progress: bool) -> np.ndarray:
@@ -419,12 +461,12 @@ def _int64(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.int64)
 
 
-def _check_ids(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> None:
+def _check_ids(src: np.ndarray, dst: np.ndarray, num_src: int, num_dst: int) -> None:
     if src.shape != dst.shape or src.ndim != 1:
         raise ValueError(f"an edge chunk has src shape {src.shape} and dst shape {dst.shape}; "
                          "expected two 1-d arrays of the same length")
-    if src.size:
-        lo = min(int(src.min()), int(dst.min()))
-        hi = max(int(src.max()), int(dst.max()))
-        if lo < 0 or hi >= num_nodes:
-            raise ValueError(f"an edge names node {lo if lo < 0 else hi}, outside [0, {num_nodes})")
+    for ids, n, what in ((src, num_src, "source"), (dst, num_dst, "destination")):
+        if ids.size:
+            lo, hi = int(ids.min()), int(ids.max())
+            if lo < 0 or hi >= n:
+                raise ValueError(f"an edge names {what} node {lo if lo < 0 else hi}, outside [0, {n})")

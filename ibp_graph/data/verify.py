@@ -15,6 +15,7 @@ from typing import Union
 
 from ..layout.errors import CodecError
 from . import checksums
+from .hetero import HeteroPreparedDataset
 from .prepared import ARRAYS, PreparedDataset
 from .store import FILES as STORE_FILES
 from .store import EncodedTable
@@ -29,13 +30,14 @@ class FolderReport:
     """The outcome for one folder: ok, or the error that names what is wrong."""
 
     directory: Path
-    kind: str        # "store" or "prepared"
+    kind: str        # "store", "prepared" or "hetero" (a heterogeneous prepared folder)
     ok: bool
     message: str
 
 
 def kind_of(directory: PathLike) -> str:
-    """"store" (EncodedTable.save layout), "prepared" (a prepared data set), or a ValueError naming what it is not."""
+    """"store" (EncodedTable.save layout), "prepared" (a prepared data set), "hetero" (a heterogeneous one), or a
+    ValueError naming what it is not."""
     d = Path(directory)
     if not d.is_dir():
         raise ValueError(f"{d} is {'a file' if d.exists() else 'missing'}; expected a feature store or a prepared "
@@ -44,8 +46,10 @@ def kind_of(directory: PathLike) -> str:
         return "store"
     if (d / "meta.json").is_file() and (d / "graph").is_dir():
         return "prepared"
+    if (d / "meta.json").is_file() and (d / "edges").is_dir():
+        return "hetero"
     raise ValueError(f"{d} is neither a feature store (payload.bin, meta.json) nor a prepared folder (meta.json, "
-                     "graph/)")
+                     "graph/ or edges/)")
 
 
 def _files_checked(d: Path, mode: str) -> str:
@@ -64,6 +68,8 @@ def _folders(directory: PathLike) -> list[tuple[Path, str]]:
     todo = [(d, kind)]
     if kind == "prepared" and (d / "store" / "x" / "meta.json").is_file():
         todo.append((d / "store" / "x", "store"))
+    if kind == "hetero":
+        todo += [(p.parent, "store") for p in sorted(d.glob("nodes/*/store/meta.json"))]
     return todo
 
 
@@ -77,6 +83,8 @@ def check_folder(directory: PathLike, mode: str = "full") -> list[FolderReport]:
                 warnings.simplefilter("ignore", checksums.UnverifiedDataWarning)  # said in the report line
                 if k == "store":
                     EncodedTable.load(folder, verify=mode)
+                elif k == "hetero":
+                    HeteroPreparedDataset.load(folder, verify=mode)
                 else:
                     PreparedDataset.load(folder, verify=mode)
             out.append(FolderReport(folder, k, True, _files_checked(folder, mode)))
@@ -94,6 +102,9 @@ def record_checksums(directory: PathLike) -> list[Path]:
     for folder, k in _folders(directory):
         if (folder / checksums.MANIFEST).exists():
             continue
+        if k == "hetero":
+            raise ValueError(f"{folder} is a heterogeneous prepared folder without {checksums.MANIFEST}; every "
+                             "one is written with it: prepare it again")
         names = ARRAYS if k == "prepared" else STORE_FILES + tuple(
             f for f in ("offsets.npy",) if (folder / f).is_file())
         written.append(checksums.write_manifest(folder, names))

@@ -21,15 +21,18 @@ import yaml
 
 from ..codec.auto import KINDS
 from ..data.graphgen import GraphSpec
+from ..data.maggen import MagSpec
 
 __all__ = ["Config", "DataConfig", "LoaderConfig", "ModelConfig", "TrainConfig", "OutputConfig",
            "ConfigError", "load_config", "check_config", "from_dict", "apply_overrides", "to_dict", "DATASETS",
-           "FRAMEWORKS"]
+           "HETERO_DATASETS", "FRAMEWORKS"]
 
 #: front-ends `loader.framework` accepts: the loader and model of PyG or of DGL.
 FRAMEWORKS = ("pyg", "dgl")
 #: data sets `data.name` accepts.
-DATASETS = ("synthetic", "ogbn-papers100M", "ogbn-products", "ogbn-arxiv")
+DATASETS = ("synthetic", "ogbn-papers100M", "ogbn-products", "ogbn-arxiv", "synthetic-mag", "ogbn-mag", "mag240m")
+#: the heterogeneous ones (papers, authors, institutions, fields; papers labeled): trained with a heterogeneous model.
+HETERO_DATASETS = ("synthetic-mag", "ogbn-mag", "mag240m")
 
 
 _FLOAT_TEXT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
@@ -53,8 +56,8 @@ class DataConfig:
 
     name: str = _choice("synthetic", DATASETS, "the data set")
     root: str = field(default="data_cache", metadata={
-        "help": "synthetic: the cache folder; OGB: the folder holding OGB's data set folder "
-                "(e.g. ROOT/ogbn_papers100M/raw/data.npz)"})
+        "help": "synthetic, synthetic-mag: the cache folder; OGB: the folder holding OGB's data set folder "
+                "(e.g. ROOT/ogbn_papers100M/raw/data.npz, ROOT/ogbn_mag/raw/...)"})
     prepared: Optional[str] = field(default=None, metadata={
         "help": "OGB: the prepared folder (default ROOT/<ogb folder>/ibp_prepared)"})
     store: bool = field(default=True, metadata={
@@ -62,6 +65,8 @@ class DataConfig:
                 "and for the codec the store was encoded with"})
     synthetic: GraphSpec = field(default_factory=GraphSpec, metadata={
         "help": "the generated data set (name: synthetic)"})
+    mag: MagSpec = field(default_factory=MagSpec, metadata={
+        "help": "the generated ogbn-mag-like heterogeneous data set (name: synthetic-mag)"})
 
 
 @dataclass
@@ -249,6 +254,17 @@ def check_config(cfg: Config) -> Config:
     if not _DEVICE.match(lc.device):
         raise ConfigError(f"loader.device={lc.device!r} is not accepted; expected auto, cpu, cuda or cuda:N")
     m = cfg.model
+    if cfg.data.name in HETERO_DATASETS:
+        if lc.framework != "pyg":
+            raise ConfigError(f"loader.framework={lc.framework!r} is not accepted with data.name="
+                              f"{cfg.data.name!r} (heterogeneous); expected 'pyg': heterogeneous training runs "
+                              "with CompressedNeighborLoader and PyG's HeteroConv")
+        if m.arch != "sage":
+            raise ConfigError(f"model.arch={m.arch!r} is not accepted with data.name={cfg.data.name!r} "
+                              "(heterogeneous); expected 'sage' (a GraphSAGE layer per edge type)")
+        if m.norm is not None:
+            raise ConfigError(f"model.norm={m.norm!r} is not accepted with data.name={cfg.data.name!r} "
+                              "(heterogeneous); expected null")
     if m.arch == "gat" and m.hidden % m.heads:
         raise ConfigError(f"model.hidden={m.hidden} is not accepted with model.heads={m.heads} (arch gat); "
                           f"expected a multiple of model.heads, e.g. {m.hidden - m.hidden % m.heads or m.heads}")

@@ -1,5 +1,6 @@
-"""The training loop's two front-ends: PyG (CompressedNeighborLoader, PyG's models) and DGL
-(CompressedDGLDataLoader, DGL's GraphSAGE on blocks).
+"""The training loop's front-ends: PyG (CompressedNeighborLoader, PyG's models), PyG on
+heterogeneous data sets (HeteroData batches, HeteroSAGE) and DGL (CompressedDGLDataLoader,
+DGL's GraphSAGE on blocks).
 
 A front-end turns the prepared data set into loaders, builds the model and runs it on
 one batch; the loop (train/loop.py) does everything else the same way for both. Each
@@ -8,13 +9,14 @@ torch_geometric is not installed (.venv-dgl) and the PyG one where dgl is not.
 """
 from __future__ import annotations
 
+import copy
 from typing import Any, Optional
 
 import torch
 
 from ..data.prepared import PreparedDataset
 from .config import FRAMEWORKS
-from .models import build_model, check_arch, feature_stats
+from .models import HeteroSAGE, build_model, check_arch, feature_stats
 
 #: the codec label of a run with the framework's own, uncompressed loader (`--baseline`).
 NATIVE = "native"
@@ -78,6 +80,65 @@ class PyG:
     def set_epoch(self, loader, epoch: int) -> None:
         """Distributed runs: the epoch's shuffle, the same on every rank."""
         loader.set_epoch(epoch)
+
+
+class PyGHetero(PyG):
+    """CompressedNeighborLoader over a heterogeneous prepared data set (HeteroData batches) into HeteroSAGE.
+
+    Seeds are target nodes (``input_nodes=(target, ids)``); every featured node type's
+    rows travel compressed (from its pre-encoded store when from_store says so).
+    """
+
+    def check(self, cfg) -> None:
+        """Refuse, before any data is loaded, what this front-end cannot run (config.check_config says why)."""
+        if cfg.model.arch != "sage":
+            raise ValueError(f"model.arch={cfg.model.arch!r} is not accepted with data.name={cfg.data.name!r}; "
+                             "use 'sage'")
+
+    def prepare(self, ds) -> Any:
+        """The whole graph as a HeteroData (features the memory-mapped tables; edge_index built once)."""
+        return ds.to_hetero_data()
+
+    def from_store(self, ds, codec: str, use_store: bool) -> bool:
+        """Whether the featured types' rows come pre-encoded from their stores (codec auto, or the stores' codec)."""
+        return use_store and ds.has_store() and codec in ("auto", ds.store_codec)
+
+    def make_loader(self, ds, graph: Any, input_nodes: torch.Tensor, lc, codec: str, *,
+                    batch_size: int, shuffle: bool, device: torch.device, use_store: bool = True):
+        """A CompressedNeighborLoader over the HeteroData, seeds of the target type."""
+        if codec == NATIVE:
+            raise ValueError("a baseline run with PyG's own NeighborLoader is not available here "
+                             "(it needs pyg-lib or torch-sparse)")
+        from ..loaders.pyg import CompressedNeighborLoader
+
+        data = graph
+        if self.from_store(ds, codec, use_store):
+            data = copy.copy(graph)  # a shallow copy: the stores replace the tables in this one only
+            for t in ds.x_dict:
+                data[t].x = ds.store(t)
+        return CompressedNeighborLoader(data, list(lc.num_neighbors), input_nodes=(ds.target, input_nodes),
+                                        batch_size=batch_size, shuffle=shuffle, codec=codec, device=device,
+                                        prefetch=lc.prefetch, num_workers=lc.num_workers,
+                                        persistent_workers=lc.num_workers > 0)
+
+    def build_model(self, cfg, ds) -> torch.nn.Module:
+        """HeteroSAGE over the data set's types, each featured type standardised with its table's statistics."""
+        model = HeteroSAGE(ds.node_types, ds.edge_types, {t: x.shape[1] for t, x in ds.x_dict.items()},
+                           cfg.model.hidden, ds.num_classes, len(cfg.loader.num_neighbors), ds.target,
+                           dropout=cfg.model.dropout)
+        for t, x in ds.x_dict.items():
+            model.set_feature_stats(t, *feature_stats(x))
+        self.target = ds.target
+        return model
+
+    def forward(self, model, batch, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits of the batch's target seeds, their classes); `labels[i]` is the class of input node i."""
+        seeds = batch[self.target]
+        num_nodes = {t: batch[t].num_nodes for t in batch.node_types}
+        hops_nodes = {t: [int(v) for v in batch[t].num_sampled_nodes] for t in batch.node_types}
+        hops_edges = {e: [int(v) for v in batch[e].num_sampled_edges] for e in batch.edge_types}
+        out = model(batch.x_dict, batch.edge_index_dict, num_nodes, seeds.batch_size, hops_nodes, hops_edges)
+        return out, labels[seeds.input_id]
 
 
 class DGL:
@@ -187,10 +248,10 @@ def import_dgl():
     return front.dgl
 
 
-def get(framework: str):
-    """The front-end of `loader.framework`."""
+def get(framework: str, hetero: bool = False):
+    """The front-end of `loader.framework` (`hetero`: for a heterogeneous data set)."""
     if framework == "pyg":
-        return PyG()
+        return PyGHetero() if hetero else PyG()
     if framework == "dgl":
         return DGL()
     raise ValueError(f"loader.framework={framework!r} is not accepted; use one of {list(FRAMEWORKS)}")

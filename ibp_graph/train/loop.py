@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from ..files import write_text
 from ..data.prepared import PreparedDataset, add_store
 from . import frontends
-from .config import Config, LoaderConfig, check_config, to_dict
+from .config import HETERO_DATASETS, Config, LoaderConfig, check_config, to_dict
 
 __all__ = ["Dist", "setup_distributed", "resolve_device", "open_dataset", "make_loader", "train_epoch",
            "evaluate", "run", "run_one", "main", "main_config", "RUN_FORMAT"]
@@ -104,10 +104,13 @@ def setup_distributed(device_name: str = "auto") -> tuple[Dist, torch.device]:
 
 #: largest generated data set a distributed run makes itself (bigger ones: `ibp-graph prepare` first).
 DDP_GENERATE_MAX_NODES = 5_000_000
+#: the data sets `open_dataset` generates itself (the others are prepared from downloaded files).
+GENERATED = ("synthetic", "synthetic-mag")
 
 
-def open_dataset(cfg, dist: Dist = Dist(), *, progress: bool = True) -> PreparedDataset:
-    """The prepared data set a DataConfig names, generated or prepared first if missing.
+def open_dataset(cfg, dist: Dist = Dist(), *, progress: bool = True):
+    """The prepared data set a DataConfig names (PreparedDataset, or HeteroPreparedDataset for
+    HETERO_DATASETS), generated or prepared first if missing.
 
     In a distributed run each machine's first rank does it while the others wait, and
     only for generated data sets of up to DDP_GENERATE_MAX_NODES nodes: preparing
@@ -116,18 +119,28 @@ def open_dataset(cfg, dist: Dist = Dist(), *, progress: bool = True) -> Prepared
     """
     path = _prepared_path(cfg)
     if dist.world_size > 1 and not _ready(cfg, path):
-        if cfg.name != "synthetic" or cfg.synthetic.num_nodes > DDP_GENERATE_MAX_NODES:
+        if cfg.name not in GENERATED or _generated_nodes(cfg) > DDP_GENERATE_MAX_NODES:
             how = (f"ibp-graph prepare --dataset {cfg.name} --root {cfg.root}" + (f" --out {path}" if cfg.prepared else "")
-                   if cfg.name != "synthetic" else
+                   if cfg.name not in GENERATED else
                    f"ibp-graph prepare --dataset synthetic --root {cfg.root} --set data.synthetic.num_nodes="
-                   f"{cfg.synthetic.num_nodes} (and the other data.synthetic keys of the config)")
+                   f"{cfg.synthetic.num_nodes} (and the other data.synthetic keys of the config)"
+                   if cfg.name == "synthetic" else
+                   f"ibp-graph prepare --dataset synthetic-mag --root {cfg.root} --config <this config>")
             raise FileNotFoundError(f"{path} is not prepared; a distributed run does not prepare large data sets "
                                     f"(it would outlast the process group's timeout): run `{how}` first, once per "
                                     "machine unless the folder is on a shared disk")
     if dist.local_rank == 0 and not _ready(cfg, path):
         _prepare(cfg, path, progress=progress and dist.main)
     dist.barrier()
+    if cfg.name in HETERO_DATASETS:
+        from ..data.hetero import HeteroPreparedDataset
+
+        return HeteroPreparedDataset.load(path)
     return PreparedDataset.load(path)
+
+
+def _generated_nodes(cfg) -> int:
+    return cfg.synthetic.num_nodes if cfg.name == "synthetic" else sum(cfg.mag.num_nodes.values())
 
 
 def _prepared_path(cfg) -> Path:
@@ -135,16 +148,48 @@ def _prepared_path(cfg) -> Path:
         from ..data import graphgen
 
         return graphgen.cache_dir(cfg.synthetic, cfg.root)
+    if cfg.name == "synthetic-mag":
+        from ..data import maggen
+
+        return maggen.cache_dir(cfg.mag, cfg.root)
+    if cfg.prepared:
+        return Path(cfg.prepared)
+    if cfg.name == "ogbn-mag":
+        from ..data import ogb_mag
+
+        return ogb_mag.default_prepared_dir(cfg.root)
+    if cfg.name == "mag240m":
+        from ..data import ogb_mag
+
+        return ogb_mag.mag240m_dir(cfg.root) / "ibp_prepared"
     from ..data import ogb
 
-    return Path(cfg.prepared) if cfg.prepared else ogb.default_prepared_dir(cfg.name, cfg.root)
+    return ogb.default_prepared_dir(cfg.name, cfg.root)
 
 
 def _ready(cfg, path: Path) -> bool:
+    if cfg.name in HETERO_DATASETS:
+        from ..data.hetero import HeteroPreparedDataset
+
+        if not HeteroPreparedDataset.is_complete(path):
+            return False
+        return not cfg.store or HeteroPreparedDataset.load(path, verify="none").has_store()
     return PreparedDataset.is_complete(path) and (not cfg.store or (path / "store" / "x" / "meta.json").is_file())
 
 
 def _prepare(cfg, path: Path, *, progress: bool) -> None:
+    if cfg.name in HETERO_DATASETS:
+        from ..data import hetero, maggen, ogb_mag
+
+        if hetero.HeteroPreparedDataset.is_complete(path):  # prepared with --no-store: make only the stores
+            hetero.add_stores(path, progress=progress)
+        elif cfg.name == "synthetic-mag":
+            maggen.generate(cfg.mag, path, store=cfg.store, progress=progress, keep_complete=True)
+        elif cfg.name == "ogbn-mag":
+            ogb_mag.prepare(cfg.root, path, store=cfg.store, progress=progress, keep_complete=True)
+        else:
+            ogb_mag.prepare_mag240m(cfg.root, path, store=cfg.store, progress=progress, keep_complete=True)
+        return
     if PreparedDataset.is_complete(path):  # prepared with --no-store: make only the store, regenerate nothing
         add_store(path, progress=progress)
         return
@@ -158,11 +203,12 @@ def _prepare(cfg, path: Path, *, progress: bool) -> None:
         ogb.prepare(cfg.name, cfg.root, path, store=cfg.store, progress=progress, keep_complete=True)
 
 
-def make_loader(ds: PreparedDataset, input_nodes: torch.Tensor, cfg: LoaderConfig, codec: str, *,
+def make_loader(ds, input_nodes: torch.Tensor, cfg: LoaderConfig, codec: str, *,
                 batch_size: int, shuffle: bool, device: torch.device, use_store: bool = True, graph=None):
-    """The loader of `cfg.framework` over the prepared data set (for dgl, `graph`: its DGL graph,
-    built from `ds` when not given); features from the store when the front-end says so."""
-    front = frontends.get(cfg.framework)
+    """The loader of `cfg.framework` over the prepared data set (for dgl, `graph`: its DGL graph; for a
+    HeteroPreparedDataset, its HeteroData; built from `ds` when not given); features from the store when the
+    front-end says so."""
+    front = frontends.get(cfg.framework, hetero=not isinstance(ds, PreparedDataset))
     if graph is None:
         graph = front.prepare(ds)
     return front.make_loader(ds, graph, input_nodes, cfg, codec, batch_size=batch_size, shuffle=shuffle,
@@ -218,7 +264,7 @@ def run(cfg: Config, *, baseline: bool = False) -> list[dict]:
     """Run the experiment once per codec in `cfg.loader.codecs` (and, with `baseline`, once with the
     framework's own uncompressed loader: codec "native"); return the results (rank 0 writes JSON)."""
     check_config(cfg)  # the whole config, before any data is generated or loaded
-    front = frontends.get(cfg.loader.framework)
+    front = frontends.get(cfg.loader.framework, hetero=cfg.data.name in HETERO_DATASETS)
     front.check(cfg)
     dist, device = setup_distributed(cfg.loader.device)
     front.check_device(device)
@@ -235,7 +281,7 @@ def run_one(cfg: Config, codec: str, ds: PreparedDataset, dist: Dist, device: to
             front=None, graph=None) -> dict:
     """Train and evaluate with one codec; one line per epoch; the result as a dict (and JSON on rank 0)."""
     t_start = time.perf_counter()
-    front = front or frontends.get(cfg.loader.framework)
+    front = front or frontends.get(cfg.loader.framework, hetero=cfg.data.name in HETERO_DATASETS)
     if graph is None:
         graph = front.prepare(ds)
     front.seed(cfg.train.seed)
@@ -259,7 +305,7 @@ def run_one(cfg: Config, codec: str, ds: PreparedDataset, dist: Dist, device: to
     feature_src = "store" if front.from_store(ds, codec, cfg.data.store) else "table"
     group_codecs = {k: c.name for k, c in sorted(loaders["train"].codecs.items())}  # what auto chose
     chosen = ", ".join(f"{k}: {v}" for k, v in group_codecs.items())
-    say(f"[{cfg.name}] {ds.name}: {ds.num_nodes:,} nodes, {ds.graph.num_edges:,} edges, {ds.num_classes} classes; "
+    say(f"[{cfg.name}] {ds.name}: {ds.num_nodes:,} nodes, {ds.num_edges:,} edges, {ds.num_classes} classes; "
         f"train/valid/test {splits['train'].numel():,}/{splits['valid'].numel():,}/{splits['test'].numel():,}; "
         f"{cfg.model.arch} x{num_layers} ({front.name}), fan-out {list(lc.num_neighbors)}, batch {lc.batch_size}, codec {codec} "
         f"({chosen}; features from the {feature_src}), device {device}, {dist.world_size} process(es)", flush=True)
@@ -300,7 +346,7 @@ def run_one(cfg: Config, codec: str, ds: PreparedDataset, dist: Dist, device: to
     result = {"format": RUN_FORMAT, "version": 1, "name": cfg.name, "dataset": ds.name, "codec": codec,
               "framework": front.name,
               "group_codecs": group_codecs, "features": feature_src, "arch": cfg.model.arch, "world_size": dist.world_size, "device": str(device),
-              "num_nodes": ds.num_nodes, "num_edges": ds.graph.num_edges, "config": to_dict(cfg),
+              "num_nodes": ds.num_nodes, "num_edges": ds.num_edges, "config": to_dict(cfg),
               "epochs": epochs, "final": final, "wall_seconds": dist.max(time.perf_counter() - t_start)}
     test_acc = "n/a" if final["test_acc"] is None else f"{final['test_acc']:.4f}"
     say(f"[{cfg.name}] codec {codec}: test accuracy {test_acc} (majority class {majority:.4f}); "
