@@ -22,6 +22,7 @@ from ibp_graph.index_checks import check_node_table
 from ibp_graph.loaders import _common
 from ibp_graph.pipeline.batch import DecodedBatch
 from ibp_graph.pipeline.codec_setup import CODEC_NAMES, CodecSpec, build_codecs
+from ibp_graph.pipeline.features import check_features
 from ibp_graph.pipeline.grouping import GroupKey
 from ibp_graph.pipeline.hetero_worker import (INPUT_ID, SEED_TIME, HeteroBatchProducer, HeteroSampleOnly, edge_name,
                                               node_name)
@@ -101,9 +102,12 @@ class CompressedHeteroNeighborLoader(DataLoader, AffinityMixin, MultithreadingMi
         prefetch: int = 2,
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
+        features: str = "auto",
+        device_cache: Union[int, float] = 0,
         **kwargs: Any,
     ):
         _common.start()
+        _worker_features_only(features, device_cache)
         if not directed:  # PyG: deprecated, the induced subgraph
             warnings.warn("directed=False is deprecated (as in PyG's NeighborLoader); use "
                           "subgraph_type='induced'", DeprecationWarning, stacklevel=2)
@@ -262,6 +266,16 @@ def _identity(batch):
 
 #: NeighborLoader's subgraph types, all honoured.
 _SUBGRAPH_TYPES = ("directional", "bidirectional", "induced")
+
+
+def _worker_features_only(features: Any, device_cache: Any) -> None:
+    """Heterogeneous batches gather their features in the workers: features="worker" (or "auto",
+    which means it here) and no device cache; the homogeneous loader's other modes name themselves."""
+    check_features(features)
+    if features == "zero_copy" or device_cache not in (0, 0.0, None):
+        raise NotImplementedError(
+            f"features={features!r}, device_cache={device_cache!r} are not supported for a HeteroData yet; "
+            "accepted: features='worker' or 'auto' (both gather in the workers) and device_cache=0")
 
 
 def _refuse_options(**given) -> None:

@@ -228,13 +228,21 @@ def test_errors_name_the_argument_and_value():
         L(data, [2], input_nodes="paper", input_time=torch.zeros(900))
     with pytest.raises(ValueError, match="time_attr='t' is neither a node-level nor an edge-level"):
         L(data, [2], input_nodes="paper", time_attr="t")
-    for option in (dict(weight_attr="w"),):
+    for option in (dict(weight_attr="w"), dict(features="zero_copy"), dict(device_cache=1 << 20)):
         with pytest.raises(NotImplementedError, match=f"{next(iter(option))}=.*for a HeteroData"):
             L(data, [2], input_nodes="paper", **option)
+    with pytest.raises(ValueError, match="features='gpu' is not accepted"):
+        L(data, [2], input_nodes="paper", features="gpu")
     bad = make_hetero()
     bad[CITES].edge_index = torch.tensor([[0], [900]])
     with pytest.raises(ValueError, match="data\\[\\('paper', 'cites', 'paper'\\)\\].edge_index: .*node id 900"):
         L(bad, [2], input_nodes="paper")
+
+
+def test_worker_and_auto_feature_modes_give_the_same_batches():
+    data = make_hetero()
+    kw = dict(num_neighbors=[3, 2], input_nodes=("paper", torch.arange(300)), batch_size=100, shuffle=True)
+    same(batches(data, features="worker", **kw), batches(data, features="auto", **kw))
 
 
 def test_num_neighbors_as_pyg_num_neighbors_with_a_default():
