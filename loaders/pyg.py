@@ -79,7 +79,9 @@ class CompressedNeighborLoader(NeighborLoader):
         """A HeteroData gets a CompressedHeteroNeighborLoader (loaders/pyg_hetero.py), as NeighborLoader takes both."""
         if isinstance(data, HeteroData):
             from ibp_graph.loaders.pyg_hetero import CompressedHeteroNeighborLoader
-            return CompressedHeteroNeighborLoader(data, *args, **kwargs)
+            loader = CompressedHeteroNeighborLoader(data, *args, **kwargs)
+            loader.called_as = cls.__name__  # its repr names the class the user called, as PyG's
+            return loader
         return super().__new__(cls)
 
     def __init__(

@@ -250,8 +250,8 @@ class CompressedHeteroNeighborLoader(DataLoader, AffinityMixin, MultithreadingMi
         return self.transform(out) if self.transform is not None else out
 
     def __repr__(self) -> str:
-        """PyG's NodeLoader repr (the class name); describe() says more."""
-        return f"{type(self).__name__}()"
+        """PyG's NodeLoader repr (the name of the class called to build it); describe() says more."""
+        return f"{getattr(self, 'called_as', type(self).__name__)}()"
 
     def describe(self) -> str:
         """What this loader samples and how it sends each group (input type, fan-outs, codecs, device)."""

@@ -289,7 +289,7 @@ def test_repr_and_transform():
     data = make_hetero()
     loader = CompressedNeighborLoader(data, [2], input_nodes="paper", batch_size=300, device="cpu",
                                       transform=tag)
-    assert repr(loader) == str(loader) == "CompressedHeteroNeighborLoader()"  # PyG's form: the class name
+    assert repr(loader) == str(loader) == "CompressedNeighborLoader()"  # PyG's form: the class called
     assert "CompressedHeteroNeighborLoader(input_type='paper'" in loader.describe()
     assert "'int64[*]': 'ibp'" in loader.describe()
     assert next(iter(loader)).tag == 1
