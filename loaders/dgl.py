@@ -544,8 +544,12 @@ def _features(graph, sampler, stores: Mapping) -> tuple[dict, dict, dict]:
         for n in dict.fromkeys(names):
             q = _qualified(t, n, single_n)
             if (t, n) in stores:
-                node_attrs[q] = stores[(t, n)]
-                served[(NODE, t, n)] = (q, stores[(t, n)])
+                table = stores[(t, n)]
+                if n in data and (data[n].dtype, tuple(data[n].shape)) != (table.dtype, tuple(table.shape)):
+                    raise ValueError(f"node_stores' table for {q!r} holds {table.dtype} {tuple(table.shape)}; the "
+                                     f"graph's column holds {data[n].dtype} {tuple(data[n].shape)}: encode that column")
+                node_attrs[q] = table
+                served[(NODE, t, n)] = (q, table)
             else:
                 node_attrs[q] = _common.host_table(data[n], f"graph.nodes[{t!r}].data[{n!r}]")
     for t, names in edge.items():

@@ -121,14 +121,15 @@ def run(*, num_nodes: int = 200_000, avg_degree: int = 15, batch_size: int = 512
     return rows
 
 
-#: the loaders `run_dgl` times, in this order: DGL's own DataLoader, then ours with DGL's sampler.
-DGL_VARIANTS = ("dgl-DataLoader", "dgl-identity")
+#: the loaders `run_dgl` times, in this order: DGL's own DataLoader, then ours with DGL's sampler
+#: (codec identity, auto, and auto from a pre-encoded store: `node_stores`).
+DGL_VARIANTS = ("dgl-DataLoader", "dgl-identity", "dgl-auto", "dgl-auto-store")
 
 
 def run_dgl(*, num_nodes: int = 200_000, avg_degree: int = 15, batch_size: int = 512,
             num_neighbors: Sequence[int] = (10, 5), batches: int = 30, num_workers: int = 1,
             quiet: bool = False) -> list[dict]:
-    """DGL's own DataLoader against CompressedDGLDataLoader (codec identity) on `run`'s graph and
+    """DGL's own DataLoader against CompressedDGLDataLoader (DGL_VARIANTS) on `run`'s graph and
     features, the same seeds, fan-out and worker count, CPU only; needs dgl (DGLBACKEND=pytorch)."""
     import dgl
 
@@ -146,7 +147,9 @@ def run_dgl(*, num_nodes: int = 200_000, avg_degree: int = 15, batch_size: int =
         sampler = dgl.dataloading.NeighborSampler(list(reversed(num_neighbors)),
                                                   prefetch_node_feats=["x"], prefetch_labels=["y"])
         cls = dgl.dataloading.DataLoader if variant == "dgl-DataLoader" else CompressedDGLDataLoader
-        kw = {} if variant == "dgl-DataLoader" else {"codec": "identity"}
+        kw = {} if variant == "dgl-DataLoader" else {"codec": variant.split("-")[1]}
+        if variant == "dgl-auto-store":
+            kw["node_stores"] = {"x": EncodedTable.encode(x, "auto", progress=False)}
         torch.manual_seed(0)
         loader = cls(g, seeds, sampler, batch_size=batch_size, shuffle=True, num_workers=num_workers,
                      persistent_workers=num_workers > 0, **kw)
@@ -160,7 +163,7 @@ def run_dgl(*, num_nodes: int = 200_000, avg_degree: int = 15, batch_size: int =
     for r in rows:
         r["vs_dgl"] = r["batches_per_s"] / rows[0]["batches_per_s"]
     if not quiet:
-        print(f"\nDGL DataLoader vs CompressedDGLDataLoader (identity), batch {batch_size}, fan-out "
+        print(f"\nDGL DataLoader vs CompressedDGLDataLoader, batch {batch_size}, fan-out "
               f"{list(num_neighbors)}, {num_workers} worker(s), cpu")
         print(format_table(rows, [("variant", "variant", "s"), ("batches_per_s", "batches/s", ".2f"),
                                   ("vs_dgl", "vs DGL DataLoader", ".3f")]))
@@ -179,7 +182,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--out", default="bench_out/loader.json")
     p.add_argument("--dgl", action="store_true",
-                   help="instead: DGL's own DataLoader vs CompressedDGLDataLoader identity (needs dgl)")
+                   help="instead: DGL's own DataLoader vs CompressedDGLDataLoader identity, auto, auto store (needs dgl)")
     a = p.parse_args(argv)
     if a.dgl:
         run_dgl(num_nodes=a.num_nodes, avg_degree=a.avg_degree, batch_size=a.batch_size,

@@ -103,5 +103,9 @@ def test_store_errors_name_the_argument(dgl_mod, graph):
     with pytest.raises(ValueError, match=r"node_stores\['feat'\] has 10 rows; the graph has 2000"):
         L(graph, idx, sampler(), node_stores={"feat": EncodedTable.encode(graph.ndata["feat"][:10], "identity",
                                                                           progress=False)})
+    with pytest.raises(ValueError, match=r"table for 'feat' holds torch.float16 \(2000, 16\); the graph's column "
+                                         r"holds torch.float32 \(2000, 16\)"):
+        L(graph, idx, sampler(), node_stores={"feat": EncodedTable.encode(graph.ndata["feat"].half(), "identity",
+                                                                          progress=False)})
     with pytest.raises(KeyError, match=r"prefetches \['emb'\], not in graph.ndata .* nor in node_stores"):
         L(graph, idx, sampler(prefetch_node_feats=["emb"]))
