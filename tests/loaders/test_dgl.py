@@ -396,3 +396,25 @@ def test_workers_send_parent_columns_as_row_indices_and_no_raw_prefetched_rows(g
     assert detached == 2 * 2 * 3 - 2  # per block, source and destination feat/label/year; less the prefetched
     names = {m.name for layout in encoded.batch.layouts.values() for m in layout.members}
     assert names == {"0.n0.feat", "1.n1.label", "0.e0.w", "1.e0.w"}
+
+
+@needs_dgl
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_node_and_edge_columns_of_one_name_keep_their_own_rows(num_workers):
+    """A node feature and an edge feature both called "w": the lazily sliced columns the workers send
+    as row indices are re-attached to the right parent column (DGL pairs frames by position, which
+    would mix them up for destination frames)."""
+    from ibp_graph.loaders.dgl import CompressedDGLDataLoader
+
+    g = make_graph(num_nodes=600, num_edges=4000, seed=2)
+    g.ndata["w"] = torch.arange(600 * 3, dtype=torch.float64).view(600, 3)
+    indices = torch.arange(0, 600, 5)
+    kw = dict(batch_size=40, shuffle=True, num_workers=num_workers)
+    theirs = run(dgl.dataloading.DataLoader, g, indices, sampler, **kw)
+    ours = run(CompressedDGLDataLoader, g, indices, sampler, **kw)
+    assert len(ours) == len(theirs) == 3
+    for a, b in zip(ours, theirs):
+        assert_same_batch(a, b)
+        for block in a[2]:
+            assert_same_bits(block.dstdata["w"], g.ndata["w"][block.dstdata[dgl.NID]], "dstdata w")
+            assert_same_bits(block.edata["w"], g.edata["w"][block.edata[dgl.EID]], "edata w")
