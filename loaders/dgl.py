@@ -172,7 +172,8 @@ def _parent_tid(parent, kind: str, type_) -> Optional[int]:
 
 def _shared_empty(shape: tuple, dtype: torch.dtype) -> torch.Tensor:
     """An uninitialised tensor in shared memory: rows gathered into it cross to the main process as they
-    are (a DataLoader worker otherwise copies every tensor it returns into shared memory)."""
+    are (a DataLoader worker otherwise copies every tensor it returns into shared memory). Uses torch's
+    own allocator of shared storages (torch <= 2.2.1, the torch DGL 2.1 loads with, has it)."""
     storage = torch.UntypedStorage._new_shared(max(1, math.prod(shape) * itemsize(dtype)))
     return torch.empty(0, dtype=dtype).set_(storage, 0, shape)
 
