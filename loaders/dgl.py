@@ -390,6 +390,10 @@ class CompressedDGLDataLoader(_DGLDataLoader):
         if not callable(getattr(graph_sampler, "sample", None)):
             raise TypeError(f"graph_sampler must be a dgl.dataloading sampler (with .sample), got "
                             f"{type(graph_sampler).__name__}")
+        if isinstance(graph_sampler, dgl.dataloading.EdgePredictionSampler):
+            raise NotImplementedError("graph_sampler is an edge-wise sampler (as_edge_prediction_sampler); "
+                                      "CompressedDGLDataLoader takes node-wise samplers returning "
+                                      "(input_nodes, output_nodes, blocks), e.g. NeighborSampler")
         stores = _node_stores(graph, node_stores)
         node_attrs, edge_attrs, served = _features(graph, graph_sampler, stores)
         out_device = torch.device(device) if device is not None else torch.device("cpu")

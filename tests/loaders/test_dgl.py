@@ -253,6 +253,8 @@ def test_unsupported_options_raise_naming_them(graph):
         L(graph, idx, sampler(), gpu_cache={"node": {"feat": 10}})
     with pytest.raises(NotImplementedError, match="collate_fn"):
         L(graph, idx, sampler(), collate_fn=lambda b: b)
+    with pytest.raises(NotImplementedError, match="edge-wise sampler"):
+        L(graph, idx, dgl.dataloading.as_edge_prediction_sampler(sampler()))
     with pytest.raises(ValueError, match="prefetches no features.*prefetch_node_feats"):
         L(graph, idx, dgl.dataloading.NeighborSampler([2]))
     with pytest.raises(KeyError, match=r"\['emb'\], not in graph.ndata"):
