@@ -11,7 +11,7 @@ import os
 import pytest
 import torch
 
-from tests.loaders.test_dgl import assert_same_bits, seed_all
+from tests.loaders.test_dgl import assert_same_bits, run, seed_all
 
 os.environ.setdefault("DGLBACKEND", "pytorch")
 try:
@@ -106,11 +106,6 @@ def check_hetero_against_graph(batch, g) -> None:
                          g.edges["cites"].data["w"][block.edges["cites"].data[dgl.EID]], "w")
 
 
-def epoch(loader_cls, g, indices, make_sampler, seed=0, **kwargs):
-    seed_all(seed)
-    return list(loader_cls(g, indices, make_sampler(), **kwargs))
-
-
 @pytest.fixture(scope="module")
 def hetero():
     if dgl is None:
@@ -124,7 +119,7 @@ def test_hetero_batches_equal_dgls_own_dataloader(hetero, num_workers, codec):
 
     indices = {"paper": torch.arange(0, 400, 3)}
     kw = dict(batch_size=32, shuffle=True, num_workers=num_workers)
-    theirs = epoch(dgl.dataloading.DataLoader, hetero, indices, hetero_sampler, **kw)
+    theirs = run(dgl.dataloading.DataLoader, hetero, indices, hetero_sampler, **kw)
     loader = CompressedDGLDataLoader(hetero, indices, hetero_sampler(), codec=codec, **kw)
     seed_all(0)
     ours = list(loader)
@@ -140,7 +135,7 @@ def test_hetero_batches_equal_dgls_own_dataloader(hetero, num_workers, codec):
         assert loader.stats.fraction == 1.0
     else:
         assert loader.stats.sent_bytes["float32[32]"] < loader.stats.raw_bytes["float32[32]"]
-    other = epoch(CompressedDGLDataLoader, hetero, indices, hetero_sampler, seed=1, codec=codec, **kw)
+    other = run(CompressedDGLDataLoader, hetero, indices, hetero_sampler, seed=1, codec=codec, **kw)
     assert not torch.equal(other[0][1]["paper"], ours[0][1]["paper"])  # the equality above is not vacuous
 
 
@@ -153,8 +148,8 @@ def test_hetero_per_edge_type_fanouts_and_several_seed_types(hetero):
         fanouts, prefetch_node_feats={"paper": ["feat", "year"], "author": ["feat"]},
         prefetch_labels={"paper": ["label"], "author": ["feat"]}, prefetch_edge_feats={("paper", "cites", "paper"): ["w"]})
     indices = {"paper": torch.arange(0, 400, 5), "author": torch.arange(0, 250, 7)}
-    theirs = epoch(dgl.dataloading.DataLoader, hetero, indices, make, batch_size=40, shuffle=True)
-    ours = epoch(CompressedDGLDataLoader, hetero, indices, make, batch_size=40, shuffle=True, codec="auto")
+    theirs = run(dgl.dataloading.DataLoader, hetero, indices, make, batch_size=40, shuffle=True)
+    ours = run(CompressedDGLDataLoader, hetero, indices, make, batch_size=40, shuffle=True, codec="auto")
     assert len(ours) == len(theirs) > 2
     for a, b in zip(ours, theirs):
         assert_same_hetero_batch(a, b)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tests.loaders.test_dgl import assert_same_batch, assert_same_bits, make_graph, run, sampler, seed_all
-from tests.loaders.test_dgl_hetero import assert_same_hetero_batch, epoch, hetero_sampler, make_hetero
+from tests.loaders.test_dgl_hetero import assert_same_hetero_batch, hetero_sampler, make_hetero
 
 pytestmark = [pytest.mark.dgl, pytest.mark.filterwarnings("ignore:Dataloader CPU affinity")]
 
@@ -81,7 +81,7 @@ def test_hetero_store_for_one_type_next_to_raw_features_of_another(dgl_mod, num_
     table = EncodedTable.encode(hetero.nodes["paper"].data["feat"], "ebp", progress=False)
     indices = {"paper": torch.arange(0, 400, 3)}
     kw = dict(batch_size=32, shuffle=True, num_workers=num_workers)
-    theirs = epoch(dgl_mod.dataloading.DataLoader, hetero, indices, hetero_sampler, **kw)
+    theirs = run(dgl_mod.dataloading.DataLoader, hetero, indices, hetero_sampler, **kw)
     loader = CompressedDGLDataLoader(hetero, indices, hetero_sampler(), node_stores={"paper": {"feat": table}},
                                      codec="ibp", **kw)
     seed_all(0)
