@@ -5,9 +5,15 @@ sampler asked for (``prefetch_node_feats``, ``prefetch_labels``, ``prefetch_edge
 ``LazyFeature`` columns on the returned graphs) in the main process. This loader *is*
 DGL's loader (a subclass: same shuffling, same worker seeding, same batches) with one
 stage moved and one added: workers take the ``LazyFeature`` columns off the sampled
-graphs, fetch those rows from the graph's feature storages exactly as DGL would, and
-encode them (``ibp_graph.pipeline``); the main process decodes them on `device` and puts
-them where DGL would have: ``blocks[0].srcdata``, ``blocks[-1].dstdata``, ``block.edata``.
+graphs, gather those rows from the graph's feature tensors by the graphs' ``dgl.NID`` /
+``dgl.EID`` exactly as DGL would (or the compressed rows of a pre-encoded store,
+`node_stores`), and encode them (``ibp_graph.pipeline``); the main process decodes them
+on `device` and puts them where DGL would have: ``blocks[0].srcdata``,
+``blocks[-1].dstdata``, ``block.edata``, per node and edge type on heterogeneous graphs.
+
+The other columns a sampled graph carries (lazy slices of the parent graph's features,
+which DGL gathers only when read) cross from the worker as their row index only and are
+re-attached to the parent's storage in the main process, for every node and edge frame.
 
 Needs dgl 2.1 (the newest Linux wheel in the package index), which loads only with
 torch <= 2.2.1 and numpy < 2: ``make test-dgl`` builds such an environment (.venv-dgl).
@@ -19,20 +25,23 @@ A loader, when it starts, makes numba's threading layer fork-safe (ibp_graph.thr
 """
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Iterator, Optional, Union
+from typing import Any, Iterator, Mapping, Optional, Union
 
 import torch
 
 from ibp_graph.codec.base import Codec
+from ibp_graph.codec.identity import IdentityCodec
+from ibp_graph.data.store import EncodedTable
+from ibp_graph.layout.dtypes import itemsize
 from ibp_graph.loaders import _common
 from ibp_graph.pipeline.batch import DecodedBatch, EncodedBatch
 from ibp_graph.pipeline.codec_setup import CodecSpec
-from ibp_graph.pipeline.features import plan_features, worker_tensors
-from ibp_graph.pipeline.grouping import GroupKey
-from ibp_graph.pipeline.worker import encode_groups_counted
+from ibp_graph.pipeline.features import FeaturePlan, plan_features, worker_ids
+from ibp_graph.pipeline.grouping import GroupKey, GroupLayout, Member, group_key, group_tensors, store_key
 
 _INSTALL = ("pip install 'dgl==2.1.0' 'torch==2.2.1' 'numpy<2' 'torchdata==0.7.1' pandas pydantic "
             "(or `make venv-dgl`, which builds .venv-dgl)")
@@ -59,7 +68,7 @@ try:
     dgl = _import_dgl()
     from dgl.dataloading import DataLoader as _DGLDataLoader
     from dgl.dataloading import Sampler as _DGLSampler
-    from dgl.frame import LazyFeature
+    from dgl.frame import Column, LazyFeature
 except ImportError as e:
     if "backend" in str(e) and "DGLBACKEND" in str(e):
         raise
@@ -71,23 +80,41 @@ except Exception as e:  # dgl is there but cannot load, e.g. its libraries built
 
 __all__ = ["CompressedDGLDataLoader"]
 
+NODE, EDGE = "node", "edge"
+
 
 @dataclass(frozen=True)
 class _Slot:
-    """Where one fetched feature goes: graph `graph` of the batch, its `view`, column `key`."""
+    """Where one fetched feature goes: column `key` of frame `tid` of graph `graph`'s node or edge frames."""
 
     name: str   # the tensor's name inside the EncodedBatch
     graph: int  # index into the batch's list of graphs (blocks)
-    view: str   # "srcdata", "dstdata", "ndata" or "edata"
+    kind: str   # NODE or EDGE
+    tid: int    # frame index (a block's node frames are its source types, then its destination types)
     key: str
 
 
 @dataclass(frozen=True)
+class _Detached:
+    """A column sliced lazily from the parent graph's column (frame `parent_tid` of `kind`), sent
+    without its storage (only its row index) and re-attached to the parent's in the main process."""
+
+    graph: int
+    kind: str
+    tid: int
+    key: str
+    parent_tid: int
+
+
+@dataclass(frozen=True)
 class _Meta:
-    """The front-end's pass-through in an EncodedBatch: the slots (from the worker) and, once in
-    the main process, the sampler's (input_nodes, output_nodes, blocks) that DGL moved to `device`."""
+    """The front-end's pass-through in an EncodedBatch: the slots, the detached columns and the
+    column order of the frames the worker changed (from the worker) and, once in the main
+    process, the sampler's (input_nodes, output_nodes, blocks) that DGL moved to `device`."""
 
     slots: tuple[_Slot, ...]
+    detached: tuple[_Detached, ...] = ()
+    orders: tuple[tuple[int, str, int, tuple[str, ...]], ...] = ()
     sampled: Optional[tuple] = None
 
 
@@ -113,14 +140,6 @@ class _Encoded:
         return _Encoded(self.batch.pin_memory())
 
 
-def _views(g) -> tuple[tuple[str, Any, str, str], ...]:
-    """(view name, data view, id column, "node"/"edge") of a sampled graph, as DGL prefetches them."""
-    if g.is_block:
-        return (("srcdata", g.srcdata, dgl.NID, "node"), ("dstdata", g.dstdata, dgl.NID, "node"),
-                ("edata", g.edata, dgl.EID, "edge"))
-    return (("ndata", g.ndata, dgl.NID, "node"), ("edata", g.edata, dgl.EID, "edge"))
-
-
 def _graphs(out: Any) -> list:
     """The sampled graphs of a sampler's (input_nodes, output_nodes, blocks-or-graph) result."""
     if not (isinstance(out, tuple) and len(out) == 3):
@@ -133,42 +152,187 @@ def _graphs(out: Any) -> list:
     return list(graphs)
 
 
-class _CompressingSampler(_DGLSampler):
-    """Runs the user's sampler in a worker, then fetches and encodes the features it marked lazy."""
+def _frames(g, kind: str) -> list:
+    """A graph's node or edge frames (DGL's per-type column stores)."""
+    return g._node_frames if kind == NODE else g._edge_frames
 
-    def __init__(self, sampler, codecs: dict[GroupKey, Codec], features=None):
+
+def _types(g, kind: str) -> list:
+    """The type of each of a graph's node or edge frames (a block lists its source types, then its
+    destination types), as DGL's prefetcher names them."""
+    return g.ntypes if kind == NODE else g.canonical_etypes
+
+
+def _parent_tid(parent, kind: str, type_) -> Optional[int]:
+    """The parent graph's frame index of a sampled graph's node or edge type (None: not a parent type)."""
+    try:
+        return parent.get_ntype_id(type_) if kind == NODE else parent.get_etype_id(type_)
+    except Exception:  # a type the sampler made up (DGLError); such frames are left alone
+        return None
+
+
+def _shared_empty(shape: tuple, dtype: torch.dtype) -> torch.Tensor:
+    """An uninitialised tensor in shared memory: rows gathered into it cross to the main process as they
+    are (a DataLoader worker otherwise copies every tensor it returns into shared memory). Uses torch's
+    own allocator of shared storages (torch <= 2.2.1, the torch DGL 2.1 loads with, has it)."""
+    storage = torch.UntypedStorage._new_shared(max(1, math.prod(shape) * itemsize(dtype)))
+    return torch.empty(0, dtype=dtype).set_(storage, 0, shape)
+
+
+class _Fetch:
+    """The LazyFeature columns of one sampled batch, taken off its graphs: what to gather, for which slot."""
+
+    def __init__(self):
+        self.rows: dict[GroupKey, list] = {}     # row groups: [(slot name, table, ids)]
+        self.scalars: list = []                  # 1-d columns: (slot name, table, ids)
+        self.stored: dict[str, list] = {}        # store name -> [(slot name, table, ids)]
+        self.sent: dict[str, torch.Tensor] = {}  # node ids sent for the main process to serve (pipeline.features)
+
+    def add(self, name: str, source, ids: torch.Tensor) -> None:
+        """Plan one slot: rows `ids` of `source` (a tensor, or (store name, EncodedTable))."""
+        if isinstance(source, tuple):
+            self.stored.setdefault(source[0], []).append((name, source[1], ids))
+        elif source.dim() <= 1:
+            self.scalars.append((name, source, ids))
+        else:
+            key = group_key(name, source[:0])
+            self.rows.setdefault(key, []).append((name, source, ids))
+
+
+class _CompressingSampler(_DGLSampler):
+    """Runs the user's sampler in a worker, then gathers and encodes the features it marked lazy.
+
+    `stores` maps (kind, type, name) to (store name, EncodedTable) for features served
+    from pre-encoded tables. Columns lazily sliced from the parent graph's features are
+    detached from their storage (sent as their row index), on every node and edge frame.
+    """
+
+    def __init__(self, sampler, codecs: dict[GroupKey, Codec], stores: Mapping[tuple, tuple],
+                 features: Optional[FeaturePlan] = None):
         super().__init__()
         self.sampler = sampler
         self.codecs = codecs
-        self.features = features  # pipeline.features.FeaturePlan: which rows the main process serves
+        self.stores = dict(stores)
+        self.features = features  # which node features' rows the main process serves (zero-copy, cache)
 
     def sample(self, g, indices):
         t0 = time.perf_counter()
         out = self.sampler.sample(g, indices)
         t1 = time.perf_counter()
         graphs = _graphs(out)
-        input_nodes, output_nodes, blocks = out
-        tensors, slots = {}, []
+        plan, slots, detached, orders = _Fetch(), [], [], []
         for i, sub in enumerate(graphs):
-            for view_name, view, id_name, kind in _views(sub):
-                for key in list(view.keys()):
-                    lazy = view[key]
-                    if not isinstance(lazy, LazyFeature):
-                        continue
-                    ids = lazy.id_ if lazy.id_ is not None else view[id_name]
-                    storage = (g.get_node_storage(lazy.name or key, g.ntypes[0]) if kind == "node"
-                               else g.get_edge_storage(lazy.name or key, g.canonical_etypes[0]))
-                    name = f"{i}.{view_name}.{key}"
-                    tensors.update(worker_tensors(self.features, name, (lazy.name or key) if kind == "node" else None,
-                                                  ids, lambda i: storage.fetch(i, torch.device("cpu"))))
-                    slots.append(_Slot(name, i, view_name, key))
-                    del view[key]  # DGL's prefetcher must not fetch it again, uncompressed
+            for kind, id_name in ((NODE, dgl.NID), (EDGE, dgl.EID)):
+                types, parents = _types(sub, kind), _frames(g, kind)
+                for tid, frame in enumerate(_frames(sub, kind)):
+                    ptid = _parent_tid(g, kind, types[tid])
+                    before = tuple(frame._columns)
+                    taken = self._take(g, frame, kind, types[tid], id_name, f"{i}.{kind[0]}{tid}.", plan)
+                    slots.extend(_Slot(name, i, kind, tid, key) for name, key in taken)
+                    if taken:
+                        orders.append((i, kind, tid, before))
+                    if ptid is not None:
+                        detached.extend(_Detached(i, kind, tid, key, ptid)
+                                        for key in _detach(frame, parents[ptid]))
+        data, groups, layouts, copied = self._gather(plan)
         t2 = time.perf_counter()
-        groups, layouts, copied = encode_groups_counted(tensors, self.codecs)
-        copied += sum(t.numel() * t.element_size() for t in tensors.values())  # the feature gathers
-        batch = EncodedBatch(groups=groups, layouts=layouts, meta=_Meta(tuple(slots)), copied_bytes=copied,
+        copied += self._encode(data, groups, layouts)
+        batch = EncodedBatch(groups=groups, layouts=layouts, copied_bytes=copied,
+                             meta=_Meta(tuple(slots), tuple(detached), tuple(orders)),
                              seconds={"sample": t1 - t0, "gather": t2 - t1, "encode": time.perf_counter() - t2})
-        return input_nodes, output_nodes, blocks, _Encoded(batch)
+        return out[0], out[1], out[2], _Encoded(batch)
+
+    def _take(self, g, frame, kind: str, type_, id_name: str, prefix: str, plan: _Fetch) -> list:
+        """Take the frame's LazyFeature columns off it into `plan`; [(slot name, key)], in frame order."""
+        taken = []
+        for key, column in list(frame._columns.items()):
+            if not isinstance(column, LazyFeature):
+                continue
+            ids = column.id_ if column.id_ is not None else frame.get(id_name, None)
+            if ids is None:  # DGL's prefetcher refuses it alike
+                raise ValueError(f"LazyFeature {key!r} on a sampled graph has no ids, and the graph has no "
+                                 f"{id_name} column; give LazyFeature(name, id_) or keep {id_name}")
+            parent_key = column.name or key
+            source = self.stores.get((kind, type_, parent_key))
+            if source is None:
+                storage = g.get_node_storage(parent_key, type_) if kind == NODE else \
+                    g.get_edge_storage(parent_key, type_)
+                if not isinstance(storage, Column):
+                    raise TypeError(f"the graph's {kind} feature {parent_key!r} ({type_}) is stored in a "
+                                    f"{type(storage).__name__}; CompressedDGLDataLoader reads DGLGraph columns")
+                source = storage.data
+            name = prefix + key
+            sent, rest = worker_ids(self.features, name, parent_key if kind == NODE else None, ids)
+            plan.sent.update(sent)
+            if rest is not None:
+                plan.add(name, source, rest)
+            taken.append((name, key))
+            del frame[key]  # DGL's prefetcher must not fetch it again, uncompressed
+        return taken
+
+    def _gather(self, plan: _Fetch):
+        """Gather every planned slot: each row group straight into one buffer (in shared memory, in a
+        worker, when the group is sent as it is), 1-d columns into one padded stream per dtype, stored
+        features as compressed rows. (raw groups {key: (layout, tensor)}, stored groups, their layouts,
+        bytes copied)."""
+        in_worker = torch.utils.data.get_worker_info() is not None
+        data, groups, layouts, copied = {}, {}, {}, 0
+        for key, items in plan.rows.items():
+            shape = (sum(int(ids.numel()) for _, _, ids in items),) + key.row_shape
+            as_is = in_worker and isinstance(self.codecs.get(key), IdentityCodec)
+            buf = _shared_empty(shape, key.torch_dtype) if as_is else torch.empty(shape, dtype=key.torch_dtype)
+            members, pos = [], 0
+            for name, table, ids in items:
+                n = int(ids.numel())
+                torch.index_select(table, 0, ids, out=buf[pos:pos + n])
+                members.append(Member(name, (n,) + key.row_shape, pos))
+                pos += n
+            data[key] = (GroupLayout(key, tuple(members)), buf)
+            copied += buf.numel() * buf.element_size()
+        scalars = {name: torch.index_select(table, 0, ids) for name, table, ids in plan.scalars}
+        scalars.update(plan.sent)
+        for key, (layout, stream) in group_tensors(scalars).items():
+            data[key] = (layout, stream)
+            copied += stream.numel() * stream.element_size() + sum(
+                t.numel() * t.element_size() for t in scalars.values() if group_key("", t) == key)
+        for store, items in plan.stored.items():
+            table = items[0][1]
+            ct = table.index_select(torch.cat([ids for _, _, ids in items]) if len(items) > 1 else items[0][2])
+            key = store_key(store, table.dtype, tuple(table.shape[1:]))
+            members, pos = [], 0
+            for name, _, ids in items:
+                members.append(Member(name, (int(ids.numel()),) + key.row_shape, pos))
+                pos += int(ids.numel())
+            groups[key], layouts[key] = ct, GroupLayout(key, tuple(members))
+            copied += ct.nbytes
+        return data, groups, layouts, copied
+
+    def _encode(self, data: Mapping, groups: dict, layouts: dict) -> int:
+        """Encode each raw group into `groups` / `layouts`; the bytes the encoders wrote (none for a view)."""
+        copied = 0
+        for key, (layout, t) in data.items():
+            codec = self.codecs.get(key)
+            if codec is None:
+                raise KeyError(f"no codec for group {str(key)!r}; codecs exist for {sorted(map(str, self.codecs))}")
+            ct = codec.encode(t)
+            groups[key], layouts[key] = ct, layout
+            if ct.payload.untyped_storage().data_ptr() != t.untyped_storage().data_ptr():
+                copied += ct.nbytes
+        return copied
+
+
+def _detach(frame, parent_frame) -> list[str]:
+    """Drop the storage of the frame's columns that are lazy slices of the parent frame's columns (DGL's
+    remove_parent_storage_columns, applied to every frame of the right type); the keys detached."""
+    keys = []
+    for key, column in frame._columns.items():
+        if isinstance(column, LazyFeature) or getattr(column, "storage", None) is None:
+            continue
+        parent = parent_frame._columns.get(key)
+        if parent is not None and not isinstance(parent, LazyFeature) and parent.storage is column.storage:
+            column.storage = None
+            keys.append(key)
+    return keys
 
 
 class CompressedDGLDataLoader(_DGLDataLoader):
@@ -176,13 +340,20 @@ class CompressedDGLDataLoader(_DGLDataLoader):
 
     Arguments up to `gpu_cache` are DGL's DataLoader's, in its order; `codec` (``"auto"``,
     the default: per group the smallest of IBP and EBP, or identity when neither gains;
-    ``"ibp"``, ``"ebp"``, ``"identity"`` or a fitted codec object), `prefetch`
-    (batches decoded ahead on a CUDA device), `features` and `device_cache` (as for
-    CompressedNeighborLoader: pipeline.features, pipeline.cache) are ours. Features to load are the ones the sampler names, as for DGL:
-    ``NeighborSampler(fanouts, prefetch_node_feats=[...], prefetch_labels=[...])``.
-    Remaining keyword arguments go to DGL's DataLoader (`num_workers`, `persistent_workers`,
-    ...). With the same seeds (``numpy``, ``torch``, ``dgl.seed``) it yields the same
-    (input_nodes, output_nodes, blocks) as DGL's DataLoader, bit for bit.
+    ``"ibp"``, ``"ebp"``, ``"identity"`` or a fitted codec object), `prefetch` (batches
+    decoded ahead on a CUDA device), `node_stores`, `features` and `device_cache` (where node
+    features are read, as for CompressedNeighborLoader: pipeline.features, pipeline.cache;
+    graphs with one node type) are ours. Features to load are the
+    ones the sampler names, as for DGL: ``NeighborSampler(fanouts, prefetch_node_feats=[...],
+    prefetch_labels=[...])``, or per type on a heterogeneous graph
+    (``prefetch_node_feats={"paper": ["feat"]}``); features of every type are grouped by
+    dtype and row shape, one codec per group. `node_stores` serves node features from
+    pre-encoded tables instead of the graph's tensors, which then need not hold them:
+    ``{"feat": EncodedTable}``, or ``{"paper": {"feat": EncodedTable}}`` per node type;
+    workers gather the compressed rows (no encoding), and each table keeps its own codec.
+    Remaining keyword arguments go to DGL's DataLoader (`num_workers`,
+    `persistent_workers`, ...). With the same seeds (``numpy``, ``torch``, ``dgl.seed``) it
+    yields the same (input_nodes, output_nodes, blocks) as DGL's DataLoader, bit for bit.
 
     Starting a loader makes numba's threading layer fork-safe unless the user chose one
     (ibp_graph.threads) and compiles each codec's kernels once here (a warm-up encode),
@@ -192,7 +363,7 @@ class CompressedDGLDataLoader(_DGLDataLoader):
     def __init__(
         self,
         graph: "dgl.DGLGraph",
-        indices: torch.Tensor,
+        indices: Union[torch.Tensor, Mapping[str, torch.Tensor]],
         graph_sampler: Any,
         device: Union[str, torch.device, None] = None,
         use_ddp: bool = False,
@@ -208,6 +379,7 @@ class CompressedDGLDataLoader(_DGLDataLoader):
         *,
         codec: CodecSpec = "auto",
         prefetch: int = 2,
+        node_stores: Optional[Mapping[str, Any]] = None,
         features: str = "auto",
         device_cache: Union[int, float] = 0,
         **kwargs: Any,
@@ -224,27 +396,34 @@ class CompressedDGLDataLoader(_DGLDataLoader):
                                       "itself")
         if not isinstance(graph, dgl.DGLGraph):
             raise TypeError(f"graph must be a dgl.DGLGraph, got {type(graph).__name__}")
-        if len(graph.ntypes) != 1 or len(graph.canonical_etypes) != 1:
-            raise NotImplementedError(f"graph has node types {graph.ntypes} and edge types "
-                                      f"{graph.canonical_etypes}; heterogeneous graphs are not supported")
         if graph.device.type != "cpu":
             raise ValueError(f"graph is on {graph.device}; the loader samples and fetches features on the "
                              "CPU: pass graph.to('cpu') and device='cuda' for the output")
         if not callable(getattr(graph_sampler, "sample", None)):
             raise TypeError(f"graph_sampler must be a dgl.dataloading sampler (with .sample), got "
                             f"{type(graph_sampler).__name__}")
-        node_names, edge_names = _feature_names(graph, graph_sampler)
-        node_attrs = {k: _common.host_table(graph.ndata[k], f"graph.ndata[{k!r}]") for k in node_names}
-        edge_attrs = {k: _common.host_table(graph.edata[k], f"graph.edata[{k!r}]") for k in edge_names}
+        if isinstance(graph_sampler, dgl.dataloading.EdgePredictionSampler):
+            raise NotImplementedError("graph_sampler is an edge-wise sampler (as_edge_prediction_sampler); "
+                                      "CompressedDGLDataLoader takes node-wise samplers returning "
+                                      "(input_nodes, output_nodes, blocks), e.g. NeighborSampler")
+        stores = _node_stores(graph, node_stores)
+        node_attrs, edge_attrs, served = _features(graph, graph_sampler, stores)
         out_device = torch.device(device) if device is not None else torch.device("cpu")
-        self.features = plan_features(node_attrs, features=features, device_cache=device_cache, device=out_device,
+        if len(graph.ntypes) > 1 and (features == "zero_copy" or device_cache not in (0, 0.0, None)):
+            raise NotImplementedError(
+                f"features={features!r}, device_cache={device_cache!r} are not supported for a heterogeneous "
+                "graph yet; accepted: features='worker' or 'auto' (both gather in the workers) and device_cache=0")
+        self.features = plan_features(node_attrs if len(graph.ntypes) == 1 else {}, features=features,
+                                      device_cache=device_cache, device=out_device,
                                       indices=lambda: graph.edges()[0].numpy(), codec=codec)
         self._codecs: dict[GroupKey, Codec] = _common.setup_codecs(
-            {**self.features.codec_attrs, **node_attrs}, edge_attrs, num_nodes=graph.num_nodes(), num_edges=graph.num_edges(), codec=codec,
+            {**self.features.codec_attrs, **node_attrs}, edge_attrs,
+            num_nodes=max(graph.num_nodes(t) for t in graph.ntypes),
+            num_edges=max([graph.num_edges(t) for t in graph.canonical_etypes] or [0]), codec=codec,
             device=out_device)
-        super().__init__(graph, indices, _CompressingSampler(graph_sampler, self._codecs, self.features), device=device,
-                         use_ddp=use_ddp, ddp_seed=ddp_seed, batch_size=batch_size, drop_last=drop_last,
-                         shuffle=shuffle, use_prefetch_thread=use_prefetch_thread,
+        super().__init__(graph, indices, _CompressingSampler(graph_sampler, self._codecs, served, self.features),
+                         device=device, use_ddp=use_ddp, ddp_seed=ddp_seed, batch_size=batch_size,
+                         drop_last=drop_last, shuffle=shuffle, use_prefetch_thread=use_prefetch_thread,
                          use_alternate_streams=use_alternate_streams, pin_prefetcher=pin_prefetcher,
                          use_uva=False, gpu_cache=None, **kwargs)
         self.graph_sampler = graph_sampler  # the user's; the wrapper lives in collate_fn
@@ -260,11 +439,12 @@ class CompressedDGLDataLoader(_DGLDataLoader):
         batches = _common.name_worker_deaths(it, "CompressedDGLDataLoader", "sampling, fetching or encoding",
                                              lambda: _common.worker_processes(it))
         for decoded in self._stage(_with_graphs(batches)):
-            yield _fill(decoded)
+            yield _fill(decoded, self.graph)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(sampler={type(self.graph_sampler).__name__}, batches={len(self)}, "
-                f"codecs={ {k: c.name for k, c in self.codecs.items()} }, device={self.device})")
+                f"codecs={ {k: c.name for k, c in self.codecs.items()} }, device={self.device}, "
+                f"features={self.features.describe()})")
 
 
 def _with_graphs(batches: Iterator[tuple]) -> Iterator[EncodedBatch]:
@@ -273,34 +453,138 @@ def _with_graphs(batches: Iterator[tuple]) -> Iterator[EncodedBatch]:
         yield replace(enc.batch, meta=replace(enc.batch.meta, sampled=(input_nodes, output_nodes, blocks)))
 
 
-def _fill(decoded: DecodedBatch) -> tuple:
-    """DGL's (input_nodes, output_nodes, blocks), the decoded features put where DGL puts them."""
+def _fill(decoded: DecodedBatch, parent) -> tuple:
+    """DGL's (input_nodes, output_nodes, blocks): the decoded features put where DGL's prefetcher puts
+    them, the detached columns re-attached to `parent`'s storage, each changed frame's column order
+    as the sampler left it."""
     meta: _Meta = decoded.meta
     input_nodes, output_nodes, blocks = meta.sampled
     graphs = blocks if isinstance(blocks, (list, tuple)) else [blocks]
     for s in meta.slots:
-        getattr(graphs[s.graph], s.view)[s.key] = decoded[s.name]
+        _frames(graphs[s.graph], s.kind)[s.tid][s.key] = decoded[s.name]
+    for d in meta.detached:
+        column = _frames(graphs[d.graph], d.kind)[d.tid]._columns[d.key]
+        column.storage = _frames(parent, d.kind)[d.parent_tid]._columns[d.key].storage
+    for i, kind, tid, order in meta.orders:
+        columns = _frames(graphs[i], kind)[tid]._columns
+        ordered = [(k, columns.pop(k)) for k in order if k in columns] + list(columns.items())
+        columns.clear()
+        columns.update(ordered)
     return input_nodes, output_nodes, blocks
 
 
-def _names(value: Any, argname: str) -> list[str]:
-    if isinstance(value, dict):
-        raise NotImplementedError(f"graph_sampler.{argname}={value!r} is per type; heterogeneous graphs "
-                                  "are not supported (use a list of names)")
-    return list(value or [])
+def _qualified(type_, key: str, single: bool) -> str:
+    """A feature's name among all types' ("feat" on a graph with one type, "paper/feat" otherwise)."""
+    if single:
+        return key
+    return f"{':'.join(type_) if isinstance(type_, tuple) else type_}/{key}"
 
 
-def _feature_names(graph, sampler) -> tuple[list[str], list[str]]:
-    """Node and edge feature names the sampler prefetches (DGL's BlockSampler attributes)."""
-    nodes = _names(getattr(sampler, "prefetch_node_feats", None), "prefetch_node_feats") + \
-        _names(getattr(sampler, "prefetch_labels", None), "prefetch_labels")
-    edges = _names(getattr(sampler, "prefetch_edge_feats", None), "prefetch_edge_feats")
-    if not nodes and not edges:
+def _node_type(graph, ntype: Any, argname: str) -> str:
+    if ntype not in graph.ntypes:
+        raise KeyError(f"{argname} names node type {ntype!r}; the graph has node types {graph.ntypes}")
+    return ntype
+
+
+def _edge_type(graph, etype: Any, argname: str) -> tuple:
+    try:
+        return graph.to_canonical_etype(etype)
+    except Exception as e:  # DGLError: unknown or ambiguous
+        raise KeyError(f"{argname} names edge type {etype!r}, which is not one edge type of the graph: "
+                       f"use one of {graph.canonical_etypes} (or its unique relation name)") from e
+
+
+def _per_type(graph, value: Any, argname: str, kind: str) -> dict:
+    """{type: [names]} of a sampler's prefetch attribute: a list (graphs with one type of `kind`) or a
+    dict per type, as DGL's BlockSampler takes it."""
+    types = _types(graph, kind)
+    if not value:
+        return {}
+    if isinstance(value, Mapping):
+        out: dict = {}
+        for t, names in value.items():
+            t = _node_type(graph, t, argname) if kind == NODE else _edge_type(graph, t, argname)
+            out.setdefault(t, []).extend([names] if isinstance(names, str) else list(names))
+        return out
+    names = [value] if isinstance(value, str) else list(value)
+    if len(types) != 1:
+        example = {t: names for t in types[:1]}
+        raise ValueError(f"{argname}={value!r} is a list, but the graph has {len(types)} {kind} types "
+                         f"({types}); DGL takes a list only for a graph with one {kind} type: name the "
+                         f"types, e.g. {argname}={example!r}")
+    return {types[0]: names}
+
+
+def _node_stores(graph, node_stores: Optional[Mapping]) -> dict:
+    """{(ntype, name): EncodedTable} from `node_stores` ({name: table}, or {ntype: {name: table}})."""
+    if node_stores is None:
+        return {}
+    if not isinstance(node_stores, Mapping):
+        raise TypeError(f"node_stores must be a dict of EncodedTables ({{'feat': table}}, or "
+                        f"{{'paper': {{'feat': table}}}} per node type), got {type(node_stores).__name__}")
+    out = {}
+    for k, v in node_stores.items():
+        if isinstance(v, Mapping):
+            ntype = _node_type(graph, k, "node_stores")
+            items = [(ntype, name, table) for name, table in v.items()]
+        elif len(graph.ntypes) == 1:
+            items = [(graph.ntypes[0], k, v)]
+        else:
+            raise ValueError(f"node_stores[{k!r}] is not a dict per node type, but the graph has node types "
+                             f"{graph.ntypes}: use node_stores={{ntype: {{name: EncodedTable}}}}")
+        for ntype, name, table in items:
+            where = f"node_stores[{name!r}]" if len(graph.ntypes) == 1 else f"node_stores[{ntype!r}][{name!r}]"
+            _common.host_table(table, where, graph.num_nodes(ntype), accepted=(EncodedTable,),
+                               what="an EncodedTable (ibp_graph.data.store)")
+            out[(ntype, name)] = table
+    return out
+
+
+def _features(graph, sampler, stores: Mapping) -> tuple[dict, dict, dict]:
+    """The tables of the features the sampler prefetches (DGL's BlockSampler attributes): node tables,
+    edge tables (by qualified name, for the codecs) and the stored ones (by (kind, type, name))."""
+    node, edge = {}, {}
+    for arg in ("prefetch_node_feats", "prefetch_labels"):
+        for t, names in _per_type(graph, getattr(sampler, arg, None), f"graph_sampler.{arg}", NODE).items():
+            node.setdefault(t, []).extend(names)
+    for t, names in _per_type(graph, getattr(sampler, "prefetch_edge_feats", None),
+                              "graph_sampler.prefetch_edge_feats", EDGE).items():
+        edge.setdefault(t, []).extend(names)
+    if not node and not edge:
         raise ValueError(f"graph_sampler ({type(sampler).__name__}) prefetches no features, so there is "
                          "nothing to compress; name them on the sampler as for DGL's DataLoader, e.g. "
                          "NeighborSampler(fanouts, prefetch_node_feats=['feat'], prefetch_labels=['label'])")
-    for names, data, what in ((nodes, graph.ndata, "graph.ndata"), (edges, graph.edata, "graph.edata")):
+    unused = sorted(f"{t}/{n}" for t, n in stores if n not in node.get(t, []))
+    if unused:
+        raise ValueError(f"node_stores has {unused}, which graph_sampler does not prefetch (it prefetches "
+                         f"{ {t: v for t, v in node.items()} }); name them in prefetch_node_feats or prefetch_labels")
+    single_n, single_e = len(graph.ntypes) == 1, len(graph.canonical_etypes) == 1
+    node_attrs, edge_attrs, served = {}, {}, {}
+    for t, names in node.items():
+        data = graph.nodes[t].data
+        missing = [n for n in names if n not in data and (t, n) not in stores]
+        if missing:
+            where = "graph.ndata" if single_n else f"graph.nodes[{t!r}].data"
+            raise KeyError(f"graph_sampler prefetches {missing}, not in {where} (has {sorted(data.keys())}) "
+                           "nor in node_stores")
+        for n in dict.fromkeys(names):
+            q = _qualified(t, n, single_n)
+            if (t, n) in stores:
+                table = stores[(t, n)]
+                if n in data and (data[n].dtype, tuple(data[n].shape)) != (table.dtype, tuple(table.shape)):
+                    raise ValueError(f"node_stores' table for {q!r} holds {table.dtype} {tuple(table.shape)}; the "
+                                     f"graph's column holds {data[n].dtype} {tuple(data[n].shape)}: encode that column")
+                node_attrs[q] = table
+                served[(NODE, t, n)] = (q, table)
+            else:
+                node_attrs[q] = _common.host_table(data[n], f"graph.nodes[{t!r}].data[{n!r}]")
+    for t, names in edge.items():
+        data = graph.edges[t].data
         missing = [n for n in names if n not in data]
         if missing:
-            raise KeyError(f"graph_sampler prefetches {missing}, not in {what} (has {sorted(data.keys())})")
-    return list(dict.fromkeys(nodes)), list(dict.fromkeys(edges))
+            where = "graph.edata" if single_e else f"graph.edges[{t!r}].data"
+            raise KeyError(f"graph_sampler prefetches {missing}, not in {where} (has {sorted(data.keys())})")
+        for n in dict.fromkeys(names):
+            edge_attrs[_qualified(t, n, single_e)] = _common.host_table(
+                data[n], f"graph.edges[{t!r}].data[{n!r}]")
+    return node_attrs, edge_attrs, served

@@ -243,16 +243,25 @@ def ids_name(name: str, table: str) -> str:
     return f"{name}{IDS_MARK}{table}"
 
 
-def worker_tensors(plan: "FeaturePlan", name: str, table: str, ids: torch.Tensor, fetch) -> dict:
+def worker_ids(plan: Optional["FeaturePlan"], name: str, table: Optional[str], ids: torch.Tensor
+               ) -> tuple[dict, Optional[torch.Tensor]]:
+    """For feature `table` wanted at `name` (rows of nodes `ids`): the ids a worker sends for the main
+    process to serve ({} when it serves none of them), and the ids whose rows the worker still
+    gathers (all of them in worker mode, the device cache's misses with a cache, None for zero-copy)."""
+    src = None if plan is None or plan.source is None or table is None else plan.source.sources.get(table)
+    if src is None:
+        return {}, ids
+    return {ids_name(name, table): ids}, (None if src.zero_copy else ids[~src.cache.hot_mask[ids]])
+
+
+def worker_tensors(plan: Optional["FeaturePlan"], name: str, table: Optional[str], ids: torch.Tensor,
+                   fetch) -> dict:
     """What a worker puts into a batch for feature `table` wanted at `name` (rows of nodes `ids`;
     `fetch(ids)` gathers raw rows): the rows (worker mode), the ids only (zero-copy), or the ids
     and the rows the device cache lacks (worker mode with a cache)."""
-    src = None if plan is None or plan.source is None else plan.source.sources.get(table)
-    if src is None:
-        return {name: fetch(ids)}
-    out = {ids_name(name, table): ids}
-    if not src.zero_copy:
-        out[name] = fetch(ids[~src.cache.hot_mask[ids]])
+    out, rest = worker_ids(plan, name, table, ids)
+    if rest is not None:
+        out[name] = fetch(rest)
     return out
 
 

@@ -50,6 +50,8 @@ def make_graph(num_nodes=2000, num_edges=16000, dim=16, seed=0):
 
 def bits(t: torch.Tensor) -> torch.Tensor:
     """The bytes of a tensor (so NaN == NaN and -0.0 != 0.0)."""
+    if t.numel() == 0:  # DGL's empty columns may have zero strides, which no byte view takes
+        return torch.empty(0, dtype=torch.uint8)
     return t.contiguous().view(-1).view(torch.uint8)
 
 
@@ -251,6 +253,8 @@ def test_unsupported_options_raise_naming_them(graph):
         L(graph, idx, sampler(), gpu_cache={"node": {"feat": 10}})
     with pytest.raises(NotImplementedError, match="collate_fn"):
         L(graph, idx, sampler(), collate_fn=lambda b: b)
+    with pytest.raises(NotImplementedError, match="edge-wise sampler"):
+        L(graph, idx, dgl.dataloading.as_edge_prediction_sampler(sampler()))
     with pytest.raises(ValueError, match="prefetches no features.*prefetch_node_feats"):
         L(graph, idx, dgl.dataloading.NeighborSampler([2]))
     with pytest.raises(KeyError, match=r"\['emb'\], not in graph.ndata"):
@@ -263,10 +267,11 @@ def test_unsupported_options_raise_naming_them(graph):
     with pytest.raises(TypeError, match="graph must be a dgl.DGLGraph"):
         L("graph", idx, sampler())
     hetero = dgl.heterograph({("a", "r", "b"): ([0, 1], [1, 0])})
-    with pytest.raises(NotImplementedError, match="heterogeneous"):
-        L(hetero, idx, sampler())
-    with pytest.raises(NotImplementedError, match="per type"):
-        L(graph, idx, sampler(prefetch_node_feats={"_N": ["feat"]}))
+    with pytest.raises(ValueError, match=r"prefetch_node_feats=\['feat'\] is a list, but the graph has 2 "
+                                         r"node types.*e.g. graph_sampler.prefetch_node_feats=\{'a': \['feat'\]\}"):
+        L(hetero, {"b": torch.arange(2)}, sampler())
+    with pytest.raises(KeyError, match="names node type 'paper'; the graph has node types"):
+        L(graph, idx, sampler(prefetch_node_feats={"paper": ["feat"]}))
 
 
 class _FailingCodec:
@@ -367,3 +372,51 @@ def test_nothing_else_in_the_library_imports_dgl():
     """)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+@needs_dgl
+def test_workers_send_parent_columns_as_row_indices_and_no_raw_prefetched_rows(graph):
+    """What a worker hands back: the prefetched features only inside the encoded batch, and every other
+    column sliced from the graph's features (on source, destination and edge frames) without its
+    storage: DGL gathers those only when read, so the worker must not gather (and send) them."""
+    from dgl.frame import LazyFeature
+
+    from ibp_graph.loaders.dgl import CompressedDGLDataLoader
+
+    s = sampler(prefetch_node_feats=["feat"], prefetch_labels=["label"], prefetch_edge_feats=["w"])
+    loader = CompressedDGLDataLoader(graph, torch.arange(64), s, batch_size=64)
+    input_nodes, output_nodes, blocks, encoded = loader.collate_fn(torch.arange(64))  # a worker's result
+    detached = 0
+    for block in blocks:
+        for frame in block._node_frames + block._edge_frames:
+            for key, column in frame._columns.items():
+                assert not isinstance(column, LazyFeature), key  # taken off, into the encoded batch
+                if key in ("feat", "label", "year", "w"):
+                    assert column.storage is None and column.index is not None, key
+                    detached += 1
+    assert len(blocks) == 2
+    assert detached == 2 * 2 * 3 - 2  # per block, source and destination feat/label/year; less the prefetched
+    names = {m.name for layout in encoded.batch.layouts.values() for m in layout.members}
+    assert names == {"0.n0.feat", "1.n1.label", "0.e0.w", "1.e0.w"}
+
+
+@needs_dgl
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_node_and_edge_columns_of_one_name_keep_their_own_rows(num_workers):
+    """A node feature and an edge feature both called "w": the lazily sliced columns the workers send
+    as row indices are re-attached to the right parent column (DGL pairs frames by position, which
+    would mix them up for destination frames)."""
+    from ibp_graph.loaders.dgl import CompressedDGLDataLoader
+
+    g = make_graph(num_nodes=600, num_edges=4000, seed=2)
+    g.ndata["w"] = torch.arange(600 * 3, dtype=torch.float64).view(600, 3)
+    indices = torch.arange(0, 600, 5)
+    kw = dict(batch_size=40, shuffle=True, num_workers=num_workers)
+    theirs = run(dgl.dataloading.DataLoader, g, indices, sampler, **kw)
+    ours = run(CompressedDGLDataLoader, g, indices, sampler, **kw)
+    assert len(ours) == len(theirs) == 3
+    for a, b in zip(ours, theirs):
+        assert_same_batch(a, b)
+        for block in a[2]:
+            assert_same_bits(block.dstdata["w"], g.ndata["w"][block.dstdata[dgl.NID]], "dstdata w")
+            assert_same_bits(block.edata["w"], g.edata["w"][block.edata[dgl.EID]], "edata w")
