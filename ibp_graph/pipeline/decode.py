@@ -5,6 +5,9 @@ run on a side stream, so they overlap the training step running on the current s
 each yielded tensor is handed over with an event wait and `record_stream`. Without a
 GPU the same stage decodes on the CPU (``codec.decode``). Either way a corrupt group
 raises before its batch is handed out, and the batch's `meta` passes through untouched.
+A batch written into a ring slot (pipeline.transport) has its slot released here: on a
+CUDA device once its copy has completed (the slot's segment page-locked on first use), on
+the CPU once no tensor of the batch is alive.
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from ..codec.base import Codec
 from .batch import DecodedBatch, EncodedBatch
 from .grouping import GroupKey
 from .stats import LoaderStats
+from .transport import SlotKeeper, register_pinned
 
 
 class DecodeStage:
@@ -32,6 +36,8 @@ class DecodeStage:
         self.prefetch = prefetch
         self.stats = stats if stats is not None else LoaderStats()
         self._stream = None
+        cuda = self.device.type == "cuda"
+        self.slots = SlotKeeper(register=register_pinned if cuda else None, release_on_copy=cuda)
 
     def _codec(self, key: GroupKey) -> Codec:
         codec = self.codecs.get(key)
@@ -41,6 +47,7 @@ class DecodeStage:
         return codec
 
     def _count(self, batch: EncodedBatch) -> None:
+        self.slots.adopt(batch)
         self.stats.batches += 1
         for key, ct in batch.groups.items():
             self.stats.add_group(str(key), ct.raw_nbytes, ct.nbytes)
@@ -91,6 +98,7 @@ class DecodeStage:
         for t in decoded.values():
             t.record_stream(current)
         done.synchronize()  # event timing needs the batch finished; it is, or the step waits anyway
+        self.slots.release(batch)  # copied: the worker may write its slot again
         checks.raise_first()  # a corrupt group raises here, before its batch is handed out
         self.stats.add_time("copy", start.elapsed_time(copied) / 1e3)
         self.stats.add_time("decode", copied.elapsed_time(done) / 1e3)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional
 
 import torch
 
@@ -114,29 +114,38 @@ def store_layout(name: str, dtype: torch.dtype, shape: tuple[int, ...]) -> Group
     return GroupLayout(store_key(name, dtype, tuple(shape[1:])), (Member(name, tuple(shape), 0),))
 
 
-def group_tensors(tensors: Mapping[str, torch.Tensor]) -> dict[GroupKey, tuple[GroupLayout, torch.Tensor]]:
-    """Concatenate the named tensors into one contiguous tensor per group, with its layout."""
+def _empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype)
+
+
+def group_tensors(tensors: Mapping[str, torch.Tensor], empty: Callable[..., torch.Tensor] = _empty
+                  ) -> dict[GroupKey, tuple[GroupLayout, torch.Tensor]]:
+    """Concatenate the named tensors into one contiguous tensor per group, with its layout.
+
+    A group of one contiguous row tensor is that tensor; any other group is written once into
+    ``empty(shape, dtype)`` (e.g. shared memory: pipeline.transport.OutputBuffers.empty),
+    padding zeroed.
+    """
     buckets: dict[GroupKey, list[tuple[str, torch.Tensor]]] = {}
     for name, t in tensors.items():
         buckets.setdefault(group_key(name, t), []).append((name, t))
     out = {}
     for key, items in buckets.items():
-        members, parts, pos = [], [], 0
+        members, pos = [], 0
         for name, t in items:
             members.append(Member(name, tuple(t.shape), pos))
-            if key.scalar:
-                parts.append(t.reshape(-1))
-                pos += t.numel()
-            else:
-                parts.append(t)
-                pos += t.shape[0]
-        if key.scalar:
-            flat = torch.cat(parts) if len(parts) > 1 else parts[0].contiguous()
-            rows = -(-flat.numel() // SCALAR_BLOCK)
-            data = torch.zeros(rows * SCALAR_BLOCK, dtype=flat.dtype)
-            data[: flat.numel()] = flat
-            data = data.view(rows, SCALAR_BLOCK)
+            pos += t.numel() if key.scalar else t.shape[0]
+        first = items[0][1]
+        if not key.scalar and len(items) == 1 and first.is_contiguous():
+            data = first
         else:
-            data = torch.cat(parts) if len(parts) > 1 else parts[0].contiguous()
+            shape = (-(-pos // SCALAR_BLOCK), SCALAR_BLOCK) if key.scalar else (pos,) + tuple(first.shape[1:])
+            data = empty(shape, first.dtype)
+            flat = data.view(-1) if key.scalar else data
+            for m, (_, t) in zip(members, items):
+                n = t.numel() if key.scalar else t.shape[0]
+                flat[m.start:m.start + n].copy_(t.reshape(-1) if key.scalar else t)
+            if key.scalar:
+                flat[pos:].zero_()
         out[key] = (GroupLayout(key, tuple(members)), data)
     return out
