@@ -118,4 +118,7 @@ class DecodeStage:
 
     def __call__(self, batches: Iterator[EncodedBatch]) -> Iterator[DecodedBatch]:
         """Decode the batches, in order."""
-        return self._cuda(batches) if self.device.type == "cuda" else self._cpu(batches)
+        try:
+            yield from self._cuda(batches) if self.device.type == "cuda" else self._cpu(batches)
+        finally:  # the epoch is over: keep no idle slot segments mapped
+            self.slots.unmap_idle()

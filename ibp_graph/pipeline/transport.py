@@ -268,6 +268,18 @@ class SlotKeeper:
         self._held = keep
         return released
 
+    def unmap_idle(self) -> None:
+        """Forget the segments of slots no batch holds (an epoch ended: its workers may be gone);
+        a slot used again is mapped (and page-locked) again when its next batch arrives."""
+        if not self.release_on_copy:
+            self.collect()
+        held = {(s.worker, s.index) for s in self._held}
+        for key in [k for k in self._mapped if k not in held]:
+            undo = self._undo.pop(key, None)
+            if undo is not None:
+                undo()
+            del self._mapped[key]
+
     @property
     def held(self) -> int:
         """Slots held by batches now."""

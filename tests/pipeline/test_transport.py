@@ -104,6 +104,9 @@ def test_cpu_keeper_releases_a_slot_only_when_no_tensor_of_its_batch_lives():
     del decoded
     gc.collect()
     assert stage.slots.collect() == 1 and ring.free(0) == [0]
+    assert len(stage.slots._mapped) == 1  # kept mapped while its batch lived
+    stage.slots.unmap_idle()
+    assert len(stage.slots._mapped) == 0
 
 
 def test_keeper_releasing_after_the_copy_registers_each_segment_once():
@@ -160,14 +163,15 @@ def _epoch(codec, num_workers, hold):
     for batch in stage(iter(loader)):
         assert torch.equal(batch["x"], x[batch["n_id"]])
         out.append(batch if hold else {k: v.clone() for k, v in batch.items()})
-    return out, stage
+    del batch
+    return out, stage, producer.ring
 
 
 @pytest.mark.parametrize("codec", ["identity", "ibp"])
 def test_worker_batches_equal_main_process_batches_held_or_not(codec):
-    expected, base = _epoch(codec, 0, hold=False)
+    expected, base, _ = _epoch(codec, 0, hold=False)
     for hold in (True, False):
-        got, stage = _epoch(codec, 2, hold)
+        got, stage, ring = _epoch(codec, 2, hold)
         assert len(got) == len(expected) == 10
         for a, b in zip(expected, got):  # held batches were never overwritten by later ones
             assert sorted(a) == sorted(b) and all(torch.equal(a[k], b[k]) for k in a)
@@ -175,8 +179,10 @@ def test_worker_batches_equal_main_process_batches_held_or_not(codec):
         # private memory, copied once into the slot (what torch's hand-over would have copied)
         placed = 0 if codec == "identity" else stage.stats.total_sent_bytes
         assert stage.stats.copied_bytes == base.stats.copied_bytes + placed
-        if not hold:  # released slots were reused: far fewer segments than batches
-            assert len(stage.slots._mapped) <= 2 * SlotRing().slots
+        claims = ring.counters[:2, :, 0]
+        assert int(claims.sum()) > 0 and int(ring.counters[2:].abs().sum()) == 0  # two workers' slots
+        if not hold:  # released slots were written again
+            assert int(claims.max()) > 1
 
 
 def test_producer_in_a_worker_writes_its_batch_into_a_slot():
