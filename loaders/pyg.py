@@ -129,8 +129,7 @@ class CompressedNeighborLoader(DataLoader, AffinityMixin, MultithreadingMixin):
             node_attrs, edge_attrs, num_nodes=num_nodes, num_edges=self.graph.num_edges, codec=codec,
             device=self.device)
         self._stage, self.stats = _common.decode_stage(self._codecs, self.device, prefetch)
-        if self.input_nodes.numel():  # compile the sampler here too (a fixed seed: no RNG touched)
-            self.node_sampler.sample(self.input_nodes[:2], seed=0)
+        _common.warm_sampler(self.node_sampler, self.input_nodes, kwargs.get("num_workers", 0))
         producer = BatchProducer(self.node_sampler, self.input_nodes, node_attrs, edge_attrs, self._codecs,
                                  input_ids=self.input_nodes if mask_given else None)
         kwargs.setdefault("pin_memory", self.device.type == "cuda")
