@@ -27,6 +27,7 @@ fresh segments for the batches that no longer find a slot.
 from __future__ import annotations
 
 import math
+import warnings
 import weakref
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
@@ -246,7 +247,12 @@ class SlotKeeper:
                 undo()
             self._mapped[key] = segment
             if self.register is not None:
-                self._undo[key] = self.register(segment)
+                try:
+                    self._undo[key] = self.register(segment)
+                except (RuntimeError, AssertionError) as e:  # e.g. a locked-memory limit
+                    warnings.warn(f"page-locking a {segment.nbytes()}-byte batch slot failed ({e}); "
+                                  "batches are copied into pinned memory instead (pin_memory)")
+                    self.register = None
         self._held.append(slot)
 
     def release(self, batch) -> None:

@@ -13,7 +13,7 @@ from ibp_graph.pipeline.decode import DecodeStage
 from ibp_graph.pipeline.grouping import SCALAR_BLOCK
 from ibp_graph.pipeline.requests import BatchRequest, BatchRequests
 from ibp_graph.pipeline.transport import (ALIGN, GROWTH, OutputBuffers, SlotKeeper, SlotRing, is_shared,
-                                          shared_empty)
+                                          register_pinned, shared_empty)
 from ibp_graph.pipeline.worker import BatchProducer, encode_groups_counted
 from ibp_graph.sampling.graph import CSCGraph
 from ibp_graph.sampling.neighbor import NeighborSampler
@@ -135,6 +135,19 @@ def test_keeper_releasing_after_the_copy_registers_each_segment_once():
     assert undone == registered  # the keeper's end unregisters what it registered
 
 
+def test_a_slot_that_cannot_be_page_locked_warns_and_the_batch_still_flows():
+    def refuse(storage):
+        raise RuntimeError("cudaHostRegister failed with CUDA error 2")
+
+    keeper = SlotKeeper(register=refuse, release_on_copy=True)
+    batch = _handed_over(_worker_batch(SlotRing(slots=1, max_workers=1), torch.randn(5, 4))[0])
+    with pytest.warns(UserWarning, match="page-locking a .*-byte batch slot failed .*CUDA error 2"):
+        keeper.adopt(batch)
+    assert keeper.register is None and keeper.held == 1
+    keeper.release(batch)
+    assert keeper.held == 0
+
+
 def test_a_worker_batch_not_in_shared_memory_counts_its_hand_over():
     x = torch.randn(10, 4)
     codecs = build_codecs({"x": x}, {}, num_nodes=10, num_edges=0, codec="identity")
@@ -191,3 +204,22 @@ def test_producer_in_a_worker_writes_its_batch_into_a_slot():
     tensors, _, _, _ = producer.gather(BatchRequest(index=torch.arange(10), seed=3), buffers)
     assert buffers.slot is not None and is_shared(tensors["x"])
     assert tensors["x"].untyped_storage().data_ptr() == buffers.slot.storage.data_ptr()
+
+
+@pytest.mark.gpu
+def test_cuda_slots_are_page_locked_so_pinning_copies_nothing():
+    ring = SlotRing(slots=1, max_workers=1)
+    keeper = SlotKeeper(register=register_pinned, release_on_copy=True)
+    x = torch.randn(64, 8)
+    first = _handed_over(_worker_batch(ring, x)[0])
+    keeper.adopt(first)  # the slot's segment is page-locked once, here
+    keeper.release(first)
+    batch = _handed_over(_worker_batch(ring, x + 1)[0])
+    pinned = batch.pin_memory()  # what the DataLoader's pin-memory thread does
+    assert pinned.copied_bytes == batch.copied_bytes  # nothing copied
+    for key, ct in pinned.groups.items():
+        assert ct.payload.is_pinned() and ct.payload.data_ptr() == batch.groups[key].payload.data_ptr()
+    codecs = build_codecs({"x": x}, {}, num_nodes=64, num_edges=0, codec="identity")
+    stage = DecodeStage(codecs, torch.device("cuda"))
+    (decoded,) = list(stage(iter([pinned])))
+    assert torch.equal(decoded["x"].cpu(), x + 1)
