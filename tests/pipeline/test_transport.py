@@ -219,6 +219,8 @@ def test_cuda_slots_are_page_locked_so_pinning_copies_nothing():
     assert pinned.copied_bytes == batch.copied_bytes  # nothing copied
     for key, ct in pinned.groups.items():
         assert ct.payload.is_pinned() and ct.payload.data_ptr() == batch.groups[key].payload.data_ptr()
+    del keeper  # unregisters; the stage's own keeper page-locks the slot again
+    gc.collect()
     codecs = build_codecs({"x": x}, {}, num_nodes=64, num_edges=0, codec="identity")
     stage = DecodeStage(codecs, torch.device("cuda"))
     (decoded,) = list(stage(iter([pinned])))
