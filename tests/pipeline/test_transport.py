@@ -225,3 +225,23 @@ def test_cuda_slots_are_page_locked_so_pinning_copies_nothing():
     stage = DecodeStage(codecs, torch.device("cuda"))
     (decoded,) = list(stage(iter([pinned])))
     assert torch.equal(decoded["x"].cpu(), x + 1)
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_abandoned_epochs_with_persistent_workers_still_give_intact_batches(keep):
+    # batches the DataLoader drops when an epoch is abandoned keep their slots claimed: the
+    # workers then write fresh segments, and every batch is still whole and correct
+    producer, codecs, x = _producer("identity")
+    requests = BatchRequests(300, 16, shuffle=True, drop_last=False, generator=torch.Generator().manual_seed(2))
+    loader = DataLoader(producer, batch_size=None, sampler=requests, collate_fn=lambda b: b,
+                        num_workers=2, persistent_workers=True)
+    stage = DecodeStage(codecs, torch.device("cpu"))
+    kept = []
+    for epoch in range(4):
+        for i, batch in enumerate(stage(iter(loader))):
+            assert torch.equal(batch["x"], x[batch["n_id"]]), (epoch, i)
+            if keep:
+                kept.append((batch, x[batch["n_id"]]))
+            if epoch < 3 and i == 1:
+                break
+    assert all(torch.equal(b["x"], want) for b, want in kept)  # none overwritten later
