@@ -13,12 +13,12 @@ import torch
 
 from ibp_graph.codec.base import Codec
 from ibp_graph.data.store import EncodedTable
+from ibp_graph.jit_cache import refresh as refresh_kernel_cache
 from ibp_graph.pipeline.codec_setup import CodecSpec, build_codecs
 from ibp_graph.pipeline.decode import DecodeStage
 from ibp_graph.pipeline.grouping import GroupKey
 from ibp_graph.pipeline.stats import LoaderStats
 from ibp_graph.sampling.neighbor import NeighborSampler
-from ibp_graph.jit_cache import refresh as refresh_kernel_cache
 from ibp_graph.threads import use_forksafe_layer
 
 #: seconds to wait for a worker's death to become visible after a broken connection to it.
