@@ -13,11 +13,14 @@ import numpy as np
 import torch
 
 from ibp_graph.codec.base import Codec
+from ibp_graph.data.store import EncodedTable
+from ibp_graph.jit_cache import refresh as refresh_kernel_cache
 from ibp_graph.pipeline.codec_setup import CodecSpec, build_codecs, describe
 from ibp_graph.pipeline.decode import DecodeStage
 from ibp_graph.pipeline.features import FeaturePlan
 from ibp_graph.pipeline.grouping import GroupKey
 from ibp_graph.pipeline.stats import LoaderStats
+from ibp_graph.sampling.neighbor import NeighborSampler
 from ibp_graph.threads import use_forksafe_layer
 
 #: seconds to wait for a worker's death to become visible after a broken connection to it.
@@ -25,8 +28,10 @@ DEATH_WAIT_S = 5.0
 
 
 def start() -> None:
-    """What every loader does first: numba's fork-safe threading layer (ibp_graph.threads)."""
+    """What every loader does first: numba's fork-safe threading layer (ibp_graph.threads), and
+    numba's kernel cache cleared of kernels compiled from older sources (ibp_graph.jit_cache)."""
     use_forksafe_layer()
+    refresh_kernel_cache()
 
 
 def setup_codecs(node_attrs: Mapping[str, Any], edge_attrs: Mapping[str, Any], *, num_nodes: int,
@@ -34,7 +39,29 @@ def setup_codecs(node_attrs: Mapping[str, Any], edge_attrs: Mapping[str, Any], *
     """One codec per group (pipeline.codec_setup.build_codecs), warmed up for `device`."""
     codecs = build_codecs(node_attrs, edge_attrs, num_nodes=num_nodes, num_edges=num_edges, codec=codec)
     warm_up(codecs, device)
+    for table in node_attrs.values():  # the compressed-row gather the workers run on stores
+        if isinstance(table, EncodedTable) and table.compressed.n_rows:
+            table.index_select(torch.zeros(1, dtype=torch.int64))
     return codecs
+
+
+def warm_sampler(sampler: NeighborSampler, seeds: torch.Tensor, num_workers: int,
+                 seed_time: Optional[torch.Tensor] = None) -> None:
+    """Compile (or load from numba's cache) the sampling kernels the batches will run, here, so
+    that forked workers inherit them: the serial ones when DataLoader workers sample (they run
+    serially), else the main process's; a fixed seed, no random generator touched. `seed_time`:
+    the input nodes' times, for a temporal sampler."""
+    if not seeds.numel():
+        return
+    first = None if seed_time is None else seed_time[:2]
+    if num_workers > 0 and sampler.parallel is None:
+        sampler.parallel = False
+        try:
+            sampler.sample(seeds[:2], seed=0, seed_time=first)
+        finally:
+            sampler.parallel = None
+    else:
+        sampler.sample(seeds[:2], seed=0, seed_time=first)
 
 
 def by_name(codecs: Mapping[GroupKey, Codec]) -> dict[str, Codec]:

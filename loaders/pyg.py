@@ -193,8 +193,7 @@ class CompressedNeighborLoader(NeighborLoader):
             codec=codec, device=self.device)
         self._prefetch = prefetch
         self._stage, self.stats = _common.decode_stage(self._codecs, self.device, prefetch, self.features)
-        if seeds.numel():  # compile the sampler here too (a fixed seed: no RNG touched)
-            self.node_sampler.sample(seeds[:2], seed=0, seed_time=None if input_time is None else input_time[:2])
+        _common.warm_sampler(self.node_sampler, seeds, kwargs.get("num_workers", 0), seed_time=input_time)
         producer = BatchProducer(self.node_sampler, seeds, self.features.worker_attrs, edge_attrs, self._codecs,
                                  input_ids=self.input_data.input_id, input_time=input_time)
         kwargs.setdefault("pin_memory", self.device.type == "cuda")

@@ -5,6 +5,8 @@ One batch passes through each module once, in this order:
 - ``requests``: BatchRequests, the epoch's batches (input positions, sampling seed; rank share).
 - ``worker``: BatchProducer, in a DataLoader worker: sample -> gather -> group -> encode.
 - ``grouping``: GroupKey and GroupLayout, tensors grouped by dtype/row shape, split back.
+- ``transport``: OutputBuffers, SlotRing, SlotKeeper: the worker writes the batch into
+  shared memory (reusable slots, page-locked on CUDA), so handing it over copies nothing.
 - ``batch``: EncodedBatch (worker -> main: groups, layouts, the front-end's meta, stage
   times) and DecodedBatch (named tensors and meta).
 - ``decode``: DecodeStage, copy and decode on the device (ibp_graph.gpu) or the CPU.

@@ -7,12 +7,13 @@ slots) and reads back; the pipeline never looks inside it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 import torch
 
 from ..layout import CompressedTensor
 from .grouping import GroupKey, GroupLayout
+from .transport import Slot, is_shared
 
 
 @dataclass
@@ -23,12 +24,29 @@ class EncodedBatch:
     layouts: dict[GroupKey, GroupLayout]
     meta: Any = None
     seconds: dict[str, float] = field(default_factory=dict)
-    #: host bytes the worker wrote into new buffers for this batch (LoaderStats.copied_bytes).
+    #: host bytes written into new buffers for this batch, in the worker and when pinning
+    #: (LoaderStats.copied_bytes).
     copied_bytes: int = 0
+    #: the ring slot (pipeline.transport) the groups were written into; None outside a ring.
+    slot: Optional[Slot] = None
+
+    def _tensors(self):
+        return [t for ct in self.groups.values() for t in (ct.payload, ct.offsets) if t is not None]
+
+    def __getstate__(self) -> dict:
+        # pickled = handed from a worker to the main process: torch copies every tensor not in
+        # shared memory into a new segment on the way; those bytes count as copied
+        state = dict(self.__dict__)
+        state["copied_bytes"] = self.copied_bytes + sum(
+            t.numel() * t.element_size() for t in self._tensors() if not is_shared(t))
+        return state
 
     def pin_memory(self) -> "EncodedBatch":
-        """Pinned copy of every group (called by the DataLoader's pin-memory thread)."""
-        return replace(self, groups={k: ct.pin_memory() for k, ct in self.groups.items()})
+        """Every group in page-locked memory (called by the DataLoader's pin-memory thread): a
+        group already there (a registered ring slot) stays; the bytes copied are counted."""
+        copied = sum(t.numel() * t.element_size() for t in self._tensors() if not t.is_pinned())
+        return replace(self, groups={k: ct.pin_memory() for k, ct in self.groups.items()},
+                       copied_bytes=self.copied_bytes + copied)
 
 
 class DecodedBatch(dict):

@@ -7,6 +7,9 @@ GPU the same stage decodes on the CPU (``codec.decode``). Either way a corrupt g
 raises before its batch is handed out, and the batch's `meta` passes through untouched.
 With a `features` source (pipeline.features: zero-copy stores, device caches) the stage
 then fetches the batch's feature rows in the main process, on the same stream.
+A batch written into a ring slot (pipeline.transport) has its slot released here: on a
+CUDA device once its copy has completed (the slot's segment page-locked on first use), on
+the CPU once no tensor of the batch is alive.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from .batch import DecodedBatch, EncodedBatch
 from .features import FeatureSource, stored_bytes
 from .grouping import GroupKey
 from .stats import LoaderStats
+from .transport import SlotKeeper, register_pinned
 
 
 class DecodeStage:
@@ -36,6 +40,8 @@ class DecodeStage:
         self.stats = stats if stats is not None else LoaderStats()
         self.features = features
         self._stream = None
+        cuda = self.device.type == "cuda"
+        self.slots = SlotKeeper(register=register_pinned if cuda else None, release_on_copy=cuda)
 
     def _codec(self, key: GroupKey) -> Codec:
         codec = self.codecs.get(key)
@@ -45,6 +51,7 @@ class DecodeStage:
         return codec
 
     def _count(self, batch: EncodedBatch) -> None:
+        self.slots.adopt(batch)
         self.stats.batches += 1
         for key, ct in batch.groups.items():
             self.stats.add_group(str(key), ct.raw_nbytes, ct.nbytes)
@@ -102,15 +109,16 @@ class DecodeStage:
             out = self._split(batch, decoded)
             fetched = self._fetch(batch, out, checks)
             done.record()
-        return out, fetched, (start, copied, done), checks
+        return batch, out, fetched, (start, copied, done), checks
 
     def _finish(self, item) -> DecodedBatch:
-        out, fetched, (start, copied, done), checks = item
+        batch, out, fetched, (start, copied, done), checks = item
         current = torch.cuda.current_stream(self.device)
         current.wait_event(done)
         for t in out.values():
             t.record_stream(current)
         done.synchronize()  # event timing needs the batch finished; it is, or the step waits anyway
+        self.slots.release(batch)  # copied: the worker may write its slot again
         checks.raise_first()  # a corrupt group raises here, before its batch is handed out
         self.stats.add_time("copy", start.elapsed_time(copied) / 1e3)
         self.stats.add_time("decode", copied.elapsed_time(done) / 1e3)
@@ -131,4 +139,7 @@ class DecodeStage:
 
     def __call__(self, batches: Iterator[EncodedBatch]) -> Iterator[DecodedBatch]:
         """Decode the batches, in order."""
-        return self._cuda(batches) if self.device.type == "cuda" else self._cpu(batches)
+        try:
+            yield from self._cuda(batches) if self.device.type == "cuda" else self._cpu(batches)
+        finally:  # the epoch is over: keep no idle slot segments mapped
+            self.slots.unmap_idle()

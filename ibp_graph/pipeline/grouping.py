@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional
 
 import torch
 
@@ -140,17 +140,25 @@ def _has_index_select(dtype: torch.dtype) -> bool:
     return True
 
 
-def gather_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """``table[index]`` along the rows, for any dtype: index_select, or for a dtype torch has
-    none for (uint16/32/64, bits, sub-byte ints) the same bytes gathered through a same-width
-    integer view (bit for bit)."""
+def gather_rows(table: torch.Tensor, index: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``table[index]`` along the rows, for any dtype, into `out` when given (contiguous, of
+    the result's shape and dtype): index_select, or for a dtype torch has none for
+    (uint16/32/64, bits, sub-byte ints) the same bytes gathered through a same-width integer
+    view (bit for bit)."""
     if _has_index_select(table.dtype):
-        return table.index_select(0, index)
+        return torch.index_select(table, 0, index) if out is None else torch.index_select(table, 0, index, out=out)
     size = table.element_size()
     if size in _SAME_WIDTH:
-        return table.view(_SAME_WIDTH[size]).index_select(0, index).view(table.dtype)
+        view = _SAME_WIDTH[size]
+        if out is None:
+            return table.view(view).index_select(0, index).view(table.dtype)
+        torch.index_select(table.view(view), 0, index, out=out.view(view))
+        return out
     rows = table.reshape(table.shape[0], -1).view(torch.uint8)
-    return rows.index_select(0, index).view(table.dtype).reshape((-1,) + tuple(table.shape[1:]))
+    if out is None:
+        return rows.index_select(0, index).view(table.dtype).reshape((-1,) + tuple(table.shape[1:]))
+    torch.index_select(rows, 0, index, out=_bytes(out))
+    return out
 
 
 def group_dtype_name(dtype: torch.dtype) -> str:
@@ -184,29 +192,61 @@ def store_layout(name: str, dtype: torch.dtype, shape: tuple[int, ...]) -> Group
     return GroupLayout(store_key(name, dtype, tuple(shape[1:])), (Member(name, tuple(shape), 0),))
 
 
-def group_tensors(tensors: Mapping[str, torch.Tensor]) -> dict[GroupKey, tuple[GroupLayout, torch.Tensor]]:
-    """Concatenate the named tensors into one contiguous tensor per group, with its layout."""
+def _empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype)
+
+
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    """t's bytes: uint8 rows (one per row of t) or a uint8 stream (1-d t); t contiguous in its rows."""
+    return (t.reshape(t.shape[0], math.prod(t.shape[1:])) if t.dim() > 1 else t).view(torch.uint8)
+
+
+def _concat_bytes(key: GroupKey, members: list, items: list, count: int, empty) -> torch.Tensor:
+    """A group of a dtype no codec has, written as uint8 rows of the codec's row width (torch
+    lacks copy_/zero_ into some such dtypes, e.g. quantized ones; bytes are copied bit for bit).
+    `count`: the group's elements (scalar groups) or rows."""
+    width = key.codec_row_shape[0]
+    per = itemsize(key.torch_dtype) if key.scalar else width  # bytes per element / per row
+    total = count * per
+    data = empty((-(-total // width), width), torch.uint8)
+    flat = data.view(-1)
+    for m, (_, t) in zip(members, items):
+        src = _bytes(t.contiguous()).reshape(-1)
+        flat[m.start * per:m.start * per + src.numel()].copy_(src)
+    flat[total:].zero_()
+    return data
+
+
+def group_tensors(tensors: Mapping[str, torch.Tensor], empty: Callable[..., torch.Tensor] = _empty
+                  ) -> dict[GroupKey, tuple[GroupLayout, torch.Tensor]]:
+    """Concatenate the named tensors into one contiguous tensor per group, with its layout.
+
+    A group of one contiguous row tensor is that tensor; any other group is written once into
+    ``empty(shape, dtype)`` (e.g. shared memory: pipeline.transport.OutputBuffers.empty),
+    padding zeroed.
+    """
     buckets: dict[GroupKey, list[tuple[str, torch.Tensor]]] = {}
     for name, t in tensors.items():
         buckets.setdefault(group_key(name, t), []).append((name, t))
     out = {}
     for key, items in buckets.items():
-        members, parts, pos = [], [], 0
+        members, pos = [], 0
         for name, t in items:
             members.append(Member(name, tuple(t.shape), pos))
+            pos += t.numel() if key.scalar else t.shape[0]
+        first = items[0][1]
+        if not key.scalar and len(items) == 1 and first.is_contiguous():
+            data = _bytes(first) if key.as_bytes else first
+        elif key.as_bytes:
+            data = _concat_bytes(key, members, items, pos, empty)
+        else:
+            shape = (-(-pos // SCALAR_BLOCK), SCALAR_BLOCK) if key.scalar else (pos,) + tuple(first.shape[1:])
+            data = empty(shape, first.dtype)
+            flat = data.view(-1) if key.scalar else data
+            for m, (_, t) in zip(members, items):
+                n = t.numel() if key.scalar else t.shape[0]
+                flat[m.start:m.start + n].copy_(t.reshape(-1) if key.scalar else t)
             if key.scalar:
-                part = t.reshape(-1)
-                pos += t.numel()
-            else:  # a group sent as bytes: rows of bytes, for a codec (identity) without the dtype
-                part = t.reshape(t.shape[0], math.prod(t.shape[1:])) if key.as_bytes else t
-                pos += t.shape[0]
-            parts.append(part.view(torch.uint8) if key.as_bytes else part)
-        data = torch.cat(parts) if len(parts) > 1 else parts[0].contiguous()
-        if key.scalar:
-            width = key.codec_row_shape[0]
-            rows = -(-data.numel() // width)
-            padded = torch.zeros(rows * width, dtype=data.dtype)
-            padded[: data.numel()] = data
-            data = padded.view(rows, width)
+                flat[pos:].zero_()
         out[key] = (GroupLayout(key, tuple(members)), data)
     return out

@@ -34,12 +34,23 @@ def test_loader_benchmark_variants_and_bytes(tmp_path, capsys):
 @pytest.mark.dgl
 @pytest.mark.filterwarnings("ignore:Dataloader CPU affinity")
 def test_dgl_loader_benchmark_times_dgl_and_ours_on_one_graph(capsys):
-    from ibp_graph.benchmarks.loader import DGL_VARIANTS, run_dgl
+    from ibp_graph.benchmarks.loader import DGL_VARIANTS, _have_pyg, run_dgl
 
     rows = run_dgl(num_nodes=3000, avg_degree=6, batch_size=64, num_neighbors=(5, 3), batches=3,
-                   num_workers=0, rounds=2)
-    assert [r["variant"] for r in rows] == list(DGL_VARIANTS)
+                   num_workers=[0, 1], rounds=2)
+    ours = [v for v in DGL_VARIANTS[1:] if v != "pyg-identity" or _have_pyg()]
+    assert [(r["variant"], r["num_workers"]) for r in rows] == [
+        (v, w) for w in (0, 1) for v in (DGL_VARIANTS[0], *ours)]
     assert all(r["batches"] == 3 and r["rounds"] == 2 and r["best_batches_per_s"] >= r["batches_per_s"] > 0
                for r in rows)
-    assert rows[0]["vs_dgl"] == 1.0
+    assert [r["vs_dgl"] for r in rows if r["variant"] == DGL_VARIANTS[0]] == [1.0, 1.0]
+    assert all(r["copied_mb_per_batch"] > 0 for r in rows if r["variant"] != DGL_VARIANTS[0])
     assert "vs DGL DataLoader" in capsys.readouterr().out
+
+
+def test_first_batch_seconds_times_construction_and_the_first_batch():
+    from ibp_graph.benchmarks.loader import first_batch_seconds
+
+    t = first_batch_seconds(num_nodes=2000, codec="identity", num_workers=0)
+    assert t["construct_s"] > 0 and t["first_batch_s"] > 0
+    assert abs(t["total_s"] - t["construct_s"] - t["first_batch_s"]) < 1e-9

@@ -1,0 +1,298 @@
+"""Worker -> main process: each batch's outputs written straight into shared memory.
+
+torch's DataLoader hands a batch from a worker to the main process by pickling it: a tensor
+in private memory is first copied into a new shared-memory segment, a tensor already in
+shared memory travels as a handle. A worker therefore writes each batch's outputs (gathered
+rows, group buffers, encoded payloads) into `OutputBuffers`, and the hand-over copies
+nothing. The buffers come from, in this order:
+
+- a slot of a `SlotRing`: `slots` reusable segments per worker, each grown (never shrunk)
+  by the worker when a batch does not fit. The worker claims a free slot for one batch;
+  the main process (`SlotKeeper`, in the decode stage) keeps each slot's segment mapped
+  and releases the slot when the batch is done with it: on a CUDA device once the batch's
+  host-to-device copy has completed (there the keeper page-locks each segment once,
+  cudaHostRegister, so the pin-memory thread finds the batch pinned and copies nothing),
+  on the CPU once no tensor of the batch is alive (a batch the user holds is never
+  overwritten);
+- a fresh shared segment per tensor when every slot of the worker is held (or a worker
+  id beyond the ring's), as torch's own hand-over would have made;
+- plain memory in the main process (``num_workers=0``: nothing is handed over).
+
+A slot's state is two shared counters, claims (written by its worker) and releases
+(written by the main process); the slot is free when they are equal. Each slot has one
+writer per counter, so no lock is needed. Slots of batches the DataLoader drops (an
+iterator abandoned mid-epoch with persistent workers) stay claimed: their worker then uses
+fresh segments for the batches that no longer find a slot.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+import weakref
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence
+
+import torch
+
+#: reusable slots per worker: the batch the user holds, one the decode stage holds, the
+#: DataLoader's prefetched ones (2 per worker by default) and the one being written.
+SLOTS_PER_WORKER = 5
+#: worker ids a ring has slots for (a worker beyond it uses fresh segments).
+MAX_WORKERS = 128
+#: byte alignment of every tensor carved from a slot.
+ALIGN = 64
+#: a slot is (re)allocated at this multiple of the largest batch its worker has written.
+GROWTH = 1.25
+
+
+def _nbytes(shape: Sequence[int], dtype: torch.dtype) -> int:
+    return math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // ALIGN) * ALIGN
+
+
+def _view(storage: torch.UntypedStorage, byte_offset: int, shape: Sequence[int], dtype: torch.dtype
+          ) -> torch.Tensor:
+    """A contiguous tensor of `shape` over `storage` from `byte_offset` (aligned to the element)."""
+    item = torch.empty(0, dtype=dtype).element_size()
+    return torch.empty(0, dtype=dtype).set_(storage, byte_offset // item, tuple(shape))
+
+
+def shared_empty(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+    """An uninitialised CPU tensor in a new shared-memory segment: a DataLoader worker hands it
+    to the main process as a handle, without copying it."""
+    storage = torch.UntypedStorage._new_shared(max(_nbytes(shape, dtype), 1))
+    return _view(storage, 0, shape, dtype)
+
+
+def is_shared(t: torch.Tensor) -> bool:
+    """Whether `t` lives in shared memory (handed over by handle, not copied)."""
+    return t.untyped_storage().is_shared()
+
+
+def use_count(storage: torch.UntypedStorage) -> int:
+    """How many owners (tensors, storage objects) share `storage`'s memory in this process."""
+    return torch._C._storage_Use_Count(storage._cdata)
+
+
+@dataclass(eq=False)
+class Slot:
+    """A claimed ring slot, as it travels with its batch: the worker's slot `index`, the claim's
+    sequence number, the slot's shared counters (claims, releases) and its segment."""
+
+    worker: int
+    index: int
+    seq: int
+    counters: torch.Tensor = field(repr=False)
+    storage: Optional[torch.UntypedStorage] = field(repr=False)
+
+    def release(self) -> None:
+        """The batch is done with the slot: its worker may write the next batch into it."""
+        self.counters[1] = self.seq
+
+
+class SlotRing:
+    """Reusable shared-memory slots for batch outputs, `slots` per worker, created by the main
+    process before the workers start (they inherit it with the dataset)."""
+
+    def __init__(self, slots: int = SLOTS_PER_WORKER, max_workers: int = MAX_WORKERS):
+        for name, value in (("slots", slots), ("max_workers", max_workers)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}={value!r} is not accepted; use an int >= 1")
+        self.slots = slots
+        self.max_workers = max_workers
+        #: [worker, slot, (claims, releases)], in shared memory.
+        self.counters = torch.zeros((max_workers, slots, 2), dtype=torch.int64).share_memory_()
+        self._segments: dict[int, torch.UntypedStorage] = {}  # this worker's slot segments
+        self._largest = 0  # the largest batch this worker has written, in bytes
+
+    def __getstate__(self) -> dict:
+        # a spawned worker gets the counters; its segments are its own
+        return {**self.__dict__, "_segments": {}, "_largest": 0}
+
+    def free(self, worker: int) -> list[int]:
+        """The slots of `worker` not held by a batch."""
+        c = self.counters[worker]
+        return [i for i in range(self.slots) if int(c[i, 0]) == int(c[i, 1])]
+
+    def claim(self, worker: int, nbytes: int) -> Optional[tuple[Slot, torch.UntypedStorage]]:
+        """A free slot of `worker` with room for `nbytes` (grown if needed), claimed for one batch;
+        None when all are held or `worker` is beyond the ring."""
+        if not 0 <= worker < self.max_workers:
+            return None
+        free = self.free(worker)
+        if not free:
+            return None
+        i = free[0]
+        segment = self._segments.get(i)
+        need = max(nbytes, self._largest)
+        if segment is None or segment.nbytes() < need:
+            segment = torch.UntypedStorage._new_shared(_aligned(max(int(need * GROWTH), ALIGN)))
+            self._segments[i] = segment
+        counters = self.counters[worker, i]
+        seq = int(counters[0]) + 1
+        counters[0] = seq
+        return Slot(worker, i, seq, counters, segment), segment
+
+    def note(self, nbytes: int) -> None:
+        """A batch of `nbytes` was written: slots grow to hold batches this large."""
+        self._largest = max(self._largest, nbytes)
+
+
+class OutputBuffers:
+    """Where one batch's outputs are written: a ring slot, else fresh shared segments (in a
+    worker), else plain memory (in the main process). `copied` counts the bytes `place` copied."""
+
+    def __init__(self, ring: Optional[SlotRing] = None, worker: Optional[int] = None):
+        self.ring = ring
+        self.worker = worker
+        self.slot: Optional[Slot] = None
+        self.copied = 0
+        self._segment: Optional[torch.UntypedStorage] = None
+        self._used = 0
+        self._wanted = 0
+
+    @classmethod
+    def for_this_process(cls, ring: Optional[SlotRing]) -> "OutputBuffers":
+        """Buffers for a batch made here: shared when this is a DataLoader worker."""
+        info = torch.utils.data.get_worker_info()
+        return cls(ring, None if info is None else info.id)
+
+    @property
+    def shared(self) -> bool:
+        """Whether outputs go to shared memory (this is a worker: the batch will be handed over)."""
+        return self.worker is not None
+
+    def reserve(self, nbytes: int) -> None:
+        """Claim a ring slot with room for `nbytes` for this batch (call before the first empty())."""
+        if self.shared and self.ring is not None and self.slot is None:
+            got = self.ring.claim(self.worker, nbytes)
+            if got is not None:
+                self.slot, self._segment = got
+
+    def empty(self, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+        """An uninitialised contiguous tensor to write an output into."""
+        size = _aligned(_nbytes(shape, dtype))
+        self._wanted += size
+        if not self.shared:
+            return torch.empty(tuple(shape), dtype=dtype)
+        if self._segment is not None and self._used + size <= self._segment.nbytes():
+            t = _view(self._segment, self._used, shape, dtype)
+            self._used += size
+            return t
+        return shared_empty(shape, dtype)
+
+    def place(self, t: torch.Tensor) -> torch.Tensor:
+        """`t` where the hand-over copies nothing: `t` itself when it is in shared memory already
+        (or nothing is handed over), else a copy in these buffers (counted in `copied`)."""
+        if not self.shared or is_shared(t):
+            return t
+        out = self.empty(t.shape, t.dtype)
+        out.copy_(t)
+        self.copied += t.numel() * t.element_size()
+        return out
+
+    def done(self) -> Optional[Slot]:
+        """The batch is written: remember its size (slots grow to it); the slot it travels with."""
+        if self.ring is not None and self.shared:
+            self.ring.note(self._wanted)
+        return self.slot
+
+
+def register_pinned(storage: torch.UntypedStorage) -> Callable[[], None]:
+    """Page-lock `storage` for CUDA copies (cudaHostRegister); returns the call that undoes it."""
+    cudart = torch.cuda.cudart()
+    ptr, size = storage.data_ptr(), storage.nbytes()
+    err = cudart.cudaHostRegister(ptr, size, 0)
+    if int(err) != 0:
+        raise RuntimeError(f"cudaHostRegister of a {size}-byte batch slot failed with CUDA error {int(err)}")
+    return lambda: cudart.cudaHostUnregister(ptr)
+
+
+class SlotKeeper:
+    """Main process: keeps each ring slot's segment mapped (page-locked with `register`, e.g.
+    `register_pinned` on a CUDA device) and releases a batch's slot when it is done with it.
+
+    `adopt(batch)` is called for every batch as it arrives. With `release_on_copy`, the
+    caller calls `release(batch)` once the batch's host memory has been copied (CUDA: after
+    the copy's event); otherwise a slot is released once no tensor of its batch is alive,
+    checked whenever a batch arrives (`collect`).
+    """
+
+    def __init__(self, *, register: Optional[Callable[[torch.UntypedStorage], Callable[[], None]]] = None,
+                 release_on_copy: bool = False):
+        self.register = register
+        self.release_on_copy = release_on_copy
+        self._mapped: dict[tuple[int, int], torch.UntypedStorage] = {}
+        self._undo: dict[tuple[int, int], Callable[[], None]] = {}
+        self._held: list[Slot] = []
+        # unregister page-locked segments when the keeper goes, before they are unmapped
+        self._finalizer = weakref.finalize(self, _undo_all, self._undo)
+
+    def adopt(self, batch) -> None:
+        """Take note of the slot `batch` travels in (if any); release slots whose batches are gone."""
+        if not self.release_on_copy:
+            self.collect()
+        slot = getattr(batch, "slot", None)
+        if slot is None:
+            return
+        key = (slot.worker, slot.index)
+        segment, slot.storage = slot.storage, None  # the keeper's reference is the only extra one
+        old = self._mapped.get(key)
+        if old is None or old.data_ptr() != segment.data_ptr():  # a new slot, or one its worker grew
+            undo = self._undo.pop(key, None)
+            if undo is not None:
+                undo()
+            self._mapped[key] = segment
+            if self.register is not None:
+                try:
+                    self._undo[key] = self.register(segment)
+                except (RuntimeError, AssertionError) as e:  # e.g. a locked-memory limit
+                    warnings.warn(f"page-locking a {segment.nbytes()}-byte batch slot failed ({e}); "
+                                  "batches are copied into pinned memory instead (pin_memory)")
+                    self.register = None
+        self._held.append(slot)
+
+    def release(self, batch) -> None:
+        """`batch`'s host memory has been copied: its slot may be written again."""
+        slot = getattr(batch, "slot", None)
+        if slot is not None and any(s is slot for s in self._held):
+            self._held = [s for s in self._held if s is not slot]
+            slot.release()
+
+    def collect(self) -> int:
+        """Release the held slots no tensor uses any more; how many were released."""
+        keep, released = [], 0
+        for slot in self._held:
+            if use_count(self._mapped[(slot.worker, slot.index)]) <= 1:  # the keeper's own reference
+                slot.release()
+                released += 1
+            else:
+                keep.append(slot)
+        self._held = keep
+        return released
+
+    def unmap_idle(self) -> None:
+        """Forget the segments of slots no batch holds (an epoch ended: its workers may be gone);
+        a slot used again is mapped (and page-locked) again when its next batch arrives."""
+        if not self.release_on_copy:
+            self.collect()
+        held = {(s.worker, s.index) for s in self._held}
+        for key in [k for k in self._mapped if k not in held]:
+            undo = self._undo.pop(key, None)
+            if undo is not None:
+                undo()
+            del self._mapped[key]
+
+    @property
+    def held(self) -> int:
+        """Slots held by batches now."""
+        return len(self._held)
+
+
+def _undo_all(undo: dict) -> None:
+    for fn in undo.values():
+        fn()
+    undo.clear()

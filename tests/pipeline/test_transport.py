@@ -1,0 +1,247 @@
+"""Worker -> main transport: outputs in shared memory, slot reuse rules, no aliasing, bytes counted."""
+import gc
+from multiprocessing.reduction import ForkingPickler
+
+import pytest
+import torch
+import torch.multiprocessing  # noqa: F401  (registers torch's reducers with ForkingPickler)
+from torch.utils.data import DataLoader
+
+from ibp_graph.pipeline.batch import EncodedBatch
+from ibp_graph.pipeline.codec_setup import build_codecs
+from ibp_graph.pipeline.decode import DecodeStage
+from ibp_graph.pipeline.grouping import SCALAR_BLOCK
+from ibp_graph.pipeline.requests import BatchRequest, BatchRequests
+from ibp_graph.pipeline.transport import (ALIGN, GROWTH, OutputBuffers, SlotKeeper, SlotRing, is_shared,
+                                          register_pinned, shared_empty)
+from ibp_graph.pipeline.worker import BatchProducer, encode_groups_counted
+from ibp_graph.sampling.graph import CSCGraph
+from ibp_graph.sampling.neighbor import NeighborSampler
+
+
+def _handed_over(obj):
+    """obj as the main process receives it from a worker (torch's reducers, in this process)."""
+    return ForkingPickler.loads(ForkingPickler.dumps(obj))
+
+
+def test_shared_empty_is_handed_over_without_a_copy():
+    t = shared_empty((4, 3), torch.float32)
+    assert t.shape == (4, 3) and t.dtype == torch.float32 and t.is_contiguous() and is_shared(t)
+    ptr = t.untyped_storage().data_ptr()
+    ForkingPickler.dumps(t)
+    assert t.untyped_storage().data_ptr() == ptr  # sent as a handle
+    private = torch.zeros(4, 3)
+    ptr = private.untyped_storage().data_ptr()
+    ForkingPickler.dumps(private)
+    assert private.untyped_storage().data_ptr() != ptr  # torch copied it into a new segment
+
+
+def test_ring_slots_are_claimed_released_and_reused():
+    ring = SlotRing(slots=2, max_workers=3)
+    slot_a, seg_a = ring.claim(1, 1000)
+    slot_b, seg_b = ring.claim(1, 1000)
+    assert (slot_a.index, slot_b.index) == (0, 1) and seg_a.nbytes() >= 1000 and seg_a.is_shared()
+    assert ring.claim(1, 10) is None  # both held: the worker falls back to fresh segments
+    assert ring.free(0) == [0, 1]  # other workers' slots are their own
+    slot_b.release()
+    again, seg = ring.claim(1, 500)
+    assert again.index == 1 and again.seq == slot_b.seq + 1 and seg.data_ptr() == seg_b.data_ptr()
+    again.release()
+    ring.note(5000)  # a batch of 5000 bytes was written: the slot grows before it is reused
+    grown, seg = ring.claim(1, 100)
+    assert seg.data_ptr() != seg_b.data_ptr() and seg.nbytes() >= 5000 * GROWTH
+    assert ring.claim(3, 10) is None  # a worker id beyond the ring
+    with pytest.raises(ValueError, match="slots=0 is not accepted; use an int >= 1"):
+        SlotRing(slots=0)
+
+
+def test_output_buffers_carve_a_slot_then_fall_back_and_count_copies():
+    main = OutputBuffers(SlotRing(slots=1, max_workers=1))
+    t = torch.arange(5)
+    assert not main.shared and main.place(t) is t and not is_shared(main.empty((3,), torch.int64))
+    ring = SlotRing(slots=1, max_workers=1)
+    buf = OutputBuffers(ring, worker=0)
+    buf.reserve(256)
+    a = buf.empty((3,), torch.int64)
+    b = buf.empty((2, 4), torch.float32)
+    seg = buf.slot.storage
+    assert a.untyped_storage().data_ptr() == seg.data_ptr() == b.untyped_storage().data_ptr()
+    assert b.data_ptr() - a.data_ptr() == ALIGN  # aligned carving
+    big = buf.empty((1000,), torch.float64)  # does not fit: a fresh shared segment
+    assert is_shared(big) and big.untyped_storage().data_ptr() != seg.data_ptr()
+    placed = buf.place(torch.arange(4))
+    assert is_shared(placed) and torch.equal(placed, torch.arange(4)) and buf.copied == 32
+    assert buf.place(placed) is placed and buf.copied == 32  # already shared: no copy
+    assert buf.done() is buf.slot and ring._largest >= 8000  # the next batch's slot will hold this one
+
+
+def _worker_batch(ring, x):
+    """An EncodedBatch made as a worker makes it (identity groups written into a slot)."""
+    codecs = build_codecs({"x": x}, {}, num_nodes=x.shape[0], num_edges=0, codec="identity")
+    buf = OutputBuffers(ring, worker=0)
+    buf.reserve(x.nbytes + 4096)
+    rows = buf.empty(x.shape, x.dtype)
+    rows.copy_(x)
+    groups, layouts, copied = encode_groups_counted({"x": rows, "n_id": torch.arange(x.shape[0])}, codecs, buf)
+    return EncodedBatch(groups, layouts, copied_bytes=copied, slot=buf.done()), codecs
+
+
+def test_cpu_keeper_releases_a_slot_only_when_no_tensor_of_its_batch_lives():
+    ring = SlotRing(slots=1, max_workers=1)
+    x = torch.randn(50, 8)
+    sent, codecs = _worker_batch(ring, x)
+    assert sent.copied_bytes == SCALAR_BLOCK * 8  # n_id's group (one padded row); x's payload is x
+    received = _handed_over(sent)
+    assert received.copied_bytes == sent.copied_bytes  # nothing left for torch to copy
+    del sent
+    stage = DecodeStage(codecs, torch.device("cpu"))
+    (decoded,) = list(stage(iter([received])))
+    del received
+    assert torch.equal(decoded["x"], x) and stage.slots.held == 1
+    assert ring.claim(0, 10) is None  # the user holds the batch: its slot is not reused
+    stage.slots.collect()
+    assert stage.slots.held == 1
+    del decoded
+    gc.collect()
+    assert stage.slots.collect() == 1 and ring.free(0) == [0]
+    assert len(stage.slots._mapped) == 1  # kept mapped while its batch lived
+    stage.slots.unmap_idle()
+    assert len(stage.slots._mapped) == 0
+
+
+def test_keeper_releasing_after_the_copy_registers_each_segment_once():
+    ring = SlotRing(slots=1, max_workers=1)
+    registered, undone = [], []
+
+    def register(storage):
+        registered.append(storage.data_ptr())
+        return lambda: undone.append(storage.data_ptr())
+
+    keeper = SlotKeeper(register=register, release_on_copy=True)
+    x = torch.randn(20, 4)
+    for k in range(3):
+        batch = _handed_over(_worker_batch(ring, x + k)[0])
+        keeper.adopt(batch)
+        assert ring.claim(0, 10) is None  # held until its copy is done
+        keeper.release(batch)
+        assert ring.free(0) == [0] and keeper.held == 0
+    assert len(registered) == 1 and undone == []  # one slot, page-locked once
+    ring.note(10 ** 5)  # the worker grows the slot: the old segment is unregistered
+    batch = _handed_over(_worker_batch(ring, x)[0])
+    keeper.adopt(batch)
+    assert len(registered) == 2 and undone == registered[:1]
+    del keeper
+    gc.collect()
+    assert undone == registered  # the keeper's end unregisters what it registered
+
+
+def test_a_slot_that_cannot_be_page_locked_warns_and_the_batch_still_flows():
+    def refuse(storage):
+        raise RuntimeError("cudaHostRegister failed with CUDA error 2")
+
+    keeper = SlotKeeper(register=refuse, release_on_copy=True)
+    batch = _handed_over(_worker_batch(SlotRing(slots=1, max_workers=1), torch.randn(5, 4))[0])
+    with pytest.warns(UserWarning, match="page-locking a .*-byte batch slot failed .*CUDA error 2"):
+        keeper.adopt(batch)
+    assert keeper.register is None and keeper.held == 1
+    keeper.release(batch)
+    assert keeper.held == 0
+
+
+def test_a_worker_batch_not_in_shared_memory_counts_its_hand_over():
+    x = torch.randn(10, 4)
+    codecs = build_codecs({"x": x}, {}, num_nodes=10, num_edges=0, codec="identity")
+    groups, layouts, copied = encode_groups_counted({"x": x}, codecs)
+    batch = EncodedBatch(groups, layouts, copied_bytes=copied)
+    assert copied == 0 and _handed_over(batch).copied_bytes == x.nbytes  # torch's copy into shm
+
+
+def _producer(codec, n=300):
+    g = torch.Generator().manual_seed(0)
+    edge_index = torch.randint(0, n, (2, 3000), generator=g)
+    sampler = NeighborSampler(CSCGraph.from_edge_index(edge_index, n), [5, 3])
+    x = torch.randn(n, 16, generator=g)
+    y = torch.randint(0, 5, (n,), generator=g)
+    codecs = build_codecs({"x": x, "y": y}, {}, num_nodes=n, num_edges=3000, codec=codec)
+    return BatchProducer(sampler, torch.arange(n), {"x": x, "y": y}, {}, codecs), codecs, x
+
+
+def _epoch(codec, num_workers, hold):
+    producer, codecs, x = _producer(codec)
+    requests = BatchRequests(300, 32, shuffle=True, drop_last=False, generator=torch.Generator().manual_seed(1))
+    loader = DataLoader(producer, batch_size=None, sampler=requests, collate_fn=lambda b: b,
+                        num_workers=num_workers)
+    stage = DecodeStage(codecs, torch.device("cpu"))
+    out = []
+    for batch in stage(iter(loader)):
+        assert torch.equal(batch["x"], x[batch["n_id"]])
+        out.append(batch if hold else {k: v.clone() for k, v in batch.items()})
+    del batch
+    return out, stage, producer.ring
+
+
+@pytest.mark.parametrize("codec", ["identity", "ibp"])
+def test_worker_batches_equal_main_process_batches_held_or_not(codec):
+    expected, base, _ = _epoch(codec, 0, hold=False)
+    for hold in (True, False):
+        got, stage, ring = _epoch(codec, 2, hold)
+        assert len(got) == len(expected) == 10
+        for a, b in zip(expected, got):  # held batches were never overwritten by later ones
+            assert sorted(a) == sorted(b) and all(torch.equal(a[k], b[k]) for k in a)
+        # identity: no hand-over copy, the bytes copied without workers; ibp: its encoder wrote
+        # private memory, copied once into the slot (what torch's hand-over would have copied)
+        placed = 0 if codec == "identity" else stage.stats.total_sent_bytes
+        assert stage.stats.copied_bytes == base.stats.copied_bytes + placed
+        claims = ring.counters[:2, :, 0]
+        assert int(claims.sum()) > 0 and int(ring.counters[2:].abs().sum()) == 0  # two workers' slots
+        if not hold:  # released slots were written again
+            assert int(claims.max()) > 1
+
+
+def test_producer_in_a_worker_writes_its_batch_into_a_slot():
+    producer, codecs, x = _producer("identity")
+    buffers = OutputBuffers(producer.ring, worker=0)
+    tensors, _, _, _ = producer.gather(BatchRequest(index=torch.arange(10), seed=3), buffers)
+    assert buffers.slot is not None and is_shared(tensors["x"])
+    assert tensors["x"].untyped_storage().data_ptr() == buffers.slot.storage.data_ptr()
+
+
+@pytest.mark.gpu
+def test_cuda_slots_are_page_locked_so_pinning_copies_nothing():
+    ring = SlotRing(slots=1, max_workers=1)
+    keeper = SlotKeeper(register=register_pinned, release_on_copy=True)
+    x = torch.randn(64, 8)
+    first = _handed_over(_worker_batch(ring, x)[0])
+    keeper.adopt(first)  # the slot's segment is page-locked once, here
+    keeper.release(first)
+    batch = _handed_over(_worker_batch(ring, x + 1)[0])
+    pinned = batch.pin_memory()  # what the DataLoader's pin-memory thread does
+    assert pinned.copied_bytes == batch.copied_bytes  # nothing copied
+    for key, ct in pinned.groups.items():
+        assert ct.payload.is_pinned() and ct.payload.data_ptr() == batch.groups[key].payload.data_ptr()
+    del keeper  # unregisters; the stage's own keeper page-locks the slot again
+    gc.collect()
+    codecs = build_codecs({"x": x}, {}, num_nodes=64, num_edges=0, codec="identity")
+    stage = DecodeStage(codecs, torch.device("cuda"))
+    (decoded,) = list(stage(iter([pinned])))
+    assert torch.equal(decoded["x"].cpu(), x + 1)
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_abandoned_epochs_with_persistent_workers_still_give_intact_batches(keep):
+    # batches the DataLoader drops when an epoch is abandoned keep their slots claimed: the
+    # workers then write fresh segments, and every batch is still whole and correct
+    producer, codecs, x = _producer("identity")
+    requests = BatchRequests(300, 16, shuffle=True, drop_last=False, generator=torch.Generator().manual_seed(2))
+    loader = DataLoader(producer, batch_size=None, sampler=requests, collate_fn=lambda b: b,
+                        num_workers=2, persistent_workers=True)
+    stage = DecodeStage(codecs, torch.device("cpu"))
+    kept = []
+    for epoch in range(4):
+        for i, batch in enumerate(stage(iter(loader))):
+            assert torch.equal(batch["x"], x[batch["n_id"]]), (epoch, i)
+            if keep:
+                kept.append((batch, x[batch["n_id"]]))
+            if epoch < 3 and i == 1:
+                break
+    assert all(torch.equal(b["x"], want) for b, want in kept)  # none overwritten later
