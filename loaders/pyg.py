@@ -12,6 +12,7 @@ from ibp_graph.codec.base import Codec
 from ibp_graph.data.store import EncodedTable
 from ibp_graph.index_checks import check_node_table
 from ibp_graph.loaders import _common
+from ibp_graph.loaders.pyg_stores import is_hetero_input, is_store_pair, read_stores
 from ibp_graph.pipeline.batch import DecodedBatch, EncodedBatch
 from ibp_graph.pipeline.codec_setup import CodecSpec
 from ibp_graph.pipeline.features import plan_features
@@ -46,7 +47,12 @@ class CompressedNeighborLoader(NeighborLoader):
     arrays or np.memmaps, read through a view, or pre-encoded `EncodedTable`s; graph-level
     attributes are in every batch unchanged; a graph without edges gives batches of the
     seeds), or a tuple `(features, graph)`: a dict of node attributes (tensors or
-    EncodedTables) and a `CSCGraph`, e.g. a prepared data set read from disk.
+    EncodedTables) and a `CSCGraph`, e.g. a prepared data set read from disk, or PyG's
+    remote backend `(FeatureStore, GraphStore)` (loaders/pyg_stores.py: both stores are
+    read once, here; batches carry what PyG's filter_custom_store puts in them: the
+    feature store's node attributes, `num_nodes`, and no edge or graph-level attributes).
+    A heterogeneous input (`HeteroData`, heterogeneous stores, or per-type tables with
+    `TypedCSC`s) builds a CompressedHeteroNeighborLoader (loaders/pyg_hetero.py).
 
     Arguments up to `directed` are NeighborLoader's, in its order, with PyG's semantics:
     `weight_attr` (weighted sampling), `subgraph_type` ("directional", "bidirectional",
@@ -76,8 +82,9 @@ class CompressedNeighborLoader(NeighborLoader):
     """
 
     def __new__(cls, data=None, *args, **kwargs):
-        """A HeteroData gets a CompressedHeteroNeighborLoader (loaders/pyg_hetero.py), as NeighborLoader takes both."""
-        if isinstance(data, HeteroData):
+        """A heterogeneous input (HeteroData, heterogeneous stores or tables) gets a CompressedHeteroNeighborLoader
+        (loaders/pyg_hetero.py), as NeighborLoader takes both."""
+        if isinstance(data, HeteroData) or is_hetero_input(data):
             from ibp_graph.loaders.pyg_hetero import CompressedHeteroNeighborLoader
             loader = CompressedHeteroNeighborLoader(data, *args, **kwargs)
             loader.called_as = cls.__name__  # its repr names the class the user called, as PyG's
@@ -134,9 +141,14 @@ class CompressedNeighborLoader(NeighborLoader):
                                       "(FeatureStore, GraphStore) backends; accepted: None")
         kwargs.pop("custom_cls", None)
         input_id = kwargs.pop("input_id", None)
+        if is_store_pair(data) and (weight_attr is not None or time_attr is not None):
+            raise NotImplementedError(
+                f"weight_attr={weight_attr!r}, time_attr={time_attr!r} with (FeatureStore, GraphStore) data are not "
+                "supported (PyG refuses weight_attr there too); accepted: None, or the graph as a Data")
         graph, node_attrs, edge_attrs, self._graph_attrs = _graph_and_attrs(data)
-        # PyG sets a batch's num_nodes when the graph's was set
-        self._set_num_nodes = isinstance(data, Data) and "num_nodes" in data
+        # PyG sets a batch's num_nodes when the graph's was set, and for a feature store with attributes
+        self._set_num_nodes = (isinstance(data, Data) and "num_nodes" in data) or (
+            is_store_pair(data) and bool(node_attrs))
 
         batch_size = kwargs.pop("batch_size", 1)
         shuffle = kwargs.pop("shuffle", False)
@@ -379,6 +391,13 @@ _NODE_KEYS = _common.NODE_KEYS
 def _graph_and_attrs(data) -> tuple[CSCGraph, dict, dict, dict]:
     """The graph to sample from; node- and edge-level attributes (on the CPU; tensors contiguous,
     numpy arrays as views); graph-level attributes (everything else, kept as given)."""
+    if is_store_pair(data):
+        stores = read_stores(data)
+        csc = stores.csc.get(None)
+        num_nodes = stores.num_nodes.get(None, 0)
+        graph = CSCGraph.from_edge_index(torch.zeros((2, 0), dtype=torch.int64), num_nodes) if csc is None else \
+            CSCGraph(csc.indptr, csc.indices, csc.e_id)
+        return graph, stores.features.get(None, {}), {}, {}
     if isinstance(data, tuple):
         if len(data) != 2 or not isinstance(data[1], CSCGraph) or not hasattr(data[0], "items"):
             raise TypeError("data as a tuple must be (features: dict of node attributes, graph: CSCGraph), "
@@ -390,8 +409,9 @@ def _graph_and_attrs(data) -> tuple[CSCGraph, dict, dict, dict]:
             node[key] = value if isinstance(value, EncodedTable) else value.contiguous()
         return graph, node, {}, {}
     if not isinstance(data, Data):
-        raise TypeError(f"data must be a torch_geometric.data.Data (homogeneous graph) or a "
-                        f"(features, CSCGraph) tuple, got {type(data).__name__}")
+        raise TypeError(f"data must be a torch_geometric.data.Data or HeteroData, a (features, CSCGraph) "
+                        "tuple, per-type (features, {edge type: TypedCSC}[, num_nodes]) or a (FeatureStore, "
+                        f"GraphStore) pair, got {type(data).__name__}")
     if data.num_nodes is None:
         raise ValueError("data.num_nodes is None and cannot be inferred (no x, pos or edge_index); "
                          "accepted: a Data with node features or num_nodes set")
