@@ -1,6 +1,7 @@
 """The input forms of the PyG loaders: PyG's (FeatureStore, GraphStore) remote backend, homogeneous and
 heterogeneous, and per-type tables with TypedCSCs (no edge_index), each giving the batches the same graph
 gives as a Data / HeteroData; weighted heterogeneous sampling (weight_attr)."""
+import numpy as np
 import pytest
 import torch
 from torch_geometric.data import Data, HeteroData
@@ -254,3 +255,24 @@ def test_hetero_weight_attr_with_time_attr_is_refused():
     data["paper"].time = torch.zeros(60, dtype=torch.int64)
     with pytest.raises(ValueError, match="weight with temporal sampling .* is not accepted"):
         CompressedNeighborLoader(data, [2], input_nodes="paper", weight_attr="w", time_attr="time")
+
+
+def test_a_prepared_folder_is_served_from_its_tables_as_its_hetero_data(tmp_path):
+    from ibp_graph.data import maggen
+    from ibp_graph.data.hetero import HeteroPreparedDataset
+    from ibp_graph.data.maggen import MagSpec
+
+    spec = MagSpec(num_papers=600, num_authors=800, num_institutions=20, num_fields=60, num_classes=5, seed=1)
+    ds = HeteroPreparedDataset.load(maggen.generate(spec, tmp_path / "m", progress=False))
+    kw = dict(num_neighbors=[3, 2], input_nodes=("paper", ds.split["train"]), batch_size=64, shuffle=True)
+    want, got = batches(ds.to_hetero_data(), **kw), batches(ds.tables(), **kw)
+    assert len(want) == len(got) > 1
+    for a, b in zip(want, got):
+        for t in ds.node_types:
+            assert list(a[t].keys()) == list(b[t].keys())
+            for key in a[t].keys():
+                assert torch.equal(torch.as_tensor(a[t][key]), torch.as_tensor(b[t][key])), (t, key)
+        for e in ds.edge_types:
+            assert torch.equal(a[e].edge_index, b[e].edge_index) and a[e].num_sampled_edges == b[e].num_sampled_edges
+            # to_hetero_data numbers edges by CSC position; the tables keep the folder's edge ids
+            assert torch.equal(b[e].e_id, torch.from_numpy(np.asarray(ds.relations[e].e_id, dtype=np.int64))[a[e].e_id])
