@@ -404,6 +404,10 @@ class _HeteroGraph:
         if isinstance(data, HeteroData):
             self._read_hetero_data(data)
         elif is_store_pair(data):
+            if weight_attr is not None:
+                raise NotImplementedError(f"weight_attr={weight_attr!r} with (FeatureStore, GraphStore) data is not "
+                                          "supported (nor by PyG): the feature store's edge groups are not read; "
+                                          "accepted: None, or the graph as a HeteroData")
             self._read_stores(read_stores(data))
         elif isinstance(data, tuple) and len(data) in (2, 3) and isinstance(data[1], Mapping):
             self._read_tables(*data)

@@ -152,6 +152,24 @@ def test_heterogeneous_stores_give_the_batches_of_the_same_hetero_data(layout):
         assert "name" not in b  # no graph-level attributes in a store
 
 
+def test_heterogeneous_stores_sample_temporally_by_a_node_time_and_refuse_weights():
+    data = make_hetero(papers=300, authors=400, insts=20)
+    g = torch.Generator().manual_seed(3)
+    for t, n in (("paper", 300), ("author", 400), ("inst", 20)):
+        data[t].time = torch.randint(0, 50, (n,), generator=g)
+    kw = dict(num_neighbors=[3, 2], input_nodes=("paper", torch.arange(0, 300, 3)), batch_size=25,
+              time_attr="time")
+    stores = hetero_stores(data, "coo")
+    for a, b in zip(batches(data, **kw), batches(stores, **kw)):
+        for t in data.node_types:
+            assert torch.equal(a[t].n_id, b[t].n_id) and torch.equal(a[t].batch, b[t].batch)
+            assert torch.equal(a[t].time, b[t].time)
+        for e in data.edge_types:
+            assert torch.equal(a[e].edge_index, b[e].edge_index) and torch.equal(a[e].e_id, b[e].e_id)
+    with pytest.raises(NotImplementedError, match="weight_attr='w' with \\(FeatureStore, GraphStore\\) data"):
+        CompressedNeighborLoader(stores, [2], input_nodes="paper", weight_attr="w")
+
+
 # -- heterogeneous tables: (features, {edge type: TypedCSC}[, num_nodes]) -----------------------------------
 
 def hetero_tables(data: HeteroData, with_counts: bool):
