@@ -63,24 +63,14 @@ class StoreGraph:
     """What the stores hold: node counts, node attributes and a TypedCSC per edge type.
 
     For a homogeneous store pair (group names and edge types None) the only node type
-    and edge type are None. `node_types` and `edge_types` keep the stores' order
-    (feature store, then graph store): the heterogeneous sampler visits edge types in it.
+    and edge type are None. `num_nodes` and `csc` keep the stores' order (feature store,
+    then graph store): the heterogeneous sampler visits edge types in it.
     """
 
     hetero: bool
     num_nodes: dict = field(default_factory=dict)
     features: dict = field(default_factory=dict)
     csc: dict = field(default_factory=dict)
-
-    @property
-    def node_types(self) -> list:
-        """Node types, in the stores' order."""
-        return list(self.num_nodes)
-
-    @property
-    def edge_types(self) -> list:
-        """Edge types, in the graph store's order."""
-        return list(self.csc)
 
 
 def read_stores(data: tuple) -> StoreGraph:
