@@ -141,10 +141,10 @@ class CompressedNeighborLoader(NeighborLoader):
                                       "(FeatureStore, GraphStore) backends; accepted: None")
         kwargs.pop("custom_cls", None)
         input_id = kwargs.pop("input_id", None)
-        if is_store_pair(data) and (weight_attr is not None or time_attr is not None):
+        if is_store_pair(data) and weight_attr is not None:
             raise NotImplementedError(
-                f"weight_attr={weight_attr!r}, time_attr={time_attr!r} with (FeatureStore, GraphStore) data are not "
-                "supported (PyG refuses weight_attr there too); accepted: None, or the graph as a Data")
+                f"weight_attr={weight_attr!r} with (FeatureStore, GraphStore) data is not supported (nor by PyG); "
+                "accepted: None, or the graph as a Data")
         graph, node_attrs, edge_attrs, self._graph_attrs = _graph_and_attrs(data)
         # PyG sets a batch's num_nodes when the graph's was set, and for a feature store with attributes
         self._set_num_nodes = (isinstance(data, Data) and "num_nodes" in data) or (
@@ -162,7 +162,7 @@ class CompressedNeighborLoader(NeighborLoader):
         num_nodes = graph.num_nodes
         self.graph = graph
         weight = _edge_weight(data, weight_attr, graph.num_edges)
-        node_time, edge_time = _times(data, time_attr, num_nodes, graph.num_edges)
+        node_time, edge_time = _times(data, time_attr, num_nodes, graph.num_edges, node_attrs)
         self.node_sampler = NeighborSampler(self.graph, num_neighbors, replace=replace, weight=weight,
                                             subgraph_type=subgraph_type, disjoint=disjoint,
                                             node_time=node_time, edge_time=edge_time,
@@ -323,14 +323,19 @@ def _edge_weight(data, weight_attr: Optional[str], num_edges: int) -> Optional[t
     return torch.as_tensor(value)
 
 
-def _times(data, time_attr: Optional[str], num_nodes: int, num_edges: int):
-    """(node times, edge times) that `time_attr` names (one of them, as PyG decides), or (None, None)."""
+def _times(data, time_attr: Optional[str], num_nodes: int, num_edges: int, node_attrs: dict):
+    """(node times, edge times) that `time_attr` names (one of them, as PyG decides), or (None, None); for
+    (FeatureStore, GraphStore) data a node attribute of the feature store (`node_attrs`)."""
     if time_attr is None:
         return None, None
     if not isinstance(time_attr, str):
         raise TypeError(f"time_attr must be None or the name of a node or edge attribute, got {time_attr!r}")
     value = data[time_attr] if isinstance(data, Data) and time_attr in data else None
-    if isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim == 1:
+    if is_store_pair(data):
+        value = node_attrs.get(time_attr)
+        if isinstance(value, torch.Tensor) and value.shape == (num_nodes,):
+            return value, None
+    elif isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim == 1:
         if data.is_node_attr(time_attr) and value.shape[0] == num_nodes:
             return torch.as_tensor(value), None
         if data.is_edge_attr(time_attr) and value.shape[0] == num_edges:

@@ -99,7 +99,7 @@ def test_store_errors_name_what_is_wrong():
     fs = MyFeatureStore()
     fs.put_tensor(data.x, group_name=None, attr_name="x", index=None)
     gs = graph_store({None: data.edge_index}, "coo", {None: (100, 100)})
-    with pytest.raises(NotImplementedError, match="weight_attr='w', time_attr=None with \\(FeatureStore, GraphStore\\)"):
+    with pytest.raises(NotImplementedError, match="weight_attr='w' with \\(FeatureStore, GraphStore\\) data"):
         CompressedNeighborLoader((fs, gs), [2], weight_attr="w")
     short = MyFeatureStore()
     short.put_tensor(data.x[:50], group_name=None, attr_name="x", index=None)
@@ -114,6 +114,21 @@ def test_store_errors_name_what_is_wrong():
                        size=(100, 100))
     with pytest.raises(ValueError, match="edge_type=None \\(csc\\): colptr has shape \\(7,\\); accepted: \\(101,\\)"):
         CompressedNeighborLoader((fs, bad), [2])
+
+
+def test_homogeneous_stores_sample_temporally_by_a_node_time():
+    data = make_graph(num_nodes=300, num_edges=2000)
+    data.time = torch.randint(0, 40, (300,), generator=torch.Generator().manual_seed(2))
+    fs = MyFeatureStore()
+    for key in ("x", "time"):
+        fs.put_tensor(data[key], group_name=None, attr_name=key, index=None)
+    gs = graph_store({None: data.edge_index}, "coo", {None: (300, 300)})
+    kw = dict(num_neighbors=[3, 2], input_nodes=torch.arange(0, 300, 4), batch_size=25, time_attr="time")
+    for a, b in zip(batches(data, **kw), batches((fs, gs), **kw)):
+        for key in ("n_id", "e_id", "edge_index", "batch", "time", "x"):
+            assert torch.equal(a[key], b[key]), key
+    with pytest.raises(ValueError, match="time_attr='t' names neither"):
+        CompressedNeighborLoader((fs, gs), [2], time_attr="t")
 
 
 # -- heterogeneous (FeatureStore, GraphStore) ---------------------------------------------------------------
