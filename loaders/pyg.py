@@ -12,6 +12,7 @@ from ibp_graph.codec.base import Codec
 from ibp_graph.data.store import EncodedTable
 from ibp_graph.index_checks import check_node_table
 from ibp_graph.loaders import _common
+from ibp_graph.loaders.pyg_stores import is_hetero_input, is_store_pair, read_stores
 from ibp_graph.pipeline.batch import DecodedBatch, EncodedBatch
 from ibp_graph.pipeline.codec_setup import CodecSpec
 from ibp_graph.pipeline.features import plan_features
@@ -46,7 +47,12 @@ class CompressedNeighborLoader(NeighborLoader):
     arrays or np.memmaps, read through a view, or pre-encoded `EncodedTable`s; graph-level
     attributes are in every batch unchanged; a graph without edges gives batches of the
     seeds), or a tuple `(features, graph)`: a dict of node attributes (tensors or
-    EncodedTables) and a `CSCGraph`, e.g. a prepared data set read from disk.
+    EncodedTables) and a `CSCGraph`, e.g. a prepared data set read from disk, or PyG's
+    remote backend `(FeatureStore, GraphStore)` (loaders/pyg_stores.py: both stores are
+    read once, here; batches carry what PyG's filter_custom_store puts in them: the
+    feature store's node attributes, `num_nodes`, and no edge or graph-level attributes).
+    A heterogeneous input (`HeteroData`, heterogeneous stores, or per-type tables with
+    `TypedCSC`s) builds a CompressedHeteroNeighborLoader (loaders/pyg_hetero.py).
 
     Arguments up to `directed` are NeighborLoader's, in its order, with PyG's semantics:
     `weight_attr` (weighted sampling), `subgraph_type` ("directional", "bidirectional",
@@ -76,8 +82,9 @@ class CompressedNeighborLoader(NeighborLoader):
     """
 
     def __new__(cls, data=None, *args, **kwargs):
-        """A HeteroData gets a CompressedHeteroNeighborLoader (loaders/pyg_hetero.py), as NeighborLoader takes both."""
-        if isinstance(data, HeteroData):
+        """A heterogeneous input (HeteroData, heterogeneous stores or tables) gets a CompressedHeteroNeighborLoader
+        (loaders/pyg_hetero.py), as NeighborLoader takes both."""
+        if isinstance(data, HeteroData) or is_hetero_input(data):
             from ibp_graph.loaders.pyg_hetero import CompressedHeteroNeighborLoader
             loader = CompressedHeteroNeighborLoader(data, *args, **kwargs)
             loader.called_as = cls.__name__  # its repr names the class the user called, as PyG's
@@ -134,9 +141,14 @@ class CompressedNeighborLoader(NeighborLoader):
                                       "(FeatureStore, GraphStore) backends; accepted: None")
         kwargs.pop("custom_cls", None)
         input_id = kwargs.pop("input_id", None)
+        if is_store_pair(data) and weight_attr is not None:
+            raise NotImplementedError(
+                f"weight_attr={weight_attr!r} with (FeatureStore, GraphStore) data is not supported (nor by PyG); "
+                "accepted: None, or the graph as a Data")
         graph, node_attrs, edge_attrs, self._graph_attrs = _graph_and_attrs(data)
-        # PyG sets a batch's num_nodes when the graph's was set
-        self._set_num_nodes = isinstance(data, Data) and "num_nodes" in data
+        # PyG sets a batch's num_nodes when the graph's was set, and for a feature store with attributes
+        self._set_num_nodes = (isinstance(data, Data) and "num_nodes" in data) or (
+            is_store_pair(data) and bool(node_attrs))
 
         batch_size = kwargs.pop("batch_size", 1)
         shuffle = kwargs.pop("shuffle", False)
@@ -150,7 +162,7 @@ class CompressedNeighborLoader(NeighborLoader):
         num_nodes = graph.num_nodes
         self.graph = graph
         weight = _edge_weight(data, weight_attr, graph.num_edges)
-        node_time, edge_time = _times(data, time_attr, num_nodes, graph.num_edges)
+        node_time, edge_time = _times(data, time_attr, num_nodes, graph.num_edges, node_attrs)
         self.node_sampler = NeighborSampler(self.graph, num_neighbors, replace=replace, weight=weight,
                                             subgraph_type=subgraph_type, disjoint=disjoint,
                                             node_time=node_time, edge_time=edge_time,
@@ -310,14 +322,19 @@ def _edge_weight(data, weight_attr: Optional[str], num_edges: int) -> Optional[t
     return torch.as_tensor(value)
 
 
-def _times(data, time_attr: Optional[str], num_nodes: int, num_edges: int):
-    """(node times, edge times) that `time_attr` names (one of them, as PyG decides), or (None, None)."""
+def _times(data, time_attr: Optional[str], num_nodes: int, num_edges: int, node_attrs: dict):
+    """(node times, edge times) that `time_attr` names (one of them, as PyG decides), or (None, None); for
+    (FeatureStore, GraphStore) data a node attribute of the feature store (`node_attrs`)."""
     if time_attr is None:
         return None, None
     if not isinstance(time_attr, str):
         raise TypeError(f"time_attr must be None or the name of a node or edge attribute, got {time_attr!r}")
     value = data[time_attr] if isinstance(data, Data) and time_attr in data else None
-    if isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim == 1:
+    if is_store_pair(data):
+        value = node_attrs.get(time_attr)
+        if isinstance(value, torch.Tensor) and value.shape == (num_nodes,):
+            return value, None
+    elif isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim == 1:
         if data.is_node_attr(time_attr) and value.shape[0] == num_nodes:
             return torch.as_tensor(value), None
         if data.is_edge_attr(time_attr) and value.shape[0] == num_edges:
@@ -378,6 +395,13 @@ _NODE_KEYS = _common.NODE_KEYS
 def _graph_and_attrs(data) -> tuple[CSCGraph, dict, dict, dict]:
     """The graph to sample from; node- and edge-level attributes (on the CPU; tensors contiguous,
     numpy arrays as views); graph-level attributes (everything else, kept as given)."""
+    if is_store_pair(data):
+        stores = read_stores(data)
+        csc = stores.csc.get(None)
+        num_nodes = stores.num_nodes.get(None, 0)
+        graph = CSCGraph.from_edge_index(torch.zeros((2, 0), dtype=torch.int64), num_nodes) if csc is None else \
+            CSCGraph(csc.indptr, csc.indices, csc.e_id)
+        return graph, stores.features.get(None, {}), {}, {}
     if isinstance(data, tuple):
         if len(data) != 2 or not isinstance(data[1], CSCGraph) or not hasattr(data[0], "items"):
             raise TypeError("data as a tuple must be (features: dict of node attributes, graph: CSCGraph), "
@@ -389,8 +413,9 @@ def _graph_and_attrs(data) -> tuple[CSCGraph, dict, dict, dict]:
             node[key] = value if isinstance(value, EncodedTable) else value.contiguous()
         return graph, node, {}, {}
     if not isinstance(data, Data):
-        raise TypeError(f"data must be a torch_geometric.data.Data (homogeneous graph) or a "
-                        f"(features, CSCGraph) tuple, got {type(data).__name__}")
+        raise TypeError(f"data must be a torch_geometric.data.Data or HeteroData, a (features, CSCGraph) "
+                        "tuple, per-type (features, {edge type: TypedCSC}[, num_nodes]) or a (FeatureStore, "
+                        f"GraphStore) pair, got {type(data).__name__}")
     if data.num_nodes is None:
         raise ValueError("data.num_nodes is None and cannot be inferred (no x, pos or edge_index); "
                          "accepted: a Data with node features or num_nodes set")

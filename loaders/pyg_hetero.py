@@ -20,6 +20,7 @@ from ibp_graph.codec.base import Codec
 from ibp_graph.data.store import EncodedTable
 from ibp_graph.index_checks import check_node_table
 from ibp_graph.loaders import _common
+from ibp_graph.loaders.pyg_stores import is_store_pair, read_stores
 from ibp_graph.pipeline.batch import DecodedBatch
 from ibp_graph.pipeline.codec_setup import CODEC_NAMES, CodecSpec, build_codecs
 from ibp_graph.pipeline.features import check_features
@@ -66,9 +67,21 @@ class CompressedHeteroNeighborLoader(DataLoader, AffinityMixin, MultithreadingMi
     or edge-level attribute) makes sampling temporal as in PyG: disjoint, each seed's
     neighbours no later than its time (`input_time`, else its node's `time_attr`), drawn
     by `temporal_strategy` ("uniform" or "last"); batches then carry ``batch`` per node
-    type and, with `input_time`, ``seed_time`` on the input type. Options this loader
-    cannot honour (weighted sampling, a custom `neighbor_sampler`) raise
-    NotImplementedError naming them.
+    type and, with `input_time`, ``seed_time`` on the input type. `weight_attr` names an
+    edge attribute: the edge types that have it are sampled proportionally to it (PyG's
+    weighted sampling without replacement: zero-weight edges are never drawn), the others
+    uniformly; not with `time_attr`. A custom `neighbor_sampler` raises
+    NotImplementedError naming it.
+
+    `data` is a HeteroData, PyG's ``(FeatureStore, GraphStore)`` pair with named node and
+    edge types (read once, when the loader is built: loaders/pyg_stores.py; batches carry
+    what PyG's filter_custom_hetero_store puts in them: the feature store's node
+    attributes, ``num_nodes`` of the types that have one, no edge or graph-level
+    attributes; edge types are sampled in the graph store's order), or per-type tables
+    ``(features, graph[, num_nodes])``: ``{node type: {attr: tensor | array | EncodedTable}}``,
+    ``{edge type: TypedCSC}`` and optionally ``{node type: count}`` (a prepared
+    heterogeneous folder, served without building any edge_index; batch ``e_id`` are the
+    TypedCSCs' ``e_id``; with `num_nodes` every type's ``num_nodes`` is in the batches).
 
     Each batch is a HeteroData with, per node type, the gathered node attributes, ``n_id``
     and ``num_sampled_nodes`` (``input_id`` and ``batch_size`` on the input type); per edge
@@ -115,7 +128,7 @@ class CompressedHeteroNeighborLoader(DataLoader, AffinityMixin, MultithreadingMi
         subgraph_type = getattr(subgraph_type, "value", subgraph_type)  # PyG's SubgraphType enum
         if subgraph_type not in _SUBGRAPH_TYPES:
             raise ValueError(f"subgraph_type={subgraph_type!r} is not accepted; use one of {_SUBGRAPH_TYPES}")
-        _refuse_options(weight_attr=weight_attr, neighbor_sampler=neighbor_sampler)
+        _refuse_options(neighbor_sampler=neighbor_sampler)
         if input_time is not None and time_attr is None:
             raise ValueError("input_time is set while time_attr is not; accepted: input_time together with "
                              "time_attr (the seeds' times for temporal sampling)")
@@ -134,10 +147,8 @@ class CompressedHeteroNeighborLoader(DataLoader, AffinityMixin, MultithreadingMi
             if k in kwargs:
                 raise NotImplementedError(f"{k}= is not supported: the loader builds its own batches "
                                           "(pass batch_size, shuffle, drop_last, generator)")
-        if not isinstance(data, HeteroData):
-            raise TypeError(f"data must be a torch_geometric.data.HeteroData, got {type(data).__name__}")
         self.data = data
-        graph = _HeteroGraph(data, time_attr)
+        graph = _HeteroGraph(data, time_attr, weight_attr)
         self._graph = graph
         values, default = (num_neighbors.values, num_neighbors.default) \
             if isinstance(num_neighbors, NumNeighbors) else (num_neighbors, None)
@@ -149,7 +160,8 @@ class CompressedHeteroNeighborLoader(DataLoader, AffinityMixin, MultithreadingMi
         self.node_sampler = HeteroNeighborSampler(graph.num_nodes, graph.csc, values, default=default,
                                                   replace=replace, induced=subgraph_type == "induced",
                                                   disjoint=disjoint, node_time=graph.node_time,
-                                                  edge_time=graph.edge_time, temporal_strategy=temporal_strategy)
+                                                  edge_time=graph.edge_time, temporal_strategy=temporal_strategy,
+                                                  weight=graph.weight)
         self.disjoint = self.node_sampler.disjoint  # temporal sampling is disjoint (as PyG)
         self.input_type, self.input_nodes, input_ids = _input_nodes(input_nodes, graph.num_nodes)
         self.input_time = _input_time(input_time, self.input_nodes)
@@ -280,7 +292,7 @@ def _worker_features_only(features: Any, device_cache: Any) -> None:
 
 def _refuse_options(**given) -> None:
     """NotImplementedError naming every option given a value this loader cannot honour."""
-    honoured = {"weight_attr": None, "neighbor_sampler": None}
+    honoured = {"neighbor_sampler": None}
     bad = []
     for k, accepted in honoured.items():
         ok = given[k] in accepted if isinstance(accepted, tuple) else (given[k] is accepted or given[k] == accepted)
@@ -289,7 +301,7 @@ def _refuse_options(**given) -> None:
     if bad:
         raise NotImplementedError(
             f"CompressedNeighborLoader does not support {', '.join(bad)} for a HeteroData; it samples "
-            "heterogeneous graphs uniformly or temporally (not weighted), with its own sampler")
+            "heterogeneous graphs with its own sampler (accepted: neighbor_sampler=None)")
 
 
 class _PostSample:
@@ -369,58 +381,96 @@ def _input_nodes(input_nodes, num_nodes: Mapping[str, int]):
 
 
 class _HeteroGraph:
-    """What the loader reads from a HeteroData: node counts, a TypedCSC per edge type (in-edges in time
-    order for temporal sampling by `time_attr`), the node and edge attributes the workers gather (per
-    type, as CPU tensors or views), everything else as given."""
+    """What the loader reads from its input: node counts, a TypedCSC per edge type (in-edges in time order
+    for temporal sampling by `time_attr`), the edge weights `weight_attr` names, the node and edge attributes
+    the workers gather (per type, as CPU tensors or views), everything else as given.
 
-    def __init__(self, data: HeteroData, time_attr: Optional[str] = None):
-        self.node_types, self.edge_types = (list(m) for m in data.metadata())
-        self.node_time, self.edge_time = _times(data, time_attr)
+    The input is a HeteroData, PyG's ``(FeatureStore, GraphStore)`` (loaders/pyg_stores.py) or per-type
+    tables ``(features, graph[, num_nodes])``: ``features`` ``{node type: {attr: tensor | array |
+    EncodedTable}}``, ``graph`` ``{edge type: TypedCSC}`` (in the order edge types are sampled),
+    ``num_nodes`` ``{node type: count}`` (optional: else the TypedCSCs' and the tables' counts; given, it
+    orders the node types and batches carry every type's ``num_nodes``, as a HeteroData's set ones).
+    """
+
+    def __init__(self, data: Any, time_attr: Optional[str] = None, weight_attr: Optional[str] = None):
         self.num_nodes: dict[str, int] = {}
-        self.num_nodes_set = {t for t in self.node_types if "num_nodes" in data[t]}
+        self.num_nodes_set: set = set()
         self.node_attrs: dict[str, dict] = {}
         self.node_other: dict[str, dict] = {}
-        for t in self.node_types:
-            store = data[t]
-            if store.num_nodes is None:
-                raise ValueError(f"data[{t!r}].num_nodes is None and cannot be inferred; accepted: node "
-                                 "type stores with node attributes or num_nodes set")
-            n = self.num_nodes[t] = int(store.num_nodes)
-            self.node_attrs[t], self.node_other[t] = {}, {}
-            for key, value in store.items():
-                if key == "num_nodes":
-                    continue
-                name = f"data[{t!r}].{key}"
-                if isinstance(value, EncodedTable):
-                    check_node_table(name, value, n)
-                    self.node_attrs[t][key] = value
-                elif isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim > 0 and (
-                        key in _common.NODE_KEYS or store.is_node_attr(key)):
-                    check_node_table(name, value, n)
-                    self.node_attrs[t][key] = _common.host_rows(value, name)
-                elif isinstance(value, (list, tuple)) and len(value) == n:
-                    raise TypeError(f"{name} is a {type(value).__name__} of one entry per node; the "
-                                    "loader gathers node attributes from tensors or numpy arrays only")
-                else:
-                    self.node_other[t][key] = value
         self.csc: dict[EdgeType, TypedCSC] = {}
         self.edge_attrs: dict[EdgeType, dict] = {}
         self.edge_other: dict[EdgeType, dict] = {}
-        for e in self.edge_types:
+        self.graph_attrs: dict = {}
+        if isinstance(data, HeteroData):
+            self._read_hetero_data(data)
+        elif is_store_pair(data):
+            if weight_attr is not None:
+                raise NotImplementedError(f"weight_attr={weight_attr!r} with (FeatureStore, GraphStore) data is not "
+                                          "supported (nor by PyG): the feature store's edge groups are not read; "
+                                          "accepted: None, or the graph as a HeteroData")
+            self._read_stores(read_stores(data))
+        elif isinstance(data, tuple) and len(data) in (2, 3) and isinstance(data[1], Mapping):
+            self._read_tables(*data)
+        else:
+            raise TypeError(f"data must be a torch_geometric.data.HeteroData, a (FeatureStore, GraphStore) pair or "
+                            f"(features, {{edge type: TypedCSC}}[, num_nodes]), got {type(data).__name__}")
+        self.node_types, self.edge_types = list(self.num_nodes), list(self.csc)
+        self.node_time, self.edge_time = _times(self, time_attr)
+        for e, csc in self.csc.items():  # temporal edge types: each destination's in-edges in time order
+            if self.node_time is not None and e[0] in self.node_time:
+                self.csc[e] = _time_ordered(csc, self.node_time[e[0]][csc.indices])
+            elif self.edge_time is not None and e in self.edge_time:
+                self.csc[e] = _time_ordered(csc, self.edge_time[e][csc.e_id])
+        self.weight = _weights(self, weight_attr)
+        names = [node_name(t, a) for t in self.node_types for a in list(self.node_attrs[t]) + ["n_id"]]
+        names += [edge_name(e, a) for e in self.edge_types for a in list(self.edge_attrs[e]) + ["e_id"]]
+        if len(set(names)) != len(names):
+            raise ValueError(f"node and edge type names {self.node_types} / {self.edge_types} give two "
+                             "attributes the same flat name; accepted: type names that do not contain "
+                             "'.' or '__'")
+
+    def _node_type(self, t: str, n: int, items, where: str) -> None:
+        """Node type `t` of `n` nodes: its tables to gather, everything else kept as given."""
+        self.num_nodes[t] = n
+        self.node_attrs[t], self.node_other[t] = {}, {}
+        for key, value in items:
+            name = f"{where}[{t!r}].{key}" if where == "data" else f"{where}[{t!r}][{key!r}]"
+            if isinstance(value, EncodedTable):
+                check_node_table(name, value, n)
+                self.node_attrs[t][key] = value
+            elif isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim > 0 and (
+                    where != "data" or key in _common.NODE_KEYS or self._store.is_node_attr(key)):
+                check_node_table(name, value, n)
+                self.node_attrs[t][key] = _common.host_rows(value, name)
+            elif isinstance(value, (list, tuple)) and len(value) == n:
+                raise TypeError(f"{name} is a {type(value).__name__} of one entry per node; the "
+                                "loader gathers node attributes from tensors or numpy arrays only")
+            elif where == "data":
+                self.node_other[t][key] = value
+            else:
+                raise TypeError(f"{name} is a {type(value).__name__}; accepted: a tensor, numpy array or "
+                                "EncodedTable with one row per node")
+
+    def _read_hetero_data(self, data: HeteroData) -> None:
+        node_types, edge_types = data.metadata()
+        self.num_nodes_set = {t for t in node_types if "num_nodes" in data[t]}
+        for t in node_types:
+            store = self._store = data[t]
+            if store.num_nodes is None:
+                raise ValueError(f"data[{t!r}].num_nodes is None and cannot be inferred; accepted: node "
+                                 "type stores with node attributes or num_nodes set")
+            self._node_type(t, int(store.num_nodes), ((k, v) for k, v in store.items() if k != "num_nodes"), "data")
+        for e in edge_types:
             store = data[e]
             if "edge_index" not in store:
-                raise NotImplementedError(f"data[{e!r}] has no edge_index (keys {list(store.keys())}); the "
-                                          "loader samples edge types given as edge_index only")
+                raise NotImplementedError(f"data[{e!r}] has no edge_index (keys {list(store.keys())}); "
+                                          "accepted: edge types given as edge_index, or the graph as per-type "
+                                          "tables (features, {edge type: TypedCSC}[, num_nodes])")
             src, _, dst = e
             ei = store.edge_index
             ei = torch.from_numpy(ei) if isinstance(ei, np.ndarray) else ei
             try:
-                time = None
-                if self.node_time is not None and src in self.node_time and ei.shape[1]:
-                    time = self.node_time[src][_common.host_rows(ei[0], "edge_index").numpy()]
-                elif self.edge_time is not None and e in self.edge_time:
-                    time = self.edge_time[e]
-                self.csc[e] = TypedCSC.from_edge_index(ei, self.num_nodes[src], self.num_nodes[dst], time=time)
+                self.csc[e] = TypedCSC.from_edge_index(ei, self.num_nodes[src], self.num_nodes[dst])
             except (TypeError, ValueError, IndexError) as err:
                 raise type(err)(f"data[{e!r}].edge_index: {err}") from None
             num_edges = int(ei.shape[1])
@@ -435,12 +485,47 @@ class _HeteroGraph:
                 else:
                     self.edge_other[e][key] = value
         self.graph_attrs = dict(data._global_store.items())
-        names = [node_name(t, a) for t in self.node_types for a in list(self.node_attrs[t]) + ["n_id"]]
-        names += [edge_name(e, a) for e in self.edge_types for a in list(self.edge_attrs[e]) + ["e_id"]]
-        if len(set(names)) != len(names):
-            raise ValueError(f"node and edge type names {self.node_types} / {self.edge_types} give two "
-                             "attributes the same flat name; accepted: type names that do not contain "
-                             "'.' or '__'")
+        del self._store
+
+    def _read_stores(self, stores) -> None:
+        """PyG's filter_custom_hetero_store: the feature store's node attributes, num_nodes where a type has one."""
+        for t, n in stores.num_nodes.items():
+            self._node_type(t, n, stores.features.get(t, {}).items(), "feature_store")
+        self.num_nodes_set = {t for t in stores.num_nodes if stores.features.get(t)}
+        self.csc = dict(stores.csc)
+        self.edge_attrs = {e: {} for e in self.csc}
+        self.edge_other = {e: {} for e in self.csc}
+
+    def _read_tables(self, features, graph, num_nodes=None) -> None:
+        if not isinstance(features, Mapping) or not all(isinstance(v, Mapping) for v in features.values()):
+            raise TypeError(f"data[0] (features) must map node types to {{attr: table}} dicts, got "
+                            f"{type(features).__name__}")
+        for e, csc in graph.items():
+            if not (isinstance(e, tuple) and len(e) == 3) or not isinstance(csc, TypedCSC):
+                raise TypeError(f"data[1] (graph) must map (src, rel, dst) edge types to TypedCSCs, got "
+                                f"{e!r}: {type(csc).__name__}")
+        counts: dict = {}
+        sources = [(t, int(v.shape[0]), f"features[{t!r}][{k!r}]") for t, attrs in features.items()
+                   for k, v in attrs.items() if getattr(v, "shape", None)]
+        sources += [(t, n, f"graph[{e!r}]") for e, csc in graph.items()
+                    for t, n in ((e[0], csc.num_src), (e[2], csc.num_dst))]
+        if num_nodes is not None:
+            if not isinstance(num_nodes, Mapping):
+                raise TypeError(f"data[2] (num_nodes) must map node types to counts, got {type(num_nodes).__name__}")
+            counts = {t: _check_count(t, n) for t, n in num_nodes.items()}
+            self.num_nodes_set = set(counts)
+        for t, n, where in sources:
+            if t not in counts and num_nodes is not None:
+                raise ValueError(f"{where} names node type {t!r}, which num_nodes lacks; accepted: num_nodes "
+                                 f"naming every node type ({list(counts)})")
+            if counts.setdefault(t, n) != n:
+                raise ValueError(f"{where} gives node type {t!r} {n} nodes; elsewhere it has {counts[t]}: "
+                                 "accepted: one count per node type")
+        for t, n in counts.items():
+            self._node_type(t, n, features.get(t, {}).items(), "features")
+        self.csc = dict(graph)
+        self.edge_attrs = {e: {} for e in self.csc}
+        self.edge_other = {e: {} for e in self.csc}
 
     def flat_tables(self) -> tuple[dict, dict]:
         """Node and edge attribute tables under their flat names (hetero_worker.node_name / edge_name)."""
@@ -449,7 +534,34 @@ class _HeteroGraph:
         return nodes, edges
 
 
-def _times(data: HeteroData, time_attr: Optional[str]):
+def _check_count(t, n) -> int:
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise ValueError(f"num_nodes[{t!r}]={n!r} is not accepted; use an int >= 0")
+    return int(n)
+
+
+def _time_ordered(csc: TypedCSC, key: np.ndarray) -> TypedCSC:
+    """`csc` with each destination's in-edges ordered by `key` (one per CSC position; ties keep their order)."""
+    dst = np.repeat(np.arange(csc.num_dst, dtype=np.int64), np.diff(csc.indptr))
+    order = np.lexsort((key, dst))
+    return TypedCSC(csc.indptr, np.ascontiguousarray(csc.indices[order]), np.ascontiguousarray(csc.e_id[order]),
+                    csc.num_src)
+
+
+def _weights(graph: _HeteroGraph, weight_attr: Optional[str]) -> Optional[dict]:
+    """The edge weights `weight_attr` names, per edge type that has them (PyG's ``data.collect``), or None."""
+    if weight_attr is None:
+        return None
+    if not isinstance(weight_attr, str):
+        raise TypeError(f"weight_attr={weight_attr!r} is not accepted; use None or the name of an edge attribute")
+    out = {e: attrs[weight_attr] for e, attrs in graph.edge_attrs.items() if weight_attr in attrs}
+    if not out:
+        raise ValueError(f"weight_attr={weight_attr!r} is an attribute of no edge type (edge types "
+                         f"{graph.edge_types}); accepted: the name of an edge attribute with one weight per edge")
+    return out
+
+
+def _times(graph: _HeteroGraph, time_attr: Optional[str]):
     """(node times per node type, edge times per edge type) of `time_attr`, as numpy arrays; one of
     them None (PyG: a time attribute is node-level or edge-level), both None without `time_attr`."""
     if time_attr is None:
@@ -462,10 +574,10 @@ def _times(data: HeteroData, time_attr: Optional[str]):
             value = _common.host_table(value, argname).numpy()
         return np.asarray(value)
 
-    nodes = {t: arr(data[t][time_attr], f"data[{t!r}].{time_attr}") for t in data.node_types
-             if time_attr in data[t]}
-    edges = {e: arr(data[e][time_attr], f"data[{e!r}].{time_attr}") for e in data.edge_types
-             if time_attr in data[e]}
+    nodes = {t: arr(attrs[time_attr], f"data[{t!r}].{time_attr}") for t, attrs in graph.node_attrs.items()
+             if time_attr in attrs}
+    edges = {e: arr(attrs[time_attr], f"data[{e!r}].{time_attr}") for e, attrs in graph.edge_attrs.items()
+             if time_attr in attrs}
     if nodes and edges:
         raise ValueError(f"time_attr={time_attr!r} holds both node-level and edge-level times; accepted: "
                          "an attribute of node types or of edge types")

@@ -151,10 +151,19 @@ class HeteroPreparedDataset(LabeledDataset):
         """The codec the target type's store was encoded with (None without a store)."""
         return self.meta["node_types"][self.target].get("store_codec") if self.has_store(self.target) else None
 
+    def tables(self, *, store: bool = False) -> tuple[dict, dict, dict]:
+        """The graph as the PyG loaders' per-type tables ``(features, relations, num_nodes)``, served without any
+        edge_index: ``x`` of the featured types (the memory-mapped table, or with `store` the pre-encoded
+        EncodedTable) and the target's ``y``, the TypedCSC of every edge type, every type's node count."""
+        features: dict = {t: {"x": self.store(t) if store else x} for t, x in self.x_dict.items()}
+        features.setdefault(self.target, {})["y"] = self.y
+        return features, dict(self.relations), dict(self.num_nodes_dict)
+
     def to_hetero_data(self, *, store: bool = False):
         """A torch_geometric HeteroData of the whole graph: ``x`` of the featured types (the memory-mapped
         table, or with `store` the pre-encoded EncodedTable), ``num_nodes`` of every type, the target's ``y``,
-        and every edge type's ``edge_index`` (built from the CSC arrays: 16 bytes per edge)."""
+        and every edge type's ``edge_index`` (built from the CSC arrays: 16 bytes per edge; the loaders take
+        `tables` instead, without it)."""
         from torch_geometric.data import HeteroData
 
         data = HeteroData()

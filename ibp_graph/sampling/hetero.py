@@ -36,6 +36,10 @@ one :class:`HeteroSamplerOutput` is that of pyg-lib's ``hetero_neighbor_sample``
   random. The in-edges of every temporal edge type are ordered by time
   (``TypedCSC.from_edge_index(..., time=...)``), so those are a prefix of each
   neighbourhood, as in pyg-lib; edge types whose sources have no time are not restricted.
+* Weighted sampling (``weight`` per edge type, PyG's ``weight_attr``): the draws of an
+  edge type that has weights are those of ``sampling.neighbor``'s weighted kernel
+  (without replacement, zero-weight edges are never drawn; a fan-out of ``-1`` or one
+  at least the in-degree takes every in-edge); edge types without weights stay uniform.
 
 Randomness is the counter-based hash of ``sampling.neighbor`` keyed by (seed, hop, edge
 type's position, frontier position): the output depends only on ``seed`` and the inputs,
@@ -54,8 +58,9 @@ import torch
 from ..index_checks import first_bad_step, first_outside
 from ..threads import use_parallel
 from .graph import _as_numpy, _check_int, _counting_sort_by_dst, index_dtype
-from .neighbor import (_check_num_neighbors, _hop_key, _mix64_py, _readonly, _sample_hop_parallel,
-                       _sample_hop_serial, _slot, _table_insert, _table_put_seeds)
+from .neighbor import (_check_num_neighbors, _check_weight, _hop_key, _mix64_py, _readonly, _sample_hop_parallel,
+                       _sample_hop_serial, _sample_hop_weighted_parallel, _sample_hop_weighted_serial, _slot,
+                       _table_insert, _table_put_seeds)
 
 __all__ = ["EdgeType", "HeteroNeighborSampler", "HeteroSamplerOutput", "TEMPORAL_STRATEGIES", "TypedCSC",
            "resolve_num_neighbors"]
@@ -302,7 +307,7 @@ def resolve_num_neighbors(num_neighbors: Union[Sequence[int], Mapping[EdgeType, 
 
 
 class HeteroNeighborSampler:
-    """Uniform multi-hop in-neighbour sampler for a heterogeneous graph (PyG's semantics).
+    """Multi-hop in-neighbour sampler for a heterogeneous graph: uniform, weighted or temporal (PyG's semantics).
 
     `num_nodes` maps every node type to its node count; `graphs` maps every edge type
     ``(src, rel, dst)`` to its :class:`TypedCSC` (its order is the order edge types are
@@ -321,7 +326,8 @@ class HeteroNeighborSampler:
                  parallel: Optional[bool] = None, induced: bool = False, disjoint: bool = False,
                  node_time: Optional[Mapping[str, np.ndarray]] = None,
                  edge_time: Optional[Mapping[EdgeType, np.ndarray]] = None,
-                 temporal_strategy: str = "uniform") -> None:
+                 temporal_strategy: str = "uniform",
+                 weight: Optional[Mapping[EdgeType, Union[torch.Tensor, np.ndarray]]] = None) -> None:
         for name, flag in (("replace", replace), ("induced", induced), ("disjoint", disjoint)):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be a bool, got {flag!r}")
@@ -332,6 +338,9 @@ class HeteroNeighborSampler:
             raise ValueError("node_time and edge_time are both given; accepted: one of them (PyG's time_attr "
                              "is node-level or edge-level)")
         temporal = node_time is not None or edge_time is not None
+        if temporal and weight is not None:
+            raise ValueError("weight with temporal sampling (node_time/edge_time) is not accepted (nor by PyG); "
+                             "give one of them")
         disjoint = disjoint or temporal  # as PyG: temporal sampling is disjoint
         if induced and disjoint:
             raise ValueError("induced=True with disjoint=True is not accepted (nor by PyG): an induced "
@@ -390,6 +399,19 @@ class HeteroNeighborSampler:
                 raise ValueError(f"graphs[{e!r}] is not sorted by time within the in-edges of destination "
                                  f"{int(seg[bad[0]])}; build it with TypedCSC.from_edge_index(..., time=...)")
             self._pos_time[e] = _readonly(np.ascontiguousarray(pos_time))
+        # per weighted edge type: its weights in CSC order, and each destination's positive-weight in-edges
+        self._weight: Dict[EdgeType, Tuple[np.ndarray, np.ndarray]] = {}
+        for e, w in (weight or {}).items():
+            if e not in self.graphs:
+                raise ValueError(f"weight names edge type {e!r}, which the graph does not have; its edge "
+                                 f"types: {self.edge_types}")
+            try:
+                w = _check_weight(w, self.graphs[e])
+            except (TypeError, ValueError) as err:
+                raise type(err)(f"weight[{e!r}]: {err}") from None
+            csum = np.concatenate([[0], np.cumsum(w > 0)])
+            indptr = self.graphs[e].indptr
+            self._weight[e] = (_readonly(w), csum[indptr[1:]] - csum[indptr[:-1]])
 
     def _time(self, argname: str, value, count: Optional[int]) -> np.ndarray:
         if count is None:
@@ -412,9 +434,17 @@ class HeteroNeighborSampler:
                 f"num_hops={self.num_hops}, replace={self.replace}, induced={self.induced}, "
                 f"disjoint={self.disjoint})")
 
-    def _sample_hop(self, *args):
+    @property
+    def weighted(self) -> bool:
+        """Whether some edge type's draws follow edge weights."""
+        return bool(self._weight)
+
+    def _sample_hop(self, edge_type: EdgeType, indptr, indices, e_id, *rest):
         parallel = use_parallel(2, 2) if self.parallel is None else self.parallel
-        return (_sample_hop_parallel if parallel else _sample_hop_serial)(*args)
+        if edge_type in self._weight:
+            kernel = _sample_hop_weighted_parallel if parallel else _sample_hop_weighted_serial
+            return kernel(indptr, indices, e_id, self._weight[edge_type][0], *rest)
+        return (_sample_hop_parallel if parallel else _sample_hop_serial)(indptr, indices, e_id, *rest)
 
     def check_seeds(self, input_type: str, seeds: Union[torch.Tensor, np.ndarray]) -> np.ndarray:
         """`seeds` as contiguous int64 ids of `input_type` nodes, or an error naming what is wrong."""
@@ -497,19 +527,21 @@ class HeteroNeighborSampler:
                                                         self.temporal_strategy == "last"))
                     front = _readonly(np.arange(0, 2 * front.shape[0], 2, dtype=np.int64))
                 deg = indptr[front + 1] - indptr[front]
+                # distinct draws a destination can give: its positive-weight in-edges when weighted
+                drawable = self._weight[e][1][front] if e in self._weight else deg
                 if k < 0:
                     counts = deg
                 elif self.replace:
-                    counts = np.where(deg > 0, k, 0).astype(np.int64)
-                else:
-                    counts = np.minimum(deg, k)
+                    counts = np.where(drawable > 0, k, 0).astype(np.int64)
+                else:  # as sampling.neighbor: a fan-out at least the in-degree takes every in-edge
+                    counts = np.where(deg <= k, deg, np.minimum(drawable, k))
                 offsets = np.zeros(front.shape[0] + 1, dtype=np.int64)
                 np.cumsum(counts, out=offsets[1:])
                 m = int(offsets[-1])
                 src = np.empty(m, dtype=np.int64)
                 eid = np.empty(m, dtype=np.int64)
                 if m:
-                    self._sample_hop(indptr, indices, e_id, front, offsets, np.int64(k), self.replace,
+                    self._sample_hop(e, indptr, indices, e_id, front, offsets, np.int64(k), self.replace,
                                      _type_hop_key(int(seed), hop, pos), np.int64(begin[dst_type]),
                                      src, eid)
                 col = np.repeat(np.arange(begin[dst_type], begin[dst_type] + front.shape[0],

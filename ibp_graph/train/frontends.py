@@ -9,7 +9,6 @@ torch_geometric is not installed (.venv-dgl) and the PyG one where dgl is not.
 """
 from __future__ import annotations
 
-import copy
 from typing import Any, Optional
 
 import torch
@@ -96,8 +95,8 @@ class PyGHetero(PyG):
                              "use 'sage'")
 
     def prepare(self, ds) -> Any:
-        """The whole graph as a HeteroData (features the memory-mapped tables; edge_index built once)."""
-        return ds.to_hetero_data()
+        """Nothing: the loader samples the prepared TypedCSCs themselves (no edge_index is built)."""
+        return None
 
     def from_store(self, ds, codec: str, use_store: bool) -> bool:
         """Whether the featured types' rows come pre-encoded from their stores (codec auto, or the stores' codec)."""
@@ -105,17 +104,13 @@ class PyGHetero(PyG):
 
     def make_loader(self, ds, graph: Any, input_nodes: torch.Tensor, lc, codec: str, *,
                     batch_size: int, shuffle: bool, device: torch.device, use_store: bool = True):
-        """A CompressedNeighborLoader over the HeteroData, seeds of the target type."""
+        """A CompressedNeighborLoader over the prepared per-type tables (ds.tables), seeds of the target type."""
         if codec == NATIVE:
             raise ValueError("a baseline run with PyG's own NeighborLoader is not available here "
                              "(it needs pyg-lib or torch-sparse)")
         from ..loaders.pyg import CompressedNeighborLoader
 
-        data = graph
-        if self.from_store(ds, codec, use_store):
-            data = copy.copy(graph)  # a shallow copy: the stores replace the tables in this one only
-            for t in ds.x_dict:
-                data[t].x = ds.store(t)
+        data = ds.tables(store=self.from_store(ds, codec, use_store))
         return CompressedNeighborLoader(data, list(lc.num_neighbors), input_nodes=(ds.target, input_nodes),
                                         batch_size=batch_size, shuffle=shuffle, codec=codec, device=device,
                                         prefetch=lc.prefetch, num_workers=lc.num_workers,

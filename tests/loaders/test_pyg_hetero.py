@@ -228,7 +228,11 @@ def test_errors_name_the_argument_and_value():
         L(data, [2], input_nodes="paper", input_time=torch.zeros(900))
     with pytest.raises(ValueError, match="time_attr='t' is neither a node-level nor an edge-level"):
         L(data, [2], input_nodes="paper", time_attr="t")
-    for option in (dict(weight_attr="w"), dict(features="zero_copy"), dict(device_cache=1 << 20)):
+    with pytest.raises(ValueError, match="weight_attr='w' is an attribute of no edge type"):
+        L(data, [2], input_nodes="paper", weight_attr="w")
+    with pytest.raises(ValueError, match="weight\\[\\('author', 'aff', 'inst'\\)\\]: weight has shape \\(1200, 2\\)"):
+        L(data, [2], input_nodes="paper", weight_attr="weight")
+    for option in (dict(features="zero_copy"), dict(device_cache=1 << 20)):
         with pytest.raises(NotImplementedError, match=f"{next(iter(option))}=.*for a HeteroData"):
             L(data, [2], input_nodes="paper", **option)
     with pytest.raises(ValueError, match="features='gpu' is not accepted"):

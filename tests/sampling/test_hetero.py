@@ -384,3 +384,78 @@ def test_temporal_seed_times_default_to_the_input_types_node_time():
         HeteroNeighborSampler(num_nodes, {}, [1], temporal_strategy="first")
     with pytest.raises(ValueError, match="node_time\\['paper'\\] has dtype int64 and shape \\(3,\\)"):
         HeteroNeighborSampler(num_nodes, {}, [1], node_time={"paper": np.arange(3)})
+
+
+# -- weighted sampling (PyG's weight_attr per edge type) ------------------------------------------------------
+
+def weighted_star(weights):
+    """Paper 0's in-edges come from authors 1..d with these weights (WRITES); CITES has a few plain edges."""
+    d = len(weights)
+    num_nodes = {"paper": 4, "author": d + 1}
+    ei = {WRITES: torch.stack([torch.arange(1, d + 1), torch.zeros(d, dtype=torch.int64)]),
+          CITES: torch.tensor([[1, 2, 3, 1], [0, 0, 0, 2]])}
+    return num_nodes, ei, {WRITES: torch.tensor(weights, dtype=torch.float64)}
+
+
+@pytest.mark.parametrize("replace", [False, True])
+def test_weighted_draws_never_take_zero_weight_edges(replace):
+    num_nodes, ei, w = weighted_star([0.0, 1.0, 0.0, 2.0, 0.0, 5.0])
+    seeds = torch.zeros(300, dtype=torch.int64)
+    for k in (1, 2, 3):
+        out = make_sampler(num_nodes, ei, [k], weight=w, replace=replace).sample("paper", seeds, seed=k)
+        drawn = out.edge[WRITES]
+        assert drawn.numel() == 300 * k  # three positive-weight edges: k distinct draws (or k with replacement)
+        assert bool((w[WRITES][drawn] > 0).all())
+    # without replacement a fan-out at least the in-degree takes every in-edge (PyG's rule), one over the
+    # positive edges keeps those only
+    out = make_sampler(num_nodes, ei, [6], weight=w).sample("paper", seeds[:1], seed=0)
+    assert out.edge[WRITES].tolist() == [0, 1, 2, 3, 4, 5]
+    out = make_sampler(num_nodes, ei, [4], weight=w).sample("paper", seeds[:1], seed=0)
+    assert out.edge[WRITES].tolist() == [1, 3, 5]
+    none = {WRITES: torch.zeros(6)}
+    assert make_sampler(num_nodes, ei, [2], weight=none).sample("paper", seeds[:1], seed=0).edge[WRITES].numel() == 0
+
+
+def test_weighted_draws_follow_the_weights():
+    weights = [1.0, 2.0, 0.0, 3.0, 4.0, 0.0, 10.0]
+    num_nodes, ei, w = weighted_star(weights)
+    copies = 20000
+    out = make_sampler(num_nodes, ei, [1], weight=w).sample("paper", torch.zeros(copies, dtype=torch.int64), seed=7)
+    hits = torch.bincount(out.edge[WRITES], minlength=len(weights)).double() / copies
+    expected = torch.tensor(weights, dtype=torch.float64) / sum(weights)
+    assert hits[2] == hits[5] == 0
+    assert torch.allclose(hits, expected, atol=0.015)  # ~4 standard deviations at 20000 draws
+    # with replacement, k draws per copy follow the weights too
+    out = make_sampler(num_nodes, ei, [3], weight=w, replace=True).sample(
+        "paper", torch.zeros(copies // 3, dtype=torch.int64), seed=8)
+    hits = torch.bincount(out.edge[WRITES], minlength=len(weights)).double() / out.edge[WRITES].numel()
+    assert torch.allclose(hits, expected, atol=0.015)
+
+
+def test_weights_change_only_their_edge_type_and_are_deterministic():
+    num_nodes, ei = random_hetero(seed=4)
+    rng = np.random.default_rng(0)
+    w = {CITES: torch.from_numpy(rng.random(ei[CITES].shape[1]))}
+    seeds = torch.arange(0, 60, 2)
+    plain = make_sampler(num_nodes, ei, [3]).sample("paper", seeds, seed=11)
+    runs = [make_sampler(num_nodes, ei, [3], weight=w, parallel=p).sample("paper", seeds, seed=11)
+            for p in (True, False)]
+    for e in ei:  # one hop: every edge type draws from its own stream; only CITES is weighted
+        assert torch.equal(runs[0].edge[e], runs[1].edge[e])
+        if e != CITES:
+            assert torch.equal(runs[0].edge[e], plain.edge[e])
+    assert not torch.equal(runs[0].edge[CITES], plain.edge[CITES])
+    check_contract(runs[0], num_nodes, ei, "paper", seeds, {e: [3] for e in ei})
+
+
+def test_weight_errors_name_the_edge_type():
+    num_nodes, ei, w = weighted_star([1.0, 2.0])
+    with pytest.raises(ValueError, match=r"weight\[\('author', 'writes', 'paper'\)\]: weight has shape \(3,\); "
+                                         r"accepted: one weight per edge, shape \(2,\)"):
+        make_sampler(num_nodes, ei, [1], weight={WRITES: torch.ones(3)})
+    with pytest.raises(ValueError, match=r"weight\[\('author', 'writes', 'paper'\)\]: weight\[1\]=-1.0"):
+        make_sampler(num_nodes, ei, [1], weight={WRITES: torch.tensor([1.0, -1.0])})
+    with pytest.raises(ValueError, match=r"weight names edge type \('a', 'b', 'c'\), which the graph does not have"):
+        make_sampler(num_nodes, ei, [1], weight={("a", "b", "c"): torch.ones(2)})
+    with pytest.raises(ValueError, match="weight with temporal sampling"):
+        make_sampler(num_nodes, ei, [1], weight=w, node_time={"author": np.zeros(3)})
