@@ -59,8 +59,8 @@ from ..index_checks import first_bad_step, first_outside
 from ..threads import use_parallel
 from .graph import _as_numpy, _check_int, _counting_sort_by_dst, index_dtype
 from .neighbor import (_check_num_neighbors, _check_weight, _hop_key, _mix64_py, _readonly, _sample_hop_parallel,
-                       _sample_hop_serial, _sample_hop_weighted_parallel, _sample_hop_weighted_serial, _slot,
-                       _table_insert, _table_put_seeds)
+                       _sample_hop_serial, _sample_hop_weighted_parallel, _sample_hop_weighted_serial,
+                       _table_find, _table_insert, _table_put_seeds)
 
 __all__ = ["EdgeType", "HeteroNeighborSampler", "HeteroSamplerOutput", "TEMPORAL_STRATEGIES", "TypedCSC",
            "resolve_num_neighbors"]
@@ -80,20 +80,6 @@ def _type_hop_key(seed: int, hop: int, type_pos: int) -> np.uint64:
     return np.uint64(_mix64_py(int(_hop_key(seed, hop)) ^ _mix64_py((type_pos + 1) * _TYPE_MIX)))
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _table_get(table, shift, u):
-    """The local id of global id u in a table of sampling.neighbor (_table_put_seeds), or -1."""
-    mask = table.shape[0] // 2 - 1
-    h = _slot(u, shift)
-    while True:
-        key = table[2 * h]
-        if key == u:
-            return table[2 * h + 1]
-        if key == -1:
-            return -1
-        h = (h + 1) & mask
-
-
 @numba.njit(cache=True, nogil=True)
 def _induced_edges(indptr, indices, e_id, dst_nodes, table, shift):
     """Every in-edge of dst_nodes whose source is in `table`: (row, col, edge), by destination position."""
@@ -101,7 +87,7 @@ def _induced_edges(indptr, indices, e_id, dst_nodes, table, shift):
     for i in range(dst_nodes.shape[0]):
         v = dst_nodes[i]
         for p in range(indptr[v], indptr[v + 1]):
-            if _table_get(table, shift, indices[p]) >= 0:
+            if _table_find(table, shift, indices[p]) >= 0:
                 m += 1
     row = np.empty(m, dtype=np.int64)
     col = np.empty(m, dtype=np.int64)
@@ -110,7 +96,7 @@ def _induced_edges(indptr, indices, e_id, dst_nodes, table, shift):
     for i in range(dst_nodes.shape[0]):
         v = dst_nodes[i]
         for p in range(indptr[v], indptr[v + 1]):
-            r = _table_get(table, shift, indices[p])
+            r = _table_find(table, shift, indices[p])
             if r >= 0:
                 row[j] = r
                 col[j] = i
