@@ -10,6 +10,9 @@ graphs, gather those rows from the graph's feature tensors by the graphs' ``dgl.
 `node_stores`), and encode them (``ibp_graph.pipeline``); the main process decodes them
 on `device` and puts them where DGL would have: ``blocks[0].srcdata``,
 ``blocks[-1].dstdata``, ``block.edata``, per node and edge type on heterogeneous graphs.
+Workers write each batch's features into a slot of a shared-memory ring made by the loader
+(pipeline.transport, as CompressedNeighborLoader's workers do), so handing a batch over
+copies nothing, and on a CUDA device the page-locked slot needs no pin-memory copy.
 
 The other columns a sampled graph carries (lazy slices of the parent graph's features,
 which DGL gathers only when read) cross from the worker as their row index only and are
@@ -34,14 +37,16 @@ from typing import Any, Iterator, Mapping, Optional, Union
 import torch
 
 from ibp_graph.codec.base import Codec
-from ibp_graph.codec.identity import IdentityCodec
 from ibp_graph.data.store import EncodedTable
 from ibp_graph.layout.dtypes import itemsize
 from ibp_graph.loaders import _common
 from ibp_graph.pipeline.batch import DecodedBatch, EncodedBatch
 from ibp_graph.pipeline.codec_setup import CodecSpec
 from ibp_graph.pipeline.features import FeaturePlan, plan_features, worker_ids
-from ibp_graph.pipeline.grouping import GroupKey, GroupLayout, Member, group_key, group_tensors, store_key
+from ibp_graph.pipeline.grouping import (SCALAR_BLOCK, GroupKey, GroupLayout, Member, gather_rows, group_key,
+                                         group_tensors, store_key)
+from ibp_graph.pipeline.transport import OutputBuffers, SlotRing
+from ibp_graph.pipeline.worker import encode_group, place
 
 _INSTALL = ("pip install 'dgl==2.1.0' 'torch==2.2.1' 'numpy<2' 'torchdata==0.7.1' pandas pydantic "
             "(or `make venv-dgl`, which builds .venv-dgl)")
@@ -171,14 +176,6 @@ def _parent_tid(parent, kind: str, type_) -> Optional[int]:
         return None
 
 
-def _shared_empty(shape: tuple, dtype: torch.dtype) -> torch.Tensor:
-    """An uninitialised tensor in shared memory: rows gathered into it cross to the main process as they
-    are (a DataLoader worker otherwise copies every tensor it returns into shared memory). Uses torch's
-    own allocator of shared storages (torch <= 2.2.1, the torch DGL 2.1 loads with, has it)."""
-    storage = torch.UntypedStorage._new_shared(max(1, math.prod(shape) * itemsize(dtype)))
-    return torch.empty(0, dtype=dtype).set_(storage, 0, shape)
-
-
 class _Fetch:
     """The LazyFeature columns of one sampled batch, taken off its graphs: what to gather, for which slot."""
 
@@ -198,6 +195,17 @@ class _Fetch:
             key = group_key(name, source[:0])
             self.rows.setdefault(key, []).append((name, source, ids))
 
+    def nbytes(self) -> int:
+        """The bytes the gathered batch takes (stored rows at their widest), for a ring slot; encoded
+        output beyond it goes to fresh segments once, then the worker's slots grow to hold it."""
+        rows = sum(int(ids.numel()) * math.prod(key.row_shape) * itemsize(key.torch_dtype)
+                   for key, items in self.rows.items() for _, _, ids in items)
+        scalars = sum(int(ids.numel()) * table.element_size() for _, table, ids in self.scalars)
+        scalars += sum(t.numel() * t.element_size() for t in self.sent.values())
+        stored = sum(int(ids.numel()) * table.compressed.row_nbytes
+                     for items in self.stored.values() for _, table, ids in items)
+        return rows + scalars + stored + SCALAR_BLOCK * 8 * (len(self.rows) + len(self.scalars) + len(self.sent))
+
 
 class _CompressingSampler(_DGLSampler):
     """Runs the user's sampler in a worker, then gathers and encodes the features it marked lazy.
@@ -205,6 +213,8 @@ class _CompressingSampler(_DGLSampler):
     `stores` maps (kind, type, name) to (store name, EncodedTable) for features served
     from pre-encoded tables. Columns lazily sliced from the parent graph's features are
     detached from their storage (sent as their row index), on every node and edge frame.
+    In a DataLoader worker, the batch is written into a slot of `ring` (pipeline.transport;
+    made here, in the main process, before the workers start), so the hand-over copies nothing.
     """
 
     def __init__(self, sampler, codecs: dict[GroupKey, Codec], stores: Mapping[tuple, tuple],
@@ -214,6 +224,7 @@ class _CompressingSampler(_DGLSampler):
         self.codecs = codecs
         self.stores = dict(stores)
         self.features = features  # which node features' rows the main process serves (zero-copy, cache)
+        self.ring = SlotRing()
 
     def sample(self, g, indices):
         t0 = time.perf_counter()
@@ -234,10 +245,12 @@ class _CompressingSampler(_DGLSampler):
                     if ptid is not None:
                         detached.extend(_Detached(i, kind, tid, key, ptid)
                                         for key in _detach(frame, parents[ptid]))
-        data, groups, layouts, copied = self._gather(plan)
+        buffers = OutputBuffers.for_this_process(self.ring)
+        buffers.reserve(plan.nbytes())
+        data, groups, layouts, copied = self._gather(plan, buffers)
         t2 = time.perf_counter()
-        copied += self._encode(data, groups, layouts)
-        batch = EncodedBatch(groups=groups, layouts=layouts, copied_bytes=copied,
+        copied += self._encode(data, groups, layouts, buffers)
+        batch = EncodedBatch(groups=groups, layouts=layouts, copied_bytes=copied, slot=buffers.done(),
                              meta=_Meta(tuple(slots), tuple(detached), tuple(orders)),
                              seconds={"sample": t1 - t0, "gather": t2 - t1, "encode": time.perf_counter() - t2})
         return out[0], out[1], out[2], _Encoded(batch)
@@ -270,31 +283,33 @@ class _CompressingSampler(_DGLSampler):
             del frame[key]  # DGL's prefetcher must not fetch it again, uncompressed
         return taken
 
-    def _gather(self, plan: _Fetch):
-        """Gather every planned slot: each row group straight into one buffer (in shared memory, in a
-        worker, when the group is sent as it is), 1-d columns into one padded stream per dtype, stored
-        features as compressed rows. (raw groups {key: (layout, tensor)}, stored groups, their layouts,
-        bytes copied)."""
-        in_worker = torch.utils.data.get_worker_info() is not None
+    def _gather(self, plan: _Fetch, buffers: OutputBuffers):
+        """Gather every planned slot into `buffers`: each row group straight into one buffer, 1-d
+        columns into one padded stream per dtype, stored features as compressed rows (placed there).
+        Rows of a dtype no codec has are gathered privately (torch's out= is not safe for all of
+        them: index_select into a quantized out crashes) and grouped as bytes. (raw groups
+        {key: (layout, tensor)}, stored groups, their layouts, bytes copied)."""
         data, groups, layouts, copied = {}, {}, {}, 0
+        loose = {name: gather_rows(table, ids) for name, table, ids in plan.scalars}
         for key, items in plan.rows.items():
-            shape = (sum(int(ids.numel()) for _, _, ids in items),) + key.row_shape
-            as_is = in_worker and isinstance(self.codecs.get(key), IdentityCodec)
-            buf = _shared_empty(shape, key.torch_dtype) if as_is else torch.empty(shape, dtype=key.torch_dtype)
+            if key.as_bytes:
+                loose.update({name: gather_rows(table, ids) for name, table, ids in items})
+                continue
+            buf = buffers.empty((sum(int(ids.numel()) for _, _, ids in items),) + key.row_shape, key.torch_dtype)
             members, pos = [], 0
             for name, table, ids in items:
                 n = int(ids.numel())
-                torch.index_select(table, 0, ids, out=buf[pos:pos + n])
+                gather_rows(table, ids, out=buf[pos:pos + n])
                 members.append(Member(name, (n,) + key.row_shape, pos))
                 pos += n
             data[key] = (GroupLayout(key, tuple(members)), buf)
             copied += buf.numel() * buf.element_size()
-        scalars = {name: torch.index_select(table, 0, ids) for name, table, ids in plan.scalars}
-        scalars.update(plan.sent)
-        for key, (layout, stream) in group_tensors(scalars).items():
-            data[key] = (layout, stream)
-            copied += stream.numel() * stream.element_size() + sum(
-                t.numel() * t.element_size() for t in scalars.values() if group_key("", t) == key)
+        copied += sum(t.numel() * t.element_size() for t in loose.values())  # their gathers
+        loose.update(plan.sent)
+        for key, (layout, t) in group_tensors(loose, empty=buffers.empty).items():
+            data[key] = (layout, t)
+            single = len(layout.members) == 1 and t.data_ptr() == loose[layout.members[0].name].data_ptr()
+            copied += 0 if single else t.numel() * t.element_size()
         for store, items in plan.stored.items():
             table = items[0][1]
             ct = table.index_select(torch.cat([ids for _, _, ids in items]) if len(items) > 1 else items[0][2])
@@ -303,21 +318,19 @@ class _CompressingSampler(_DGLSampler):
             for name, _, ids in items:
                 members.append(Member(name, (int(ids.numel()),) + key.row_shape, pos))
                 pos += int(ids.numel())
-            groups[key], layouts[key] = ct, GroupLayout(key, tuple(members))
-            copied += ct.nbytes
+            before = buffers.copied
+            groups[key], layouts[key] = place(ct, buffers), GroupLayout(key, tuple(members))
+            copied += ct.nbytes + buffers.copied - before  # the gather, and its copy into a slot
         return data, groups, layouts, copied
 
-    def _encode(self, data: Mapping, groups: dict, layouts: dict) -> int:
-        """Encode each raw group into `groups` / `layouts`; the bytes the encoders wrote (none for a view)."""
+    def _encode(self, data: Mapping, groups: dict, layouts: dict, buffers: OutputBuffers) -> int:
+        """Encode each raw group into `groups` / `layouts`, the output placed in `buffers`; the bytes
+        the encoders and the placement wrote (none for identity's view of a group in `buffers`)."""
         copied = 0
         for key, (layout, t) in data.items():
-            codec = self.codecs.get(key)
-            if codec is None:
-                raise KeyError(f"no codec for group {str(key)!r}; codecs exist for {sorted(map(str, self.codecs))}")
-            ct = codec.encode(t)
-            groups[key], layouts[key] = ct, layout
-            if ct.payload.untyped_storage().data_ptr() != t.untyped_storage().data_ptr():
-                copied += ct.nbytes
+            groups[key], encode_copied = encode_group(key, t, self.codecs, buffers)
+            layouts[key] = layout
+            copied += encode_copied
         return copied
 
 
@@ -421,7 +434,9 @@ class CompressedDGLDataLoader(_DGLDataLoader):
             num_nodes=max(graph.num_nodes(t) for t in graph.ntypes),
             num_edges=max([graph.num_edges(t) for t in graph.canonical_etypes] or [0]), codec=codec,
             device=out_device)
-        super().__init__(graph, indices, _CompressingSampler(graph_sampler, self._codecs, served, self.features),
+        # its ring (pipeline.transport) is made here, before the workers start
+        self._compressing = _CompressingSampler(graph_sampler, self._codecs, served, self.features)
+        super().__init__(graph, indices, self._compressing,
                          device=device, use_ddp=use_ddp, ddp_seed=ddp_seed, batch_size=batch_size,
                          drop_last=drop_last, shuffle=shuffle, use_prefetch_thread=use_prefetch_thread,
                          use_alternate_streams=use_alternate_streams, pin_prefetcher=pin_prefetcher,

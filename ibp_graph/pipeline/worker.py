@@ -55,18 +55,25 @@ def encode_groups_counted(tensors: Mapping[str, torch.Tensor], codecs: Mapping[G
     buffers = buffers if buffers is not None else OutputBuffers()
     groups, layouts, copied = {}, {}, 0
     for key, (layout, data) in group_tensors(tensors, empty=buffers.empty).items():
-        codec = codecs.get(key)
-        if codec is None:
-            raise KeyError(f"no codec for group {str(key)!r}; codecs exist for {sorted(map(str, codecs))}")
-        ct = codec.encode(data)
         copied += _new_nbytes(data, tensors.values())
-        copied += _new_nbytes(ct.payload, [data])
-        copied += 0 if ct.offsets is None else _new_nbytes(ct.offsets, [data])
-        before = buffers.copied
-        groups[key] = place(ct, buffers)
-        copied += buffers.copied - before
+        groups[key], encode_copied = encode_group(key, data, codecs, buffers)
+        copied += encode_copied
         layouts[key] = layout
     return groups, layouts, copied
+
+
+def encode_group(key: GroupKey, data: torch.Tensor, codecs: Mapping[GroupKey, Codec], buffers: OutputBuffers
+                 ) -> tuple[CompressedTensor, int]:
+    """Group `key`'s `data` encoded with its codec and placed in `buffers`, and the host bytes that
+    wrote (encode output that is not a view of `data`, and its copy into `buffers`)."""
+    codec = codecs.get(key)
+    if codec is None:
+        raise KeyError(f"no codec for group {str(key)!r}; codecs exist for {sorted(map(str, codecs))}")
+    ct = codec.encode(data)
+    copied = _new_nbytes(ct.payload, [data]) + (0 if ct.offsets is None else _new_nbytes(ct.offsets, [data]))
+    before = buffers.copied
+    placed = place(ct, buffers)
+    return placed, copied + buffers.copied - before
 
 
 def encode_groups(tensors: Mapping[str, torch.Tensor], codecs: Mapping[GroupKey, Codec]
