@@ -194,7 +194,7 @@ class CompressedNeighborLoader(NeighborLoader):
                 raise ValueError(f"input_time has shape {tuple(input_time.shape)}; accepted: one time per input "
                                  f"node, shape {tuple(seeds.shape)}")
         self.input_data = NodeSamplerInput(input_id=input_id, node=seeds, time=input_time)
-        self.device = _device(device)
+        self.device = _common.loader_device(device)
         self.requests = _requests(seeds.numel(), batch_size, shuffle=shuffle, drop_last=drop_last,
                                   generator=generator, rank=rank, world_size=world_size,
                                   sampler=sampler, batch_sampler=batch_sampler)
@@ -364,9 +364,6 @@ def _requests(num_inputs: int, batch_size: int, *, shuffle, drop_last, generator
                          drop_last=drop_last, generator=generator)
 
 
-_device = _common.loader_device  # shared with loaders/pyg_hetero.py
-
-
 def _input_nodes(input_nodes, num_nodes: int) -> torch.Tensor:
     """Seed node ids as int64: all nodes for None, the True positions of a boolean mask."""
     if input_nodes is None:
@@ -387,9 +384,6 @@ def _input_nodes(input_nodes, num_nodes: int) -> torch.Tensor:
         bad = int(t.min()) if int(t.min()) < 0 else int(t.max())
         raise IndexError(f"input_nodes contains node {bad}, outside [0, {num_nodes})")
     return t.contiguous()
-
-
-_NODE_KEYS = _common.NODE_KEYS
 
 
 def _graph_and_attrs(data) -> tuple[CSCGraph, dict, dict, dict]:
@@ -437,19 +431,16 @@ def _graph_and_attrs(data) -> tuple[CSCGraph, dict, dict, dict]:
             raise TypeError(f"data.{key} is a {type(value).__name__} of one entry per node; the loader "
                             "gathers node attributes from tensors or numpy arrays only")
         table = isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim > 0
-        if table and (key in _NODE_KEYS or data.is_node_attr(key)):
+        if table and (key in _common.NODE_KEYS or data.is_node_attr(key)):
             # node features by name (x, pos) whose row count does not match num_nodes would
             # otherwise be dropped from every batch without a word
             check_node_table(f"data.{key}", value, num_nodes)
-            node[key] = _host_rows(value, f"data.{key}")
+            node[key] = _common.host_rows(value, f"data.{key}")
         elif table and data.is_edge_attr(key) and value.shape[0] == num_edges:
-            edge[key] = _host_rows(value, f"data.{key}")
+            edge[key] = _common.host_rows(value, f"data.{key}")
         else:
             other[key] = value  # graph-level: every batch keeps it unchanged, as PyG's filter_data
     return graph, node, edge, other
-
-
-_host_rows = _common.host_rows
 
 
 def _check_attr(argname: str, value, num_nodes: int) -> None:
