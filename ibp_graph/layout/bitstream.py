@@ -12,6 +12,7 @@ serial build for DataLoader workers (one core each, no threading layer, no locks
 from __future__ import annotations
 
 import sys
+from types import FunctionType
 
 import llvmlite.binding as llvm
 import numpy as np
@@ -38,8 +39,18 @@ def parallel_ok(n_rows: int) -> bool:
 
 
 def build_kernels(fn):
-    """(parallel build, serial build) of a kernel written with numba.prange."""
-    return (njit(parallel=True, cache=True, nogil=True)(fn), njit(cache=True, nogil=True)(fn))
+    """(parallel build, serial build) of a kernel written with numba.prange.
+
+    The serial build compiles a copy of `fn` named ``<name>_serial``: numba's on-disk cache
+    keys a kernel by its qualified name, line, signature and bytecode, not by its options, so
+    two builds of one function would share one cache entry, and whichever compiled first
+    would be loaded as the other too (a worker running parfor code, the main process serial
+    code; tests/layout/test_bitstream.py)."""
+    serial = FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    serial.__qualname__ = fn.__qualname__ + "_serial"
+    serial.__doc__ = fn.__doc__
+    serial.__module__ = fn.__module__
+    return (njit(parallel=True, cache=True, nogil=True)(fn), njit(cache=True, nogil=True)(serial))
 
 
 def pick_kernel(kernels, n_rows: int):
