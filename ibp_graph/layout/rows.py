@@ -2,7 +2,9 @@
 
 Row ``i`` of a payload is ``payload[offsets[i]:offsets[i+1]]``; offsets start at 0, never
 decrease, and the payload holds at least PAYLOAD_TAIL bytes past the last row. This module
-builds offsets, validates them, and gathers rows without decoding them.
+builds offsets, validates them, and gathers rows without decoding them, condensed rows
+(``gather_condensed_rows``) and fixed-stride raw rows of any dtype as bytes
+(``gather_fixed_rows``).
 """
 from __future__ import annotations
 
@@ -103,6 +105,85 @@ def _gather_impl(payload, starts, new_offsets, out):
 
 
 _gather = build_kernels(_gather_impl)
+
+
+#: raw rows prefetched ahead of the one being copied. Measured on one core (2 GB table, 434k
+#: random rows, vs torch.index_select): 8 B rows 0.20 -> 0.46 GB/s, 36 B 0.61 -> 1.14, 512 B
+#: 3.98 -> 5.89, 2048 B 3.74 -> 5.67 (notes in README, "Row gathers").
+RAW_PREFETCH_ROWS = 16
+#: above this row size torch's index_select (a memcpy per row) is as fast as the prefetching
+#: gather (3072 B rows: 5.04 vs 4.50 GB/s), and it is used instead.
+RAW_GATHER_MAX_ROW_NBYTES = 2048
+#: the widest word a fixed-stride gather copies with (row size and addresses divisible by it).
+_WORDS = ((8, np.uint64), (4, np.uint32), (2, np.uint16), (1, np.uint8))
+
+
+def _gather_fixed_impl(src, idx, out):
+    """out[k] = src[idx[k]] for 2-d word arrays, prefetching row k + RAW_PREFETCH_ROWS's cache
+    lines while row k is copied; a row index outside [0, len(src)) is counted and skipped.
+    Returns how many there were."""
+    n_rows = src.shape[0]
+    width = src.shape[1]
+    src0 = np.int64(src.ctypes.data)
+    row_nbytes = np.int64(width * src.itemsize)
+    n = idx.shape[0]
+    bad = 0
+    for k in prange(n):
+        j = k + RAW_PREFETCH_ROWS
+        if j < n:  # a prefetch never faults, even at a bad index
+            a = src0 + idx[j] * row_nbytes
+            end = a + row_nbytes
+            while a < end:
+                prefetch(a)
+                a += 64
+        r = idx[k]
+        if r < 0 or r >= n_rows:
+            bad += 1
+        else:
+            for q in range(width):
+                out[k, q] = src[r, q]
+    return bad
+
+
+_gather_fixed = build_kernels(_gather_fixed_impl)
+
+
+def gather_fixed_rows(src: np.ndarray, idx: np.ndarray, out: np.ndarray, argname: str = "index") -> np.ndarray:
+    """out[k] = src[idx[k]] for C-contiguous 2-d uint8 arrays of one row size (raw rows of any
+    dtype, as bytes), idx 1-d int64; returns out. An index outside [0, len(src)) raises
+    IndexError naming `argname` (out's content is then undefined). Rows up to
+    RAW_GATHER_MAX_ROW_NBYTES bytes are copied by a prefetching numba kernel in whole words,
+    longer rows by torch.index_select."""
+    for name, a in (("src", src), ("out", out)):
+        if not isinstance(a, np.ndarray) or a.dtype != np.uint8 or a.ndim != 2 or not a.flags.c_contiguous:
+            raise TypeError(f"{name} must be a C-contiguous 2-d uint8 array, got "
+                            f"{getattr(a, 'dtype', type(a).__name__)} {getattr(a, 'shape', '')}")
+    if idx.dtype != np.int64 or idx.ndim != 1:
+        raise TypeError(f"{argname} must be a 1-d int64 array, got {idx.dtype} {idx.shape}")
+    if out.shape != (idx.shape[0], src.shape[1]):
+        raise ValueError(f"out has shape {out.shape}; {idx.shape[0]} rows of {src.shape[1]} bytes "
+                         f"need ({idx.shape[0]}, {src.shape[1]})")
+    row_nbytes = src.shape[1]
+    if idx.shape[0] == 0 or row_nbytes == 0 or row_nbytes > RAW_GATHER_MAX_ROW_NBYTES:
+        _check_index(idx, src.shape[0], argname)
+        if idx.shape[0] and row_nbytes:
+            torch.index_select(torch.from_numpy(src), 0, torch.from_numpy(idx), out=torch.from_numpy(out))
+        return out
+    size, word = next((s, w) for s, w in _WORDS if row_nbytes % s == 0
+                      and src.ctypes.data % s == 0 and out.ctypes.data % s == 0)
+    idx = np.ascontiguousarray(idx)
+    bad = pick_kernel(_gather_fixed, idx.shape[0])(src.view(word), idx, out.view(word))
+    if bad:
+        _check_index(idx, src.shape[0], argname)
+    return out
+
+
+def _check_index(idx: np.ndarray, n_rows: int, argname: str) -> None:
+    """IndexError naming the first entry of idx outside [0, n_rows), if any."""
+    wrong = (idx < 0) | (idx >= n_rows)
+    if wrong.any():
+        k = int(np.flatnonzero(wrong)[0])
+        raise IndexError(f"{argname}[{k}] is {int(idx[k])}, outside the valid range [0, {n_rows})")
 
 
 @njit(cache=True, nogil=True)

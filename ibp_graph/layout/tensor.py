@@ -11,7 +11,7 @@ import torch
 from .dtypes import dtype_from_name, dtype_name, itemsize
 from .errors import CorruptPayloadError
 from .format import KIND_TENSOR, pack_blob, unpack_blob
-from .rows import OFFSET_DTYPES, check_offsets_array, check_row_index, gather_condensed_rows
+from .rows import OFFSET_DTYPES, check_offsets_array, check_row_index, gather_condensed_rows, gather_fixed_rows
 
 Device = Union[str, torch.device, None]
 
@@ -126,9 +126,9 @@ class CompressedTensor:
                 raise CorruptPayloadError(f"payload has {self.payload.numel()} bytes; "
                                           f"{self.n_rows} fixed-stride rows need {self.raw_nbytes}")
             src = self.payload[: self.raw_nbytes].view(self.n_rows, self.row_nbytes)
-            payload = src.index_select(0, torch.from_numpy(idx)).reshape(-1) if self.row_nbytes else \
-                torch.empty(0, dtype=torch.uint8)
-            return replace(self, payload=payload.contiguous(), shape=shape)
+            payload = torch.empty((idx.shape[0], self.row_nbytes), dtype=torch.uint8)
+            gather_fixed_rows(src.numpy(), idx, payload.numpy(), "rows")
+            return replace(self, payload=payload.reshape(-1), shape=shape)
         if self.offsets.numel() != self.n_rows + 1:
             raise CorruptPayloadError(f"offsets has {self.offsets.numel()} entries; "
                                       f"{self.n_rows} rows need {self.n_rows + 1}")

@@ -19,7 +19,7 @@ from ..codec.base import Codec
 from ..data.store import EncodedTable
 from ..sampling.hetero import EdgeType, HeteroNeighborSampler, HeteroSamplerOutput
 from .batch import EncodedBatch
-from .grouping import GroupKey, GroupLayout, group_key, store_layout
+from .grouping import GroupKey, GroupLayout, gather_rows, group_key, store_layout
 from .requests import BatchRequest
 from .worker import encode_groups_counted
 
@@ -117,11 +117,11 @@ class HeteroBatchProducer(torch.utils.data.Dataset):
                 if isinstance(table, EncodedTable):
                     stored[node_name(t, attr)] = table.index_select(nodes[t])
                 else:
-                    tensors[node_name(t, attr)] = table.index_select(0, nodes[t])
+                    tensors[node_name(t, attr)] = gather_rows(table, nodes[t])
         for e, attrs in self.edge_attrs.items():
             if edges[e] is not None:
                 for attr, table in attrs.items():
-                    tensors[edge_name(e, attr)] = table.index_select(0, edges[e])
+                    tensors[edge_name(e, attr)] = gather_rows(table, edges[e])
         # an n_id or e_id attribute of the graph's own is gathered instead (as PyG keeps it)
         for t in self.sampler.node_types:
             tensors.setdefault(node_name(t, "n_id"), nodes[t])

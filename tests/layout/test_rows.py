@@ -5,10 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ibp_graph.layout import CompressedTensor, CorruptPayloadError
-from ibp_graph.layout.rows import (PAYLOAD_TAIL, check_offsets_array, check_row_index,
-                                   empty_rows, gather_condensed_rows, offsets_from_lengths)
+from ibp_graph.layout.rows import (PAYLOAD_TAIL, RAW_GATHER_MAX_ROW_NBYTES, check_offsets_array,
+                                   check_row_index, empty_rows, gather_condensed_rows,
+                                   gather_fixed_rows, offsets_from_lengths)
 
 
 def reference_gather(payload: np.ndarray, offsets: np.ndarray, idx) -> bytes:
@@ -129,3 +132,57 @@ def test_check_row_index():
         check_row_index(torch.tensor([0.5]), 3)
     with pytest.raises(IndexError, match=r"contains 3, outside the valid range \[0, 3\)"):
         check_row_index(torch.tensor([3]), 3)
+
+
+# ---- fixed-stride raw rows ------------------------------------------------------------------
+@settings(max_examples=60, deadline=None)
+@given(n_rows=st.integers(1, 300), row_nbytes=st.sampled_from([1, 2, 3, 4, 6, 8, 12, 36, 512, 520,
+                                                               RAW_GATHER_MAX_ROW_NBYTES,
+                                                               RAW_GATHER_MAX_ROW_NBYTES + 8]),
+       n_idx=st.sampled_from([0, 1, 17, 2500]), src_shift=st.integers(0, 7), out_shift=st.integers(0, 7),
+       seed=st.integers(0, 2**32 - 1))
+def test_fixed_gather_equals_numpy_indexing(n_rows, row_nbytes, n_idx, src_shift, out_shift, seed):
+    """Every row size (whole words or not, past the kernel's limit too), misaligned buffers,
+    repeated rows, the serial build (few rows) and the parallel one (2500 rows)."""
+    rng = np.random.default_rng(seed)
+    raw = rng.integers(0, 256, n_rows * row_nbytes + src_shift, dtype=np.uint8)
+    src = raw[src_shift:].reshape(n_rows, row_nbytes)  # a buffer at an odd address
+    idx = rng.integers(0, n_rows, n_idx)
+    dst = np.zeros(n_idx * row_nbytes + out_shift, np.uint8)
+    out = dst[out_shift:].reshape(n_idx, row_nbytes)
+    assert gather_fixed_rows(src, idx, out) is out
+    assert np.array_equal(out, src[idx])
+    assert not dst[:out_shift].any()  # nothing written before out
+
+
+@pytest.mark.parametrize("row_nbytes", [8, RAW_GATHER_MAX_ROW_NBYTES + 8])
+@pytest.mark.parametrize("bad", [-1, 50, 2**40])
+@pytest.mark.parametrize("n_idx", [10, 3000])
+def test_fixed_gather_refuses_rows_out_of_range(row_nbytes, bad, n_idx):
+    src = np.arange(50 * row_nbytes, dtype=np.int64).astype(np.uint8).reshape(50, row_nbytes)
+    idx = np.zeros(n_idx, np.int64)
+    idx[n_idx // 2] = bad
+    with pytest.raises(IndexError, match=rf"ids\[{n_idx // 2}\] is {bad}, outside the valid range \[0, 50\)"):
+        gather_fixed_rows(src, idx, np.empty((n_idx, row_nbytes), np.uint8), "ids")
+
+
+def test_fixed_gather_refuses_mismatched_arrays():
+    src = np.zeros((4, 8), np.uint8)
+    with pytest.raises(ValueError, match=r"out has shape \(3, 8\); 2 rows of 8 bytes need \(2, 8\)"):
+        gather_fixed_rows(src, np.zeros(2, np.int64), np.zeros((3, 8), np.uint8))
+    with pytest.raises(TypeError, match="out must be a C-contiguous 2-d uint8 array"):
+        gather_fixed_rows(src, np.zeros(2, np.int64), np.zeros((8, 2), np.uint8).T)
+    with pytest.raises(TypeError, match="src must be a C-contiguous 2-d uint8 array, got float32"):
+        gather_fixed_rows(src.view(np.float32), np.zeros(2, np.int64), np.zeros((2, 8), np.uint8))
+    with pytest.raises(TypeError, match="index must be a 1-d int64 array, got int32"):
+        gather_fixed_rows(src, np.zeros(2, np.int32), np.zeros((2, 8), np.uint8))
+
+
+def test_fixed_stride_index_select_uses_the_checked_gather():
+    ct = CompressedTensor(payload=torch.arange(60, dtype=torch.uint8), offsets=None, shape=(5, 3),
+                          dtype=torch.float32, codec="identity", fingerprint=1)
+    picked = ct.index_select(torch.tensor([4, 0, 4]))
+    assert picked.shape == (3, 3) and picked.payload.tolist() == list(range(48, 60)) + list(range(12)) \
+        + list(range(48, 60))
+    with pytest.raises(IndexError, match=r"rows contains 5, outside the valid range \[0, 5\)"):
+        ct.index_select(torch.tensor([5]))

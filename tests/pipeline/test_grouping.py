@@ -134,3 +134,49 @@ def test_gather_rows_for_any_dtype(dtype):
     rows = gather_rows(table, index)
     assert rows.dtype == dtype and rows.shape == (4, 3)
     assert torch.equal(_bits(rows), torch.cat([_bits(table[i:i + 1]) for i in index.tolist()]))
+
+
+@pytest.mark.parametrize("dtype", list(SUPPORTED_DTYPES.values()) + [torch.complex64, torch.uint16], ids=str)
+@pytest.mark.parametrize("row_shape", [(), (3,), (4, 32)], ids=str)
+def test_gather_rows_into_a_slice_of_a_buffer(dtype, row_shape):
+    """out= a view inside a larger buffer (a shared-memory slot): only its rows are written."""
+    table = _tensor(dtype, (50,) + row_shape, 7)
+    index = torch.randint(0, 50, (3000,), generator=torch.Generator().manual_seed(1))  # the parallel build too
+    buf = torch.zeros((3002,) + row_shape, dtype=dtype)
+    got = gather_rows(table, index, out=buf[1:3001])
+    assert got.data_ptr() == buf[1].data_ptr()
+    assert torch.equal(_bits(got), _bits(table[index]))
+    assert not _bits(buf[:1]).any() and not _bits(buf[3001:]).any()
+
+
+@pytest.mark.parametrize("index", [torch.tensor([0, 9, 3], dtype=torch.int32), torch.tensor([[0, 9, 3]])[0, ::1]])
+def test_gather_rows_of_a_strided_table_or_int32_index(index):
+    table = _tensor(torch.float32, (10, 6), 3)[:, ::2]  # not contiguous: index_select's path
+    assert torch.equal(_bits(gather_rows(table, index)), _bits(table[index.long()]))
+    assert torch.equal(_bits(gather_rows(table.contiguous(), index)), _bits(table[index.long()]))
+
+
+@pytest.mark.parametrize("bad", [-1, 10])
+def test_gather_rows_refuses_rows_out_of_range(bad):
+    with pytest.raises(IndexError, match=rf"index\[1\] is {bad}, outside the valid range \[0, 10\)"):
+        gather_rows(torch.zeros(10, 4), torch.tensor([0, bad]))
+
+
+@pytest.mark.parametrize("dtype", [torch.qint32, torch.quint8], ids=str)
+def test_gather_rows_of_a_quantized_dtype_seen_through_bytes(dtype):
+    """A table of quantized dtype made from bytes (no quantizer: torch.empty of it crashes)."""
+    table = torch.randint(0, 256, (30, 4 * torch.empty(0, dtype=torch.uint8).view(dtype).element_size()),
+                          dtype=torch.uint8).view(dtype)
+    index = torch.tensor([29, 0, 7, 7])
+    got = gather_rows(table, index)
+    assert got.dtype == dtype and got.shape == (4, 4)
+    assert torch.equal(got.view(torch.uint8), table.view(torch.uint8)[index])
+
+
+@pytest.mark.parametrize("shape", [(10, 0, 3), (10, 4), (10,), (0, 4)], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.uint16], ids=str)
+def test_gather_rows_of_no_rows_or_empty_rows(shape, dtype):
+    table = torch.zeros(shape, dtype=dtype)
+    for n_index in ([0, 5] if shape[0] else [0]):
+        got = gather_rows(table, torch.zeros(n_index, dtype=torch.int64))
+        assert got.shape == (n_index,) + shape[1:] and got.dtype == dtype
