@@ -141,5 +141,9 @@ class DecodeStage:
         """Decode the batches, in order."""
         try:
             yield from self._cuda(batches) if self.device.type == "cuda" else self._cpu(batches)
-        finally:  # the epoch is over: keep no idle slot segments mapped
+        finally:  # the epoch is over (or abandoned): keep no idle slot segments mapped
+            if self.slots.release_on_copy:  # batches queued but not finished: wait for their copies
+                if self._stream is not None:
+                    self._stream.synchronize()
+                self.slots.release_all()
             self.slots.unmap_idle()

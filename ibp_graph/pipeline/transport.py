@@ -18,11 +18,16 @@ nothing. The buffers come from, in this order:
   id beyond the ring's), as torch's own hand-over would have made;
 - plain memory in the main process (``num_workers=0``: nothing is handed over).
 
-A slot's state is two shared counters, claims (written by its worker) and releases
-(written by the main process); the slot is free when they are equal. Each slot has one
-writer per counter, so no lock is needed. Slots of batches the DataLoader drops (an
-iterator abandoned mid-epoch with persistent workers) stay claimed: their worker then uses
-fresh segments for the batches that no longer find a slot.
+A slot's state is three shared counters: claims and the claim's ticket (written by its
+worker) and releases (written by the main process); the slot is free when claims and
+releases are equal. Each counter has one writer, so no lock is needed. A ticket numbers a
+worker's claims in order (one more than the worker's highest), and a worker's batches reach
+the decode stage in the order it wrote them. So when a batch with ticket T arrives, a slot
+of the same worker claimed under a lower ticket and never seen by the keeper holds a batch
+that will never arrive: the DataLoader dropped it (an iterator abandoned mid-epoch; with
+persistent workers the next epoch drains it) or its worker raised before handing it over.
+The keeper releases such slots (`SlotKeeper.reclaimed` counts them), so abandoned epochs
+do not use up the ring.
 """
 from __future__ import annotations
 
@@ -77,20 +82,45 @@ def use_count(storage: torch.UntypedStorage) -> int:
     return torch._C._storage_Use_Count(storage._cdata)
 
 
+#: columns of a slot's shared counters.
+CLAIMS, RELEASES, TICKET = 0, 1, 2
+
+
 @dataclass(eq=False)
 class Slot:
     """A claimed ring slot, as it travels with its batch: the worker's slot `index`, the claim's
-    sequence number, the slot's shared counters (claims, releases) and its segment."""
+    sequence number and ticket, the shared counters of all the worker's slots (a row per slot:
+    claims, releases, ticket) and the slot's segment."""
 
     worker: int
     index: int
     seq: int
+    ticket: int
     counters: torch.Tensor = field(repr=False)
     storage: Optional[torch.UntypedStorage] = field(repr=False)
 
     def release(self) -> None:
         """The batch is done with the slot: its worker may write the next batch into it."""
-        self.counters[1] = self.seq
+        self.counters[self.index, RELEASES] = self.seq
+
+    def dropped(self, held: set) -> list[int]:
+        """The worker's other slots whose batches will never arrive: claimed (not released)
+        under a lower ticket than this batch's, and not in `held` (slot indices whose
+        batches the keeper has). Claims are read before tickets: a worker writes a new
+        claim's ticket first, so a slot claimed meanwhile shows its new, higher ticket."""
+        c = self.counters
+        out = []
+        for j in range(c.shape[0]):
+            if j == self.index or j in held:
+                continue
+            claims = int(c[j, CLAIMS])
+            if claims != int(c[j, RELEASES]) and int(c[j, TICKET]) < self.ticket:
+                out.append(j)
+        return out
+
+    def release_dropped(self, j: int) -> None:
+        """Free slot `j` of this worker (one `dropped` named): its batch will never arrive."""
+        self.counters[j, RELEASES] = self.counters[j, CLAIMS]
 
 
 class SlotRing:
@@ -103,8 +133,8 @@ class SlotRing:
                 raise ValueError(f"{name}={value!r} is not accepted; use an int >= 1")
         self.slots = slots
         self.max_workers = max_workers
-        #: [worker, slot, (claims, releases)], in shared memory.
-        self.counters = torch.zeros((max_workers, slots, 2), dtype=torch.int64).share_memory_()
+        #: [worker, slot, (claims, releases, ticket)], in shared memory.
+        self.counters = torch.zeros((max_workers, slots, 3), dtype=torch.int64).share_memory_()
         self._segments: dict[int, torch.UntypedStorage] = {}  # this worker's slot segments
         self._largest = 0  # the largest batch this worker has written, in bytes
 
@@ -115,7 +145,7 @@ class SlotRing:
     def free(self, worker: int) -> list[int]:
         """The slots of `worker` not held by a batch."""
         c = self.counters[worker]
-        return [i for i in range(self.slots) if int(c[i, 0]) == int(c[i, 1])]
+        return [i for i in range(self.slots) if int(c[i, CLAIMS]) == int(c[i, RELEASES])]
 
     def claim(self, worker: int, nbytes: int) -> Optional[tuple[Slot, torch.UntypedStorage]]:
         """A free slot of `worker` with room for `nbytes` (grown if needed), claimed for one batch;
@@ -131,10 +161,12 @@ class SlotRing:
         if segment is None or segment.nbytes() < need:
             segment = torch.UntypedStorage._new_shared(_aligned(max(int(need * GROWTH), ALIGN)))
             self._segments[i] = segment
-        counters = self.counters[worker, i]
-        seq = int(counters[0]) + 1
-        counters[0] = seq
-        return Slot(worker, i, seq, counters, segment), segment
+        counters = self.counters[worker]
+        ticket = int(counters[:, TICKET].max()) + 1
+        seq = int(counters[i, CLAIMS]) + 1
+        counters[i, TICKET] = ticket  # before the claim: see Slot.dropped
+        counters[i, CLAIMS] = seq
+        return Slot(worker, i, seq, ticket, counters, segment), segment
 
     def note(self, nbytes: int) -> None:
         """A batch of `nbytes` was written: slots grow to hold batches this large."""
@@ -228,6 +260,8 @@ class SlotKeeper:
         self._mapped: dict[tuple[int, int], torch.UntypedStorage] = {}
         self._undo: dict[tuple[int, int], Callable[[], None]] = {}
         self._held: list[Slot] = []
+        #: slots released because their batches never arrived (dropped by the DataLoader).
+        self.reclaimed = 0
         # unregister page-locked segments when the keeper goes, before they are unmapped
         self._finalizer = weakref.finalize(self, _undo_all, self._undo)
 
@@ -253,6 +287,10 @@ class SlotKeeper:
                     warnings.warn(f"page-locking a {segment.nbytes()}-byte batch slot failed ({e}); "
                                   "batches are copied into pinned memory instead (pin_memory)")
                     self.register = None
+        held = {s.index for s in self._held if s.worker == slot.worker}
+        for j in slot.dropped(held):
+            slot.release_dropped(j)
+            self.reclaimed += 1
         self._held.append(slot)
 
     def release(self, batch) -> None:
@@ -285,6 +323,13 @@ class SlotKeeper:
             if undo is not None:
                 undo()
             del self._mapped[key]
+
+    def release_all(self) -> None:
+        """Release every held slot (with `release_on_copy`, once no copy from them is pending:
+        an epoch closed before its queued batches were finished)."""
+        for slot in self._held:
+            slot.release()
+        self._held = []
 
     @property
     def held(self) -> int:

@@ -227,10 +227,70 @@ def test_cuda_slots_are_page_locked_so_pinning_copies_nothing():
     assert torch.equal(decoded["x"].cpu(), x + 1)
 
 
+@pytest.mark.gpu
+def test_cuda_epoch_closed_with_batches_in_flight_releases_their_slots():
+    ring = SlotRing(slots=4, max_workers=1)
+    x = torch.randn(64, 8)
+    made = [_worker_batch(ring, x + i) for i in range(4)]
+    batches = [_handed_over(b) for b, _ in made]
+    stage = DecodeStage(made[0][1], torch.device("cuda"), prefetch=2)
+    it = stage(iter(batches))
+    assert torch.equal(next(it)["x"].cpu(), x)  # three adopted: one finished, two queued
+    assert ring.free(0) == [0] and stage.slots.held == 2
+    it.close()  # the loop broke: the queued copies are waited for, their slots released
+    assert ring.free(0) == [0, 1, 2] and stage.slots.held == 0  # the 4th never arrived
+
+
+def _arrives(ring, nbytes=64):
+    """A slot claimed by worker 0 and its batch as the main process receives it."""
+    slot, _ = ring.claim(0, nbytes)
+    return _handed_over(EncodedBatch({}, {}, slot=slot)), slot
+
+
+def test_slots_of_batches_that_never_arrive_are_reclaimed_by_the_next_one():
+    ring = SlotRing(slots=4, max_workers=1)
+    keeper = SlotKeeper(release_on_copy=True)
+    first, _ = _arrives(ring)
+    _, lost_a = _arrives(ring)  # dropped by the DataLoader: never adopted
+    _, lost_b = _arrives(ring)
+    last, _ = _arrives(ring)
+    assert [s.ticket for s in (first.slot, lost_a, lost_b, last.slot)] == [1, 2, 3, 4]
+    assert ring.free(0) == []
+    keeper.adopt(first)
+    assert keeper.reclaimed == 0 and ring.free(0) == []  # nothing claimed before it
+    keeper.adopt(last)  # tickets 2 and 3 never arrived: their batches are gone
+    assert keeper.reclaimed == 2 and ring.free(0) == [lost_a.index, lost_b.index]
+    assert keeper.held == 2  # the arrived ones stay held until their copies are done
+    again, _ = _arrives(ring)  # a reclaimed slot is written again, under a new ticket
+    assert again.slot.index == lost_a.index and again.slot.ticket == 5
+    keeper.release(first)
+    keeper.adopt(again)  # `last` is held, `first` released: nothing more to reclaim
+    assert keeper.reclaimed == 2 and ring.free(0) == [first.slot.index, lost_b.index]
+
+
+def test_a_slot_claimed_after_the_batch_is_never_reclaimed_by_it():
+    ring = SlotRing(slots=3, max_workers=1)
+    keeper = SlotKeeper(release_on_copy=True)
+    early, _ = _arrives(ring)
+    _, later = _arrives(ring)  # claimed after `early`: its batch is still on its way
+    keeper.adopt(early)
+    assert keeper.reclaimed == 0 and ring.free(0) == [2] and later.index == 1
+
+
+def test_release_all_frees_the_held_slots():
+    ring = SlotRing(slots=2, max_workers=1)
+    keeper = SlotKeeper(release_on_copy=True)
+    for _ in range(2):
+        keeper.adopt(_arrives(ring)[0])
+    assert keeper.held == 2 and ring.free(0) == []
+    keeper.release_all()
+    assert keeper.held == 0 and ring.free(0) == [0, 1]
+
+
 @pytest.mark.parametrize("keep", [False, True])
 def test_abandoned_epochs_with_persistent_workers_still_give_intact_batches(keep):
-    # batches the DataLoader drops when an epoch is abandoned keep their slots claimed: the
-    # workers then write fresh segments, and every batch is still whole and correct
+    # batches the DataLoader drops when an epoch is abandoned never arrive: their slots are
+    # reclaimed when the worker's next batch does, and every batch is whole and correct
     producer, codecs, x = _producer("identity")
     requests = BatchRequests(300, 16, shuffle=True, drop_last=False, generator=torch.Generator().manual_seed(2))
     loader = DataLoader(producer, batch_size=None, sampler=requests, collate_fn=lambda b: b,
@@ -245,3 +305,9 @@ def test_abandoned_epochs_with_persistent_workers_still_give_intact_batches(keep
             if epoch < 3 and i == 1:
                 break
     assert all(torch.equal(b["x"], want) for b, want in kept)  # none overwritten later
+    assert stage.slots.reclaimed > 0
+    if not keep:  # every batch is gone: the whole ring is free again, none lost to dropped batches
+        del batch
+        gc.collect()
+        stage.slots.collect()
+        assert [producer.ring.free(w) for w in range(2)] == [list(range(producer.ring.slots))] * 2
