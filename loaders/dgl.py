@@ -312,7 +312,8 @@ class _CompressingSampler(_DGLSampler):
             copied += 0 if single else t.numel() * t.element_size()
         for store, items in plan.stored.items():
             table = items[0][1]
-            ct = table.index_select(torch.cat([ids for _, _, ids in items]) if len(items) > 1 else items[0][2])
+            ct = table.index_select(torch.cat([ids for _, _, ids in items]) if len(items) > 1 else items[0][2],
+                                    buffers.empty)
             key = store_key(store, table.dtype, tuple(table.shape[1:]))
             members, pos = [], 0
             for name, _, ids in items:

@@ -19,7 +19,7 @@ import math
 import os
 import warnings
 from pathlib import Path
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 import numpy as np
 import torch
@@ -84,9 +84,11 @@ class EncodedTable:
                 f"fraction={self.fraction:.4f})")
 
     # ---- use -------------------------------------------------------------------
-    def index_select(self, rows: torch.Tensor) -> CompressedTensor:
-        """Compressed rows `rows`, in that order, without decoding."""
-        return self.compressed.index_select(rows)
+    def index_select(self, rows: torch.Tensor,
+                     empty: Optional[Callable[..., torch.Tensor]] = None) -> CompressedTensor:
+        """Compressed rows `rows`, in that order, without decoding (payload written into
+        ``empty(shape, dtype)`` when given: CompressedTensor.index_select)."""
+        return self.compressed.index_select(rows, empty)
 
     def decode_rows(self, rows: torch.Tensor) -> torch.Tensor:
         """Decoded rows `rows` (on the CPU)."""

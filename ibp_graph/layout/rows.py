@@ -8,6 +8,8 @@ builds offsets, validates them, and gathers rows without decoding them, condense
 """
 from __future__ import annotations
 
+from typing import Callable, Optional
+
 import numpy as np
 import torch
 from numba import njit, prange
@@ -227,14 +229,17 @@ def condensed_row_bounds(payload: np.ndarray, offsets: np.ndarray, idx: np.ndarr
     return starts, lengths
 
 
-def gather_condensed_rows(payload: np.ndarray, offsets: np.ndarray, idx: np.ndarray
+def gather_condensed_rows(payload: np.ndarray, offsets: np.ndarray, idx: np.ndarray,
+                          alloc: Optional[Callable[[int], np.ndarray]] = None
                           ) -> tuple[np.ndarray, np.ndarray]:
     """Compressed rows idx of (payload, offsets) as a new (payload, offsets), without decoding.
 
     Never reads or writes outside its buffers: the selected rows' bounds are checked first
     (condensed_row_bounds), then one numba kernel copies them. Each output byte is written
     once: the rows fill the payload back to back and only the tail padding is zeroed. The
-    table's offsets are read as they are (int32 or int64), never converted.
+    table's offsets are read as they are (int32 or int64), never converted. `alloc(nbytes)`
+    gives the output payload (a 1-d uint8 array of that size; e.g. a view of a shared-memory
+    slot), else it is a new array.
     """
     if payload.dtype != np.uint8 or payload.ndim != 1:
         raise CorruptPayloadError(f"payload must be a 1-d uint8 array, got dtype={payload.dtype} "
@@ -242,7 +247,10 @@ def gather_condensed_rows(payload: np.ndarray, offsets: np.ndarray, idx: np.ndar
     idx = np.ascontiguousarray(idx, dtype=np.int64)
     starts, lengths = condensed_row_bounds(payload, offsets, idx)
     new_offsets, padded = offsets_from_lengths(lengths)
-    out = np.empty(padded, dtype=np.uint8)
+    out = np.empty(padded, dtype=np.uint8) if alloc is None else alloc(padded)
+    if out.dtype != np.uint8 or out.shape != (padded,) or not out.flags.c_contiguous:
+        raise ValueError(f"alloc({padded}) gave a {out.dtype} array of shape {out.shape}; "
+                         f"a contiguous 1-d uint8 array of {padded} bytes is needed")
     out[int(new_offsets[-1]):] = 0  # the rows fill everything before the tail padding
     pick_kernel(_gather, idx.shape[0])(payload, starts, new_offsets, out)
     return out, new_offsets

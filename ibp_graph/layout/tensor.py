@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -112,8 +112,11 @@ class CompressedTensor:
         o = self.offsets.to(torch.int64)
         return o[1:] - o[:-1]
 
-    def index_select(self, rows: torch.Tensor) -> "CompressedTensor":
-        """Gather compressed rows (without decoding) into a new CompressedTensor, in `rows` order."""
+    def index_select(self, rows: torch.Tensor,
+                     empty: Optional[Callable[..., torch.Tensor]] = None) -> "CompressedTensor":
+        """Gather compressed rows (without decoding) into a new CompressedTensor, in `rows` order.
+        The payload is written into ``empty(shape, torch.uint8)`` when given (e.g. a worker's
+        shared-memory slot: pipeline.transport.OutputBuffers.empty), else into new memory."""
         if self.device.type != "cpu":
             raise ValueError(
                 f"index_select runs on CPU CompressedTensors; this one is on {self.device}. "
@@ -126,15 +129,20 @@ class CompressedTensor:
                 raise CorruptPayloadError(f"payload has {self.payload.numel()} bytes; "
                                           f"{self.n_rows} fixed-stride rows need {self.raw_nbytes}")
             src = self.payload[: self.raw_nbytes].view(self.n_rows, self.row_nbytes)
-            payload = torch.empty((idx.shape[0], self.row_nbytes), dtype=torch.uint8)
+            payload = (empty or torch.empty)((idx.shape[0], self.row_nbytes), dtype=torch.uint8)
             gather_fixed_rows(src.numpy(), idx, payload.numpy(), "rows")
             return replace(self, payload=payload.reshape(-1), shape=shape)
         if self.offsets.numel() != self.n_rows + 1:
             raise CorruptPayloadError(f"offsets has {self.offsets.numel()} entries; "
                                       f"{self.n_rows} rows need {self.n_rows + 1}")
-        payload, offsets = gather_condensed_rows(self.payload.numpy(), self.offsets.numpy(), idx)
-        return replace(self, payload=torch.from_numpy(payload), offsets=torch.from_numpy(offsets),
-                       shape=shape)
+        made = []
+
+        def alloc(nbytes: int) -> np.ndarray:
+            made.append((empty or torch.empty)((nbytes,), dtype=torch.uint8))
+            return made[0].numpy()
+
+        _, offsets = gather_condensed_rows(self.payload.numpy(), self.offsets.numpy(), idx, alloc)
+        return replace(self, payload=made[0], offsets=torch.from_numpy(offsets), shape=shape)
 
     # ---- serialization ---------------------------------------------------
     def to_bytes(self) -> bytes:

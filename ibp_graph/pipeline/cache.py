@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Iterable, Optional, Union
+from typing import Callable, Iterable, Optional, Union
 
 import numpy as np
 import torch
@@ -171,9 +171,10 @@ class MissRows(EncodedTable):
         super().__init__(table.codec, table.compressed)
         self.hot_mask = hot_mask
 
-    def index_select(self, rows: torch.Tensor) -> CompressedTensor:
+    def index_select(self, rows: torch.Tensor,
+                     empty: Optional[Callable[..., torch.Tensor]] = None) -> CompressedTensor:
         """Compressed rows `rows` that are not cached, in `rows` order."""
-        return super().index_select(rows[~self.hot_mask[rows]])
+        return super().index_select(rows[~self.hot_mask[rows]], empty)
 
 
 def miss_rows(table: EncodedTable, cache: Optional[DeviceCache]) -> EncodedTable:

@@ -140,7 +140,7 @@ class BatchProducer(torch.utils.data.Dataset):
         tensors, stored = {}, {}
         for name, table in self.node_attrs.items():
             if isinstance(table, EncodedTable):
-                stored[name] = table.index_select(out.node)  # compressed rows, no encode
+                stored[name] = table.index_select(out.node, buffers.empty)  # compressed rows, no encode
             else:
                 tensors[name] = _rows(table, out.node, buffers)
         tensors.update({name: _rows(table, out.edge, buffers) for name, table in self.edge_attrs.items()})
@@ -164,7 +164,7 @@ class BatchProducer(torch.utils.data.Dataset):
         groups, layouts = {}, {}
         for name, ct in stored.items():
             layout = store_layout(name, ct.dtype, tuple(ct.shape))
-            groups[layout.key] = place(ct, buffers)  # the gather wrote private memory
+            groups[layout.key] = place(ct, buffers)  # the payload is in the buffers already; offsets copied
             layouts[layout.key] = layout
         copied = buffers.copied
         encoded, encoded_layouts, encode_copied = encode_groups_counted(tensors, self.codecs, buffers)

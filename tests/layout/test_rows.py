@@ -186,3 +186,37 @@ def test_fixed_stride_index_select_uses_the_checked_gather():
         + list(range(48, 60))
     with pytest.raises(IndexError, match=r"rows contains 5, outside the valid range \[0, 5\)"):
         ct.index_select(torch.tensor([5]))
+
+
+def test_condensed_gather_writes_into_the_given_buffer():
+    payload, offsets = random_rows(5, 100)
+    idx = np.array([3, 99, 3, 0])
+    made = []
+    out, new = gather_condensed_rows(payload, offsets, idx, lambda n: made.append(np.full(n, 7, np.uint8)) or made[0])
+    assert out is made[0] and out[: int(new[-1])].tobytes() == reference_gather(payload, offsets, idx)
+    assert not out[int(new[-1]):].any()  # the tail is zeroed even in a reused buffer
+    with pytest.raises(ValueError, match=r"alloc\(\d+\) gave a uint8 array of shape \(3,\); a contiguous 1-d uint8"):
+        gather_condensed_rows(payload, offsets, idx, lambda n: np.zeros(3, np.uint8))
+
+
+@pytest.mark.parametrize("with_offsets", [True, False])
+def test_index_select_writes_its_payload_where_empty_says(with_offsets):
+    x = torch.randn(40, 6)
+    from ibp_graph.codec import IBPCodec, IdentityCodec
+
+    codec = IBPCodec.fit(x) if with_offsets else IdentityCodec.fit(x)
+    ct = codec.encode(x)
+    assert (ct.offsets is not None) == with_offsets
+    pool = torch.zeros(4096, dtype=torch.uint8)
+    used = []
+
+    def empty(shape, dtype):
+        n = int(np.prod(shape)) * torch.empty(0, dtype=dtype).element_size()
+        used.append(n)
+        return pool[:n].view(dtype).view(shape)
+
+    rows = torch.tensor([5, 0, 39, 5])
+    got = ct.index_select(rows, empty)
+    assert used and got.payload.data_ptr() == pool.data_ptr()
+    assert torch.equal(codec.decode(got), x[rows])
+    assert torch.equal(got.payload, ct.index_select(rows).payload)

@@ -206,6 +206,29 @@ def test_producer_in_a_worker_writes_its_batch_into_a_slot():
     assert tensors["x"].untyped_storage().data_ptr() == buffers.slot.storage.data_ptr()
 
 
+@pytest.mark.parametrize("codec", ["ibp", "identity"])
+def test_stored_rows_are_gathered_straight_into_the_slot(codec):
+    """A pre-encoded table's compressed rows are written into the batch's slot by the gather
+    itself (before: gathered into private memory, then copied into the slot)."""
+    from ibp_graph.data.store import EncodedTable
+
+    n = 300
+    g = torch.Generator().manual_seed(0)
+    sampler = NeighborSampler(CSCGraph.from_edge_index(torch.randint(0, n, (2, 3000), generator=g), n), [5, 3])
+    x = torch.randn(n, 16, generator=g)
+    store = EncodedTable.encode(x, codec, progress=False)
+    codecs = build_codecs({"x": store}, {}, num_nodes=n, num_edges=3000, codec="identity")
+    producer = BatchProducer(sampler, torch.arange(n), {"x": store}, {}, codecs)
+    batch = producer[BatchRequest(index=torch.arange(10), seed=3)]  # in the main process: plain memory
+    ring = SlotRing(slots=1, max_workers=1)
+    buffers = OutputBuffers(ring, worker=0)
+    _, stored, _, _ = producer.gather(BatchRequest(index=torch.arange(10), seed=3), buffers)
+    ct = stored["x"]
+    assert ct.payload.untyped_storage().data_ptr() == buffers.slot.storage.data_ptr()
+    assert buffers.copied == 0
+    assert torch.equal(ct.payload, batch.groups[next(k for k in batch.groups if k.kind == "store")].payload)
+
+
 @pytest.mark.gpu
 def test_cuda_slots_are_page_locked_so_pinning_copies_nothing():
     ring = SlotRing(slots=1, max_workers=1)
