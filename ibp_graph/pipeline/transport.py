@@ -18,20 +18,25 @@ nothing. The buffers come from, in this order:
   id beyond the ring's), as torch's own hand-over would have made;
 - plain memory in the main process (``num_workers=0``: nothing is handed over).
 
-A slot's state is three shared counters: claims and the claim's ticket (written by its
-worker) and releases (written by the main process); the slot is free when claims and
-releases are equal. Each counter has one writer, so no lock is needed. A ticket numbers a
-worker's claims in order (one more than the worker's highest), and a worker's batches reach
-the decode stage in the order it wrote them. So when a batch with ticket T arrives, a slot
-of the same worker claimed under a lower ticket and never seen by the keeper holds a batch
-that will never arrive: the DataLoader dropped it (an iterator abandoned mid-epoch; with
-persistent workers the next epoch drains it) or its worker raised before handing it over.
-The keeper releases such slots (`SlotKeeper.reclaimed` counts them), so abandoned epochs
-do not use up the ring.
+A slot's state is four shared counters: claims, the claim's ticket and the claiming
+process's id (written by its worker) and releases (written by the main process); the slot is
+free when claims and releases are equal. Each counter has one writer, so no lock is needed.
+A ticket numbers a worker's claims in order (one more than the worker's highest), and a
+worker process's batches reach the decode stage in the order it wrote them. So when a batch
+with ticket T arrives, a slot claimed by the same process under a lower ticket and never
+seen by the keeper holds a batch that will never arrive: the DataLoader dropped it (an
+iterator abandoned mid-epoch; with persistent workers the next epoch drains it) or the
+worker raised before handing it over. So does a slot whose claiming process has exited
+(a worker of an abandoned iterator without persistent workers): releasing it is safe
+anyway, since only the process that owns a slot's segment writes into it again. A slot of
+another live process with the same worker id (a second iterator of the same loader) is
+left alone. The keeper releases such slots (`SlotKeeper.reclaimed` counts them), so
+abandoned epochs do not use up the ring.
 """
 from __future__ import annotations
 
 import math
+import os
 import warnings
 import weakref
 from dataclasses import dataclass, field
@@ -48,6 +53,18 @@ MAX_WORKERS = 128
 ALIGN = 64
 #: a slot is (re)allocated at this multiple of the largest batch its worker has written.
 GROWTH = 1.25
+
+
+def _exited(pid: int) -> bool:
+    """Whether process `pid` is gone (an unreaped child, or a pid in use again, counts as alive:
+    its slot is then left claimed, never freed too early)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 def _nbytes(shape: Sequence[int], dtype: torch.dtype) -> int:
@@ -83,19 +100,20 @@ def use_count(storage: torch.UntypedStorage) -> int:
 
 
 #: columns of a slot's shared counters.
-CLAIMS, RELEASES, TICKET = 0, 1, 2
+CLAIMS, RELEASES, TICKET, PID = 0, 1, 2, 3
 
 
 @dataclass(eq=False)
 class Slot:
     """A claimed ring slot, as it travels with its batch: the worker's slot `index`, the claim's
-    sequence number and ticket, the shared counters of all the worker's slots (a row per slot:
-    claims, releases, ticket) and the slot's segment."""
+    sequence number, ticket and process id, the shared counters of all the worker's slots (a
+    row per slot: claims, releases, ticket, pid) and the slot's segment."""
 
     worker: int
     index: int
     seq: int
     ticket: int
+    pid: int
     counters: torch.Tensor = field(repr=False)
     storage: Optional[torch.UntypedStorage] = field(repr=False)
 
@@ -104,17 +122,21 @@ class Slot:
         self.counters[self.index, RELEASES] = self.seq
 
     def dropped(self, held: set) -> list[int]:
-        """The worker's other slots whose batches will never arrive: claimed (not released)
-        under a lower ticket than this batch's, and not in `held` (slot indices whose
-        batches the keeper has). Claims are read before tickets: a worker writes a new
-        claim's ticket first, so a slot claimed meanwhile shows its new, higher ticket."""
+        """The worker's other slots whose batches will never arrive: claimed (not released),
+        not in `held` (slot indices whose batches the keeper has), and either claimed by this
+        batch's process under a lower ticket or by a process that has exited. Claims are read
+        before ticket and pid: a worker writes those first, so a slot claimed meanwhile shows
+        its new, higher ticket."""
         c = self.counters
         out = []
         for j in range(c.shape[0]):
             if j == self.index or j in held:
                 continue
             claims = int(c[j, CLAIMS])
-            if claims != int(c[j, RELEASES]) and int(c[j, TICKET]) < self.ticket:
+            if claims == int(c[j, RELEASES]):
+                continue
+            pid = int(c[j, PID])
+            if (pid == self.pid and int(c[j, TICKET]) < self.ticket) or (pid != self.pid and _exited(pid)):
                 out.append(j)
         return out
 
@@ -133,8 +155,8 @@ class SlotRing:
                 raise ValueError(f"{name}={value!r} is not accepted; use an int >= 1")
         self.slots = slots
         self.max_workers = max_workers
-        #: [worker, slot, (claims, releases, ticket)], in shared memory.
-        self.counters = torch.zeros((max_workers, slots, 3), dtype=torch.int64).share_memory_()
+        #: [worker, slot, (claims, releases, ticket, pid)], in shared memory.
+        self.counters = torch.zeros((max_workers, slots, 4), dtype=torch.int64).share_memory_()
         self._segments: dict[int, torch.UntypedStorage] = {}  # this worker's slot segments
         self._largest = 0  # the largest batch this worker has written, in bytes
 
@@ -164,9 +186,11 @@ class SlotRing:
         counters = self.counters[worker]
         ticket = int(counters[:, TICKET].max()) + 1
         seq = int(counters[i, CLAIMS]) + 1
+        pid = os.getpid()
         counters[i, TICKET] = ticket  # before the claim: see Slot.dropped
+        counters[i, PID] = pid
         counters[i, CLAIMS] = seq
-        return Slot(worker, i, seq, ticket, counters, segment), segment
+        return Slot(worker, i, seq, ticket, pid, counters, segment), segment
 
     def note(self, nbytes: int) -> None:
         """A batch of `nbytes` was written: slots grow to hold batches this large."""

@@ -1,5 +1,6 @@
 """Worker -> main transport: outputs in shared memory, slot reuse rules, no aliasing, bytes counted."""
 import gc
+import os
 from multiprocessing.reduction import ForkingPickler
 
 import pytest
@@ -12,8 +13,8 @@ from ibp_graph.pipeline.codec_setup import build_codecs
 from ibp_graph.pipeline.decode import DecodeStage
 from ibp_graph.pipeline.grouping import SCALAR_BLOCK
 from ibp_graph.pipeline.requests import BatchRequest, BatchRequests
-from ibp_graph.pipeline.transport import (ALIGN, GROWTH, OutputBuffers, SlotKeeper, SlotRing, is_shared,
-                                          register_pinned, shared_empty)
+from ibp_graph.pipeline.transport import (ALIGN, GROWTH, PID, TICKET, OutputBuffers, SlotKeeper, SlotRing,
+                                          is_shared, register_pinned, shared_empty)
 from ibp_graph.pipeline.worker import BatchProducer, encode_groups_counted
 from ibp_graph.sampling.graph import CSCGraph
 from ibp_graph.sampling.neighbor import NeighborSampler
@@ -308,6 +309,47 @@ def test_release_all_frees_the_held_slots():
     assert keeper.held == 2 and ring.free(0) == []
     keeper.release_all()
     assert keeper.held == 0 and ring.free(0) == [0, 1]
+
+
+def test_a_slot_of_another_live_process_is_left_alone_one_of_an_exited_process_is_reclaimed():
+    import subprocess
+    import sys
+
+    ring = SlotRing(slots=3, max_workers=1)
+    keeper = SlotKeeper(release_on_copy=True)
+    _, other = _arrives(ring)
+    ring.counters[0, other.index, PID] = os.getppid()  # another live process with worker id 0
+    later, _ = _arrives(ring)
+    keeper.adopt(later)
+    assert keeper.reclaimed == 0 and ring.free(0) == [2]  # its batch may still be on its way
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    ring.counters[0, other.index, PID] = int(gone.stdout)  # that process has exited (and was reaped)
+    ring.counters[0, other.index, TICKET] = later.slot.ticket + 10  # whatever its ticket
+    last, _ = _arrives(ring)
+    keeper.adopt(last)
+    assert keeper.reclaimed == 1 and ring.free(0) == [other.index]
+
+
+def test_two_live_iterators_of_one_loader_never_overwrite_each_others_batches():
+    # without persistent workers each iterator has its own worker processes, with the same
+    # worker ids: one iterator's batches must never reclaim the other's queued slots
+    producer, codecs, x = _producer("identity")
+    requests = BatchRequests(300, 16, shuffle=True, drop_last=False, generator=torch.Generator().manual_seed(4))
+    loader = DataLoader(producer, batch_size=None, sampler=requests, collate_fn=lambda b: b, num_workers=2)
+    stage = DecodeStage(codecs, torch.device("cpu"))
+    first = stage(iter(loader))
+    n = 0
+    for _ in range(3):
+        batch = next(first)
+        assert torch.equal(batch["x"], x[batch["n_id"]])
+        n += 1
+    for batch in stage(iter(loader)):  # a whole epoch of a second iterator meanwhile
+        assert torch.equal(batch["x"], x[batch["n_id"]])
+    for batch in first:  # the first one's queued batches are intact
+        assert torch.equal(batch["x"], x[batch["n_id"]])
+        n += 1
+    assert n == 19
 
 
 @pytest.mark.parametrize("keep", [False, True])
