@@ -7,9 +7,12 @@ the grouping of ``grouping.group_tensors`` applies across types: rows of every t
 the same dtype and row shape form one group (one codec), and all index tensors (``n_id``,
 ``e_id``, ``edge_index`` of every type, ``input_id``) one element stream per dtype. A
 tensor named in `typed_groups` is encoded alone, under its TYPED key, with its own codec.
+In a DataLoader worker the batch is written into a slot of the producer's `SlotRing`, as
+``worker.BatchProducer`` does, so the hand-over copies nothing.
 """
 from __future__ import annotations
 
+import math
 import time
 from typing import Callable, Mapping, Optional
 
@@ -19,9 +22,10 @@ from ..codec.base import Codec
 from ..data.store import EncodedTable
 from ..sampling.hetero import EdgeType, HeteroNeighborSampler, HeteroSamplerOutput
 from .batch import EncodedBatch
-from .grouping import GroupKey, GroupLayout, gather_rows, group_key, store_layout
+from .grouping import GroupKey, GroupLayout, group_key, store_layout
 from .requests import BatchRequest
-from .worker import encode_groups_counted
+from .transport import OutputBuffers, SlotRing
+from .worker import encode_groups_counted, place, rows_into
 
 
 def type_name(node_or_edge_type) -> str:
@@ -90,6 +94,7 @@ class HeteroBatchProducer(torch.utils.data.Dataset):
         missing = [str(k) for k in self.typed_groups.values() if k not in self.codecs]
         if missing:
             raise ValueError(f"typed_groups names groups {missing} that codecs has no codec for")
+        self.ring = SlotRing()
 
     def __len__(self) -> int:
         return int(self.input_nodes.numel())
@@ -103,25 +108,44 @@ class HeteroBatchProducer(torch.utils.data.Dataset):
             out = self.post_sample(out)
         return out, time.perf_counter() - t0
 
-    def gather(self, req: BatchRequest, sampled: Optional[tuple[HeteroSamplerOutput, float]] = None):
+    def _reserve(self, buffers: OutputBuffers, nodes: Mapping[str, torch.Tensor],
+                 edges: Mapping[EdgeType, Optional[torch.Tensor]], num_seeds: int) -> None:
+        """Claim room for the batch: gathered and stored rows (raw size) of every type, and the
+        index streams' group (n_id, batch, e_id, edge_index, input_id, seed_time)."""
+        nbytes = 16 * num_seeds + 2 * 4096
+        for t, attrs in self.node_attrs.items():
+            n = int(nodes[t].numel())
+            nbytes += 16 * n + sum(n * (a.compressed.row_nbytes if isinstance(a, EncodedTable) else
+                                        a.element_size() * math.prod(a.shape[1:])) for a in attrs.values())
+        for e, ids in edges.items():
+            m = 0 if ids is None else int(ids.numel())
+            nbytes += 24 * m + sum(m * a.element_size() * math.prod(a.shape[1:])
+                                   for a in self.edge_attrs.get(e, {}).values())
+        buffers.reserve(nbytes)
+
+    def gather(self, req: BatchRequest, sampled: Optional[tuple[HeteroSamplerOutput, float]] = None,
+               buffers: Optional[OutputBuffers] = None):
         """The batch's named tensors, rows of pre-encoded tables, meta and stage times (`sampled`:
-        `sample(req)`'s result when it ran elsewhere, e.g. in a worker while this runs in the main process)."""
+        `sample(req)`'s result when it ran elsewhere, e.g. in a worker while this runs in the main
+        process). Attribute rows are gathered into `buffers` (default: plain memory)."""
+        buffers = buffers if buffers is not None else OutputBuffers()
         out, sample_seconds = self.sample(req) if sampled is None else sampled
         t1 = time.perf_counter()
         empty = torch.empty(0, dtype=torch.int64)
         nodes = {t: out.node.get(t, empty) for t in self.sampler.node_types}
         edges = {e: (out.edge or {}).get(e) for e in self.sampler.edge_types}
+        self._reserve(buffers, nodes, edges, int(req.index.numel()))
         tensors, stored = {}, {}
         for t, attrs in self.node_attrs.items():
             for attr, table in attrs.items():
                 if isinstance(table, EncodedTable):
-                    stored[node_name(t, attr)] = table.index_select(nodes[t])
+                    stored[node_name(t, attr)] = table.index_select(nodes[t], buffers.empty)
                 else:
-                    tensors[node_name(t, attr)] = gather_rows(table, nodes[t])
+                    tensors[node_name(t, attr)] = rows_into(table, nodes[t], buffers)
         for e, attrs in self.edge_attrs.items():
             if edges[e] is not None:
                 for attr, table in attrs.items():
-                    tensors[edge_name(e, attr)] = gather_rows(table, edges[e])
+                    tensors[edge_name(e, attr)] = rows_into(table, edges[e], buffers)
         # an n_id or e_id attribute of the graph's own is gathered instead (as PyG keeps it)
         for t in self.sampler.node_types:
             tensors.setdefault(node_name(t, "n_id"), nodes[t])
@@ -147,16 +171,20 @@ class HeteroBatchProducer(torch.utils.data.Dataset):
 
     def encode(self, req: BatchRequest, sampled: Optional[tuple[HeteroSamplerOutput, float]] = None
                ) -> EncodedBatch:
-        """The batch, gathered and encoded (from `sampled` when given, as for `gather`)."""
-        tensors, stored, meta, seconds = self.gather(req, sampled)
+        """The batch, gathered and encoded (from `sampled` when given, as for `gather`), written
+        into a ring slot when this is a DataLoader worker."""
+        buffers = OutputBuffers.for_this_process(self.ring)
+        tensors, stored, meta, seconds = self.gather(req, sampled, buffers)
         t = time.perf_counter()
         groups, layouts = {}, {}
         for name, ct in stored.items():
             layout = store_layout(name, ct.dtype, tuple(ct.shape))
-            groups[layout.key] = ct
+            groups[layout.key] = place(ct, buffers)  # the payload is in the buffers already; offsets copied
             layouts[layout.key] = layout
+        copied = buffers.copied
         shared = {n: x for n, x in tensors.items() if n not in self.typed_groups}
-        encoded, encoded_layouts, copied = encode_groups_counted(shared, self.codecs)
+        encoded, encoded_layouts, shared_copied = encode_groups_counted(shared, self.codecs, buffers)
+        copied += shared_copied
         groups.update(encoded)
         layouts.update(encoded_layouts)
         for name, key in self.typed_groups.items():
@@ -164,7 +192,7 @@ class HeteroBatchProducer(torch.utils.data.Dataset):
                 continue
             plain = group_key(name, tensors[name])
             one, one_layout, one_copied = encode_groups_counted({name: tensors[name]},
-                                                                {plain: self.codecs[key]})
+                                                                {plain: self.codecs[key]}, buffers)
             groups[key] = one[plain]
             layouts[key] = GroupLayout(key, one_layout[plain].members)
             copied += one_copied
@@ -173,7 +201,7 @@ class HeteroBatchProducer(torch.utils.data.Dataset):
         copied += sum(ct.nbytes for ct in stored.values()) + sum(
             x.numel() * x.element_size() for n, x in tensors.items() if n in self._written)
         return EncodedBatch(groups=groups, layouts=layouts, meta=meta, seconds=seconds,
-                            copied_bytes=copied)
+                            copied_bytes=copied, slot=buffers.done())
 
 
 class HeteroSampleOnly(torch.utils.data.Dataset):

@@ -142,8 +142,8 @@ class BatchProducer(torch.utils.data.Dataset):
             if isinstance(table, EncodedTable):
                 stored[name] = table.index_select(out.node, buffers.empty)  # compressed rows, no encode
             else:
-                tensors[name] = _rows(table, out.node, buffers)
-        tensors.update({name: _rows(table, out.edge, buffers) for name, table in self.edge_attrs.items()})
+                tensors[name] = rows_into(table, out.node, buffers)
+        tensors.update({name: rows_into(table, out.edge, buffers) for name, table in self.edge_attrs.items()})
         tensors["edge_index"] = torch.stack([out.row, out.col])
         tensors["n_id"] = out.node
         tensors["e_id"] = out.edge
@@ -180,7 +180,7 @@ class BatchProducer(torch.utils.data.Dataset):
                             copied_bytes=copied, slot=buffers.done())
 
 
-def _rows(table: torch.Tensor, index: torch.Tensor, buffers: OutputBuffers) -> torch.Tensor:
+def rows_into(table: torch.Tensor, index: torch.Tensor, buffers: OutputBuffers) -> torch.Tensor:
     """table[index] (rows), written into `buffers`; rows of a dtype no codec has (quantized, complex,
     uint16/32/64, ...) are gathered into private memory (torch's out= is not safe for all of them:
     index_select into a quantized out crashes) and copied into the buffers as bytes when grouped."""

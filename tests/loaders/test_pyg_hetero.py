@@ -1,6 +1,9 @@
 """CompressedNeighborLoader on a HeteroData: PyG's heterogeneous NeighborLoader contract, per type,
 lossless batches with any codec and worker count, input_id semantics, errors, and a to_hetero model."""
+import gc
+
 import numpy as np
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -138,6 +141,24 @@ def test_identity_and_auto_and_workers_give_identical_batches():
     same(ref, list(main))
     assert main.stats.batches == len(ref) and main.stats.seconds["encode"] > 0
     assert not torch.equal(batches(data, seed=1, codec="identity", **kw)[0]["paper"].n_id, ref[0]["paper"].n_id)
+
+
+def test_workers_write_batches_into_the_slot_ring_and_kept_batches_stay_intact():
+    data = make_hetero()
+    kw = dict(num_neighbors=[3, 2], input_nodes=("paper", torch.arange(600)), batch_size=40, shuffle=True)
+    ref = batches(data, codec="auto", **kw)  # in the main process
+    torch.manual_seed(0)
+    loader = CompressedNeighborLoader(data, codec="auto", num_workers=2, device="cpu", **kw)
+    kept = list(loader)  # 15 batches held at once: more than a worker's slots
+    same(ref, kept)
+    claims = loader._producer.ring.counters[:2, :, 0]
+    assert int(claims.sum()) > 0 and int(loader._producer.ring.counters[2:].abs().sum()) == 0
+    del kept  # their slots are free again
+    gc.collect()
+    torch.manual_seed(0)
+    for a, b in zip(ref, loader):  # batches not kept: their slots are written again
+        same([a], [b])
+    assert int(loader._producer.ring.counters[:2, :, 0].max()) > 1
 
 
 def test_dict_and_list_num_neighbors_agree():
