@@ -22,10 +22,10 @@ from ..codec.base import Codec
 from ..data.store import EncodedTable
 from ..sampling.hetero import EdgeType, HeteroNeighborSampler, HeteroSamplerOutput
 from .batch import EncodedBatch
-from .grouping import GroupKey, GroupLayout, group_key, store_layout
+from .grouping import GroupKey, GroupLayout, group_key
 from .requests import BatchRequest
 from .transport import OutputBuffers, SlotRing
-from .worker import encode_groups_counted, place, rows_into
+from .worker import encode_groups_counted, place_stored, rows_into
 
 
 def type_name(node_or_edge_type) -> str:
@@ -176,11 +176,7 @@ class HeteroBatchProducer(torch.utils.data.Dataset):
         buffers = OutputBuffers.for_this_process(self.ring)
         tensors, stored, meta, seconds = self.gather(req, sampled, buffers)
         t = time.perf_counter()
-        groups, layouts = {}, {}
-        for name, ct in stored.items():
-            layout = store_layout(name, ct.dtype, tuple(ct.shape))
-            groups[layout.key] = place(ct, buffers)  # the payload is in the buffers already; offsets copied
-            layouts[layout.key] = layout
+        groups, layouts = place_stored(stored, buffers)
         copied = buffers.copied
         shared = {n: x for n, x in tensors.items() if n not in self.typed_groups}
         encoded, encoded_layouts, shared_copied = encode_groups_counted(shared, self.codecs, buffers)

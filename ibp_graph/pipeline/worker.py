@@ -45,6 +45,18 @@ def place(ct: CompressedTensor, buffers: OutputBuffers) -> CompressedTensor:
     return replace(ct, payload=payload, offsets=offsets)
 
 
+def place_stored(stored: Mapping[str, CompressedTensor], buffers: OutputBuffers
+                 ) -> tuple[dict[GroupKey, CompressedTensor], dict[GroupKey, GroupLayout]]:
+    """The STORE groups of a batch's stored rows (one per attribute) and their layouts, placed in
+    `buffers` (the gather wrote the payloads there already; the row offsets are copied)."""
+    groups, layouts = {}, {}
+    for name, ct in stored.items():
+        layout = store_layout(name, ct.dtype, tuple(ct.shape))
+        groups[layout.key] = place(ct, buffers)
+        layouts[layout.key] = layout
+    return groups, layouts
+
+
 def encode_groups_counted(tensors: Mapping[str, torch.Tensor], codecs: Mapping[GroupKey, Codec],
                           buffers: Optional[OutputBuffers] = None
                           ) -> tuple[dict[GroupKey, CompressedTensor], dict[GroupKey, GroupLayout], int]:
@@ -161,11 +173,7 @@ class BatchProducer(torch.utils.data.Dataset):
         buffers = OutputBuffers.for_this_process(self.ring)
         tensors, stored, meta, seconds = self.gather(req, buffers)
         t = time.perf_counter()
-        groups, layouts = {}, {}
-        for name, ct in stored.items():
-            layout = store_layout(name, ct.dtype, tuple(ct.shape))
-            groups[layout.key] = place(ct, buffers)  # the payload is in the buffers already; offsets copied
-            layouts[layout.key] = layout
+        groups, layouts = place_stored(stored, buffers)
         copied = buffers.copied
         encoded, encoded_layouts, encode_copied = encode_groups_counted(tensors, self.codecs, buffers)
         copied += encode_copied
