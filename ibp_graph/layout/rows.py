@@ -171,8 +171,8 @@ def gather_fixed_rows(src: np.ndarray, idx: np.ndarray, out: np.ndarray, argname
         if idx.shape[0] and row_nbytes:
             torch.index_select(torch.from_numpy(src), 0, torch.from_numpy(idx), out=torch.from_numpy(out))
         return out
-    size, word = next((s, w) for s, w in _WORDS if row_nbytes % s == 0
-                      and src.ctypes.data % s == 0 and out.ctypes.data % s == 0)
+    word = next(w for s, w in _WORDS if row_nbytes % s == 0
+                and src.ctypes.data % s == 0 and out.ctypes.data % s == 0)
     idx = np.ascontiguousarray(idx)
     bad = pick_kernel(_gather_fixed, idx.shape[0])(src.view(word), idx, out.view(word))
     if bad:

@@ -62,8 +62,8 @@ def _exited(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return True
-    except PermissionError:
-        return False
+    except PermissionError:  # someone else's process: alive
+        pass
     return False
 
 
