@@ -16,16 +16,10 @@ from ibp_graph.pipeline.features import plan_features
 
 from tests.loaders.test_pyg import make_graph
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("need_gpu")]
 
 KEYS = ("x", "y", "n_id", "e_id", "edge_index", "input_id", "edge_attr")
 CODECS = ["ibp", "ebp", "identity"]
-
-
-@pytest.fixture(autouse=True)
-def need_gpu():
-    if not torch.cuda.is_available():
-        pytest.fail("these tests were selected (-m gpu) but torch sees no CUDA device")
 
 
 def table(n=5000, dim=32, codec="ibp", seed=0):

@@ -13,15 +13,9 @@ from ibp_graph.loaders.pyg import CompressedNeighborLoader
 
 from tests.loaders.test_pyg import make_graph
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("need_gpu")]
 
 KEYS = ("x", "y", "n_id", "e_id", "edge_index", "input_id", "edge_attr")
-
-
-@pytest.fixture(autouse=True)
-def need_gpu():
-    if not torch.cuda.is_available():
-        pytest.fail("these tests were selected (-m gpu) but torch sees no CUDA device")
 
 
 def batches(data, device, codec="auto", prefetch=2, num_workers=0, seed=5):

@@ -13,13 +13,7 @@ from tests.loaders.test_pyg import make_graph
 from tests.loaders.test_pyg_dtypes import _bytes, _random
 from tests.loaders.test_pyg_helpers import small_graph
 
-pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(autouse=True)
-def need_gpu():
-    if not torch.cuda.is_available():
-        pytest.fail("these tests were selected (-m gpu) but torch sees no CUDA device")
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("need_gpu")]
 
 
 @pytest.mark.parametrize("dtype", [torch.complex64, torch.uint16, torch.uint64, torch.float8_e4m3fn,

@@ -8,13 +8,7 @@ import torch
 
 from tests.loaders.test_pyg_hetero import batches, make_hetero
 
-pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(autouse=True)
-def need_gpu():
-    if not torch.cuda.is_available():
-        pytest.fail("these tests were selected (-m gpu) but torch sees no CUDA device")
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("need_gpu")]
 
 
 @pytest.mark.parametrize("codec,num_workers,filter_per_worker", [("auto", 0, None), ("identity", 2, True),
