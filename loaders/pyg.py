@@ -66,8 +66,8 @@ class CompressedNeighborLoader(NeighborLoader):
     default: per group the smallest of IBP and EBP, or identity when neither gains;
     ``"ibp"``, ``"ebp"``, ``"identity"`` or a fitted codec object; a dtype no codec has
     travels as identity bytes, named in `codecs`), `device`, `prefetch` and
-    `rank`/`world_size` (this process's share of every epoch's seeds; default
-    torch.distributed's when initialised), `features` (where node features are read:
+    `rank`/`world_size` (this process's share of every epoch's seeds; default: every seed,
+    as PyG's loader, also under torch.distributed), `features` (where node features are read:
     ``"worker"``, ``"zero_copy"`` or ``"auto"``, pipeline.features) and `device_cache` (bytes,
     or a fraction of device memory, for compressed hot rows: pipeline.cache; 0: none) are
     ours. Remaining keyword arguments go to

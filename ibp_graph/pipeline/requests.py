@@ -27,14 +27,17 @@ def batch_seeds(base_seed: int, n_batches: int) -> np.ndarray:
 
 
 def distributed_place(rank: Optional[int], world_size: Optional[int]) -> tuple[int, int]:
-    """(rank, world size): the ones given, else torch.distributed's when initialised, else (0, 1)."""
+    """(rank, world size): the ones given, else (0, 1): every seed, whatever torch.distributed says.
+
+    As PyG's NeighborLoader, the loader splits nothing unless asked: DDP scripts that give
+    each rank its own seeds (PyG's examples do) would otherwise have them split again.
+    """
     if rank is None and world_size is None:
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            return torch.distributed.get_rank(), torch.distributed.get_world_size()
         return 0, 1
     if rank is None or world_size is None:
         raise ValueError(f"rank={rank!r}, world_size={world_size!r}: give both or neither "
-                         "(neither: torch.distributed's, when initialised)")
+                         "(neither: this process takes every seed; pass torch.distributed.get_rank() and "
+                         "get_world_size() to split the seeds over ranks)")
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size={world_size!r} is not accepted; use an int >= 1")
     if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
@@ -53,8 +56,8 @@ class BatchRequests(torch.utils.data.Sampler):
     order (an equal share; the remainder is dropped), so every rank must draw the same
     order: from `generator` when given (seeded alike on every rank), else from a generator
     seeded by the epoch only (`set_epoch`), like torch's DistributedSampler. Each rank
-    samples with its own seeds. `rank` and `world_size` default to torch.distributed's
-    when it is initialised (else 0 and 1).
+    samples with its own seeds. `rank` and `world_size` default to 0 and 1 (no split, as
+    PyG's NeighborLoader), also inside an initialised torch.distributed process group.
     """
 
     def __init__(self, num_inputs: int, batch_size: int, *, shuffle: bool, drop_last: bool,

@@ -49,7 +49,8 @@ class PyG:
         return use_store and ds.has_store() and codec in ("auto", ds.store_codec)
 
     def make_loader(self, ds: PreparedDataset, graph: Any, input_nodes: torch.Tensor, lc, codec: str, *,
-                    batch_size: int, shuffle: bool, device: torch.device, use_store: bool = True):
+                    batch_size: int, shuffle: bool, device: torch.device, use_store: bool = True,
+                    rank: int = 0, world_size: int = 1):
         """A CompressedNeighborLoader over the prepared graph (features from the store when from_store)."""
         if codec == NATIVE:
             raise ValueError("a baseline run with PyG's own NeighborLoader is not available here "
@@ -60,7 +61,7 @@ class PyG:
         return CompressedNeighborLoader(({"x": x}, ds.graph), list(lc.num_neighbors), input_nodes=input_nodes,
                                         batch_size=batch_size, shuffle=shuffle, codec=codec, device=device,
                                         prefetch=lc.prefetch, num_workers=lc.num_workers,
-                                        persistent_workers=lc.num_workers > 0)
+                                        persistent_workers=lc.num_workers > 0, rank=rank, world_size=world_size)
 
     def build_model(self, cfg, ds: PreparedDataset) -> torch.nn.Module:
         """The NodeClassifier cfg.model describes, inputs standardised with the table's statistics."""
@@ -103,7 +104,8 @@ class PyGHetero(PyG):
         return use_store and ds.has_store() and codec in ("auto", ds.store_codec)
 
     def make_loader(self, ds, graph: Any, input_nodes: torch.Tensor, lc, codec: str, *,
-                    batch_size: int, shuffle: bool, device: torch.device, use_store: bool = True):
+                    batch_size: int, shuffle: bool, device: torch.device, use_store: bool = True,
+                    rank: int = 0, world_size: int = 1):
         """A CompressedNeighborLoader over the prepared per-type tables (ds.tables), seeds of the target type."""
         if codec == NATIVE:
             raise ValueError("a baseline run with PyG's own NeighborLoader is not available here "
@@ -114,7 +116,7 @@ class PyGHetero(PyG):
         return CompressedNeighborLoader(data, list(lc.num_neighbors), input_nodes=(ds.target, input_nodes),
                                         batch_size=batch_size, shuffle=shuffle, codec=codec, device=device,
                                         prefetch=lc.prefetch, num_workers=lc.num_workers,
-                                        persistent_workers=lc.num_workers > 0)
+                                        persistent_workers=lc.num_workers > 0, rank=rank, world_size=world_size)
 
     def build_model(self, cfg, ds) -> torch.nn.Module:
         """HeteroSAGE over the data set's types, each featured type standardised with its table's statistics."""
@@ -190,14 +192,14 @@ class DGL:
         return False
 
     def make_loader(self, ds: PreparedDataset, graph: Any, input_nodes: torch.Tensor, lc, codec: str, *,
-                    batch_size: int, shuffle: bool, device: torch.device, use_store: bool = True):
+                    batch_size: int, shuffle: bool, device: torch.device, use_store: bool = True,
+                    rank: int = 0, world_size: int = 1):
         """CompressedDGLDataLoader (or DGL's own DataLoader for codec NATIVE) with DGL's NeighborSampler."""
         dgl = self.dgl
         sampler = dgl.dataloading.NeighborSampler(list(lc.num_neighbors), prefetch_node_feats=["feat"],
                                                   prefetch_labels=["label"])
-        ddp = torch.distributed.is_available() and torch.distributed.is_initialized()
         kw = dict(device=device, batch_size=batch_size, shuffle=shuffle, num_workers=lc.num_workers,
-                  persistent_workers=lc.num_workers > 0, use_ddp=ddp)
+                  persistent_workers=lc.num_workers > 0, use_ddp=world_size > 1)
         if codec == NATIVE:
             from ..pipeline.stats import LoaderStats
 

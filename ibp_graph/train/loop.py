@@ -204,7 +204,8 @@ def _prepare(cfg, path: Path, *, progress: bool) -> None:
 
 
 def make_loader(ds, input_nodes: torch.Tensor, cfg: LoaderConfig, codec: str, *,
-                batch_size: int, shuffle: bool, device: torch.device, use_store: bool = True, graph=None):
+                batch_size: int, shuffle: bool, device: torch.device, use_store: bool = True, graph=None,
+                dist: Dist = Dist()):
     """The loader of `cfg.framework` over the prepared data set (for dgl, `graph`: its DGL graph; for a
     HeteroPreparedDataset, its HeteroData; built from `ds` when not given); features from the store when the
     front-end says so."""
@@ -212,7 +213,7 @@ def make_loader(ds, input_nodes: torch.Tensor, cfg: LoaderConfig, codec: str, *,
     if graph is None:
         graph = front.prepare(ds)
     return front.make_loader(ds, graph, input_nodes, cfg, codec, batch_size=batch_size, shuffle=shuffle,
-                             device=device, use_store=use_store)
+                             device=device, use_store=use_store, rank=dist.rank, world_size=dist.world_size)
 
 
 def train_epoch(model, loader, optimizer, labels: Optional[torch.Tensor], *, max_batches: Optional[int] = None,
@@ -293,7 +294,7 @@ def run_one(cfg: Config, codec: str, ds: PreparedDataset, dist: Dist, device: to
         train = part == "train"
         loaders[part] = front.make_loader(ds, graph, idx, lc, codec, shuffle=train, device=device,
                                           batch_size=lc.batch_size if train else lc.eval_batch_size,
-                                          use_store=cfg.data.store)
+                                          use_store=cfg.data.store, rank=dist.rank, world_size=dist.world_size)
         labels[part] = ds.y[idx].to(device)
     num_layers = len(lc.num_neighbors)
     model = front.build_model(cfg, ds).to(device)

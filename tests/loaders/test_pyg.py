@@ -280,6 +280,37 @@ def test_requests_split_across_ranks():
     assert torch.equal(torch.cat([q.index for q in again]), ids[1])  # same order on every call
 
 
+def _pretend_rank_1_of_2(monkeypatch):
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda *a, **k: 1)
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda *a, **k: 2)
+
+
+@pytest.mark.parametrize("hetero", [False, True])
+def test_seeds_are_not_split_under_torch_distributed_unless_asked(monkeypatch, hetero):
+    """PyG's loader splits nothing: a DDP script that hands each rank its own seeds gets all of them
+    (they were split a second time: half the batches). rank/world_size given: the loader splits."""
+    from torch_geometric.data import HeteroData
+
+    _pretend_rank_1_of_2(monkeypatch)
+    data = make_graph(num_nodes=400, num_edges=2000, dim=4)
+    seeds = torch.arange(0, 400, 3)  # this rank's own share, as the script chose it
+    if hetero:
+        h = HeteroData()
+        h["v"].x = data.x
+        h["v", "e", "v"].edge_index = data.edge_index
+        data, inputs = h, ("v", seeds)
+    else:
+        inputs = seeds
+    got = lambda loader: torch.cat([(b["v"] if hetero else b).n_id[:b["v"].batch_size if hetero else b.batch_size]
+                                    for b in loader])
+    mine = got(CompressedNeighborLoader(data, [2], input_nodes=inputs, batch_size=16, shuffle=True))
+    assert torch.equal(mine.sort().values, seeds)
+    split = got(CompressedNeighborLoader(data, [2], input_nodes=inputs, batch_size=16, shuffle=True,
+                                         rank=1, world_size=2))
+    assert split.numel() == seeds.numel() // 2 and bool(torch.isin(split, seeds).all())
+
+
 def train_losses(codec, epochs=2):
     from torch_geometric.nn import SAGEConv
 

@@ -72,8 +72,12 @@ def test_distributed_without_generator_is_seeded_by_the_epoch():
     assert torch.equal(torch.cat(a).sort().values, torch.arange(50))
 
 
-def test_rank_and_world_size_are_checked_and_default_to_a_single_process():
+def test_rank_and_world_size_are_checked_and_default_to_a_single_process(monkeypatch):
     assert distributed_place(None, None) == (0, 1)  # torch.distributed is not initialised here
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda *a, **k: 4)
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda *a, **k: 3)
+    assert distributed_place(None, None) == (0, 1)  # as PyG: no split unless asked
     assert distributed_place(2, 4) == (2, 4)
     with pytest.raises(ValueError, match="rank=4 is not accepted; use an int in \\[0, world_size=4\\)"):
         distributed_place(4, 4)
