@@ -34,6 +34,51 @@ def start() -> None:
     refresh_kernel_cache()
 
 
+#: a graph's (or edge type's) transposed sparse adjacency (``T.ToSparseTensor``), sampled as PyG samples
+#: it; its values travel as an edge attribute of that name and each batch's adj_t is rebuilt from them.
+ADJ_T = "adj_t"
+
+
+def read_adj_t(value: Any, num_src: int, num_dst: int, name: str) -> tuple[np.ndarray, np.ndarray, torch.Tensor]:
+    """(indptr, indices, values) of the graph that a transposed adjacency `value` holds, as PyG's
+    ``to_csc`` reads ``adj_t``: row ``v`` of `value` lists the sources of ``v``'s in-edges, so
+    its CSR is the graph's CSC; edge ids are positions in that order (``perm`` is None in PyG).
+
+    `value` is a torch sparse tensor (CSR, CSC or COO layout; ``T.ToSparseTensor`` gives CSR when
+    torch_sparse is absent) or a torch_sparse ``SparseTensor`` (its ``csr()``). Values are
+    ones where the tensor has none."""
+    shape = tuple(getattr(value, "sizes", lambda: None)() or getattr(value, "shape", ()))
+    if shape[:2] != (num_dst, num_src):
+        raise ValueError(f"{name} has shape {shape}; accepted: a transposed adjacency of shape "
+                         f"({num_dst}, {num_src}) (destinations x sources)")
+    if hasattr(value, "csr") and not isinstance(value, torch.Tensor):  # torch_sparse.SparseTensor
+        indptr, indices, values = value.csr()
+    elif isinstance(value, torch.Tensor) and value.layout in (torch.sparse_csr, torch.sparse_csc, torch.sparse_coo):
+        if value.dim() != 2:
+            raise ValueError(f"{name} is a {value.dim()}-d sparse tensor; accepted: 2-d (no hybrid or batched "
+                             "dimensions)")
+        csr = value if value.layout == torch.sparse_csr else value.to_sparse_csr()
+        indptr, indices, values = csr.crow_indices(), csr.col_indices(), csr.values()
+    else:
+        raise TypeError(f"{name} is a {type(value).__name__}"
+                        f"{'' if not isinstance(value, torch.Tensor) else f' of layout {value.layout}'}; "
+                        "accepted: a torch sparse tensor (CSR, CSC or COO) or a torch_sparse SparseTensor")
+    indices = indices.detach().cpu()
+    values = torch.ones(indices.numel()) if values is None else values.detach().cpu()
+    return (indptr.detach().cpu().numpy().astype(np.int64, copy=False),
+            indices.numpy().astype(np.int64, copy=False), values)
+
+
+def to_adj_t(edge_index: torch.Tensor, values: torch.Tensor, num_src: int, num_dst: int) -> torch.Tensor:
+    """A batch's ``adj_t`` (torch sparse CSR, destinations x sources) of its sampled edges
+    ``edge_index`` (local ids, source row first) with their `values`; repeated edges are kept."""
+    src, dst = edge_index[0], edge_index[1]
+    order = torch.argsort(dst * max(num_src, 1) + src, stable=True)
+    crow = torch.zeros(num_dst + 1, dtype=torch.int64, device=dst.device)
+    crow[1:] = torch.cumsum(torch.bincount(dst, minlength=num_dst), 0)
+    return torch.sparse_csr_tensor(crow, src[order], values[order], size=(num_dst, num_src))
+
+
 def setup_codecs(node_attrs: Mapping[str, Any], edge_attrs: Mapping[str, Any], *, num_nodes: int,
                  num_edges: int, codec: CodecSpec, device: torch.device) -> dict[GroupKey, Codec]:
     """One codec per group (pipeline.codec_setup.build_codecs), warmed up for `device`."""

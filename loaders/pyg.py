@@ -12,6 +12,7 @@ from ibp_graph.codec.base import Codec
 from ibp_graph.data.store import EncodedTable
 from ibp_graph.index_checks import check_node_table
 from ibp_graph.loaders import _common
+from ibp_graph.loaders._common import ADJ_T
 from ibp_graph.loaders.pyg_stores import is_hetero_input, is_store_pair, read_stores
 from ibp_graph.pipeline.batch import DecodedBatch, EncodedBatch
 from ibp_graph.pipeline.codec_setup import CodecSpec
@@ -19,7 +20,7 @@ from ibp_graph.pipeline.features import plan_features
 from ibp_graph.pipeline.grouping import GroupKey
 from ibp_graph.pipeline.requests import BatchRequest, BatchRequests, DrawnRequests
 from ibp_graph.pipeline.worker import BatchProducer
-from ibp_graph.sampling.graph import CSCGraph
+from ibp_graph.sampling.graph import CSCGraph, index_dtype
 from ibp_graph.sampling.neighbor import SUBGRAPH_TYPES, NeighborSampler
 
 try:
@@ -262,7 +263,11 @@ class CompressedNeighborLoader(NeighborLoader):
 
     def _to_data(self, batch: DecodedBatch) -> Data:
         """NeighborLoader's Data: the named tensors, and its fields from the batch's meta."""
-        data = Data(**{**self._graph_attrs, **batch})  # graph-level attributes as given (PyG's filter_data)
+        tensors = dict(batch)
+        if ADJ_T in tensors:  # the graph came as adj_t: so do the batches (PyG's filter_edge_store_)
+            n = int(tensors["n_id"].numel())
+            tensors[ADJ_T] = _common.to_adj_t(tensors.pop("edge_index"), tensors[ADJ_T], n, n)
+        data = Data(**{**self._graph_attrs, **tensors})  # graph-level attributes as given (PyG's filter_data)
         if self._set_num_nodes:
             data.num_nodes = int(batch["n_id"].numel())
         data.batch_size = batch.meta["num_seeds"]
@@ -415,13 +420,19 @@ def _graph_and_attrs(data) -> tuple[CSCGraph, dict, dict, dict]:
                          "accepted: a Data with node features or num_nodes set")
     num_nodes = int(data.num_nodes)
     edge_index = data.edge_index
-    if edge_index is None:  # PyG's to_csc: a graph without edges, whose batches hold the seeds only
-        edge_index = torch.zeros((2, 0), dtype=torch.int64)
-    num_edges = int(edge_index.shape[1])
-    graph = CSCGraph.from_edge_index(edge_index, num_nodes)
     node, edge, other = {}, {}, {}
+    if edge_index is None and "adj_t" in data:  # PyG's to_csc reads adj_t's CSR as the graph's CSC
+        indptr, indices, edge[ADJ_T] = _common.read_adj_t(data.adj_t, num_nodes, num_nodes, "data.adj_t")
+        num_edges = int(indices.shape[0])
+        graph = CSCGraph(indptr, indices.astype(index_dtype(num_nodes)),
+                         np.arange(num_edges, dtype=index_dtype(num_edges)))
+    else:
+        if edge_index is None:  # PyG's to_csc: a graph without edges, whose batches hold the seeds only
+            edge_index = torch.zeros((2, 0), dtype=torch.int64)
+        num_edges = int(edge_index.shape[1])
+        graph = CSCGraph.from_edge_index(edge_index, num_nodes)
     for key, value in data.items():
-        if key in ("edge_index", "num_nodes"):
+        if key in ("edge_index", "num_nodes", ADJ_T):
             continue
         if isinstance(value, EncodedTable):
             _check_attr(f"data.{key}", value, num_nodes)

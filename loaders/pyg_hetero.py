@@ -20,6 +20,7 @@ from ibp_graph.codec.base import Codec
 from ibp_graph.data.store import EncodedTable
 from ibp_graph.index_checks import check_node_table
 from ibp_graph.loaders import _common
+from ibp_graph.loaders._common import ADJ_T
 from ibp_graph.loaders.pyg_stores import is_store_pair, read_stores
 from ibp_graph.pipeline.batch import DecodedBatch
 from ibp_graph.pipeline.codec_setup import CODEC_NAMES, CodecSpec, build_codecs
@@ -246,10 +247,15 @@ class CompressedHeteroNeighborLoader(DataLoader, AffinityMixin, MultithreadingMi
             store = out[e]
             for key, value in g.edge_other[e].items():
                 store[key] = value
-            store.edge_index = batch[edge_name(e, "edge_index")].view(2, -1)
+            edge_index = batch[edge_name(e, "edge_index")].view(2, -1)
             for attr in g.edge_attrs[e]:  # absent where the subgraph's edges have no ids
                 if edge_name(e, attr) in batch:
                     store[attr] = batch[edge_name(e, attr)]
+            if ADJ_T in g.edge_attrs[e]:  # the type came as adj_t: so does the batch (PyG's filter_edge_store_)
+                store.adj_t = _common.to_adj_t(edge_index, store.adj_t, out[e[0]].n_id.numel(),
+                                               out[e[2]].n_id.numel())
+            else:
+                store.edge_index = edge_index
             if "e_id" not in g.edge_attrs[e] and edge_name(e, "e_id") in batch:
                 store.e_id = batch[edge_name(e, "e_id")]
             if meta["edges_per_hop"] is not None:
@@ -462,21 +468,26 @@ class _HeteroGraph:
             self._node_type(t, int(store.num_nodes), ((k, v) for k, v in store.items() if k != "num_nodes"), "data")
         for e in edge_types:
             store = data[e]
-            if "edge_index" not in store:
-                raise NotImplementedError(f"data[{e!r}] has no edge_index (keys {list(store.keys())}); "
-                                          "accepted: edge types given as edge_index, or the graph as per-type "
-                                          "tables (features, {edge type: TypedCSC}[, num_nodes])")
             src, _, dst = e
-            ei = store.edge_index
-            ei = torch.from_numpy(ei) if isinstance(ei, np.ndarray) else ei
+            self.edge_attrs[e], self.edge_other[e] = {}, {}
+            if "edge_index" not in store and ADJ_T in store:  # PyG's to_csc: adj_t's CSR is the type's CSC
+                indptr, indices, self.edge_attrs[e][ADJ_T] = _common.read_adj_t(
+                    store.adj_t, self.num_nodes[src], self.num_nodes[dst], f"data[{e!r}].adj_t")
+                ei = torch.from_numpy(np.stack([indices, np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))]))
+            elif "edge_index" not in store:
+                raise NotImplementedError(f"data[{e!r}] has no edge_index nor adj_t (keys {list(store.keys())}); "
+                                          "accepted: edge types given as edge_index or adj_t, or the graph as "
+                                          "per-type tables (features, {edge type: TypedCSC}[, num_nodes])")
+            else:
+                ei = store.edge_index
+                ei = torch.from_numpy(ei) if isinstance(ei, np.ndarray) else ei
             try:
                 self.csc[e] = TypedCSC.from_edge_index(ei, self.num_nodes[src], self.num_nodes[dst])
             except (TypeError, ValueError, IndexError) as err:
                 raise type(err)(f"data[{e!r}].edge_index: {err}") from None
             num_edges = int(ei.shape[1])
-            self.edge_attrs[e], self.edge_other[e] = {}, {}
             for key, value in store.items():
-                if key == "edge_index":
+                if key in ("edge_index", ADJ_T):
                     continue
                 name = f"data[{e!r}].{key}"
                 if isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim > 0 and \

@@ -163,3 +163,79 @@ def test_enable_multithreading_sets_the_spawned_workers_threads():
                 list(loader)
     finally:
         torch.multiprocessing.set_start_method(previous, force=True)
+
+
+def _sorted_by_destination(data: Data) -> Data:
+    """The graph without repeated edges, in (destination, source) order, as ToSparseTensor stores it."""
+    src, dst = data.edge_index
+    key = torch.unique(dst * data.num_nodes + src)  # sorted; ToSparseTensor would sum repeated edges
+    out = Data(x=data.x, edge_index=torch.stack([key % data.num_nodes, key // data.num_nodes]))
+    out.edge_weight = torch.rand(key.numel(), generator=torch.Generator().manual_seed(5))
+    return out
+
+
+@pytest.mark.parametrize("layout", ["csr", "coo"])
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_adj_t_is_sampled_as_pyg_reads_it_and_batches_carry_adj_t(layout, num_workers):
+    """T.ToSparseTensor's adj_t (a torch sparse tensor where torch_sparse is absent): the graph is
+    adj_t's CSR read as CSC (PyG's to_csc), every batch has the sampled subgraph's adj_t with the
+    edges' values and no edge_index, never the whole graph's adj_t (it was: empty edge_index)."""
+    import torch_geometric.transforms as T
+
+    plain = _sorted_by_destination(make_graph(num_nodes=500, num_edges=4000, dim=6, seed=2))
+    sparse = T.ToSparseTensor(attr="edge_weight", layout=torch.sparse_csr)(plain.clone())
+    if layout == "coo":
+        sparse.adj_t = sparse.adj_t.to_sparse_coo()
+    assert "edge_index" not in sparse and sparse.adj_t.layout != torch.strided
+    kw = dict(batch_size=32, shuffle=True, num_workers=num_workers)
+    ref = CompressedNeighborLoader(plain, [4, 3], generator=torch.Generator().manual_seed(1), **kw)
+    got = CompressedNeighborLoader(sparse, [4, 3], generator=torch.Generator().manual_seed(1), **kw)
+    n_batches = 0
+    for a, b in zip(ref, got):
+        n_batches += 1
+        n = b.n_id.numel()
+        assert "edge_index" not in b and b.adj_t.layout == torch.sparse_csr and tuple(b.adj_t.shape) == (n, n)
+        assert torch.equal(a.n_id, b.n_id) and torch.equal(a.x, b.x) and a.batch_size == b.batch_size
+        coo = b.adj_t.to_sparse_coo().coalesce()
+        dst, src = coo.indices()
+        got_edges = sorted(zip(src.tolist(), dst.tolist(), coo.values().tolist()))
+        want = sorted(zip(a.edge_index[0].tolist(), a.edge_index[1].tolist(), a.edge_weight.tolist()))
+        assert got_edges == want
+        assert torch.equal(b.e_id.sort().values, a.e_id.sort().values)  # positions in adj_t's order
+        assert b.num_sampled_edges == a.num_sampled_edges
+    assert n_batches == len(ref) == len(got)
+
+
+def test_adj_t_of_the_wrong_shape_or_kind_is_refused_by_name():
+    data = Data(x=torch.randn(5, 2), adj_t=torch.eye(4).to_sparse_csr())
+    with pytest.raises(ValueError, match=r"data.adj_t has shape \(4, 4\); accepted: .*\(5, 5\)"):
+        CompressedNeighborLoader(data, [2], batch_size=2)
+    data = Data(x=torch.randn(5, 2), adj_t=torch.eye(5))
+    with pytest.raises(TypeError, match="data.adj_t is a Tensor of layout torch.strided; accepted: a torch sparse"):
+        CompressedNeighborLoader(data, [2], batch_size=2)
+
+
+def test_heterogeneous_adj_t_is_sampled_as_its_edge_index():
+    """An edge type given as adj_t (T.ToSparseTensor on HeteroData) samples as the same edges given as
+    edge_index, and its batches carry the sampled adj_t (it was refused)."""
+    from torch_geometric.data import HeteroData
+    import torch_geometric.transforms as T
+
+    g = _sorted_by_destination(make_graph(num_nodes=300, num_edges=2400, dim=4, seed=4))
+    plain = HeteroData()
+    plain["a"].x = g.x
+    plain["a", "to", "a"].edge_index = g.edge_index
+    plain["a", "to", "a"].edge_weight = g.edge_weight
+    sparse = T.ToSparseTensor(attr="edge_weight", layout=torch.sparse_csr)(plain.clone())
+    e = ("a", "to", "a")
+    kw = dict(batch_size=20, input_nodes=("a", None), shuffle=True)
+    ref = CompressedNeighborLoader(plain, [3, 2], generator=torch.Generator().manual_seed(3), **kw)
+    got = CompressedNeighborLoader(sparse, [3, 2], generator=torch.Generator().manual_seed(3), **kw)
+    for a, b in zip(ref, got):
+        n = b["a"].n_id.numel()
+        assert "edge_index" not in b[e] and tuple(b[e].adj_t.shape) == (n, n)
+        assert torch.equal(a["a"].n_id, b["a"].n_id) and torch.equal(a["a"].x, b["a"].x)
+        coo = b[e].adj_t.to_sparse_coo().coalesce()
+        dst, src = coo.indices()
+        assert sorted(zip(src.tolist(), dst.tolist(), coo.values().tolist())) == \
+            sorted(zip(a[e].edge_index[0].tolist(), a[e].edge_index[1].tolist(), a[e].edge_weight.tolist()))
