@@ -495,3 +495,34 @@ def test_repr_is_pyg_s_and_the_sampler_is_node_sampler():
     loader = CompressedNeighborLoader(make_graph(300, 1000), [3, 2], batch_size=10, codec="identity")
     assert repr(loader) == str(loader) == "CompressedNeighborLoader()"
     assert loader.node_sampler.num_neighbors == [3, 2]
+
+
+@pytest.mark.parametrize("hetero", [False, True])
+def test_same_generator_same_batches_with_or_without_persistent_workers(hetero):
+    """What the README promises: with `generator=` every epoch's batches are the same with
+    persistent_workers True or False and without workers (torch's own worker-seed draws, made
+    from torch's global RNG at every epoch without persistent workers, never touch it)."""
+    from torch_geometric.data import HeteroData
+
+    data = make_graph(num_nodes=300, num_edges=2000, dim=4)
+    if hetero:
+        h = HeteroData()
+        h["v"].x = data.x
+        h["v", "e", "v"].edge_index = data.edge_index
+        data, kw = h, dict(input_nodes=("v", None))
+    else:
+        kw = {}
+
+    def epochs(**options):
+        loader = CompressedNeighborLoader(data, [3, 2], batch_size=64, shuffle=True,
+                                          generator=torch.Generator().manual_seed(7), **kw, **options)
+        out = []
+        for epoch in range(3):
+            torch.manual_seed(epoch)  # the global RNG moves differently in each setting
+            out.append([(b["v"] if hetero else b).n_id.tolist() for b in loader])
+        return out
+
+    persistent = epochs(num_workers=1, persistent_workers=True)
+    assert persistent[0] != persistent[1]  # a new shuffle each epoch
+    assert epochs(num_workers=1, persistent_workers=False) == persistent
+    assert epochs(num_workers=0) == persistent
