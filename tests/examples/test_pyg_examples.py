@@ -1,0 +1,178 @@
+"""PyG's example scripts as a user runs them, shortened: only the loader import is swapped.
+
+Each test is our own short, deterministic version of one of PyG's example loops (written from
+their documented behaviour, on the generated stand-ins of tests/examples/graphs.py): it must
+train (losses fall, accuracy beats chance), and lossless compression must not change a single
+loss (codec auto and identity give the same numbers bit for bit). A regression in the loader's
+plumbing (rows, seeds, edges, per-hop counts, DDP seed handling) shows as a failure here.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ibp_graph.loaders.pyg import CompressedNeighborLoader as NeighborLoader
+from tests.examples import graphs
+
+
+def _epochs(model, loader, num_seeds: int, epochs: int, forward, target) -> list[float]:
+    """Mean training loss per epoch (the examples' `train()`)."""
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    losses = []
+    for _ in range(epochs):
+        model.train()
+        total = 0.0
+        for batch in loader:
+            opt.zero_grad()
+            out, y = forward(model, batch), target(batch)
+            loss = F.cross_entropy(out, y)
+            loss.backward()
+            opt.step()
+            total += float(loss) * y.numel()
+        losses.append(total / num_seeds)
+    return losses
+
+
+@torch.no_grad()
+def _accuracy(model, loader, forward, target) -> float:
+    model.eval()
+    right = seen = 0
+    for batch in loader:
+        pred, y = forward(model, batch).argmax(dim=-1), target(batch)
+        right += int((pred == y).sum())
+        seen += y.numel()
+    return right / seen
+
+
+def _ogbn_train(codec: str, num_workers: int):
+    """examples/ogbn_train.py (sage): NeighborLoader over the train ids, GraphSAGE, eval on the val ids."""
+    from torch_geometric.nn.models import GraphSAGE
+
+    data = graphs.homogeneous()
+    train_idx, val_idx = data.train_mask.nonzero().view(-1), data.val_mask.nonzero().view(-1)
+    torch.manual_seed(12345)
+    kw = dict(num_neighbors=[5, 3], batch_size=64, num_workers=num_workers,
+              persistent_workers=num_workers > 0, codec=codec)
+    train_loader = NeighborLoader(data, input_nodes=train_idx, shuffle=True, **kw)
+    val_loader = NeighborLoader(data, input_nodes=val_idx, shuffle=False, **kw)
+    model = GraphSAGE(data.num_features, 32, num_layers=2, out_channels=4, dropout=0.1)
+    forward = lambda m, b: m(b.x, b.edge_index)[: b.batch_size]
+    target = lambda b: b.y[: b.batch_size].view(-1)
+    losses = _epochs(model, train_loader, train_idx.numel(), 4, forward, target)
+    return losses, _accuracy(model, val_loader, forward, target)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_ogbn_train_sage_learns_and_compression_changes_no_loss(num_workers):
+    auto, acc = _ogbn_train("auto", num_workers)
+    identity, acc_identity = _ogbn_train("identity", num_workers)
+    assert auto == identity and acc == acc_identity  # bit-exact features: the same numbers
+    assert auto[-1] < 0.8 * auto[0] and acc > 0.5, (auto, acc)  # 4 classes: chance is 0.25
+
+
+class _HeteroGNN(torch.nn.Module):
+    """to_hetero_mag.py's model: lazy SAGEConvs, made heterogeneous by to_hetero."""
+
+    def __init__(self, hidden: int, out: int):
+        from torch_geometric.nn import SAGEConv
+
+        super().__init__()
+        self.conv1 = SAGEConv((-1, -1), hidden)
+        self.conv2 = SAGEConv((-1, -1), out)
+
+    def forward(self, x, edge_index):
+        return self.conv2(self.conv1(x, edge_index).relu(), edge_index)
+
+
+def _to_hetero_mag(codec: str):
+    from torch_geometric.nn import to_hetero
+
+    data = graphs.mag()
+    torch.manual_seed(0)
+    loader = NeighborLoader(data, num_neighbors=[5, 3], batch_size=48, shuffle=True,
+                            input_nodes=("paper", data["paper"].train_mask), codec=codec)
+    model = to_hetero(_HeteroGNN(32, 4), data.metadata(), aggr="sum")
+    with torch.no_grad():  # initialise the lazy modules, as the example does
+        batch = next(iter(loader))
+        model(batch.x_dict, batch.edge_index_dict)
+    forward = lambda m, b: m(b.x_dict, b.edge_index_dict)["paper"][: b["paper"].batch_size]
+    target = lambda b: b["paper"].y[: b["paper"].batch_size]
+    losses = _epochs(model, loader, int(data["paper"].train_mask.sum()), 4, forward, target)
+    return losses, _accuracy(model, loader, forward, target)
+
+
+def test_to_hetero_mag_learns_and_compression_changes_no_loss():
+    auto, acc = _to_hetero_mag("auto")
+    identity, acc_identity = _to_hetero_mag("identity")
+    assert auto == identity and acc == acc_identity
+    assert auto[-1] < 0.8 * auto[0] and acc > 0.5, (auto, acc)
+
+
+def test_hierarchical_sampling_trims_to_the_same_seed_outputs():
+    """examples/hierarchical_sampling.py: BasicGNN's trim_to_layer with the batch's per-hop counts
+    gives the seeds the outputs of the untrimmed forward (wrong counts would drop needed edges)."""
+    from torch_geometric.nn.models import GraphSAGE
+
+    data = graphs.homogeneous(num_nodes=500)
+    torch.manual_seed(1)
+    model = GraphSAGE(data.num_features, 32, num_layers=3, out_channels=4).eval()
+    loader = NeighborLoader(data, num_neighbors=[6, 4, 2], batch_size=50, input_nodes=data.train_mask)
+    with torch.no_grad():
+        for batch in loader:
+            full = model(batch.x, batch.edge_index)[: batch.batch_size]
+            trimmed = model(batch.x, batch.edge_index, num_sampled_nodes_per_hop=batch.num_sampled_nodes,
+                            num_sampled_edges_per_hop=batch.num_sampled_edges)[: batch.batch_size]
+            assert len(batch.num_sampled_nodes) == 4 and len(batch.num_sampled_edges) == 3
+            torch.testing.assert_close(trimmed, full, rtol=0, atol=1e-5)
+
+
+def _ddp_rank(rank: int, world_size: int, init_file: str, out_dir: str) -> None:
+    """examples/multi_gpu/papers100m_gcn.py on the CPU: the script splits the train ids itself."""
+    from torch.nn.parallel import DistributedDataParallel
+    from torch_geometric.nn.models import GCN
+
+    import datetime
+
+    torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
+                                         world_size=world_size, timeout=datetime.timedelta(seconds=120))
+    data = graphs.homogeneous()
+    train_idx = data.train_mask.nonzero().view(-1)
+    mine = train_idx.split(train_idx.size(0) // world_size)[rank]
+    torch.manual_seed(rank)
+    loader = NeighborLoader(data, input_nodes=mine, num_neighbors=[5, 3], batch_size=32, shuffle=True)
+    model = DistributedDataParallel(GCN(data.num_features, 32, num_layers=2, out_channels=4))
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    seen, batches = [], 0
+    for batch in loader:
+        opt.zero_grad()
+        out = model(batch.x, batch.edge_index)[: batch.batch_size]
+        F.cross_entropy(out, batch.y[: batch.batch_size]).backward()
+        opt.step()
+        seen.append(batch.n_id[: batch.batch_size])
+        batches += 1
+    torch.save({"mine": mine, "seen": torch.cat(seen), "batches": batches}, os.path.join(out_dir, f"{rank}.pt"))
+    torch.distributed.destroy_process_group()
+
+
+def test_papers100m_gcn_ddp_ranks_train_on_the_seeds_the_script_gave_them(tmp_path):
+    """Each rank's loader takes every seed the script handed it (PyG's loader splits nothing; ours
+    split them again: half the batches, and the example crashed)."""
+    import subprocess
+    import sys
+
+    # a fresh process, as a user runs the script (no loaders or signal handlers of other tests)
+    script = ("import sys, torch.multiprocessing as mp\n"
+              "from tests.examples.test_pyg_examples import _ddp_rank\n"
+              "if __name__ == '__main__':\n"
+              f"    mp.spawn(_ddp_rank, args=(2, {str(tmp_path / 'init')!r}, {str(tmp_path)!r}), nprocs=2)\n")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = [torch.load(tmp_path / f"{r}.pt") for r in range(2)]
+    for r in results:
+        assert torch.equal(r["seen"].sort().values, r["mine"].sort().values)
+    assert results[0]["batches"] == results[1]["batches"] == -(-results[0]["mine"].numel() // 32)
