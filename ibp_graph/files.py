@@ -53,7 +53,8 @@ class DiskFullError(OSError):
     def __init__(self, path: PathLike, needed: Optional[int], free: int, what: str = ""):
         self.path, self.needed, self.free, self.what = Path(path), needed, free, what
         need = f"{needed:,} bytes ({_human(needed)})" if needed is not None else "more"
-        super().__init__(errno.ENOSPC, f"no space left for {what or self.path}: it needs {need}, and {free:,} "
+        subject = f"{what} in {self.path}" if what else str(self.path)
+        super().__init__(errno.ENOSPC, f"no space left for {subject}: it needs {need}, and {free:,} "
                                        f"bytes ({_human(free)}) are free on its file system; free some space there "
                                        f"or write to a larger disk (--out)")
 
@@ -141,7 +142,7 @@ def save_npy(path: PathLike, array: np.ndarray) -> Path:
     return Path(path)
 
 
-#: the most an .npy header takes (numpy pads it to a multiple of 64 bytes; 128 for ordinary shapes).
+#: room counted for an .npy header (numpy pads it to a multiple of 64 bytes; 128 for ordinary shapes).
 _NPY_HEADER = 4096
 
 
@@ -162,8 +163,8 @@ def check_free(path: PathLike, needed: int, what: str = "") -> None:
 
 @contextlib.contextmanager
 def disk_full_error(path: PathLike, needed: Optional[int] = None, what: str = "") -> Iterator[None]:
-    """Turn ENOSPC raised in the block into a DiskFullError naming `path` (or `what` is written there) and the
-    `needed` bytes."""
+    """Turn ENOSPC (or a full quota) raised in the block into a DiskFullError naming `path` (and `what` was
+    being written there) and the `needed` bytes."""
     try:
         yield
     except DiskFullError:
@@ -238,8 +239,7 @@ def work_dir(final: PathLike) -> Iterator[Path]:
         if not e.path.is_relative_to(tmp):
             raise
         # named as the finished folder would hold it: the work folder is gone when the message is read
-        raise DiskFullError(final / e.path.relative_to(tmp), e.needed, e.free,
-                            e.what.replace(str(tmp), str(final))) from None
+        raise DiskFullError(final / e.path.relative_to(tmp), e.needed, e.free, e.what) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -256,7 +256,7 @@ def encode_store(directory: PathLike, codec: CodecSpec = "auto", *, progress: bo
     d = Path(directory)
     x = as_tensor(np.load(d / "x.npy", mmap_mode="r"))
     out = d / "store" / "x" if out is None else Path(out)
-    with disk_full_error(out, x.numel() * x.element_size(), f"the feature store {out} (at most the features' size)"):
+    with disk_full_error(out, x.numel() * x.element_size(), "the feature store (at most the features' size)"):
         table = EncodedTable.encode(x, codec, directory=out, progress=progress)
     return {"store_codec": table.codec.name, "store_fraction": table.fraction, "store_bytes": table.nbytes}
 
