@@ -49,7 +49,8 @@ def _prepare(argv: Sequence[str]) -> int:
     p.add_argument("--root", help="OGB: the folder holding OGB's data set folder (e.g. ROOT/ogbn_papers100M/raw); "
                                   "synthetic: the cache folder (default: the config's data.root, data_cache)")
     p.add_argument("--out", help="the prepared folder (default: <data set folder>/ibp_prepared; "
-                                 "synthetic: <root>/synthetic-<nodes>-<hash>)")
+                                 "synthetic: <root>/synthetic-<nodes>-<hash>); it must be absent, empty or "
+                                 "an earlier prepared folder, which is replaced, and outside the input")
     p.add_argument("--directed", action="store_true", help="keep OGB's edge directions (default: undirected)")
     p.add_argument("--no-store", action="store_true", help="skip the pre-encoded feature store")
     p.add_argument("--codec", default="auto", choices=KINDS,
@@ -62,6 +63,8 @@ def _prepare(argv: Sequence[str]) -> int:
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     a = p.parse_args(argv)
     _exit_on_sigterm()  # a scheduler's SIGTERM unwinds like Ctrl-C: the work folder is removed
+    from .files import DiskFullError
+
     try:
         if a.dataset == "synthetic":
             from .data import graphgen
@@ -98,7 +101,7 @@ def _prepare(argv: Sequence[str]) -> int:
                 p.error("--root is required for OGB data sets: the folder holding OGB's data set folder")
             ogb.prepare(a.dataset, a.root, a.out, undirected=not a.directed, store=not a.no_store,
                         codec=a.codec, progress=not a.quiet)
-    except (FileNotFoundError, ValueError) as e:
+    except (FileNotFoundError, ValueError, DiskFullError) as e:  # an output folder refused: OutputFolderError
         print(f"ibp-graph prepare: {e}", file=sys.stderr)
         return 1
     return 0

@@ -7,6 +7,12 @@ the old file or the new one, never half of one, and a folder can be saved onto i
 folder ``<final>.tmp-<host>-<pid>`` beside their result; it is removed when the job
 ends, however it ends short of SIGKILL, and folders of dead processes on this host are
 removed by the next job that works beside the same result.
+
+Nothing a user keeps is deleted or overwritten: a finished folder is moved into place only
+over an empty folder or one ibp-graph marked as its own output (`MARKER`), and `check_output`
+refuses an output folder holding anything else, or overlapping its input, before any work.
+Large arrays are allocated on disk before they are written through a memory map, so a full
+disk is a `DiskFullError` (naming the path, the bytes needed and free), never a SIGBUS.
 """
 from __future__ import annotations
 
@@ -16,17 +22,51 @@ import json
 import os
 import shutil
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Union
+from typing import Optional, Union
 
 import numpy as np
 
 __all__ = ["atomic_write", "write_bytes", "write_text", "save_npy", "read_json", "work_dir", "replace_dir",
-           "remove_stale", "pid_alive"]
+           "remove_stale", "pid_alive", "MARKER", "OutputFolderError", "DiskFullError", "check_output",
+           "is_own_output", "note_output_entry", "check_free", "open_npy", "disk_full_error"]
 
 PathLike = Union[str, os.PathLike]
 _TMP = ".tmp-"
+#: the file ibp-graph writes into every folder it moves into place: it lists the folder's entries.
+MARKER = ".ibp-graph-output.json"
+#: meta.json formats of prepared folders written before the marker existed (prepared.py, hetero.py) ...
+_UNMARKED_FORMATS = ("ibp_graph.prepared", "ibp_graph.hetero_prepared")
+#: ... and the names such a folder holds at its top.
+_UNMARKED_NAMES = frozenset({"meta.json", "checksums.json", "graph", "x.npy", "y.npy", "split", "store", "nodes",
+                             "edges"})
+
+
+class OutputFolderError(ValueError):
+    """An output folder ibp-graph may not write into: it holds files it did not write, or it is its own input."""
+
+
+class DiskFullError(OSError):
+    """Too little free space to write something (ENOSPC): names the path, the bytes needed and the bytes free."""
+
+    def __init__(self, path: PathLike, needed: Optional[int], free: int, what: str = ""):
+        self.path, self.needed, self.free, self.what = Path(path), needed, free, what
+        need = f"{needed:,} bytes ({_human(needed)})" if needed is not None else "more"
+        subject = f"{what} in {self.path}" if what else str(self.path)
+        super().__init__(errno.ENOSPC, f"no space left for {subject}: it needs {need}, and {free:,} "
+                                       f"bytes ({_human(free)}) are free on its file system; free some space there "
+                                       f"or write to a larger disk (--out)")
+
+    def __str__(self) -> str:
+        return self.strerror
+
+    def __reduce__(self):
+        return type(self), (self.path, self.needed, self.free, self.what)
+
+
+def _human(nbytes: int) -> str:
+    return f"{nbytes / 2**30:.3g} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.3g} MiB"
 
 
 def pid_alive(pid: int) -> bool:
@@ -84,7 +124,7 @@ def atomic_write(path: PathLike) -> Iterator[Path]:
 
 def write_bytes(path: PathLike, data: bytes) -> Path:
     """Write `data` to `path` atomically."""
-    with atomic_write(path) as tmp:
+    with disk_full_error(path, len(data)), atomic_write(path) as tmp:
         tmp.write_bytes(data)
     return Path(path)
 
@@ -96,9 +136,74 @@ def write_text(path: PathLike, text: str) -> Path:
 
 def save_npy(path: PathLike, array: np.ndarray) -> Path:
     """``np.save`` to `path` atomically (the name is kept exactly: no .npy is appended)."""
-    with atomic_write(path) as tmp, open(tmp, "wb") as f:
+    with disk_full_error(path, np.asarray(array).nbytes + _NPY_HEADER), atomic_write(path) as tmp, \
+            open(tmp, "wb") as f:
         np.save(f, array, allow_pickle=False)
     return Path(path)
+
+
+#: room counted for an .npy header (numpy pads it to a multiple of 64 bytes; 128 for ordinary shapes).
+_NPY_HEADER = 4096
+
+
+def _free_bytes(path: PathLike) -> int:
+    """Free bytes (for this user) on the file system of `path`, or of its nearest existing parent."""
+    p = Path(path).absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return shutil.disk_usage(p).free
+
+
+def check_free(path: PathLike, needed: int, what: str = "") -> None:
+    """DiskFullError unless the file system of `path` has `needed` bytes free (checked before long work)."""
+    free = _free_bytes(path)
+    if free < needed:
+        raise DiskFullError(path, int(needed), free, what)
+
+
+@contextlib.contextmanager
+def disk_full_error(path: PathLike, needed: Optional[int] = None, what: str = "") -> Iterator[None]:
+    """Turn ENOSPC (or a full quota) raised in the block into a DiskFullError naming `path` (and `what` was
+    being written there) and the `needed` bytes."""
+    try:
+        yield
+    except DiskFullError:
+        raise
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise DiskFullError(path, needed, _free_bytes(path), what) from None
+
+
+def open_npy(path: PathLike, dtype, shape: tuple) -> np.memmap:
+    """A new .npy file at `path`, memory-mapped for writing, with its disk blocks allocated first.
+
+    Writing through the map of a sparse file on a full disk kills the process (SIGBUS);
+    allocated first, a full disk is a DiskFullError here instead. Where the file system
+    cannot allocate ahead, the free space is checked.
+    """
+    path = Path(path)
+    shape = tuple(int(v) for v in shape)
+    with disk_full_error(path, int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize + _NPY_HEADER):
+        array = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
+        _allocate(path, path.stat().st_size)
+    return array
+
+
+def _allocate(path: Path, size: int) -> None:
+    """Reserve `size` bytes of disk for the file `path` (posix_fallocate), else check that they are free."""
+    allocate = getattr(os, "posix_fallocate", None)
+    if allocate is not None and size:
+        fd = os.open(path, os.O_RDWR)
+        try:
+            allocate(fd, 0, size)
+            return
+        except OSError as e:
+            if e.errno not in (errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL, errno.ENOSYS):
+                raise
+        finally:
+            os.close(fd)
+    check_free(path, size - getattr(os.stat(path), "st_blocks", 0) * 512)  # a sparse file: all is still to come
 
 
 def read_json(path: PathLike, error: type = ValueError, fix: str = "") -> dict:
@@ -128,23 +233,111 @@ def work_dir(final: PathLike) -> Iterator[Path]:
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     try:
-        yield tmp
+        with disk_full_error(final):  # a write that filled the disk: one clear error, and this folder goes
+            yield tmp
+    except DiskFullError as e:
+        if not e.path.is_relative_to(tmp):
+            raise
+        # named as the finished folder would hold it: the work folder is gone when the message is read
+        raise DiskFullError(final / e.path.relative_to(tmp), e.needed, e.free, e.what) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def is_own_output(directory: PathLike) -> bool:
+    """Whether the folder `directory` is an output ibp-graph moved into place and holds nothing else.
+
+    Its marker (`MARKER`) lists its entries; a prepared folder written before markers
+    existed is known by its meta.json's format and its top-level names. Leftover
+    temporaries of ibp-graph's atomic writes (``NAME.tmp-...``) count as its own.
+    """
+    d = Path(directory)
+    names = {p.name.split(_TMP)[0] for p in d.iterdir()} - {MARKER}
+    if (d / MARKER).is_file():
+        try:
+            marker = read_json(d / MARKER)
+        except ValueError:
+            return False
+        entries = marker.get("entries")
+        return (marker.get("written_by") == "ibp-graph" and isinstance(entries, list)
+                and names <= {e for e in entries if isinstance(e, str)})
+    try:
+        meta = read_json(d / "meta.json")
+    except ValueError:
+        return False
+    return meta.get("format") in _UNMARKED_FORMATS and names <= _UNMARKED_NAMES
+
+
+def note_output_entry(directory: PathLike, name: str) -> None:
+    """Record `name` (an entry ibp-graph added later, e.g. a feature store) in the marker of `directory`, if any."""
+    path = Path(directory) / MARKER
+    if path.is_file():
+        marker = read_json(path)
+        entries = sorted(set(marker.get("entries") or []) | {name})
+        write_text(path, json.dumps(dict(marker, entries=entries), indent=1) + "\n")
+
+
+def _contents(d: Path, limit: int = 5) -> str:
+    names = sorted(p.name + ("/" if p.is_dir() else "") for p in d.iterdir())
+    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _check_replaceable(final: Path) -> None:
+    """OutputFolderError unless `final` is absent, an empty folder, or ibp-graph's own earlier output."""
+    if final.is_symlink():
+        raise OutputFolderError(f"output folder {final} is a symbolic link (to {os.readlink(final)}); ibp-graph "
+                                "does not replace links: pass the folder it points to, or a new folder")
+    if not final.exists():
+        return
+    if not final.is_dir():
+        raise OutputFolderError(f"output folder {final} is a file, not a folder; nothing was written: pass a new "
+                                "or empty folder")
+    if any(final.iterdir()) and not is_own_output(final):
+        raise OutputFolderError(
+            f"output folder {final} holds files ibp-graph did not write ({_contents(final)}); it writes only into "
+            f"an absent or empty folder or one it prepared before, and nothing was changed: pass a new or empty "
+            f"folder, or move those files away")
+
+
+def check_output(final: PathLike, inputs: Iterable[PathLike] = ()) -> Path:
+    """`final`, checked before any work as a place to write a result into, or OutputFolderError saying why not.
+
+    It must be absent, an empty folder, or ibp-graph's own earlier output (which is then
+    replaced), and neither be nor lie inside nor contain any of `inputs` (the files and
+    folders the job reads).
+    """
+    final = Path(final)
+    where = final.resolve()
+    for inp in inputs:
+        src = Path(inp).resolve()
+        if where == src or where.is_relative_to(src):
+            rel = "is" if where == src else "lies inside"
+            raise OutputFolderError(f"output folder {final} {rel} the input {inp}, which this reads; nothing was "
+                                    "written: choose an output folder outside it")
+        if src.is_relative_to(where):
+            raise OutputFolderError(f"output folder {final} contains the input {inp}, which this reads, and would "
+                                    "replace it; nothing was written: choose an output folder outside it")
+    _check_replaceable(final)
+    return final
+
+
 def replace_dir(tmp: Path, final: Path, *, keep: Callable[[Path], bool] = lambda p: False) -> Path:
-    """Move a finished work folder into place, replacing what is there.
+    """Move a finished work folder into place, replacing an empty folder or ibp-graph's own earlier output.
 
     When ``keep(final)`` is true (a finished result another process moved into place
     meanwhile: several machines preparing on one shared disk) `final` wins and `tmp` is
     discarded. The folder it replaces is renamed aside first and removed after, so a
-    crash in between leaves one of the two complete, never a half-deleted folder.
+    crash in between leaves one of the two complete, never a half-deleted folder; any
+    other folder at `final` is an OutputFolderError and stays as it is. The folder moved
+    into place gets a `MARKER` listing its entries.
     """
     tmp, final = Path(tmp), Path(final)
     if keep(final):
         shutil.rmtree(tmp)
         return final
+    _check_replaceable(final)  # never a folder of someone else's files
+    entries = sorted(p.name for p in tmp.iterdir() if p.name != MARKER)
+    write_text(tmp / MARKER, json.dumps({"written_by": "ibp-graph", "entries": entries}, indent=1) + "\n")
     old = None
     if final.exists() or final.is_symlink():
         old = _temp_name(final.with_name(final.name + ".old"))

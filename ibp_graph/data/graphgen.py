@@ -34,7 +34,7 @@ import numpy as np
 
 from ..codec.auto import CodecSpec, check_kind
 from . import synthetic as _syn
-from ..files import replace_dir, work_dir
+from ..files import check_free, check_output, open_npy, replace_dir, save_npy, work_dir
 from .prepared import (PreparedDataset, add_store, build_csc, encode_store, progress_bar,
                        write_prepared_meta)
 
@@ -252,7 +252,7 @@ def _feature_task(path: str, lo: int, hi: int, labels: np.ndarray, spec: GraphSp
 def _write_features(path: Path, classes: np.ndarray, spec: GraphSpec, progress: bool, workers: int,
                     step: int = 16 * _syn.CHUNK_ROWS) -> None:
     """x.npy, `step` rows at a time (a multiple of CHUNK_ROWS), by `workers` processes."""
-    x = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(spec.num_nodes, spec.dim))
+    x = open_npy(path, np.float32, (spec.num_nodes, spec.dim))
     bar = progress_bar(spec.num_nodes, "features", progress)
     ranges = [(lo, min(spec.num_nodes, lo + step)) for lo in range(0, spec.num_nodes, step)]
     if workers <= 1:
@@ -279,7 +279,8 @@ def generate(spec: GraphSpec, directory: PathLike, *, store: bool = True, codec:
     """Write the prepared data set of `spec` into `directory` (replaced if present); return it.
 
     `store` pre-encodes the features with `codec` ("auto": fit_codec's choice; "ibp",
-    "ebp", "identity" or a fitted codec; meta.json names it). Work happens in a temporary
+    "ebp", "identity" or a fitted codec; meta.json names it). `directory` must be absent,
+    empty or an earlier output of ibp-graph (``files.check_output``). Work happens in a temporary
     folder beside it, moved into place at the end and removed however the run ends, so an
     interrupted run leaves no half-written data set behind (a killed run's folder is removed
     by the next run beside it; with `keep_complete`, a data set another process finished
@@ -288,10 +289,11 @@ def generate(spec: GraphSpec, directory: PathLike, *, store: bool = True, codec:
     """
     if isinstance(codec, str):
         check_kind(codec, "codec")  # before the data set is generated, not after
-    final = Path(directory)
+    final = check_output(directory)  # never over a folder of someone else's files
+    n = spec.num_nodes
+    check_free(final, n * (spec.dim * 4 + 3 * 8), f"the generated data set of {n:,} nodes (x, y, indptr)")
     with work_dir(final) as tmp:  # removed however this ends; dead processes' ones too
         t0 = time.perf_counter()
-        n = spec.num_nodes
         if workers is None:
             workers = 1 if n < 2_000_000 else (os.cpu_count() or 1)
 
@@ -305,7 +307,7 @@ def generate(spec: GraphSpec, directory: PathLike, *, store: bool = True, codec:
             classes[lo:hi], year[lo:hi], labeled[lo:hi], fitness[lo:hi] = (
                 part["class"], part["year"], part["labeled"], part["fitness"])
 
-        y = np.lib.format.open_memmap(tmp / "y.npy", mode="w+", dtype=np.int64, shape=(n,))
+        y = open_npy(tmp / "y.npy", np.int64, (n,))
         y[:] = np.where(labeled, classes, -1)
         del y
         (tmp / "split").mkdir()
@@ -313,7 +315,7 @@ def generate(spec: GraphSpec, directory: PathLike, *, store: bool = True, codec:
                   "valid": labeled & (year == _VALID_YEAR),
                   "test": labeled & (year > _VALID_YEAR)}
         for name, mask in splits.items():
-            np.save(tmp / "split" / f"{name}.npy", np.flatnonzero(mask).astype(np.int64))
+            save_npy(tmp / "split" / f"{name}.npy", np.flatnonzero(mask).astype(np.int64))
         del year, labeled
 
         targets = _Targets(classes, fitness, spec.num_classes)

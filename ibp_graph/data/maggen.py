@@ -31,7 +31,7 @@ from typing import Iterator, Optional, Union
 import numpy as np
 
 from ..codec.auto import CodecSpec, check_kind
-from ..files import replace_dir, work_dir
+from ..files import check_free, check_output, replace_dir, save_npy, work_dir
 from . import graphgen
 from .hetero import HeteroPreparedDataset, add_stores, encode_stores, write_hetero_meta, write_relations
 
@@ -165,13 +165,15 @@ def generate(spec: MagSpec, directory: PathLike, *, store: bool = True, codec: C
     """Write the heterogeneous prepared data set of `spec` into `directory` (replaced if present); return it.
 
     `store` pre-encodes the paper features with `codec` ("auto": fit_codec's choice; meta.json
-    names it). Work happens in a temporary folder beside `directory`, moved into place at the
+    names it). `directory` must be absent, empty or an earlier output of ibp-graph
+    (``files.check_output``). Work happens in a temporary folder beside `directory`, moved into place at the
     end and removed however the run ends (with `keep_complete`, a data set another process
     finished first is kept).
     """
     if isinstance(codec, str):
         check_kind(codec, "codec")  # before the data set is generated, not after
-    final = Path(directory)
+    final = check_output(directory)  # never over a folder of someone else's files
+    check_free(final, spec.num_papers * (spec.dim * 4 + 8), f"the features and labels of {spec.num_papers:,} papers")
     papers = spec.papers()
     with work_dir(final) as tmp:
         t0 = time.perf_counter()
@@ -183,12 +185,12 @@ def generate(spec: MagSpec, directory: PathLike, *, store: bool = True, codec: C
             hi = min(n, lo + graphgen.NODE_CHUNK)
             part = graphgen._node_chunk(papers, chunk, hi - lo)
             classes[lo:hi], year[lo:hi], fitness[lo:hi] = part["class"], part["year"], part["fitness"]
-        np.save(tmp / "y.npy", classes.astype(np.int64))
+        save_npy(tmp / "y.npy", classes.astype(np.int64))
         (tmp / "split").mkdir()
         splits = {"train": year <= graphgen._TRAIN_LAST_YEAR, "valid": year == graphgen._VALID_YEAR,
                   "test": year > graphgen._VALID_YEAR}
         for name, mask in splits.items():
-            np.save(tmp / "split" / f"{name}.npy", np.flatnonzero(mask).astype(np.int64))
+            save_npy(tmp / "split" / f"{name}.npy", np.flatnonzero(mask).astype(np.int64))
 
         paper_targets = graphgen._Targets(classes, fitness, spec.num_classes)
         author_cls, author_targets = _members(spec, _AUTHORS, spec.num_authors)

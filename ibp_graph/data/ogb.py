@@ -26,7 +26,7 @@ from typing import Optional, Union
 import numpy as np
 
 from ..codec.auto import CodecSpec, check_kind
-from ..files import replace_dir, work_dir
+from ..files import check_free, check_output, open_npy, replace_dir, save_npy, work_dir
 from .prepared import (PreparedDataset, SPLITS, build_csc, encode_store, progress_bar,
                        write_prepared_meta)
 
@@ -297,14 +297,15 @@ def prepare(name: str, root: PathLike, out: Optional[PathLike] = None, *, undire
     an undirected graph). `store` pre-encodes the features with `codec`: "auto" (fit_codec's
     choice on a row sample: IBP, EBP, or identity when neither gains), "ibp", "ebp",
     "identity" or a fitted codec; meta.json names it (store_codec). Prints progress and a
-    closing line with the store's codec and fraction.
+    closing line with the store's codec and fraction. `out` must be absent, empty or an
+    earlier output of ibp-graph, outside raw/ and split/ (``files.check_output``).
     With `keep_complete`, a preparation another process finished first is kept.
     """
     spec = _spec(name)
     if isinstance(codec, str):
         check_kind(codec, "codec")  # before hours of conversion, not after
     src = check_files(name, root)
-    final = Path(out) if out is not None else src / "ibp_prepared"
+    final = check_output(out if out is not None else src / "ibp_prepared", (src / "raw", src / "split"))
     try:
         with work_dir(final) as tmp:  # removed however this ends; dead processes' ones too
             t0 = time.perf_counter()
@@ -333,6 +334,8 @@ def prepare(name: str, root: PathLike, out: Optional[PathLike] = None, *, undire
                 feat_shape, feat_dtype = (num_nodes, first.shape[1]), np.dtype(np.float32)
                 feat_rows = lambda: _csv_chunks(raw / "node-feat.csv.gz", np.float32, chunk_rows)  # noqa: E731
 
+            check_free(tmp, int(np.prod(feat_shape)) * feat_dtype.itemsize + 2 * 8 * num_nodes,
+                       f"{name}'s features, labels and indptr")  # before the long graph build
             # OGB's add_inverse_edge duplicates each raw edge reversed: the same graph as undirected=True
             both = undirected or spec.add_inverse_edge
             graph = build_csc(chunks, num_nodes, tmp / "graph", undirected=both, dedup=undirected, progress=progress,
@@ -343,7 +346,7 @@ def prepare(name: str, root: PathLike, out: Optional[PathLike] = None, *, undire
             # ---- features
             if len(feat_shape) != 2 or feat_shape[0] != num_nodes:
                 raise ValueError(f"{name}: node features have shape {feat_shape}; expected ({num_nodes}, dim)")
-            x = np.lib.format.open_memmap(tmp / "x.npy", mode="w+", dtype=feat_dtype, shape=tuple(feat_shape))
+            x = open_npy(tmp / "x.npy", feat_dtype, tuple(feat_shape))
             pos = 0
             bar = progress_bar(num_nodes, "features", progress)
             for block in feat_rows():
@@ -356,7 +359,7 @@ def prepare(name: str, root: PathLike, out: Optional[PathLike] = None, *, undire
             del x
 
             # ---- labels
-            y = np.lib.format.open_memmap(tmp / "y.npy", mode="w+", dtype=np.int64, shape=(num_nodes,))
+            y = open_npy(tmp / "y.npy", np.int64, (num_nodes,))
             if spec.binary:
                 where = f"{src / 'raw' / 'node-label.npz'}"
                 blocks = _NpzArray(src / "raw" / "node-label.npz", "node_label").rows(chunk_rows)
@@ -384,7 +387,7 @@ def prepare(name: str, root: PathLike, out: Optional[PathLike] = None, *, undire
                 keep = y_mem[idx] >= 0
                 dropped[part] = int((~keep).sum())
                 idx = idx[keep]
-                np.save(tmp / "split" / f"{part}.npy", idx.astype(np.int64))
+                save_npy(tmp / "split" / f"{part}.npy", idx.astype(np.int64))
                 sizes[part] = idx.shape[0]
             del y, y_mem
 

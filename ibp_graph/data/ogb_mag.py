@@ -31,7 +31,7 @@ from typing import Optional, Union
 import numpy as np
 
 from ..codec.auto import CodecSpec, check_kind
-from ..files import replace_dir, work_dir
+from ..files import check_free, check_output, open_npy, replace_dir, save_npy, work_dir
 from .hetero import HeteroPreparedDataset, encode_stores, write_hetero_meta, write_relations
 from .maggen import EDGE_TYPES, NODE_TYPES, TARGET
 from .ogb import (CHUNK_ROWS, DamagedOGBFileError, MissingOGBFilesError, _csv_chunks, _damaged, _labels_to_int,
@@ -114,7 +114,7 @@ def _write_rows(path: Path, shape: tuple[int, int], dtype, blocks, where: Path, 
     """A (rows, dim) .npy at `path` from row blocks, checked against `shape` (a DamagedOGBFileError names `where`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     n = shape[0]
-    x = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
+    x = open_npy(path, dtype, shape)
     pos = 0
     bar = progress_bar(n, f"{path.parent.name} features", progress)
     for block in blocks:
@@ -141,7 +141,7 @@ def _write_labels(path: Path, n: int, blocks, num_classes: int, where: Path) -> 
         pos += block.shape[0]
     if pos != n:
         raise DamagedOGBFileError(where, f"it has {pos} labels; expected {n} (one per node)")
-    np.save(path, y)
+    save_npy(path, y)
     return y
 
 
@@ -158,7 +158,7 @@ def _write_splits(directory: Path, y: np.ndarray, parts: dict) -> dict[str, int]
             raise DamagedOGBFileError(where, f"it names paper {idx.min() if idx.min() < 0 else idx.max()}, "
                                              f"outside [0, {n})")
         idx = idx[y[idx] >= 0]
-        np.save(directory / "split" / f"{part}.npy", idx)
+        save_npy(directory / "split" / f"{part}.npy", idx)
         sizes[part] = idx.shape[0]
     return sizes
 
@@ -179,14 +179,15 @@ def prepare(root: PathLike, out: Optional[PathLike] = None, *, store: bool = Tru
     <data set folder>/ibp_prepared); return it.
 
     `store` pre-encodes the paper features with `codec` ("auto": fit_codec's choice on a
-    row sample; "ibp", "ebp", "identity" or a fitted codec). With `keep_complete`, a
+    row sample; "ibp", "ebp", "identity" or a fitted codec). `out` must be absent, empty or
+    an earlier output of ibp-graph, outside raw/ and split/. With `keep_complete`, a
     preparation another process finished first is kept.
     """
     if isinstance(codec, str):
         check_kind(codec, "codec")  # before the conversion, not after
     src = check_files(root)
     raw = src / "raw"
-    final = Path(out) if out is not None else src / "ibp_prepared"
+    final = check_output(out if out is not None else src / "ibp_prepared", (raw, src / "split"))
     try:
         with work_dir(final) as tmp:
             t0 = time.perf_counter()
@@ -194,6 +195,11 @@ def prepare(root: PathLike, out: Optional[PathLike] = None, *, store: bool = Tru
             say(f"preparing {NAME} from {src} into {final}", flush=True)
             num_nodes = _num_nodes(raw / "num-node-dict.csv.gz")
             n = num_nodes[TARGET]
+            feat_path = raw / "node-feat" / TARGET / "node-feat.csv.gz"
+            first = next(_csv_chunks(feat_path, np.float32, 1), None)
+            if first is None:
+                raise DamagedOGBFileError(feat_path, "it is empty")
+            check_free(tmp, n * (first.shape[1] * 4 + 8), f"{NAME}'s paper features and labels")
 
             # ---- edges: cites undirected, the three bipartite types with their reverses (ToUndirected)
             sources = {et: _edge_source(raw / "relations" / "___".join(et) / "edge.csv.gz", num_nodes[et[0]],
@@ -201,10 +207,6 @@ def prepare(root: PathLike, out: Optional[PathLike] = None, *, store: bool = Tru
             edge_types = write_relations(tmp, sources, num_nodes, dedup_bipartite=False, progress=progress)
 
             # ---- paper features, labels, splits
-            feat_path = raw / "node-feat" / TARGET / "node-feat.csv.gz"
-            first = next(_csv_chunks(feat_path, np.float32, 1), None)
-            if first is None:
-                raise DamagedOGBFileError(feat_path, "it is empty")
             _write_rows(tmp / "nodes" / TARGET / "x.npy", (n, first.shape[1]), np.float32,
                         _csv_chunks(feat_path, np.float32, chunk_rows), feat_path, progress)
             label_path = raw / "node-label" / TARGET / "node-label.csv.gz"
@@ -296,7 +298,8 @@ def prepare_mag240m(root: PathLike, out: Optional[PathLike] = None, *, store: bo
         check_kind(codec, "codec")
     src = mag240m_dir(root)
     check_present(MAG240M_NAME, root, src, list(_MAG240M_FILES), MAG240M_URL, _MAG240M_DIR, _MAG240M_DIR)
-    final = Path(out) if out is not None else src / "ibp_prepared"
+    final = check_output(out if out is not None else src / "ibp_prepared",
+                         [src / f for f in ("processed", "meta.pt", "split_dict.pt")])
     try:
         return _prepare_mag240m(src, final, store, codec, progress, chunk_rows, keep_complete)
     except DamagedOGBFileError as e:

@@ -38,7 +38,7 @@ from ..codec.auto import CodecSpec
 from ..sampling.graph import CSCGraph, index_dtype
 from . import checksums
 from .checksums import UnverifiedDataWarning, check_mode
-from ..files import read_json, replace_dir, save_npy, work_dir, write_text
+from ..files import disk_full_error, note_output_entry, open_npy, read_json, replace_dir, save_npy, work_dir, write_text
 
 __all__ = ["PreparedDataset", "LabeledDataset", "SPLITS", "build_csc", "build_relation_arrays", "write_prepared_meta",
            "encode_store", "add_store", "as_tensor", "progress_bar", "FORMAT", "FORMAT_VERSION"]
@@ -255,7 +255,9 @@ def encode_store(directory: PathLike, codec: CodecSpec = "auto", *, progress: bo
 
     d = Path(directory)
     x = as_tensor(np.load(d / "x.npy", mmap_mode="r"))
-    table = EncodedTable.encode(x, codec, directory=d / "store" / "x" if out is None else out, progress=progress)
+    out = d / "store" / "x" if out is None else Path(out)
+    with disk_full_error(out, x.numel() * x.element_size(), "the feature store (at most the features' size)"):
+        table = EncodedTable.encode(x, codec, directory=out, progress=progress)
     return {"store_codec": table.codec.name, "store_fraction": table.fraction, "store_bytes": table.nbytes}
 
 
@@ -278,6 +280,7 @@ def add_store(directory: PathLike, codec: CodecSpec = "auto", *, progress: bool 
         if (store_dir / "meta.json").is_file():
             return _read_json(d / "meta.json")
         replace_dir(tmp, store_dir)
+    note_output_entry(d, "store")  # the folder's own, when it is prepared again
     meta = dict(_read_json(d / "meta.json"), **entries)
     write_text(d / "meta.json", json.dumps(meta, indent=2) + "\n")
     return meta
@@ -405,10 +408,8 @@ def _write_csc_arrays(edge_chunks: EdgeChunks, num_src: int, num_dst: int, d: Pa
     indptr = np.cumsum(counts)
     num_edges = int(indptr[-1])
     fill = indptr[:-1].copy()
-    indices = np.lib.format.open_memmap(d / "indices.npy", mode="w+", dtype=index_dtype(num_src),
-                                        shape=(num_edges,))
-    e_id = np.lib.format.open_memmap(d / "e_id.npy", mode="w+", dtype=index_dtype(num_edges),
-                                     shape=(num_edges,))
+    indices = open_npy(d / "indices.npy", index_dtype(num_src), (num_edges,))
+    e_id = open_npy(d / "e_id.npy", index_dtype(num_edges), (num_edges,))
     indices, e_id = np.asarray(indices), np.asarray(e_id)  # plain ndarray views for the kernels
     e0 = 0
     bar = progress_bar(n_input, "graph: placing edges", progress, unit="edges")
@@ -446,7 +447,7 @@ def _dedup_csc(d: Path, indptr: np.ndarray, indices: np.ndarray, e_id: np.ndarra
     np.cumsum(new_counts, out=new_indptr[1:])
     assert int(new_indptr[-1]) == w
     for name, arr in (("indices", indices), ("e_id", e_id)):
-        tmp = np.lib.format.open_memmap(d / f"{name}.tmp.npy", mode="w+", dtype=arr.dtype, shape=(w,))
+        tmp = open_npy(d / f"{name}.tmp.npy", arr.dtype, (w,))
         for lo, hi in _edge_slices(w, EDGE_CHUNK):
             tmp[lo:hi] = arr[lo:hi]
         tmp.flush()
