@@ -190,7 +190,11 @@ class FeatureSource:
         return (o[ids + 1].to(torch.int64) - o[ids].to(torch.int64)).sum()
 
     def _zero_copy(self, s: _Source, ids: torch.Tensor, checks) -> torch.Tensor:
-        """Rows `ids` of the store: fused gather + decode on the GPU, or gather + decode on the CPU."""
+        """Rows `ids` of the store: fused gather + decode on the GPU, or gather + decode on the CPU; the
+        store's chunks they need verified on the host first (until all are: EncodedTable.verify_rows)."""
+        guard = s.table.guard
+        if guard is not None and not guard.done:
+            s.table.verify_rows(ids)
         if self.device.type == "cuda":
             from .. import gpu
 
