@@ -317,6 +317,11 @@ def _store_loader(data, store, *, batch_size: int, num_neighbors: Sequence[int],
                                     num_workers=num_workers, persistent_workers=num_workers > 0)
 
 
+def _ratio(a: float, b: float) -> float:
+    """a / b; nan when b is 0 or nan (CPU seconds of a few short batches can read 0)."""
+    return a / b if b > 0 else float("nan")
+
+
 def _per_call_us(fn, repeat: int = 200) -> float:
     fn()
     t = time.perf_counter()
@@ -396,8 +401,7 @@ def run_verify_cost(*, num_nodes: int = 200_000, avg_degree: int = 15, batch_siz
     out = {"num_nodes": num_nodes, "chunks": chunks, "chunks_verified_by_batches": verified, "rounds": rounds,
            "batches": batches, "num_workers": num_workers, "batches_per_s": rates,
            "cpu_ms_per_batch": cpu, "steady_ratio": statistics.median(steady) if steady else float("nan"),
-           "steady_cpu_ratio": (statistics.median(cpu["verify-on-read"][1:]) / statistics.median(cpu["verify-none"][1:])
-                                if steady else float("nan")),
+           "steady_cpu_ratio": _ratio(*(statistics.median(c[1:]) if steady else 0.0 for c in cpu.values())),
            "first_round_ratio": rates["verify-on-read"][0] / rates["verify-none"][0],
            "check_us_per_batch": check_us, "scan_us_per_batch": scan_us, "batch_rows": int(ids.numel()),
            "large_store_mb": large_mb, "large_chunks_verified": large_verified, "first_batch_s": first}
