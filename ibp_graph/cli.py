@@ -111,7 +111,7 @@ def _verify(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(
         prog="ibp-graph verify",
         description="Check a feature store or a prepared folder (with its store) against its checksums and "
-                    "structure; exit 0 when intact, 1 when damaged.")
+                    "structure; exit 0 when intact, 1 when damaged or without (complete) checksums.")
     p.add_argument("dirs", nargs="+", metavar="DIR", help="a prepared folder or a feature store (store/x)")
     p.add_argument("--sample", action="store_true",
                    help="check a few random chunks per large file (what opening does), not every chunk")
@@ -128,7 +128,8 @@ def _verify(argv: Sequence[str]) -> int:
                     print(f"wrote {path}")
                 continue
             for r in check_folder(d, "sample" if a.sample else "full"):
-                print(f"{r.directory} ({r.kind}): " + ("ok, " if r.ok else "DAMAGED\n  ") + r.message)
+                label = "ok, " if r.ok else "UNVERIFIED\n  " if r.unverified else "DAMAGED\n  "
+                print(f"{r.directory} ({r.kind}): {label}{r.message}")
                 status = status or (0 if r.ok else 1)
         except (FileNotFoundError, ValueError) as e:
             print(f"ibp-graph verify: {e}", file=sys.stderr)

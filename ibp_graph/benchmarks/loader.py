@@ -307,6 +307,116 @@ def run_first_batch(*, codec: str = "auto", num_workers: int = 1, cache_dir: Opt
     return rows
 
 
+def _store_loader(data, store, *, batch_size: int, num_neighbors: Sequence[int], num_workers: int):
+    from ..loaders.pyg import CompressedNeighborLoader
+
+    d = data.clone()
+    d.x = store
+    torch.manual_seed(0)
+    return CompressedNeighborLoader(d, list(num_neighbors), batch_size=batch_size, shuffle=True,
+                                    num_workers=num_workers, persistent_workers=num_workers > 0)
+
+
+def _ratio(a: float, b: float) -> float:
+    """a / b; nan when b is 0 or nan (CPU seconds of a few short batches can read 0)."""
+    return a / b if b > 0 else float("nan")
+
+
+def _per_call_us(fn, repeat: int = 200) -> float:
+    fn()
+    t = time.perf_counter()
+    for _ in range(repeat):
+        fn()
+    return (time.perf_counter() - t) / repeat * 1e6
+
+
+def run_verify_cost(*, num_nodes: int = 200_000, avg_degree: int = 15, batch_size: int = 512,
+                    num_neighbors: Sequence[int] = (10, 5), batches: int = 30, rounds: int = 5,
+                    num_workers: int = 1, large_nodes: int = 400_000, quiet: bool = False) -> dict:
+    """What verifying a store's chunks on first read costs: one loader over a saved store opened with
+    verify="sample" (its guard's chunks all unverified at the start) against the same loader over the
+    store opened with verify="none" (no guard), timed in interleaved rounds in this process.
+
+    Gives both loaders' batches/s per round, the ratio of their medians over the rounds after the
+    first (steady state) and in the first round (the chunks verified as batches need them), the
+    check's per-batch cost in steady state (a flag test) and while chunks are unverified (the scan
+    over the batch's rows, nothing left to hash), and the first batch's seconds of both on a larger
+    store of `large_nodes` rows (identity codec, 512 B a row: every chunk verified by that batch).
+    """
+    import statistics
+    import tempfile
+    from pathlib import Path
+
+    from torch_geometric.data import Data
+
+    x = make_family("embedding_f32", num_nodes)
+    y = torch.randint(0, 172, (num_nodes,), generator=torch.Generator().manual_seed(0))
+    edge_index = power_law_graph(num_nodes, avg_degree)
+    data = Data(y=y, edge_index=edge_index, num_nodes=num_nodes)
+    kw = dict(batch_size=batch_size, num_neighbors=num_neighbors, num_workers=num_workers)
+    with tempfile.TemporaryDirectory(prefix="ibp-verify-cost-") as tmp:
+        EncodedTable.encode(x, "ibp", directory=Path(tmp) / "x", progress=False)
+        guarded = EncodedTable.load(Path(tmp) / "x", verify="sample")
+        chunks = guarded.guard.verified.numel()
+        guarded.guard.forget()  # every chunk to verify on first read
+        plain = EncodedTable.load(Path(tmp) / "x", verify="none")
+        next(iter(_store_loader(data, plain, **{**kw, "num_workers": 0})))  # kernels compiled before any timing
+        loaders = {"verify-on-read": _store_loader(data, guarded, **kw), "verify-none": _store_loader(data, plain, **kw)}
+        rates: dict[str, list[float]] = {v: [] for v in loaders}
+        cpu: dict[str, list[float]] = {v: [] for v in loaders}
+        for r in range(rounds):
+            for variant in list(loaders)[::1 if r % 2 == 0 else -1]:  # alternating order: neither goes first always
+                n, wall, used = time_batches(loaders[variant], batches, lambda b: None,
+                                             skip=0 if r == 0 else 2 * num_workers)
+                rates[variant].append(n / wall)
+                cpu[variant].append(used / max(n, 1) * 1e3)
+                if not quiet:
+                    print(f"  round {r + 1}, {variant}: {n / wall:.2f} batches/s", flush=True)
+        verified = int(guarded.guard.verified.sum())
+        ids = next(iter(loaders["verify-none"])).n_id
+        del loaders
+        steady = [a / b for a, b in zip(rates["verify-on-read"][1:], rates["verify-none"][1:])]
+        check_us = _per_call_us(lambda: guarded.guard.check(guarded.compressed, ids.numpy()))
+        last = guarded.compressed.row_lengths().cumsum(0) < (chunks - 1) * guarded.guard.chunk_bytes - 1
+        guarded.guard.forget([chunks - 1])  # one chunk left, which no row asked for lies in: the scan, no hash
+        scan_rows = ids[last[ids]].numpy()
+        scan_us = _per_call_us(lambda: guarded.guard.check(guarded.compressed, scan_rows))
+        large = make_family("embedding_f32", large_nodes)
+        EncodedTable.encode(large, "identity", directory=Path(tmp) / "large", progress=False)
+        large_data = Data(y=torch.zeros(large_nodes, dtype=torch.int64),
+                          edge_index=power_law_graph(large_nodes, avg_degree), num_nodes=large_nodes)
+        first, large_verified = {}, (0, 0)
+        for variant, mode in (("verify-none", "none"), ("verify-on-read", "sample")):
+            store = EncodedTable.load(Path(tmp) / "large", verify=mode)
+            if store.guard is not None:
+                store.guard.forget()
+            loader = _store_loader(large_data, store, **{**kw, "num_workers": 0})
+            t = time.perf_counter()
+            next(iter(loader))
+            first[variant] = time.perf_counter() - t
+            if store.guard is not None:
+                large_verified = (int(store.guard.verified.sum()), store.guard.verified.numel())
+            del loader
+        large_mb = (Path(tmp) / "large" / "payload.bin").stat().st_size / 1e6
+    out = {"num_nodes": num_nodes, "chunks": chunks, "chunks_verified_by_batches": verified, "rounds": rounds,
+           "batches": batches, "num_workers": num_workers, "batches_per_s": rates,
+           "cpu_ms_per_batch": cpu, "steady_ratio": statistics.median(steady) if steady else float("nan"),
+           "steady_cpu_ratio": _ratio(*(statistics.median(c[1:]) if steady else 0.0 for c in cpu.values())),
+           "first_round_ratio": rates["verify-on-read"][0] / rates["verify-none"][0],
+           "check_us_per_batch": check_us, "scan_us_per_batch": scan_us, "batch_rows": int(ids.numel()),
+           "large_store_mb": large_mb, "large_chunks_verified": large_verified, "first_batch_s": first}
+    if not quiet:
+        print(f"\nverify-on-read vs verify-none, {num_nodes:,} nodes (ibp store, {chunks} chunks), batch "
+              f"{batch_size}, fan-out {list(num_neighbors)}, {num_workers} worker(s), {rounds} interleaved rounds "
+              f"of {batches} batches:\n  batches/s ratio {out['steady_ratio']:.3f} (median of rounds 2..), "
+              f"first round {out['first_round_ratio']:.3f}; CPU ms/batch ratio {out['steady_cpu_ratio']:.3f}\n  check per batch of {ids.numel():,} rows: "
+              f"{check_us:.2f} us (all verified), {scan_us:.0f} us (scan while chunks are unverified)\n  "
+              f"first batch on a {large_mb:.0f} MB store: {first['verify-on-read']:.3f} s verifying "
+              f"{large_verified[0]} of {large_verified[1]} chunks, "
+              f"{first['verify-none']:.3f} s without")
+    return out
+
+
 def _write(out: Optional[str], kind: str, payload: dict) -> None:
     """JSON next to `out` (bench_out/loader.json -> bench_out/loader_<kind>.json)."""
     if out:
@@ -336,7 +446,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                    help="instead: seconds from CompressedNeighborLoader(...) to its first batch, cold and "
                         "warm numba cache (fresh processes)")
     p.add_argument("--codec", default="auto", help="--first-batch: the loader's codec")
+    p.add_argument("--verify-cost", action="store_true",
+                   help="instead: a loader over a store verified on read vs the same store opened with "
+                        "verify='none', interleaved --rounds (batches/s ratio, per-batch check cost, first "
+                        "batch on a ~200 MB store)")
     a = p.parse_args(argv)
+    if a.verify_cost:
+        result = run_verify_cost(num_nodes=a.num_nodes, avg_degree=a.avg_degree, batch_size=a.batch_size,
+                                 num_neighbors=a.num_neighbors, batches=a.batches, rounds=max(2, a.rounds),
+                                 num_workers=a.num_workers[0])
+        _write(a.out, "verify_cost", result)
+        return 0
     if a.first_batch:
         rows = run_first_batch(codec=a.codec, num_workers=a.num_workers[0])
         _write(a.out, "first_batch", {"codec": a.codec, "num_workers": a.num_workers[0], "results": rows})

@@ -4,6 +4,8 @@
 ``chunk_bytes`` chunk. `verify` checks a folder "full" (every chunk: what
 ``ibp-graph verify`` does), "sample" (small files whole, a few random chunks plus the
 first and last of each large file: seconds even at papers100M size) or "none".
+A checksum list must list every data file of its folder (`read_manifest`'s
+`required`): an empty one, or one lacking a file, is a ChecksumError like a damaged one.
 Checksums guard against damage (bit rot, truncation, a file edited or replaced), not
 against someone who rewrites the checksums too.
 """
@@ -98,8 +100,9 @@ def write_manifest(directory: PathLike, names: Sequence[str], *, chunk_bytes: in
     return write_text(d / MANIFEST, json.dumps(manifest, separators=(",", ":")) + "\n")
 
 
-def read_manifest(directory: PathLike) -> Optional[dict]:
-    """The folder's checksums.json (None when it has none); a ChecksumError naming it if it is damaged."""
+def read_manifest(directory: PathLike, required: Sequence[str] = ()) -> Optional[dict]:
+    """The folder's checksums.json (None when it has none); a ChecksumError naming it if it is damaged,
+    lists no files, or lacks an entry for a file of `required` (the folder's data files)."""
     path = Path(directory) / MANIFEST
     if not path.is_file():
         return None
@@ -111,6 +114,12 @@ def read_manifest(directory: PathLike) -> Optional[dict]:
     if not ok:
         raise ChecksumError(f"{path} is not a checksum list of this ibp-graph (format {_FORMAT!r}, "
                             f"algorithm {ALGORITHM!r}); re-run the step that wrote the folder")
+    unlisted = [name for name in required if name not in m["files"]]
+    if not m["files"] or unlisted:
+        what = "lists no files" if not m["files"] else f"has no entry for {', '.join(unlisted)}"
+        expected = f" ({', '.join(required)})" if required else ""
+        raise ChecksumError(f"{path} {what}: every data file of the folder{expected} must be listed, or it "
+                            "would be read unverified; re-run the step that wrote the folder")
     return m
 
 
@@ -122,10 +131,12 @@ def _chunks_to_check(n_chunks: int, mode: str, rng: np.random.Generator) -> np.n
 
 
 def find_damage(directory: PathLike, manifest: dict, mode: str = "full", *, names: Optional[Sequence[str]] = None,
-                whole: Sequence[str] = (), seed: Optional[int] = None) -> list[Damage]:
+                whole: Sequence[str] = (), seed: Optional[int] = None,
+                checked: Optional[dict] = None) -> list[Damage]:
     """Check the files of `manifest` (or only `names`) in `mode`; return what is damaged (empty: all good).
 
     Files named in `whole` are checked whole even in "sample" mode (small ones are anyway).
+    `checked`, when given, receives for each file read the indices of the chunks compared.
     """
     check_mode(mode)
     d = Path(directory)
@@ -156,21 +167,24 @@ def find_damage(directory: PathLike, manifest: dict, mode: str = "full", *, name
             for c in which.tolist():
                 if xxhash.xxh3_64_intdigest(os.pread(fd, chunk_bytes, c * chunk_bytes)) != recorded[c]:
                     bad.append(c)
+        if checked is not None:
+            checked[name] = which
         if bad:
             out.append(Damage(name, chunks=bad))
     return out
 
 
 def verify(directory: PathLike, mode: str = "sample", *, names: Optional[Sequence[str]] = None,
-           whole: Sequence[str] = ()) -> Optional[dict]:
-    """Raise ChecksumError naming every damaged file and chunk; return the manifest (None if the folder has none)."""
+           whole: Sequence[str] = (), required: Sequence[str] = (), checked: Optional[dict] = None) -> Optional[dict]:
+    """Raise ChecksumError naming every damaged file and chunk, or a manifest lacking a file of `required`;
+    return the manifest (None if the folder has none). `checked`: as find_damage's."""
     check_mode(mode)
     if mode == "none":
         return None
-    manifest = read_manifest(directory)
+    manifest = read_manifest(directory, required)
     if manifest is None:
         return None
-    damage = find_damage(directory, manifest, mode, names=names, whole=whole)
+    damage = find_damage(directory, manifest, mode, names=names, whole=whole, checked=checked)
     if damage:
         d = Path(directory)
         lines = "\n  ".join(x.describe(d, manifest["chunk_bytes"]) for x in damage)

@@ -205,7 +205,8 @@ class HeteroPreparedDataset(LabeledDataset):
         missing = [p for p in names if not (d / p).is_file()]
         if missing:
             raise FileNotFoundError(f"{d} lacks {', '.join(missing)}: prepare again")
-        if verify != "none" and checksums.verify(d, verify, whole=tuple(f"split/{s}.npy" for s in SPLITS)) is None:
+        if verify != "none" and checksums.verify(d, verify, whole=tuple(f"split/{s}.npy" for s in SPLITS),
+                                                 required=names) is None:
             warnings.warn(f"{d} has no {checksums.MANIFEST}: its arrays are not verified; prepare again",
                           UnverifiedDataWarning, stacklevel=2)
         mode = "c" if mmap else None

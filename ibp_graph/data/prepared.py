@@ -190,7 +190,8 @@ class PreparedDataset(LabeledDataset):
         missing = [p for p in ARRAYS + ("graph/meta.json",) if not (d / p).is_file()]
         if missing:
             raise FileNotFoundError(f"{d} lacks {', '.join(missing)}: prepare again")
-        if verify != "none" and checksums.verify(d, verify, whole=tuple(f"split/{s}.npy" for s in SPLITS)) is None:
+        if verify != "none" and checksums.verify(d, verify, whole=tuple(f"split/{s}.npy" for s in SPLITS),
+                                                 required=ARRAYS) is None:
             warnings.warn(f"{d} has no {checksums.MANIFEST} (prepared before checksums existed): its arrays are "
                           f"not verified; record them with `ibp-graph verify --write {d}` or prepare again",
                           UnverifiedDataWarning, stacklevel=2)

@@ -9,7 +9,9 @@ Folder layout (`save` / `load`): ``payload.bin`` (the rows, docs/format.md),
 the codec's name and fingerprint), ``checksums.json`` (per-chunk checksums of the four,
 ``ibp_graph.data.checksums``; written last). Every file is written atomically; nothing
 read back is trusted before its structure (and, by default, a sample of its checksums)
-is checked.
+is checked. A store opened with checksums is verified as it is read: each payload chunk the
+first time a row in it is gathered (``ibp_graph.data.guard``), so no unverified row is
+ever decoded.
 """
 from __future__ import annotations
 
@@ -30,11 +32,12 @@ from ..codec.base import Codec
 from ..layout.dtypes import dtype_from_name, dtype_name, itemsize
 from ..layout.errors import CodecError, CorruptPayloadError
 from ..layout.format import FORMAT_VERSION, state_from_bytes, state_to_bytes
-from ..layout.rows import PAYLOAD_TAIL
+from ..layout.rows import PAYLOAD_TAIL, check_row_index
 from ..layout.tensor import CompressedTensor
 from . import checksums
 from ..index_checks import first_bad_step
 from .checksums import UnverifiedDataWarning, check_mode, write_manifest
+from .guard import ChunkGuard
 from ..files import atomic_write, read_json, save_npy, write_bytes, write_text
 
 PathLike = Union[str, os.PathLike]
@@ -43,12 +46,17 @@ CHUNK_ROWS = 262_144
 
 
 class EncodedTable:
-    """A whole feature table, encoded once; `index_select` gathers compressed rows."""
+    """A whole feature table, encoded once; `index_select` gathers compressed rows.
 
-    def __init__(self, codec: Codec, compressed: CompressedTensor):
+    `guard` (set by `load`) verifies each payload chunk against its checksums the first
+    time a row in it is read; a table encoded in memory has none and needs none.
+    """
+
+    def __init__(self, codec: Codec, compressed: CompressedTensor, guard: Optional[ChunkGuard] = None):
         codec.check(compressed, "compressed")
         self.codec = codec
         self.compressed = compressed
+        self.guard = guard
 
     # ---- sizes -----------------------------------------------------------------
     @property
@@ -87,8 +95,20 @@ class EncodedTable:
     def index_select(self, rows: torch.Tensor,
                      empty: Optional[Callable[..., torch.Tensor]] = None) -> CompressedTensor:
         """Compressed rows `rows`, in that order, without decoding (payload written into
-        ``empty(shape, dtype)`` when given: CompressedTensor.index_select)."""
+        ``empty(shape, dtype)`` when given: CompressedTensor.index_select); their chunks verified
+        first (ChecksumError if one is damaged)."""
+        if self.guard is not None and not self.guard.done:
+            rows = self.verify_rows(rows)
         return self.compressed.index_select(rows, empty)
+
+    def verify_rows(self, rows: torch.Tensor) -> torch.Tensor:
+        """Verify the payload chunks rows `rows` need that are not verified yet (ChecksumError naming a
+        damaged one and a row needing it); `rows` as checked int64 on the CPU. For readers that gather
+        rows themselves (the zero-copy fetch)."""
+        idx = torch.from_numpy(check_row_index(rows, self.n_rows, "rows"))
+        if self.guard is not None:
+            self.guard.check(self.compressed, idx.numpy())
+        return idx
 
     def decode_rows(self, rows: torch.Tensor) -> torch.Tensor:
         """Decoded rows `rows` (on the CPU)."""
@@ -153,6 +173,8 @@ class EncodedTable:
         temporary name and renamed over the old one, whose memory map stays valid.
         """
         d = Path(directory)
+        if self.guard is not None:  # new checksums over an unverified chunk would bless its damage
+            self.guard.check_all(self.compressed)
         d.mkdir(parents=True, exist_ok=True)
         with atomic_write(d / "payload.bin") as tmp:
             self.compressed.payload.numpy().tofile(tmp)
@@ -169,17 +191,20 @@ class EncodedTable:
         write_text(d / "meta.json", json.dumps(meta, indent=2))
         if self.compressed.offsets is None:  # fixed stride: a stale offsets file from an earlier table must not linger
             (d / "offsets.npy").unlink(missing_ok=True)
-        write_manifest(d, FILES + (("offsets.npy",) if self.compressed.offsets is not None else ()))
+        write_manifest(d, store_files(d))
 
     @classmethod
     def load(cls, directory: PathLike, *, mmap: bool = True, verify: str = "sample") -> "EncodedTable":
         """Open a saved table, checking its structure and (`verify`) its checksums; memory-mapped by default.
 
         `verify` "sample" (default) checks the small files and the offsets whole and a few
-        random payload chunks (seconds at papers100M size), "full" every chunk, "none"
-        only the structure. A damaged file raises CorruptPayloadError naming it and what
-        is wrong; no row is ever served from a chunk found damaged. A store written before
-        checksums existed opens with an UnverifiedDataWarning. Memory maps are
+        random payload chunks (seconds at papers100M size) at open, and every other payload
+        chunk the first time a row in it is read (``guard``); "full" every chunk at open;
+        "none" only the structure, and rows are then served unverified (the caller opted
+        out). A damaged file raises CorruptPayloadError naming it and what is wrong; no row
+        is ever served from a chunk found damaged. A checksums.json that lists no files or
+        lacks one of the store's raises ChecksumError; a store written before checksums
+        existed opens with an UnverifiedDataWarning (and unverified rows). Memory maps are
         copy-on-write: a write into the tensors changes this process's copy, never the file.
         """
         check_mode(verify)
@@ -194,7 +219,10 @@ class EncodedTable:
         if meta["codec"] != IdentityCodec.name and not (d / "offsets.npy").is_file():
             raise FileNotFoundError(f"{d} is not an encoded table: missing offsets.npy "
                                     f"(the {meta['codec']} codec stores one offset per row)")
-        if verify != "none" and checksums.verify(d, verify, whole=("offsets.npy",)) is None:
+        checked: dict = {}
+        manifest = None if verify == "none" else checksums.verify(d, verify, whole=("offsets.npy",),
+                                                                  required=store_files(d), checked=checked)
+        if verify != "none" and manifest is None:
             warnings.warn(f"{d} has no {checksums.MANIFEST} (written before stores carried checksums): its "
                           f"payload is not verified; record them with `ibp-graph verify --write {d}` or "
                           "re-run the prepare step", UnverifiedDataWarning, stacklevel=2)
@@ -221,14 +249,23 @@ class EncodedTable:
                                       offsets=None if offsets is None else torch.from_numpy(offsets),
                                       shape=shape, dtype=dtype, codec=meta["codec"],
                                       fingerprint=int(meta["fingerprint"]))
+        guard = None
+        if manifest is not None:
+            guard = ChunkGuard.from_manifest(d / "payload.bin", manifest, size)
+            guard.mark(checked.get("payload.bin", ()))
         try:
-            return cls(codec, compressed)
+            return cls(codec, compressed, guard)
         except (CodecError, TypeError) as e:
             raise CorruptPayloadError(f"{d}: meta.json does not match codec.bin: {e}") from None
 
 
 #: the files every store has (offsets.npy too, except for the identity codec).
 FILES = ("payload.bin", "codec.bin", "meta.json")
+
+
+def store_files(directory: PathLike) -> tuple[str, ...]:
+    """The data files of the store in `directory` its checksums.json must list: FILES, and offsets.npy when present."""
+    return FILES + tuple(f for f in ("offsets.npy",) if (Path(directory) / f).is_file())
 _META_KEYS = {"format_version": int, "shape": list, "dtype": str, "codec": str, "fingerprint": int,
               "payload_bytes": int}
 
@@ -341,4 +378,4 @@ def _progress(total: int, desc: str, enabled: bool):
     return tqdm(total=total, desc=desc, unit="rows", unit_scale=True)
 
 
-__all__ = ["EncodedTable", "CHUNK_ROWS"]
+__all__ = ["EncodedTable", "CHUNK_ROWS", "FILES", "store_files"]

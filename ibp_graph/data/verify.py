@@ -1,9 +1,10 @@
 """`ibp-graph verify DIR`: check a feature store or a prepared folder against its checksums and structure.
 
 A prepared folder is checked with the store inside it. Each folder gives one line:
-what was checked, or what is damaged (file, chunks); nothing is repaired or deleted.
-Folders written before checksums existed can have them recorded (`--write`), trusting
-their present content.
+what was checked, or what is damaged (file, chunks), or that it has no checksums and
+so is unverified (not ok either); nothing is repaired or deleted. Folders written
+before checksums existed can have them recorded (`--write`), trusting their present
+content.
 """
 from __future__ import annotations
 
@@ -17,8 +18,7 @@ from ..layout.errors import CodecError
 from . import checksums
 from .hetero import HeteroPreparedDataset
 from .prepared import ARRAYS, PreparedDataset
-from .store import FILES as STORE_FILES
-from .store import EncodedTable
+from .store import EncodedTable, store_files
 
 __all__ = ["FolderReport", "kind_of", "check_folder", "record_checksums"]
 
@@ -33,6 +33,7 @@ class FolderReport:
     kind: str        # "store", "prepared" or "hetero" (a heterogeneous prepared folder)
     ok: bool
     message: str
+    unverified: bool = False  # not ok because the folder has no checksums (nothing found damaged)
 
 
 def kind_of(directory: PathLike) -> str:
@@ -52,10 +53,7 @@ def kind_of(directory: PathLike) -> str:
                      "graph/ or edges/)")
 
 
-def _files_checked(d: Path, mode: str) -> str:
-    m = checksums.read_manifest(d)
-    if m is None:
-        return f"no {checksums.MANIFEST}: structure checked, content unverified (record with --write)"
+def _files_checked(m: dict, mode: str) -> str:
     chunks = sum(len(v[checksums.ALGORITHM]) for v in m["files"].values())
     return f"{len(m['files'])} files, {chunks} chunks of {m['chunk_bytes']} bytes" + (
         "" if mode == "full" else " (sampled)")
@@ -87,7 +85,14 @@ def check_folder(directory: PathLike, mode: str = "full") -> list[FolderReport]:
                     HeteroPreparedDataset.load(folder, verify=mode)
                 else:
                     PreparedDataset.load(folder, verify=mode)
-            out.append(FolderReport(folder, k, True, _files_checked(folder, mode)))
+            m = checksums.read_manifest(folder)  # the load checked that it is complete
+            if m is None:
+                out.append(FolderReport(folder, k, False, f"no {checksums.MANIFEST}: structure checked, content "
+                                        f"unverified; record checksums with `ibp-graph verify --write {folder}` "
+                                        "(trusting the present files) or re-run the step that wrote it",
+                                        unverified=True))
+            else:
+                out.append(FolderReport(folder, k, True, _files_checked(m, mode)))
         except (CodecError, FileNotFoundError, ValueError) as e:
             out.append(FolderReport(folder, k, False, str(e)))
     return out
@@ -105,8 +110,7 @@ def record_checksums(directory: PathLike) -> list[Path]:
         if k == "hetero":
             raise ValueError(f"{folder} is a heterogeneous prepared folder without {checksums.MANIFEST}; every "
                              "one is written with it: prepare it again")
-        names = ARRAYS if k == "prepared" else STORE_FILES + tuple(
-            f for f in ("offsets.npy",) if (folder / f).is_file())
+        names = ARRAYS if k == "prepared" else store_files(folder)
         written.append(checksums.write_manifest(folder, names))
     if not written:
         raise ValueError(f"{directory} already has {checksums.MANIFEST}; run `ibp-graph verify {directory}` to "

@@ -168,7 +168,7 @@ class MissRows(EncodedTable):
     a worker sends the misses, the main process decodes the hits from the cache)."""
 
     def __init__(self, table: EncodedTable, hot_mask: torch.Tensor):
-        super().__init__(table.codec, table.compressed)
+        super().__init__(table.codec, table.compressed, table.guard)  # the same chunks verified
         self.hot_mask = hot_mask
 
     def index_select(self, rows: torch.Tensor,

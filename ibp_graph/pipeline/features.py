@@ -14,7 +14,9 @@
   PinError), and its offsets live in device memory (4 or 8 bytes per node). A feature
   given as a raw tensor is encoded once, in memory, into such a store with the loader's
   `codec` choice (memory: the compressed table). Without a GPU the same mode gathers the
-  compressed rows in the main process and decodes them on the CPU, so tests cover it;
+  compressed rows in the main process and decodes them on the CPU, so tests cover it.
+  A store loaded from a folder has the chunks the ids need verified on the host before
+  the fetch (``EncodedTable.verify_rows``; a flag test once all are verified);
 - ``"auto"`` (default): zero-copy on a CUDA device when every feature table is already a
   store and the stores fit in pinned memory (at most half the host's available RAM),
   else worker.
@@ -190,7 +192,11 @@ class FeatureSource:
         return (o[ids + 1].to(torch.int64) - o[ids].to(torch.int64)).sum()
 
     def _zero_copy(self, s: _Source, ids: torch.Tensor, checks) -> torch.Tensor:
-        """Rows `ids` of the store: fused gather + decode on the GPU, or gather + decode on the CPU."""
+        """Rows `ids` of the store: fused gather + decode on the GPU, or gather + decode on the CPU; the
+        store's chunks they need verified on the host first (until all are: EncodedTable.verify_rows)."""
+        guard = s.table.guard
+        if guard is not None and not guard.done:
+            s.table.verify_rows(ids)
         if self.device.type == "cuda":
             from .. import gpu
 

@@ -54,3 +54,16 @@ def test_first_batch_seconds_times_construction_and_the_first_batch():
     t = first_batch_seconds(num_nodes=2000, codec="identity", num_workers=0)
     assert t["construct_s"] > 0 and t["first_batch_s"] > 0
     assert abs(t["total_s"] - t["construct_s"] - t["first_batch_s"]) < 1e-9
+
+
+def test_verify_cost_times_a_store_verified_on_read_against_one_opened_unverified(capsys):
+    from ibp_graph.benchmarks.loader import run_verify_cost
+
+    r = run_verify_cost(num_nodes=3000, avg_degree=6, batch_size=64, num_neighbors=(5, 3), batches=3, rounds=2,
+                        num_workers=0, large_nodes=3000)
+    assert set(r["batches_per_s"]) == {"verify-on-read", "verify-none"}
+    assert all(len(v) == 2 and min(v) > 0 for v in r["batches_per_s"].values())
+    assert 0 < r["chunks_verified_by_batches"] <= r["chunks"]  # the batches verified what they read
+    assert r["steady_ratio"] > 0 and r["first_round_ratio"] > 0 and r["check_us_per_batch"] > 0
+    assert set(r["first_batch_s"]) == {"verify-on-read", "verify-none"} and r["large_store_mb"] > 1
+    assert "verify-on-read vs verify-none" in capsys.readouterr().out

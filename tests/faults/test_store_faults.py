@@ -1,5 +1,6 @@
 """Issue 13, feature store rows: damaged store files raise errors naming the file; nothing crashes or passes as good."""
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -185,7 +186,8 @@ def test_a_store_without_checksums_opens_with_a_warning_and_can_have_them_record
     assert torch.equal(t.decode_rows(torch.arange(10)), table[:10])
     cli = [sys.executable, "-m", "ibp_graph.cli", "verify"]
     proc = subprocess.run(cli + [str(d)], capture_output=True, text=True, cwd=ROOT)
-    assert proc.returncode == 0 and "no checksums.json" in proc.stdout and "content unverified" in proc.stdout
+    assert proc.returncode == 1 and "UNVERIFIED" in proc.stdout and "no checksums.json" in proc.stdout
+    assert "content unverified" in proc.stdout and f"ibp-graph verify --write {d}" in proc.stdout
     proc = subprocess.run(cli + ["--write", str(d)], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0 and "checksums.json" in proc.stdout
     with warnings.catch_warnings():
@@ -226,3 +228,164 @@ def test_sampled_verification_always_reads_the_first_and_last_chunk_and_full_rea
         assert checksums.find_damage(tmp_path, manifest, "none") == []
     with pytest.raises(ValueError, match=r"verify='quick' is not accepted; choose from 'full', 'sample', 'none'"):
         checksums.check_mode("quick")
+
+
+# ---- issue 19: no unverified row is ever decoded; a checksum list must be complete ----------------------------
+#: small checksum chunks, so a small store has many (a sampled open checks 18 of them)
+SMALL_CHUNKS = 4096
+
+
+def rechecksum(d, chunk_bytes=SMALL_CHUNKS):
+    """Record the store's checksums again in chunks of `chunk_bytes`."""
+    checksums.write_manifest(d, sorted(p.name for p in d.iterdir() if p.name != "checksums.json"),
+                             chunk_bytes=chunk_bytes)
+
+
+def row_start(d, row):
+    """Where row `row` of the store in `d` starts in payload.bin."""
+    if (d / "offsets.npy").is_file():
+        return int(np.load(d / "offsets.npy")[row])
+    meta = json.loads((d / "meta.json").read_text())
+    return row * int(np.prod(meta["shape"][1:])) * 4  # float32 rows
+
+
+def flip_row_byte(d, row):
+    """Flip one payload byte of row `row` after the checksums were recorded; return the chunk it lies in."""
+    at = row_start(d, row) + 1
+    raw = bytearray((d / "payload.bin").read_bytes())
+    raw[at] ^= 0x04
+    (d / "payload.bin").write_bytes(bytes(raw))
+    return at // json.loads((d / "checksums.json").read_text())["chunk_bytes"]
+
+
+def open_past_the_sample(d, tries=200):
+    """EncodedTable.load(d) with verify="sample", opened again until its random sample of chunks misses
+    the damage (an open that passes, as a user sees it)."""
+    for _ in range(tries):
+        try:
+            return EncodedTable.load(d, verify="sample")
+        except ChecksumError:
+            continue
+    raise AssertionError(f"every one of {tries} sampled opens of {d} found the damage")
+
+
+def damaged_store(table, d, codec, row):
+    """A store of `table` in `d`, checksummed in small chunks, with a byte of row `row` flipped; (table, chunk),
+    the table opened with verify="sample" past the damage."""
+    EncodedTable.encode(table, codec, directory=d, progress=False)
+    rechecksum(d)
+    chunk = flip_row_byte(d, row)
+    return open_past_the_sample(d), chunk
+
+
+@pytest.mark.parametrize("codec", ["ibp", "ebp", "identity"])
+def test_a_damaged_chunk_the_sample_missed_is_caught_when_a_row_in_it_is_read(table, tmp_path, codec):
+    t, chunk = damaged_store(table, tmp_path / codec, codec, 1700)
+    lo = chunk * SMALL_CHUNKS
+    message = rf"payload.bin: checksum differs in chunk\(s\) {chunk} \(bytes {lo}..{lo + SMALL_CHUNKS - 1}\).*row 1700"
+    for read in (lambda: t.index_select(torch.tensor([5, 1700, 6])), lambda: t.decode_rows(torch.tensor([1700]))):
+        with pytest.raises(ChecksumError, match=message):
+            read()
+    intact = torch.tensor([0, 5, 2999, 100])
+    assert torch.equal(t.decode_rows(intact).view(torch.uint8), table[intact].view(torch.uint8))
+    with pytest.raises(ChecksumError, match=message):  # still refused: a damaged chunk is never marked verified
+        t.decode_rows(torch.tensor([1700]))
+    with pytest.raises(ChecksumError, match=rf"chunk\(s\) {chunk} "):  # nor saved under new checksums
+        t.save(tmp_path / "copy")
+    assert not (tmp_path / "copy").exists()
+    with pytest.raises(ChecksumError, match=rf"chunk\(s\) {chunk} "):
+        EncodedTable.load(tmp_path / codec, verify="full")
+    with pytest.raises(IndexError, match=r"rows contains 3000, outside the valid range \[0, 3000\)"):
+        t.index_select(torch.tensor([3000]))
+
+
+def test_every_chunk_is_verified_once_and_a_full_open_leaves_nothing_to_check(table, tmp_path, monkeypatch):
+    from ibp_graph.data import guard
+
+    d = tmp_path / "s"
+    EncodedTable.encode(table, "ibp", directory=d, progress=False)
+    rechecksum(d)
+    t = EncodedTable.load(d, verify="sample")
+    n = t.guard.verified.numel()
+    assert n == -(-(d / "payload.bin").stat().st_size // SMALL_CHUNKS) and 0 < int(t.guard.verified.sum()) < n
+    hashed = []
+    real = guard.xxhash.xxh3_64_intdigest
+    monkeypatch.setattr(guard.xxhash, "xxh3_64_intdigest", lambda b: hashed.append(len(b)) or real(b))
+    left = n - int(t.guard.verified.sum())
+    t.decode_rows(torch.arange(3000))
+    assert len(hashed) == left  # each chunk the open did not check, once
+    assert bool(t.guard.verified.all()) and t.guard.done
+    before = len(hashed)
+    t.decode_rows(torch.arange(3000))
+    assert len(hashed) == before  # nothing hashed again
+    full = EncodedTable.load(d, verify="full")
+    assert full.guard.done
+    assert EncodedTable.load(d, verify="none").guard is None  # opted out: served unverified
+    assert EncodedTable.encode(table[:10], "ibp", progress=False).guard is None  # in memory: nothing to verify
+
+
+def _gather_rows(t, rows):
+    t.index_select(rows)
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_chunks_verified_in_another_process_are_not_verified_again(table, tmp_path, method, monkeypatch):
+    import multiprocessing
+
+    from ibp_graph.data import guard
+
+    d = tmp_path / "s"
+    EncodedTable.encode(table, "ebp", directory=d, progress=False)
+    rechecksum(d)
+    t = EncodedTable.load(d, verify="sample")
+    unverified = (t.guard.verified == 0).nonzero().reshape(-1)
+    assert unverified.numel() > 0
+    p = multiprocessing.get_context(method).Process(target=_gather_rows, args=(t, torch.arange(3000)))
+    p.start()
+    p.join(120)
+    assert p.exitcode == 0
+    assert bool(t.guard.verified.all())  # the child's verification is seen here
+    monkeypatch.setattr(guard.xxhash, "xxh3_64_intdigest", lambda b: pytest.fail("a chunk was verified again"))
+    assert torch.equal(t.decode_rows(torch.arange(3000)).view(torch.uint8), table.view(torch.uint8))
+
+
+def edit_manifest(d, fn):
+    m = json.loads((d / "checksums.json").read_text())
+    fn(m["files"])
+    (d / "checksums.json").write_text(json.dumps(m))
+
+
+@pytest.mark.parametrize("codec, edit, message", [
+    ("ibp", lambda f: f.pop("payload.bin"), r"checksums.json has no entry for payload.bin"),
+    ("ebp", lambda f: f.pop("offsets.npy"), r"checksums.json has no entry for offsets.npy"),
+    ("identity", lambda f: f.pop("meta.json"), r"checksums.json has no entry for meta.json"),
+    ("ibp", lambda f: f.clear(), r"checksums.json lists no files"),
+])
+def test_a_checksum_list_lacking_a_file_is_refused_at_open_and_by_verify(stores, tmp_path, codec, edit, message):
+    d = fresh(stores, tmp_path, codec)
+    edit_manifest(d, edit)
+    for verify in ("sample", "full"):
+        with pytest.raises(ChecksumError, match=message + r": every data file of the folder \(payload.bin, "):
+            EncodedTable.load(d, verify=verify)
+    proc = subprocess.run([sys.executable, "-m", "ibp_graph.cli", "verify", str(d)], capture_output=True, text=True,
+                          cwd=ROOT)
+    assert proc.returncode == 1 and "DAMAGED" in proc.stdout and re.search(message, proc.stdout)
+    proc = subprocess.run([sys.executable, "-m", "ibp_graph.cli", "verify", "--write", str(d)], capture_output=True,
+                          text=True, cwd=ROOT)
+    assert proc.returncode == 2 and "already has checksums.json" in proc.stderr  # never recorded over
+
+
+def test_a_prepared_folders_checksum_list_lacking_an_array_is_refused(tmp_path):
+    from ibp_graph.data import graphgen
+    from ibp_graph.data.graphgen import GraphSpec
+    from ibp_graph.data.prepared import PreparedDataset
+
+    d = graphgen.generate(GraphSpec(num_nodes=500, avg_citations=4.0, labeled_fraction=0.5, seed=1),
+                          tmp_path / "ds", progress=False, store=False)
+    PreparedDataset.load(d, verify="full")
+    edit_manifest(d, lambda f: f.pop("graph/indices.npy"))
+    with pytest.raises(ChecksumError, match=r"checksums.json has no entry for graph/indices.npy"):
+        PreparedDataset.load(d)
+    proc = subprocess.run([sys.executable, "-m", "ibp_graph.cli", "verify", str(d)], capture_output=True, text=True,
+                          cwd=ROOT)
+    assert proc.returncode == 1 and "DAMAGED" in proc.stdout and "no entry for graph/indices.npy" in proc.stdout

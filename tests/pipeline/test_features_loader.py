@@ -3,6 +3,7 @@ the worker path's, bit for bit, with workers or without; the stats count hits, m
 import pytest
 import torch
 
+from ibp_graph.data.checksums import ChecksumError
 from ibp_graph.data.store import EncodedTable
 from ibp_graph.loaders.pyg import CompressedNeighborLoader
 
@@ -85,3 +86,44 @@ def test_default_is_auto_and_worker_on_the_cpu(data):
     loader = CompressedNeighborLoader(data, [2], batch_size=8)
     assert loader.features.mode == "worker" and loader.features.source is None
     assert "features=worker" in loader.describe()
+
+
+# ---- issue 19: every read path verifies the store's chunks before it decodes a row of them ------------------
+def damaged(data, tmp_path, codec="ibp", row=1700):
+    """`data` with x a store opened with verify="sample" past one flipped byte of row `row`; (data, chunk)."""
+    from tests.faults.test_store_faults import flip_row_byte, open_past_the_sample, rechecksum
+
+    d = tmp_path / "x"
+    EncodedTable.encode(data.x, codec, directory=d, progress=False)
+    rechecksum(d, chunk_bytes=1024)
+    chunk = flip_row_byte(d, row)
+    out = data.clone()
+    out.x = open_past_the_sample(d)
+    return out, chunk
+
+
+@pytest.mark.parametrize("codec", ["ibp", "identity"])
+@pytest.mark.parametrize("features,device_cache,num_workers", [
+    ("worker", 0, 0), ("worker", 0, 2), ("zero_copy", 0, 0), ("zero_copy", 0, 2), ("zero_copy", BUDGET, 0),
+    ("worker", BUDGET, 2)])
+def test_no_batch_decodes_a_row_of_a_damaged_chunk(data, tmp_path, codec, features, device_cache, num_workers):
+    bad, chunk = damaged(data, tmp_path, codec)
+    seeds = torch.cat([torch.tensor([1700]), INPUT])  # the damaged row is a seed of the first batch
+    with pytest.raises(ChecksumError, match=rf"payload.bin: checksum differs in chunk\(s\) {chunk} .*needed by row"):
+        list(CompressedNeighborLoader(bad, [5, 3], input_nodes=seeds, batch_size=128, features=features,
+                                      device_cache=device_cache, num_workers=num_workers))
+
+
+def test_chunks_the_workers_verified_are_verified_for_the_main_process(data, tmp_path):
+    from tests.faults.test_store_faults import rechecksum
+
+    d = tmp_path / "x"
+    EncodedTable.encode(data.x, "ibp", directory=d, progress=False)
+    rechecksum(d, chunk_bytes=1024)
+    store = data.clone()
+    store.x = EncodedTable.load(d)
+    assert not bool(store.x.guard.verified.all())
+    loader = CompressedNeighborLoader(store, [2], input_nodes=torch.arange(3000), batch_size=256, num_workers=2)
+    for b in loader:  # every row is a seed once: the workers gather all of them
+        check_batch(b, data, torch.arange(3000))
+    assert bool(store.x.guard.verified.all())
