@@ -1,8 +1,8 @@
-"""Structure checks of index arrays read from disk or given by a user (offsets, indptr, node tables).
+"""Structure checks of index arrays read from disk or given by a user (offsets, indptr, edge ids, node tables).
 
 Each check is one vectorized pass that allocates nothing (papers100M's offsets and indptr
 hold 111 M entries, its indices 3.2 G), and reports the first bad position so the error
-can name it.
+can name it; the check for repeated ids allocates one bit per possible id.
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Optional
 import numba
 import numpy as np
 
-__all__ = ["first_bad_step", "first_outside", "check_node_table"]
+__all__ = ["first_bad_step", "first_outside", "first_repeat", "check_node_table"]
 
 #: entries per step of a check (64 MiB of int64).
 STEP = 1 << 23
@@ -48,6 +48,28 @@ def first_outside(values: np.ndarray, lo: int, hi: int) -> int:
         if c.size and (int(c.min()) < lo or int(c.max()) >= hi):
             return a + int(np.argmax((c < lo) | (c >= hi)))
     return -1
+
+
+@numba.njit(cache=True, nogil=True)
+def _first_repeat(values, bitmap):
+    """One pass setting bit values[i] of `bitmap`; the first i whose bit was already set, else -1."""
+    for i in range(values.shape[0]):
+        v = np.int64(values[i])
+        word, bit = v >> 6, np.uint64(1) << np.uint64(v & 63)
+        if bitmap[word] & bit:
+            return i
+        bitmap[word] |= bit
+    return -1
+
+
+def first_repeat(values: np.ndarray, hi: int) -> int:
+    """Index of the first entry of `values` (all in [0, hi): check first_outside first) equal to an earlier one; -1 if none.
+
+    A bitmap pass, hi / 8 bytes (papers100M's 1.6 G edge ids: 200 MB), no sort.
+    """
+    if values.shape[0] < 2:
+        return -1
+    return int(_first_repeat(values, np.zeros((max(hi, 1) + 63) >> 6, dtype=np.uint64)))
 
 
 def check_node_table(name: str, table, num_nodes: int) -> None:

@@ -36,3 +36,15 @@ def test_check_node_table_wants_one_row_per_node():
         checks.check_node_table("x", torch.zeros(4, 3), 5)
     with pytest.raises(ValueError, match=r"node attribute 'y' has shape \(\)"):
         checks.check_node_table("y", torch.tensor(1.0), 5)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_first_repeat_names_the_first_id_seen_before(dtype):
+    a = np.random.default_rng(0).permutation(100_000).astype(dtype)
+    assert checks.first_repeat(a, 100_000) == -1 and checks.first_repeat(a[:1], 1) == -1
+    b = a.copy()
+    b[70_000] = b[123]
+    b[90_000] = b[5]
+    b.setflags(write=False)
+    assert checks.first_repeat(b, 100_000) == 70_000
+    assert checks.first_repeat(np.array([63, 64, 0, 64], dtype=dtype), 65) == 3  # ids on both sides of a word

@@ -5,16 +5,16 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Union
+from typing import Optional, Union
 
 import numba
 import numpy as np
 import torch
 
-from ..index_checks import first_bad_step, first_outside
+from ..index_checks import first_bad_step, first_outside, first_repeat
 from ..files import read_json, save_npy, write_text
 
-__all__ = ["CSCGraph", "index_dtype"]
+__all__ = ["CSCGraph", "check_edge_ids", "index_dtype"]
 
 ArrayLike = Union[torch.Tensor, np.ndarray]
 
@@ -67,6 +67,25 @@ def _check_int(name: str, value: object, *, minimum: int) -> int:
     return int(value)
 
 
+def check_edge_ids(e_id: np.ndarray, num_edge_ids: Optional[int]) -> None:
+    """Raise ValueError unless `e_id` holds distinct edge ids in [0, num_edge_ids) (None: any ids >= 0).
+
+    One pass for the range and one bitmap pass for repeats (a graph's ``indices`` are checked the same way)."""
+    if num_edge_ids is not None:
+        _check_int("num_edge_ids", num_edge_ids, minimum=e_id.shape[0])
+    hi = num_edge_ids if num_edge_ids is not None else np.iinfo(np.int64).max
+    bad = first_outside(e_id, 0, hi)
+    if bad >= 0:
+        accepted = f"[0, num_edge_ids={num_edge_ids})" if num_edge_ids is not None else "ids >= 0"
+        raise ValueError(f"e_id must name edges in {accepted}; e_id[{bad}]={int(e_id[bad])}")
+    if num_edge_ids is None and e_id.shape[0]:
+        hi = int(e_id.max()) + 1
+    bad = first_repeat(e_id, hi)
+    if bad >= 0:
+        raise ValueError(f"e_id must name every edge once; e_id[{bad}]={int(e_id[bad])} repeats an earlier "
+                         f"entry")
+
+
 @dataclass(frozen=True, eq=False)
 class CSCGraph:
     """A directed graph stored by destination, so a node's in-neighbours are one slice.
@@ -77,11 +96,18 @@ class CSCGraph:
     ``edge_index``. All three are 1-d numpy arrays (possibly read-only memory maps):
     ``indptr`` int64, ``indices`` and ``e_id`` int32 or int64 (``index_dtype`` of the node
     and edge counts: int32 whenever the ids fit).
+
+    ``num_edge_ids`` is the number of edge ids ``e_id`` draws from (the columns of that
+    ``edge_index``, the rows of its edge attributes; at least ``num_edges``, more when
+    repeated edges were removed): ``e_id`` must name distinct edges in
+    ``[0, num_edge_ids)``. ``from_edge_index`` records it, ``save`` and ``load`` keep it;
+    None (not recorded) checks only that the ids are distinct and non-negative.
     """
 
     indptr: np.ndarray
     indices: np.ndarray
     e_id: np.ndarray
+    num_edge_ids: Optional[int] = None
 
     def __post_init__(self) -> None:
         for name in _FILES:
@@ -113,6 +139,7 @@ class CSCGraph:
             raise ValueError(
                 f"indices must name nodes in [0, num_nodes={self.num_nodes}); "
                 f"indices[{bad}]={int(self.indices[bad])}")
+        check_edge_ids(self.e_id, self.num_edge_ids)
 
     @property
     def num_nodes(self) -> int:
@@ -150,7 +177,7 @@ class CSCGraph:
         indices = np.empty(src.shape[0], dtype=index_dtype(num_nodes))
         e_id = np.empty(src.shape[0], dtype=index_dtype(src.shape[0]))
         indptr = _counting_sort_by_dst(src, dst, num_nodes, indices, e_id)
-        return cls(indptr, indices, e_id)
+        return cls(indptr, indices, e_id, src.shape[0])
 
     def save(self, directory: Union[str, os.PathLike]) -> Path:
         """Write ``indptr.npy``, ``indices.npy``, ``e_id.npy`` and ``meta.json`` to a folder, each atomically."""
@@ -160,6 +187,8 @@ class CSCGraph:
             save_npy(path / f"{name}.npy", np.ascontiguousarray(getattr(self, name)))
         meta = {"format": _FORMAT, "version": _FORMAT_VERSION,
                 "num_nodes": self.num_nodes, "num_edges": self.num_edges}
+        if self.num_edge_ids is not None:
+            meta["num_edge_ids"] = self.num_edge_ids
         write_text(path / "meta.json", json.dumps(meta, indent=1) + "\n")
         return path
 
@@ -181,8 +210,8 @@ class CSCGraph:
             raise ValueError(
                 f"directory {str(path)!r} has format {meta.get('format')!r} version "
                 f"{meta.get('version')!r}; expected {_FORMAT!r} version {_FORMAT_VERSION}")
-        for key in ("num_nodes", "num_edges"):
-            if not isinstance(meta.get(key), int):
+        for key in ("num_nodes", "num_edges", "num_edge_ids"):
+            if not isinstance(meta.get(key), int) and (key != "num_edge_ids" or key in meta):
                 raise ValueError(f"{meta_path}: {key}={meta.get(key)!r} is not accepted; expected an integer")
         arrays = {}
         for name in _FILES:
@@ -193,7 +222,7 @@ class CSCGraph:
                 raise ValueError(f"{f} is not a readable .npy array ({e}): the file is missing, truncated "
                                  "or damaged") from None
         try:
-            graph = cls(**arrays)
+            graph = cls(**arrays, num_edge_ids=meta.get("num_edge_ids"))
         except (TypeError, ValueError) as e:
             raise ValueError(f"{path} is not a valid graph: {e}") from None
         if graph.num_nodes != meta["num_nodes"] or graph.num_edges != meta["num_edges"]:

@@ -57,10 +57,10 @@ import torch
 
 from ..index_checks import first_bad_step, first_outside
 from ..threads import use_parallel
-from .graph import _as_numpy, _check_int, _counting_sort_by_dst, index_dtype
+from .graph import _as_numpy, _check_int, _counting_sort_by_dst, check_edge_ids, index_dtype
 from .neighbor import (_check_num_neighbors, _check_weight, _hop_key, _mix64_py, _readonly, _sample_hop_parallel,
                        _sample_hop_serial, _sample_hop_weighted_parallel, _sample_hop_weighted_serial,
-                       _table_find, _table_insert, _table_put_seeds)
+                       _table_find, _table_insert, _table_put_seeds, hop_offsets, run_hop)
 
 __all__ = ["EdgeType", "HeteroNeighborSampler", "HeteroSamplerOutput", "TEMPORAL_STRATEGIES", "TypedCSC",
            "resolve_num_neighbors"]
@@ -136,13 +136,15 @@ class TypedCSC:
     ``indices[indptr[v]:indptr[v + 1]]`` are the sources (ids of ``src`` nodes, below
     ``num_src``) of the edges into ``dst`` node ``v``, in original edge order; ``e_id``
     holds each one's column in the type's ``edge_index``. Like :class:`CSCGraph`, except
-    that sources and destinations are ids of different node types.
+    that sources and destinations are ids of different node types; ``num_edge_ids`` is
+    :class:`CSCGraph`'s (``e_id`` names distinct edges below it; None: not recorded).
     """
 
     indptr: np.ndarray
     indices: np.ndarray
     e_id: np.ndarray
     num_src: int
+    num_edge_ids: Optional[int] = None
 
     def __post_init__(self) -> None:
         for name in ("indptr", "indices", "e_id"):
@@ -170,6 +172,7 @@ class TypedCSC:
         if bad >= 0:
             raise ValueError(f"indices must name source nodes in [0, num_src={self.num_src}); "
                              f"indices[{bad}]={int(self.indices[bad])}")
+        check_edge_ids(self.e_id, self.num_edge_ids)
 
     @property
     def num_dst(self) -> int:
@@ -215,7 +218,7 @@ class TypedCSC:
             order = np.lexsort((time, dst))  # stable: ties keep edge order
             indices[:] = src[order]
             e_id[:] = order
-        return cls(indptr, indices, e_id, num_src)
+        return cls(indptr, indices, e_id, num_src, src.shape[0])
 
     def __repr__(self) -> str:
         return f"TypedCSC(num_src={self.num_src}, num_dst={self.num_dst}, num_edges={self.num_edges})"
@@ -363,6 +366,7 @@ class HeteroNeighborSampler:
         # read-only views: in-memory and memory-mapped graphs share one compiled kernel
         self._csc = {e: tuple(_readonly(a) for a in (g.indptr, g.indices, g.e_id))
                      for e, g in self.graphs.items()}
+        self._max_degree = {e: int(np.diff(g.indptr).max()) if g.num_dst else 0 for e, g in self.graphs.items()}
         self.node_time = None if node_time is None else {t: self._time(f"node_time[{t!r}]", v, self.num_nodes.get(t))
                                                           for t, v in node_time.items()}
         self.edge_time = None if edge_time is None else {e: self._time(f"edge_time[{e!r}]", v,
@@ -425,12 +429,14 @@ class HeteroNeighborSampler:
         """Whether some edge type's draws follow edge weights."""
         return bool(self._weight)
 
-    def _sample_hop(self, edge_type: EdgeType, indptr, indices, e_id, *rest):
-        parallel = use_parallel(2, 2) if self.parallel is None else self.parallel
+    def _sample_hop(self, what: str, parallel: bool, edge_type: EdgeType, indptr, indices, e_id, front,
+                    *rest) -> None:
+        n = front.shape[0]
         if edge_type in self._weight:
             kernel = _sample_hop_weighted_parallel if parallel else _sample_hop_weighted_serial
-            return kernel(indptr, indices, e_id, self._weight[edge_type][0], *rest)
-        return (_sample_hop_parallel if parallel else _sample_hop_serial)(indptr, indices, e_id, *rest)
+            return run_hop(what, kernel, n, indptr, indices, e_id, self._weight[edge_type][0], front, *rest)
+        run_hop(what, _sample_hop_parallel if parallel else _sample_hop_serial, n, indptr, indices, e_id,
+                front, *rest)
 
     def check_seeds(self, input_type: str, seeds: Union[torch.Tensor, np.ndarray]) -> np.ndarray:
         """`seeds` as contiguous int64 ids of `input_type` nodes, or an error naming what is wrong."""
@@ -498,6 +504,7 @@ class HeteroNeighborSampler:
         edges: Dict[EdgeType, List[np.ndarray]] = {e: [] for e in self.edge_types}
         num_sampled_edges: Dict[EdgeType, List[int]] = {e: [] for e in self.edge_types}
 
+        parallel = use_parallel(2, 2) if self.parallel is None else self.parallel
         for hop in range(self.num_hops):
             begin = {t: size[t] - frontier[t].shape[0] for t in self.node_types}
             new_this_hop: Dict[str, List[np.ndarray]] = {t: [] for t in self.node_types}
@@ -521,15 +528,15 @@ class HeteroNeighborSampler:
                     counts = np.where(drawable > 0, k, 0).astype(np.int64)
                 else:  # as sampling.neighbor: a fan-out at least the in-degree takes every in-edge
                     counts = np.where(deg <= k, deg, np.minimum(drawable, k))
-                offsets = np.zeros(front.shape[0] + 1, dtype=np.int64)
-                np.cumsum(counts, out=offsets[1:])
+                what = f"num_neighbors[{e!r}][{hop}]={k}"
+                offsets = hop_offsets(what, counts, k, self.replace, self._max_degree[e], parallel)
                 m = int(offsets[-1])
                 src = np.empty(m, dtype=np.int64)
                 eid = np.empty(m, dtype=np.int64)
                 if m:
-                    self._sample_hop(e, indptr, indices, e_id, front, offsets, np.int64(k), self.replace,
-                                     _type_hop_key(int(seed), hop, pos), np.int64(begin[dst_type]),
-                                     src, eid)
+                    self._sample_hop(what, parallel, e, indptr, indices, e_id, front, offsets, np.int64(k),
+                                     self.replace, _type_hop_key(int(seed), hop, pos),
+                                     np.int64(begin[dst_type]), src, eid)
                 col = np.repeat(np.arange(begin[dst_type], begin[dst_type] + front.shape[0],
                                           dtype=np.int64), counts)
                 row = np.empty(m, dtype=np.int64)

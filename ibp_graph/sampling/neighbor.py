@@ -41,6 +41,7 @@ depends only on ``seed`` and the inputs, never on the number of numba threads.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Union
 
@@ -52,7 +53,8 @@ from numba import prange
 from ..threads import use_parallel
 from .graph import CSCGraph
 
-__all__ = ["NeighborSampler", "SamplerOutput", "SUBGRAPH_TYPES", "TEMPORAL_STRATEGIES"]
+__all__ = ["MAX_FANOUT", "NeighborSampler", "SamplerOutput", "SUBGRAPH_TYPES", "TEMPORAL_STRATEGIES",
+           "available_memory"]
 
 _MASK64 = (1 << 64) - 1
 _GOLDEN_INT = 0x9E3779B97F4A7C15
@@ -68,6 +70,13 @@ _NO_WEIGHT = np.zeros(0, dtype=np.float64)
 # Up to this many draws, Floyd's algorithm checks repeats by a linear scan;
 # above it, by a per-task open-addressing hash set.
 _SCAN_MAX_K = 32
+#: the largest fan-out accepted (the kernels count in int64).
+MAX_FANOUT = (1 << 63) - 1
+# Bytes a hop holds per sampled edge (src, eid, row, col, new, keys: int64 each) and per thread
+# per in-edge of the largest neighbourhood (draw hash set, weighted keys and positions).
+_BYTES_PER_EDGE = 48
+# Hops whose buffers stay below this are not checked against the memory available.
+_UNCHECKED_BYTES = 1 << 26
 
 
 # ----------------------------------------------------------------------------------
@@ -154,8 +163,11 @@ def _sample_range_within(indptr, indices, e_id, frontier, valid, use_valid, last
     """
     use_hash = (not replace) and k > _SCAN_MAX_K
     table_bits = 0
-    if use_hash:
-        while (1 << table_bits) < 2 * k:
+    if use_hash:  # sized by the draws made (at most the in-degree), never by the fan-out itself
+        most = 0
+        for i in range(lo, hi):
+            most = max(most, offsets[i + 1] - offsets[i])
+        while (1 << table_bits) < 2 * most:
             table_bits += 1
     table = np.empty(1 << table_bits, dtype=np.int64)
     table_mask = (1 << table_bits) - 1
@@ -220,11 +232,12 @@ def _sample_range(indptr, indices, e_id, frontier, offsets, k, replace, hop_key,
 
 @numba.njit(cache=True, parallel=True, nogil=True)
 def _sample_hop_parallel(indptr, indices, e_id, frontier, offsets, k, replace, hop_key,
-                         pos0, src_out, eid_out):
+                         pos0, src_out, eid_out, done):
     n = frontier.shape[0]
     for c in prange((n + _CHUNK - 1) // _CHUNK):
         _sample_range(indptr, indices, e_id, frontier, offsets, k, replace, hop_key, pos0,
                       src_out, eid_out, c * _CHUNK, min(n, (c + 1) * _CHUNK))
+        done[c] = True
 
 
 @numba.njit(cache=True, nogil=True)
@@ -236,11 +249,12 @@ def _sample_hop_serial(indptr, indices, e_id, frontier, offsets, k, replace, hop
 
 @numba.njit(cache=True, parallel=True, nogil=True)
 def _sample_hop_temporal_parallel(indptr, indices, e_id, frontier, valid, last, offsets, k, replace,
-                                  hop_key, pos0, src_out, eid_out):
+                                  hop_key, pos0, src_out, eid_out, done):
     n = frontier.shape[0]
     for c in prange((n + _CHUNK - 1) // _CHUNK):
         _sample_range_within(indptr, indices, e_id, frontier, valid, True, last, _NO_WEIGHT, False, offsets, k,
                              replace, hop_key, pos0, src_out, eid_out, c * _CHUNK, min(n, (c + 1) * _CHUNK))
+        done[c] = True
 
 
 @numba.njit(cache=True, nogil=True)
@@ -311,11 +325,12 @@ def _draw_weighted(state, weight, start, deg, cnt, replace, src_out, o):
 
 @numba.njit(cache=True, parallel=True, nogil=True)
 def _sample_hop_weighted_parallel(indptr, indices, e_id, weight, frontier, offsets, k, replace,
-                                  hop_key, pos0, src_out, eid_out):
+                                  hop_key, pos0, src_out, eid_out, done):
     n = frontier.shape[0]
     for c in prange((n + _CHUNK - 1) // _CHUNK):
         _sample_range_within(indptr, indices, e_id, frontier, offsets[:0], False, False, weight, True, offsets,
                              k, replace, hop_key, pos0, src_out, eid_out, c * _CHUNK, min(n, (c + 1) * _CHUNK))
+        done[c] = True
 
 
 @numba.njit(cache=True, nogil=True)
@@ -443,6 +458,89 @@ def _induced_edges(indptr, indices, e_id, nodes, table, shift):
     return row[:m], col[:m], edge[:m]
 
 
+def available_memory() -> int:
+    """Bytes this process can still allocate: the system's available memory, lowered by an
+    address-space limit (``ulimit -v``) and a cgroup v2 memory limit when set."""
+    page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+    avail = None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    avail = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    if avail is None:
+        try:
+            avail = os.sysconf("SC_AVPHYS_PAGES") * page
+        except (AttributeError, OSError, ValueError):
+            avail = MAX_FANOUT
+    try:
+        import resource
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if soft != resource.RLIM_INFINITY:
+            with open("/proc/self/statm") as f:
+                avail = min(avail, soft - int(f.read().split()[0]) * page)
+    except (ImportError, OSError, ValueError, IndexError):
+        pass
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f, open("/sys/fs/cgroup/memory.current") as g:
+            limit = f.read().strip()
+            if limit != "max":
+                avail = min(avail, int(limit) - int(g.read().strip()))
+    except (OSError, ValueError):
+        pass
+    return max(int(avail), 0)
+
+
+def hop_offsets(what: str, counts: np.ndarray, k: int, replace: bool, max_degree: int,
+                parallel: bool) -> np.ndarray:
+    """Each frontier position's first output slot (``len(counts) + 1`` cumulative counts, the last
+    the hop's edge count), after checking the hop's buffers fit in memory.
+
+    The bound is cheap: a position gets at most min(k, in-degree) edges (``k`` with
+    replacement, the in-degree for -1), so only a hop whose bound exceeds 64 MiB has its
+    edges counted and compared with :func:`available_memory`; one that does not fit raises
+    MemoryError naming `what` (the fan-out) and the bytes before any buffer or kernel.
+    """
+    per = max_degree if k < 0 else k if replace else min(k, max_degree)
+    n = counts.shape[0]
+    if n * per * _BYTES_PER_EDGE > _UNCHECKED_BYTES:
+        m = int(counts.sum()) if n * per < 1 << 62 else int(counts.sum(dtype=np.float64))
+        threads = numba.get_num_threads() if parallel else 1
+        need = m * _BYTES_PER_EDGE + threads * _BYTES_PER_EDGE * min(per, max_degree)
+        if need > _UNCHECKED_BYTES:
+            avail = available_memory()
+            if m >= 1 << 62 or need > avail:
+                raise MemoryError(
+                    f"{what} would sample {m:,} edges from {n:,} frontier nodes: its buffers take {need:,} "
+                    f"bytes, more than the {avail:,} bytes of memory available; accepted: a fan-out "
+                    "whose edges fit in memory (without replacement each node gives at most its "
+                    "in-degree)")
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    return offsets
+
+
+_PARALLEL_KERNELS = (_sample_hop_parallel, _sample_hop_temporal_parallel, _sample_hop_weighted_parallel)
+
+
+def run_hop(what: str, kernel, n: int, *args) -> None:
+    """Run one hop's kernel over a frontier of `n` positions; a parallel one must finish every
+    task: numba's workqueue layer drops an error raised inside a task (its ids would stay
+    uninitialised memory), so an unfinished task raises MemoryError naming `what`."""
+    if not any(kernel is p for p in _PARALLEL_KERNELS):
+        kernel(*args)
+        return
+    done = np.zeros((n + _CHUNK - 1) // _CHUNK, dtype=np.bool_)
+    kernel(*args, done)
+    if not done.all():
+        raise MemoryError(f"{what}: a parallel sampling task failed (out of memory) and its edges were "
+                          f"not sampled; {available_memory():,} bytes of memory are available: accepted: "
+                          "a smaller fan-out or batch")
+
+
 # ----------------------------------------------------------------------------------
 # Public API.
 
@@ -480,10 +578,10 @@ def _check_num_neighbors(num_neighbors: Sequence[int]) -> List[int]:
             f"got {num_neighbors!r}")
     out = []
     for hop, k in enumerate(num_neighbors):
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < -1:
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not -1 <= k <= MAX_FANOUT:
             raise ValueError(
-                f"num_neighbors[{hop}] must be an int >= -1 (-1 = all neighbours), "
-                f"got {k!r}")
+                f"num_neighbors[{hop}] must be an int >= -1 and <= {MAX_FANOUT} (2**63 - 1; "
+                f"-1 = all neighbours), got {k!r}")
         out.append(int(k))
     return out
 
@@ -575,6 +673,7 @@ class NeighborSampler:
         # Read-only views: in-memory and memory-mapped graphs share one compiled kernel.
         self._csc = tuple(_readonly(a) for a in (graph.indptr, graph.indices, graph.e_id))
         self.num_neighbors = _check_num_neighbors(num_neighbors)
+        self._max_degree = int(np.diff(graph.indptr).max()) if graph.num_nodes else 0
         self.replace = replace
         self.parallel = parallel
         self.subgraph_type = subgraph_type
@@ -599,13 +698,13 @@ class NeighborSampler:
             csum = np.concatenate([[0], np.cumsum(w > 0)])
             self._positive = csum[graph.indptr[1:]] - csum[graph.indptr[:-1]]
 
-    def _sample_hop(self, *args):
-        parallel = use_parallel(2, 2) if self.parallel is None else self.parallel
+    def _sample_hop(self, what: str, parallel: bool, indptr, indices, e_id, frontier, *rest) -> None:
+        n = frontier.shape[0]
         if self._weight is not None:
-            indptr, indices, e_id, *rest = args
             kernel = _sample_hop_weighted_parallel if parallel else _sample_hop_weighted_serial
-            return kernel(indptr, indices, e_id, self._weight, *rest)
-        return (_sample_hop_parallel if parallel else _sample_hop_serial)(*args)
+            return run_hop(what, kernel, n, indptr, indices, e_id, self._weight, frontier, *rest)
+        run_hop(what, _sample_hop_parallel if parallel else _sample_hop_serial, n, indptr, indices, e_id,
+                frontier, *rest)
 
     def __repr__(self) -> str:
         return (f"NeighborSampler({self.graph!r}, num_neighbors={self.num_neighbors}, "
@@ -694,23 +793,23 @@ class NeighborSampler:
         # Seeds keep their positions; a repeated seed's id maps to its first position.
         table, shift, count = _table_put_seeds(trees * n_graph + seeds_np if self.disjoint else seeds_np)
         frontier, frontier_trees, begin = seeds_np, trees, 0
+        parallel = use_parallel(2, 2) if self.parallel is None else self.parallel
         for hop, k in enumerate(self.num_neighbors):
             valid = _valid_counts(indptr, self._tkey, frontier, times[frontier_trees]) if self.temporal else None
             counts = self._counts(frontier, k, valid)
-            offsets = np.zeros(frontier.shape[0] + 1, dtype=np.int64)
-            np.cumsum(counts, out=offsets[1:])
+            what = f"num_neighbors[{hop}]={k}"
+            offsets = hop_offsets(what, counts, k, self.replace, self._max_degree, parallel)
             m = int(offsets[-1])
             src = np.empty(m, dtype=np.int64)
             eid = np.empty(m, dtype=np.int64)
             if m and self.temporal:
-                parallel = use_parallel(2, 2) if self.parallel is None else self.parallel
                 kernel = _sample_hop_temporal_parallel if parallel else _sample_hop_temporal_serial
-                kernel(*self._tcsc, frontier, valid, self.temporal_strategy == "last", offsets, np.int64(k),
-                       self.replace, _hop_key(int(seed), hop), np.int64(begin), src, eid)
+                run_hop(what, kernel, frontier.shape[0], *self._tcsc, frontier, valid,
+                        self.temporal_strategy == "last", offsets, np.int64(k), self.replace,
+                        _hop_key(int(seed), hop), np.int64(begin), src, eid)
             elif m:
-                self._sample_hop(indptr, indices, e_id, frontier, offsets, np.int64(k),
-                                 self.replace, _hop_key(int(seed), hop), np.int64(begin),
-                                 src, eid)
+                self._sample_hop(what, parallel, indptr, indices, e_id, frontier, offsets, np.int64(k),
+                                 self.replace, _hop_key(int(seed), hop), np.int64(begin), src, eid)
             col = np.repeat(np.arange(begin, begin + frontier.shape[0], dtype=np.int64),
                             counts)
             keys = src + np.repeat(frontier_trees, counts) * n_graph if self.disjoint else src

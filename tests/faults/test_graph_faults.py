@@ -130,3 +130,33 @@ def test_a_prepared_meta_json_that_is_a_list_is_named(prepared, tmp_path):
     with pytest.raises(ValueError, match=r"ds/meta.json holds a list; expected a mapping"):
         PreparedDataset.load(d)
     assert not PreparedDataset.is_complete(d)
+
+
+def test_edge_ids_out_of_range_or_repeated_are_refused_by_name(tmp_path):
+    """Issue 19: e_id is checked like indices: in [0, num_edge_ids), each edge once."""
+    from ibp_graph.sampling.hetero import TypedCSC
+
+    indptr, indices = np.array([0, 2, 3]), np.array([1, 0, 1], dtype=np.int32)
+    with pytest.raises(ValueError, match=r"e_id must name edges in \[0, num_edge_ids=3\); e_id\[1\]=3"):
+        CSCGraph(indptr, indices, np.array([0, 3, 1], dtype=np.int32), 3)
+    with pytest.raises(ValueError, match=r"e_id must name edges in \[0, num_edge_ids=3\); e_id\[1\]=3"):
+        TypedCSC(indptr, indices, np.array([0, 3, 1], dtype=np.int32), 2, 3)
+    for make in (lambda e, n: CSCGraph(indptr, indices, e, n), lambda e, n: TypedCSC(indptr, indices, e, 2, n)):
+        for n in (3, 5, None):  # a recorded bound, one above the edge count (edges removed), none recorded
+            with pytest.raises(ValueError, match=r"e_id must name every edge once; e_id\[2\]=1 repeats"):
+                make(np.array([1, 0, 1], dtype=np.int32), n)
+        with pytest.raises(ValueError, match=r"e_id must name edges in ids >= 0; e_id\[0\]=-1"):
+            make(np.array([-1, 0, 1], dtype=np.int32), None)
+        assert make(np.array([4, 0, 2], dtype=np.int32), 5).num_edges == 3  # distinct ids below the bound
+    # from_edge_index records the bound, save/load keep it, and a damaged e_id.npy is named
+    g = CSCGraph.from_edge_index(np.array([[1, 0, 1], [0, 0, 1]]), 2)
+    assert g.num_edge_ids == 3 and TypedCSC.from_edge_index(np.array([[1, 0], [0, 0]]), 2, 1).num_edge_ids == 2
+    g.save(tmp_path / "g")
+    assert CSCGraph.load(tmp_path / "g").num_edge_ids == 3
+    edit(tmp_path / "g" / "e_id.npy", lambda a: (a.__setitem__(2, 7), a)[1])
+    with pytest.raises(ValueError, match=r"g is not a valid graph: e_id must name edges in \[0, num_edge_ids=3\); "
+                                         r"e_id\[2\]=7"):
+        CSCGraph.load(tmp_path / "g")
+    edit(tmp_path / "g" / "e_id.npy", lambda a: (a.__setitem__(2, a[0]), a)[1])
+    out = expect_clean_exit(run_python(LOAD_AND_SAMPLE, tmp_path / "g")).strip()
+    assert out.startswith("ERROR ValueError") and "e_id must name every edge once; e_id[2]=" in out

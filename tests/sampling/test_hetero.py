@@ -459,3 +459,20 @@ def test_weight_errors_name_the_edge_type():
         make_sampler(num_nodes, ei, [1], weight={("a", "b", "c"): torch.ones(2)})
     with pytest.raises(ValueError, match="weight with temporal sampling"):
         make_sampler(num_nodes, ei, [1], weight=w, node_time={"author": np.zeros(3)})
+
+
+def test_a_fan_out_far_above_every_in_degree_takes_whole_neighbourhoods_and_an_unfittable_one_is_named():
+    num_nodes, ei = random_hetero(4)
+    for kw in ({}, {"disjoint": True}, {"induced": True}):
+        full = make_sampler(num_nodes, ei, [-1, -1], parallel=False, **kw).sample("paper", torch.arange(30), seed=1)
+        big = make_sampler(num_nodes, ei, [2 ** 40, 2 ** 62], parallel=False, **kw).sample("paper", torch.arange(30),
+                                                                                          seed=1)
+        assert all(torch.equal(full.node[t], big.node[t]) for t in num_nodes)
+        assert all(torch.equal(full.edge[e], big.edge[e]) for e in ei)
+    sampler = make_sampler(num_nodes, ei, {e: [2, 2 ** 40 if e == WRITES else 2] for e in ei}, replace=True,
+                           parallel=False)
+    with pytest.raises(MemoryError, match=r"num_neighbors\[\('author', 'writes', 'paper'\)\]\[1\]=1099511627776 "
+                                          r"would sample [\d,]+ edges .* [\d,]+ bytes"):
+        sampler.sample("paper", torch.arange(30), seed=0)
+    with pytest.raises(ValueError, match=r"num_neighbors\[0\] must be an int >= -1 and <= 9223372036854775807"):
+        make_sampler(num_nodes, ei, [2 ** 63])

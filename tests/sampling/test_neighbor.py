@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 import math
 import multiprocessing as mp
 from collections import Counter
@@ -629,3 +630,102 @@ def test_flag_type_errors():
 def test_graph_type_error():
     with pytest.raises(TypeError, match="graph must be a CSCGraph.*Tensor"):
         NeighborSampler(torch.zeros(2, 2), [1])
+
+
+# ----------------------------------------------------------------------------------
+# Issue 19: fan-outs far above any in-degree, and fan-outs whose edges cannot fit in memory.
+
+HUGE = 2 ** 40  # without replacement: clamped by every in-degree; with it: 8 TiB of edges per seed
+
+
+def huge_fanout_graph():
+    rng = np.random.default_rng(0)
+    n = 500
+    g = CSCGraph.from_edge_index(torch.from_numpy(np.stack([rng.integers(0, n, 5000), rng.integers(0, n, 5000)])), n)
+    return g, torch.arange(0, n, 10)
+
+
+MODES = {
+    "uniform": {},
+    "disjoint": {"disjoint": True},
+    "bidirectional": {"subgraph_type": "bidirectional"},
+    "induced": {"subgraph_type": "induced"},
+    "temporal": {"node_time": torch.arange(500) % 7},
+    "temporal-last": {"node_time": torch.arange(500) % 7, "temporal_strategy": "last"},
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_fan_out_far_above_every_in_degree_takes_whole_neighbourhoods(mode):
+    g, seeds = huge_fanout_graph()
+    full = NeighborSampler(g, [-1, -1], parallel=False, **MODES[mode]).sample(seeds, seed=3)
+    big = NeighborSampler(g, [HUGE, 2 ** 62], parallel=False, **MODES[mode]).sample(seeds, seed=3)
+    for field in ("node", "row", "col", "edge", "batch"):
+        a, b = getattr(full, field), getattr(big, field)
+        assert (a is None and b is None) or torch.equal(a, b), field
+
+
+@pytest.mark.parametrize("mode", ["uniform", "disjoint", "temporal", "weighted"])
+def test_a_fan_out_whose_edges_cannot_fit_raises_memory_error_naming_it(mode):
+    g, seeds = huge_fanout_graph()
+    kw = {"weight": torch.ones(g.num_edges)} if mode == "weighted" else MODES[mode]
+    sampler = NeighborSampler(g, [2, HUGE], replace=True, parallel=False, **kw)
+    with pytest.raises(MemoryError, match=rf"num_neighbors\[1\]={HUGE} would sample [\d,]+ edges .*: its buffers "
+                                          r"take [\d,]+ bytes, more than the [\d,]+ bytes of memory available"):
+        sampler.sample(seeds, seed=0)
+    small = NeighborSampler(g, [2, 3], replace=True, parallel=False, **kw).sample(seeds, seed=0)
+    assert small.num_sampled_edges is None or small.num_sampled_edges[1] > 0  # nothing else changed
+
+
+@pytest.mark.parametrize("k", [2 ** 63, 10 ** 20, 1e20])
+def test_a_fan_out_beyond_int64_is_refused_with_the_accepted_range(k):
+    g, _ = huge_fanout_graph()
+    with pytest.raises(ValueError, match=r"num_neighbors\[1\] must be an int >= -1 and <= 9223372036854775807 "
+                                         r"\(2\*\*63 - 1; -1 = all neighbours\), got " + re.escape(repr(k))):
+        NeighborSampler(g, [3, k])
+
+
+# Both samplers, both kernels, under numba's workqueue layer (which drops an error raised inside a
+# parallel task): a clamped huge fan-out samples whole neighbourhoods, an unfittable one raises by name.
+WORKQUEUE = """
+import numba, numpy as np, torch
+from ibp_graph.sampling import CSCGraph, NeighborSampler
+from ibp_graph.sampling.hetero import HeteroNeighborSampler, TypedCSC
+rng = np.random.default_rng(0)
+n = 500
+ei = torch.from_numpy(np.stack([rng.integers(0, n, 5000), rng.integers(0, n, 5000)]))
+g = CSCGraph.from_edge_index(ei, n)
+het = {("v", "to", "v"): TypedCSC.from_edge_index(ei, n, n)}
+seeds = torch.arange(0, n, 10)
+for parallel in (True, False):
+    full = NeighborSampler(g, [-1, -1], parallel=parallel).sample(seeds, seed=0)
+    big = NeighborSampler(g, [2**34, 2**34], parallel=parallel).sample(seeds, seed=0)
+    assert big.node.min() >= 0 and big.node.max() < n, "ids out of range"
+    assert all(torch.equal(getattr(full, f), getattr(big, f)) for f in ("node", "row", "col", "edge"))
+    hfull = HeteroNeighborSampler({"v": n}, het, [-1, -1], parallel=parallel).sample("v", seeds, seed=0)
+    hbig = HeteroNeighborSampler({"v": n}, het, [2**34, 2**34], parallel=parallel).sample("v", seeds, seed=0)
+    assert torch.equal(hfull.node["v"], hbig.node["v"]) and torch.equal(hfull.edge[("v", "to", "v")],
+                                                                        hbig.edge[("v", "to", "v")])
+    for make in (lambda: NeighborSampler(g, [2**34], parallel=parallel, replace=True).sample(seeds, seed=0),
+                 lambda: HeteroNeighborSampler({"v": n}, het, [2**34], parallel=parallel,
+                                               replace=True).sample("v", seeds, seed=0)):
+        try:
+            make()
+            print("NO ERROR")
+        except MemoryError as e:
+            print("MemoryError", e)
+print("LAYER", numba.threading_layer())
+"""
+
+
+def test_huge_fan_outs_under_the_workqueue_layer_never_give_garbage_ids(monkeypatch):
+    from tests.faults.isolated import expect_clean_exit, run_python
+
+    monkeypatch.setenv("NUMBA_THREADING_LAYER", "workqueue")
+    monkeypatch.setenv("NUMBA_NUM_THREADS", "2")
+    out = expect_clean_exit(run_python(WORKQUEUE)).splitlines()
+    assert out[-1] == "LAYER workqueue"
+    assert len(out) == 5 and all(line.startswith("MemoryError num_neighbors[") for line in out[:4]), out
+    assert "num_neighbors[0]=17179869184 would sample 858,993,459,200 edges" in out[0]
+    assert "num_neighbors[('v', 'to', 'v')][0]=17179869184 would sample" in out[1]
+    assert all(" bytes, more than the " in line for line in out[:4])
