@@ -55,3 +55,50 @@ def test_refresh_clears_only_when_the_sources_changed(tmp_path):
     assert refresh(pkg) == [] and list(folder.glob("*.nbi"))  # current: kept
     (pkg / "consts.py").write_text("VALUE = 22\n")
     assert refresh(pkg) == [folder] and not list(folder.glob("*.nbi"))
+
+
+# One process per "environment": numba's version as argv[1] (a fake one stands for the other
+# environment's numba), then whether the package's kernel came from the cache.
+_ENV_PROBE = """
+import sys, numba
+numba.__version__ = sys.argv[1]
+import numpy as np
+from ibp_graph.layout import rows
+k = rows._gather_fixed[1]
+src = np.arange(64, dtype=np.uint64).reshape(8, 8)
+out = np.empty((2, 8), np.uint64)
+k(src, np.array([5, 1]), out)
+assert (out == src[[5, 1]]).all()
+print(bool(k.stats.cache_hits))
+"""
+
+
+def _cached_in(version: str, cache_root) -> bool:
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache_root)}
+    out = subprocess.run([sys.executable, "-c", _ENV_PROBE, version], env=env, capture_output=True,
+                         text=True, check=True)
+    return out.stdout.split()[-1] == "True"
+
+
+def test_two_environments_keep_their_own_cache_entries(tmp_path):
+    """Switching between two numba versions on one source tree compiles each kernel once per
+    environment (before: each switch overwrote the other's index, and everything recompiled)."""
+    import numba
+
+    ours, other = numba.__version__, numba.__version__ + ".other"
+    assert not _cached_in(ours, tmp_path)  # first build in each environment
+    assert not _cached_in(other, tmp_path)
+    assert _cached_in(ours, tmp_path) and _cached_in(other, tmp_path)  # both still valid
+    folders = {p.parent.name for p in tmp_path.rglob("rows._gather_fixed_impl_serial-*.nbi")}
+    assert len(folders) == 2 and all(f.startswith("ibp_graph-numba") for f in folders)
+
+
+def test_the_locator_answers_for_the_package_only(tmp_path):
+    """The package's files are cached in this environment's subfolder; any other file where
+    numba would put it (the user's functions are not moved)."""
+    from ibp_graph.jit_cache import PACKAGE_DIR, environment_tag
+
+    assert cache_dir(PACKAGE_DIR / "layout" / "rows.py") == \
+        PACKAGE_DIR / "layout" / "__pycache__" / environment_tag()
+    pkg = _package(tmp_path, 1)
+    assert cache_dir(pkg / "kernel.py") == pkg / "__pycache__"

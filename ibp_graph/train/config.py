@@ -9,8 +9,11 @@ is read as YAML: ``--set loader.num_neighbors=[15,10,5]``).
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
+import shutil
+import tempfile
 import types
 import typing
 from dataclasses import dataclass, field
@@ -46,8 +49,18 @@ def _choice(default, choices: Sequence[Any], help: str):
     return field(default=default, metadata={"choices": tuple(choices), "help": help})
 
 
-def _num(default, help: str, minimum=None, maximum=None):
-    return field(default=default, metadata={"min": minimum, "max": maximum, "help": help})
+def _num(default, help: str, minimum=None, maximum=None, *, min_open: bool = False, max_open: bool = False):
+    """A numeric field accepting [minimum, maximum] (an open end with min_open / max_open); floats finite."""
+    return field(default=default, metadata={"min": minimum, "max": maximum, "min_open": min_open,
+                                            "max_open": max_open, "help": help})
+
+
+#: the largest fan-out, batch or model size a key accepts (int32: the samplers' and models' indices).
+MAX_COUNT = 2 ** 31 - 1
+#: bytes a run's result file needs at most in output.dir (one JSON per codec run).
+RESULT_BYTES = 1 << 20
+#: bytes of memory per generated node (class, year, fitness and the citation draw's arrays), at least.
+GEN_NODE_BYTES = 48
 
 
 @dataclass
@@ -64,24 +77,26 @@ class DataConfig:
         "help": "serve features from the pre-encoded store (no per-batch encoding) for codec auto "
                 "and for the codec the store was encoded with"})
     synthetic: GraphSpec = field(default_factory=GraphSpec, metadata={
-        "help": "the generated data set (name: synthetic)"})
+        "help": "the generated data set (name: synthetic); its per-node arrays must fit in memory and its "
+                "files under data.root (checked before it is generated)"})
     mag: MagSpec = field(default_factory=MagSpec, metadata={
-        "help": "the generated ogbn-mag-like heterogeneous data set (name: synthetic-mag)"})
+        "help": "the generated ogbn-mag-like heterogeneous data set (name: synthetic-mag); sizes checked "
+                "as for data.synthetic"})
 
 
 @dataclass
 class LoaderConfig:
     """Loader settings: the front-end (CompressedNeighborLoader or CompressedDGLDataLoader) and its batches."""
 
-    batch_size: int = _num(1024, "seed nodes per training batch", 1)
-    eval_batch_size: int = _num(2048, "seed nodes per evaluation batch", 1)
+    batch_size: int = _num(1024, "seed nodes per training batch", 1, MAX_COUNT)
+    eval_batch_size: int = _num(2048, "seed nodes per evaluation batch", 1, MAX_COUNT)
     num_neighbors: list[int] = field(default_factory=lambda: [10, 5], metadata={
-        "help": "neighbours sampled per hop (-1: all); also the number of GNN layers"})
-    num_workers: int = _num(1, "DataLoader worker processes per loader", 0)
+        "help": "neighbours sampled per hop, each in [1, 2**31 - 1] or -1 (all); also the number of GNN layers"})
+    num_workers: int = _num(1, "DataLoader worker processes per loader", 0, 1024)
     codecs: list[str] = field(default_factory=lambda: ["auto"], metadata={
         "choices": KINDS, "help": "one run per codec listed: auto (per group the smallest of ibp and "
                                   "ebp, identity when neither gains), ibp, ebp, identity"})
-    prefetch: int = _num(2, "batches decoded ahead on the device", 0)
+    prefetch: int = _num(2, "batches decoded ahead on the device", 0, 1024)
     device: str = field(default="auto", metadata={"help": "auto, cpu, cuda or cuda:N"})
     framework: str = _choice("pyg", FRAMEWORKS, "pyg: CompressedNeighborLoader and PyG's models; dgl: "
                              "CompressedDGLDataLoader and DGL's GraphSAGE (runs in .venv-dgl, `make venv-dgl`)")
@@ -92,9 +107,9 @@ class ModelConfig:
     """The GNN."""
 
     arch: str = _choice("sage", ("sage", "gcn", "gat"), "GraphSAGE, GCN or GAT")
-    hidden: int = _num(256, "hidden channels", 1)
-    dropout: float = _num(0.5, "dropout probability", 0.0, 1.0)
-    heads: int = _num(4, "attention heads (gat; hidden must be a multiple)", 1)
+    hidden: int = _num(256, "hidden channels", 1, 1 << 16)
+    dropout: float = _num(0.5, "dropout probability", 0.0, 1.0, max_open=True)
+    heads: int = _num(4, "attention heads (gat; hidden must be a multiple)", 1, 1 << 10)
     norm: Optional[str] = _choice(None, (None, "batch_norm", "layer_norm"), "normalisation after each layer")
 
 
@@ -102,12 +117,12 @@ class ModelConfig:
 class TrainConfig:
     """Optimisation and evaluation."""
 
-    epochs: int = _num(3, "passes over the training nodes", 1)
-    lr: float = _num(0.01, "Adam learning rate", 0.0)
-    weight_decay: float = _num(0.0, "Adam weight decay", 0.0)
-    max_batches: Optional[int] = _num(None, "cap on training batches per epoch (smoke tests)", 1)
-    eval_every: int = _num(1, "evaluate valid/test every this many epochs (and after the last)", 1)
-    seed: int = _num(0, "torch seed (model init, shuffling, sampling)", 0)
+    epochs: int = _num(3, "passes over the training nodes", 1, 1 << 20)
+    lr: float = _num(0.01, "Adam learning rate", 0.0, 1e3, min_open=True)
+    weight_decay: float = _num(0.0, "Adam weight decay", 0.0, 1e3)
+    max_batches: Optional[int] = _num(None, "cap on training batches per epoch (smoke tests)", 1, MAX_COUNT)
+    eval_every: int = _num(1, "evaluate valid/test every this many epochs (and after the last)", 1, 1 << 20)
+    seed: int = _num(0, "torch seed (model init, shuffling, sampling)", 0, 2 ** 63 - 1)
 
 
 @dataclass
@@ -186,17 +201,28 @@ def _convert(value, tp, where: str, meta: dict):
     elif tp is float:
         if isinstance(value, str) and _FLOAT_TEXT.match(value.strip()):
             value = float(value)  # YAML 1.1 reads 1e-3 (no dot) as a string
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where}={value!r} is not accepted; expected a number")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            what = "a number" if isinstance(value, bool) or not isinstance(value, (int, float)) else "a finite number"
+            raise ConfigError(f"{where}={value!r} is not accepted; expected {what} {_bounds(meta)}".rstrip())
         value = float(value)
     elif tp is str:
         if not isinstance(value, str):
             raise ConfigError(f"{where}={value!r} is not accepted; expected a string")
     lo, hi = meta.get("min"), meta.get("max")
-    if lo is not None and value < lo or hi is not None and value > hi:
-        bounds = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-        raise ConfigError(f"{where}={value!r} is not accepted; expected a value {bounds}")
+    if lo is not None and (value < lo or meta.get("min_open") and value == lo) or \
+            hi is not None and (value > hi or meta.get("max_open") and value == hi):
+        raise ConfigError(f"{where}={value!r} is not accepted; expected a value {_bounds(meta)}")
     return value
+
+
+def _bounds(meta: dict) -> str:
+    """The accepted range of a numeric field, as messages and --keys write it ("" when unbounded)."""
+    lo, hi = meta.get("min"), meta.get("max")
+    if lo is not None and hi is not None:
+        return f"in {'(' if meta.get('min_open') else '['}{lo}, {hi}{')' if meta.get('max_open') else ']'}"
+    if lo is not None:
+        return f"{'>' if meta.get('min_open') else '>='} {lo}"
+    return f"{'<' if meta.get('max_open') else '<='} {hi}" if hi is not None else ""
 
 
 def from_dict(cls, values: Any, where: str = ""):
@@ -245,9 +271,9 @@ def check_config(cfg: Config) -> Config:
     if not lc.num_neighbors:
         raise ConfigError("loader.num_neighbors=[] is not accepted; expected one entry per hop, e.g. [10, 5]")
     for i, k in enumerate(lc.num_neighbors):
-        if k < 1 and k != -1:
+        if (k < 1 or k > MAX_COUNT) and k != -1:
             raise ConfigError(f"loader.num_neighbors[{i}]={k!r} is not accepted; expected an integer >= 1, "
-                              "or -1 for all neighbours")
+                              f"or -1 for all neighbours (at most {MAX_COUNT})")
     if not lc.codecs:
         raise ConfigError(f"loader.codecs=[] is not accepted; expected at least one of {list(KINDS)} "
                           "(one run per codec)")
@@ -268,21 +294,95 @@ def check_config(cfg: Config) -> Config:
     if m.arch == "gat" and m.hidden % m.heads:
         raise ConfigError(f"model.hidden={m.hidden} is not accepted with model.heads={m.heads} (arch gat); "
                           f"expected a multiple of model.heads, e.g. {m.hidden - m.hidden % m.heads or m.heads}")
-    _check_output_dir(cfg.output.dir)
+    _check_generated_size(cfg.data)
+    _check_output_dir(cfg.output.dir, len(lc.codecs))
     return cfg
 
 
-def _check_output_dir(path: str) -> None:
+def _existing(path: Path) -> Path:
+    """`path`, or its nearest existing folder above (the one a mkdir would write into)."""
+    probe = path.absolute()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return probe
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1e6:,.0f} MB" if n < 1e12 else f"{n:.3g} bytes"
+
+
+def _check_output_dir(path: str, runs: int = 1) -> None:
+    """output.dir exists or can be made, takes a file (a probe written and removed), and has room for
+    `runs` result files (RESULT_BYTES each)."""
     d = Path(path)
     if d.exists() and not d.is_dir():
         raise ConfigError(f"output.dir={path!r} is not accepted: it is a file; expected a folder (made if missing)")
-    probe = d.absolute()
-    while not probe.exists() and probe != probe.parent:  # the folder that mkdir would write into
-        probe = probe.parent
+    probe = _existing(d)
     if not probe.is_dir():
         raise ConfigError(f"output.dir={path!r} is not accepted: {str(probe)!r} is a file; expected a folder")
     if not os.access(probe, os.W_OK | os.X_OK):
         raise ConfigError(f"output.dir={path!r} is not accepted: {str(probe)!r} is not writable by this user")
+    try:
+        with tempfile.TemporaryFile(dir=probe, prefix=".ibp-graph-probe-"):
+            pass
+        free = shutil.disk_usage(probe).free
+    except OSError as e:
+        raise ConfigError(f"output.dir={path!r} is not accepted: {str(probe)!r} does not take a file "
+                          f"({e.strerror or e}); expected a writable folder") from None
+    if free < runs * RESULT_BYTES:
+        raise ConfigError(f"output.dir={path!r} is not accepted: {str(probe)!r} has {free:,} bytes free; the "
+                          f"results need {runs * RESULT_BYTES:,} ({runs} run(s)); expected a folder with room for them")
+
+
+def _generated_needs(data: DataConfig) -> Optional[tuple[str, int, int]]:
+    """(the spec's key, bytes of memory, bytes of disk) that generating data.synthetic / data.mag needs at
+    least (its per-node arrays; the features and neighbour lists it writes), or None: nothing to generate."""
+    if data.name == "synthetic":
+        from ..data import graphgen
+        from ..data.prepared import PreparedDataset
+
+        g = data.synthetic
+        if PreparedDataset.is_complete(graphgen.cache_dir(g, data.root)):
+            return None
+        return ("data.synthetic", GEN_NODE_BYTES * g.num_nodes,
+                4 * g.num_nodes * g.dim + 8 * math.ceil(g.num_nodes * g.avg_citations))
+    if data.name == "synthetic-mag":
+        from ..data import maggen
+        from ..data.hetero import HeteroPreparedDataset
+
+        m = data.mag
+        if HeteroPreparedDataset.is_complete(maggen.cache_dir(m, data.root)):
+            return None
+        links = m.num_papers * (m.avg_citations + m.authors_per_paper + m.fields_per_paper) + \
+            m.num_authors * m.institutions_per_author
+        return ("data.mag", GEN_NODE_BYTES * sum(m.num_nodes.values()),
+                4 * m.num_papers * m.dim + 8 * math.ceil(links))
+    return None
+
+
+def _check_generated_size(data: DataConfig) -> None:
+    """A generated data set must fit: its per-node arrays in memory, its files under data.root."""
+    needs = _generated_needs(data)
+    if needs is None:
+        return
+    from ..pipeline.features import available_host_memory
+
+    key, memory, disk = needs
+    spec = dataclasses.asdict(data.synthetic if key == "data.synthetic" else data.mag)
+    sizes = ", ".join(f"{k}={v}" for k, v in spec.items() if k.startswith("num_") or k in ("dim", "avg_citations"))
+    available = available_host_memory()
+    if memory > available:
+        raise ConfigError(f"{key} ({sizes}) is not accepted: generating it needs at least {_mb(memory)} of memory, "
+                          f"{_mb(available)} available; expected fewer nodes")
+    where = _existing(Path(data.root))
+    try:
+        free = shutil.disk_usage(where).free
+    except OSError:
+        return  # data.root is checked where the data set is made
+    if disk > free:
+        raise ConfigError(f"{key} ({sizes}) is not accepted: its files need at least {_mb(disk)} under "
+                          f"data.root={data.root!r}, {_mb(free)} free on {str(where)!r}; expected fewer nodes, "
+                          "a smaller dim or another data.root")
 
 
 def to_dict(cfg) -> dict:
@@ -366,6 +466,8 @@ def describe(cls=Config, prefix: str = "") -> list[str]:
         text = f"{path} ({_type_name(tp)}, default {default!r})"
         if f.metadata.get("choices") is not None:
             text += f" one of {list(f.metadata['choices'])}"
+        if _bounds(f.metadata):
+            text += f" {_bounds(f.metadata)}"
         if f.metadata.get("help"):
             text += f": {f.metadata['help']}"
         lines.append(text)

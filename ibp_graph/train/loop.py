@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from ..files import write_text
 from ..data.prepared import PreparedDataset, add_store
 from . import frontends
-from .config import HETERO_DATASETS, Config, LoaderConfig, check_config, to_dict
+from .config import HETERO_DATASETS, Config, ConfigError, LoaderConfig, check_config, to_dict
 
 __all__ = ["Dist", "setup_distributed", "resolve_device", "open_dataset", "make_loader", "train_epoch",
            "evaluate", "run", "run_one", "main", "main_config", "RUN_FORMAT"]
@@ -381,12 +381,17 @@ def _write(cfg: Config, codec: str, dist: Dist, result: dict) -> Path:
     from ..tables import machine
 
     d = Path(cfg.output.dir)
-    d.mkdir(parents=True, exist_ok=True)
     stem = f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}-{codec}" + (f"-w{dist.world_size}" if dist.world_size > 1 else "")
-    path, k = d / f"{stem}.json", 1
-    while path.exists():
-        path, k = d / f"{stem}-{k}.json", k + 1
-    write_text(path, json.dumps(dict(result, machine=machine()), indent=2) + "\n")
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        path, k = d / f"{stem}.json", 1
+        while path.exists():
+            path, k = d / f"{stem}-{k}.json", k + 1
+        write_text(path, json.dumps(dict(result, machine=machine()), indent=2) + "\n")
+    except OSError as e:  # filled up or made read-only during the run (check_config checked it before)
+        raise ConfigError(f"output.dir={cfg.output.dir!r} is not accepted: the results of codec {codec} could "
+                          f"not be written there ({e.strerror or e}); expected a writable folder with room for "
+                          "them") from None
     return path
 
 
@@ -421,6 +426,9 @@ def main_config(cfg: Config, *, baseline: bool = False) -> int:
     messages, exit status. (The whole config is validated first, before any data is touched.)"""
     try:
         run(cfg, baseline=baseline)
+    except ConfigError as e:  # as `main` reports a config the checker refuses
+        print(f"ibp-graph train: {e}", file=sys.stderr)
+        return 2
     except (FileNotFoundError, ValueError, ImportError) as e:
         print(f"ibp-graph train: {e}", file=sys.stderr)
         return 1

@@ -668,3 +668,39 @@ def test_fit_codec_picks_the_smallest_and_identity_when_nothing_gains():
         fit_codec(emb, "zstd")
     with pytest.raises(ValueError, match="min_decode_gbps=-1"):
         fit_codec(emb, min_decode_gbps=-1)
+
+
+# Fits a 4 x 100_000 float32 table (1.6 MB) with EBP, directly or through fit_codec, in a process
+# told it has `argv[2]` bytes of memory; prints the error (or "fitted") and the peak RSS growth.
+_WIDE_FIT = """
+import resource, sys
+import numpy as np, torch
+from ibp_graph.codec.auto import fit_codec
+from ibp_graph.codec.ebp import fit
+fit._available_memory = lambda: int(sys.argv[2])
+x = torch.from_numpy(np.random.default_rng(0).standard_normal((4, 100_000)).astype(np.float32))
+fit_codec(x[:, :64].contiguous(), sys.argv[1])  # compiled and warm before measuring
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:
+    fit_codec(x, sys.argv[1])
+    print("fitted")
+except MemoryError as e:
+    print(e)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)
+"""
+
+
+@pytest.mark.parametrize("kind", ["ebp", "auto"])
+def test_a_fit_on_very_wide_rows_refuses_before_it_exceeds_memory(kind):
+    """Issue 19: ~22 KB of tables per distinct column (4.2 GB for a 1.5 MB table of 4 x 100k, an
+    OOM kill at 10^6 columns); the fit now names the bytes it needs and the memory available."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _WIDE_FIT, kind, str(256 << 20)], capture_output=True,
+                         text=True, check=True).stdout.splitlines()
+    assert out[0].startswith("EBP fit (dense) of rows of 100,000 columns") and \
+        "bytes of memory are available; use the ibp or identity codec" in out[0], out
+    need = int(out[0].split("needs about ")[1].split(" bytes")[0].replace(",", ""))
+    assert need > 256 << 20 and f"{256 << 20:,} bytes of memory are available" in out[0]
+    assert int(out[1]) < 200 << 20  # refused before the tables: the peak grew by far less than `need`

@@ -2,6 +2,7 @@
 import json
 import os
 import re
+from pathlib import Path
 
 import pytest
 
@@ -103,3 +104,37 @@ def test_report_skips_malformed_run_files_and_says_which(tmp_path, capsys):
     assert "nocodec.json: a malformed training run (no 'codec')" in err
     assert "badfinal.json: a malformed training run (final.mean_epoch_seconds='slow' is not a number)" in err
     assert "good.json" not in err and out.count("synthetic") == 1
+
+
+def test_an_output_dir_that_takes_no_file_or_has_no_room_is_refused_before_training(tmp_path, capsys, monkeypatch):
+    """Issue 19: a read-only or full output.dir failed with an OSError after training; the checker
+    now probes it (a file written and removed, the free space) and names it."""
+    argv = [f"--set={s}" for s in TINY + [f"data.root={tmp_path / 'data'}"]]
+    assert loop.main(argv + ["--set=output.dir=/proc/ibp-graph-runs"]) == 2  # writable by mode bits for root
+    assert re.search(r"output.dir='/proc/ibp-graph-runs' is not accepted: '/proc' does not take a file",
+                     capsys.readouterr().err)
+    from ibp_graph.train import config
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    usage, real = config.shutil.disk_usage(tmp_path), config.shutil.disk_usage
+    monkeypatch.setattr(config.shutil, "disk_usage",  # the results' disk is full
+                        lambda p: usage._replace(free=4096) if Path(p) == runs else real(p))
+    assert loop.main(argv + [f"--set=output.dir={runs}", "--set=loader.codecs=[ibp, ebp]"]) == 2
+    assert re.search(r"output.dir='.*runs' is not accepted: '.*runs' has 4,096 bytes free; the results need "
+                     r"2,097,152 \(2 run\(s\)\)", capsys.readouterr().err)
+    assert not (tmp_path / "data").exists() and not list(runs.iterdir())
+    assert not list(tmp_path.glob(".ibp-graph-probe-*"))  # the probe file is gone
+
+
+def test_results_that_cannot_be_written_after_training_are_a_config_error(tmp_path, capsys, monkeypatch):
+    """The disk filling up during the run: the checker's message and exit status, not a traceback."""
+    def full(path, text):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(loop, "write_text", full)
+    argv = [f"--set={s}" for s in TINY + [f"data.root={tmp_path / 'data'}", f"output.dir={tmp_path / 'runs'}",
+                                          "train.epochs=1", "train.max_batches=1", "loader.codecs=[identity]"]]
+    assert loop.main(argv) == 2
+    assert re.search(r"output.dir='.*runs' is not accepted: the results of codec identity could not be written "
+                     r"there \(No space left on device\)", capsys.readouterr().err)

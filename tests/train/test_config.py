@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from ibp_graph.cli import main as cli
-from ibp_graph.train.config import Config, ConfigError, apply_overrides, from_dict, load_config, to_dict
+from ibp_graph.train.config import Config, ConfigError, apply_overrides, describe, from_dict, load_config, to_dict
 
 CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
 
@@ -53,7 +53,7 @@ def test_unknown_keys_are_refused_with_the_valid_ones(tmp_path):
 @pytest.mark.parametrize("override, message", [
     ("loader.batch_size=abc", "loader.batch_size='abc' is not accepted; expected an integer"),
     ("loader.batch_size=true", "expected an integer"),
-    ("loader.batch_size=0", "expected a value >= 1"),
+    ("loader.batch_size=0", "expected a value in [1, 2147483647]"),
     ("train.lr=fast", "train.lr='fast' is not accepted; expected a number"),
     ("model.arch=mlp", "choose from ['sage', 'gcn', 'gat']"),
     ("loader.codecs=[ibp, zstd]", "loader.codecs[1]='zstd' is not accepted"),
@@ -66,6 +66,38 @@ def test_unknown_keys_are_refused_with_the_valid_ones(tmp_path):
 def test_mistyped_values_are_refused(override, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         load_config(None, [override])
+
+
+@pytest.mark.parametrize("override, message", [  # issue 19: each once a traceback, or accepted
+    ("loader.num_neighbors=[100000000000000000000, 5]",
+     "loader.num_neighbors[0]=100000000000000000000 is not accepted; expected an integer >= 1, or -1"),
+    ("model.hidden=1000000000000", "model.hidden=1000000000000 is not accepted; expected a value in [1, 65536]"),
+    ("loader.batch_size=4294967296", "expected a value in [1, 2147483647]"),
+    ("train.lr=.inf", "train.lr=inf is not accepted; expected a finite number in (0.0, 1000.0]"),
+    ("train.lr=inf", "train.lr='inf' is not accepted; expected a number in (0.0, 1000.0]"),
+    ("train.lr=0", "train.lr=0.0 is not accepted; expected a value in (0.0, 1000.0]"),
+    ("train.weight_decay=-.inf", "train.weight_decay=-inf is not accepted; expected a finite number"),
+    ("model.dropout=.nan", "model.dropout=nan is not accepted; expected a finite number in [0.0, 1.0)"),
+    ("model.dropout=1.0", "model.dropout=1.0 is not accepted; expected a value in [0.0, 1.0)"),
+    ("data.synthetic.num_nodes=1000000000000000",
+     "data.synthetic (num_nodes=1000000000000000, avg_citations=10.0, num_classes=172, dim=128) is not accepted: "
+     "generating it needs at least 4.8e+16 bytes of memory"),
+    ("data.synthetic.dim=100000000", "is not accepted: its files need at least 2.4e+13 bytes under data.root="),
+    ("data.mag.num_authors=1000000000000000", "data.mag (num_papers=20000, num_authors=1000000000000000"),
+])
+def test_numbers_out_of_range_are_refused(tmp_path, override, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(None, [f"data.root={tmp_path}", "data.name=synthetic-mag" if "data.mag" in override
+                           else "data.name=synthetic", override])
+    assert not any(tmp_path.iterdir())  # nothing generated
+
+
+def test_every_number_in_the_schema_has_a_range():
+    """--keys documents a range for every numeric key of the schema (the generated data's sizes
+    are bounded by the memory and disk they need)."""
+    lines = [ln for ln in describe() if "(an integer" in ln or "(a number" in ln]
+    ours = [ln for ln in lines if not ln.startswith(("data.synthetic.", "data.mag."))]
+    assert ours and all(re.search(r"\) in [\[(]", ln) for ln in ours), ours
 
 
 def test_overrides_reach_any_key(tmp_path):

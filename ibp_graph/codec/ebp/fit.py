@@ -3,6 +3,7 @@ tables, tables shared by content, and the choice between dense-only and sparse."
 from __future__ import annotations
 
 import math
+import os
 from typing import Optional
 
 import numpy as np
@@ -10,7 +11,7 @@ import torch
 
 from ...layout.dtypes import as_row_bytes, check_rows_tensor, itemsize
 from ..base import DEFAULT_SAMPLE_ROWS, random_rows
-from .codes import ESC, LUT_BITS
+from .codes import ENC_BITS, ESC, LUT_BITS, LUT_SIZE
 from .encode import row_lengths
 from .huffman import best_split, build_table, split_bits
 
@@ -21,6 +22,45 @@ MIN_SPARSE_SAMPLES = 32
 #: high parts taking more distinct values on the sample than this are not tried.
 MAX_DISTINCT = 4096
 UINT_DTYPES = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+#: bytes per column a codec's build holds besides its tables: its records and the (columns, 256)
+#: code-length arrays EBPTables.build works on (the fit's memory is checked against it and _table_bytes).
+COLUMN_BUILD_BYTES = 3 * 256 * 8 + 256
+
+
+def _table_bytes(hw: int, size: int) -> int:
+    """Bytes one table of `size` dictionary values takes in a built codec: dictionary, code lengths and
+    codes (256 entries each), decode table, direct encode table, hash slots."""
+    slots = max(4, 1 << (2 * (size + 1) - 1).bit_length())
+    return 3 * 256 * 8 + 2 * LUT_SIZE + 2 * (1 << min(hw, ENC_BITS)) + 16 * slots
+
+
+def _available_memory() -> int:
+    """Bytes of memory available now (MemAvailable), or the physical memory when unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:  # pragma: no cover - not Linux
+        pass
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def _check_codec_memory(tables, d: int, mode: str) -> None:
+    """Refuse, before its tables are built, a codec (`tables`: (hw, size) of each distinct table) that
+    would not fit in the available memory; rows of distinct columns take about 22 KB per column."""
+    need = sum(_table_bytes(hw, size) for hw, size in tables) + d * COLUMN_BUILD_BYTES
+    available = _available_memory()
+    if need > available:
+        raise MemoryError(f"EBP fit ({mode}) of rows of {d:,} columns ({len(tables):,} distinct tables) needs "
+                          f"about {need:,} bytes for its codec tables, {available:,} bytes of memory are "
+                          "available; use the ibp or identity codec for rows this wide")
+
+
+def _dense_tables(dense) -> list[tuple[int, int]]:
+    """(hw, size) of the distinct tables of a dense fit (as _TableSet keeps them)."""
+    return list({(hw, esc, dvals.tobytes(), lens.tobytes()): (hw, len(dvals))
+                 for hw, dvals, lens, esc in dense}.values())
 
 
 def _segments(sorted_col: np.ndarray, skip: Optional[tuple[int, int]] = None) -> np.ndarray:
@@ -172,10 +212,13 @@ def fit_ebp(cls, tensor: torch.Tensor, *, sparse: Optional[bool], sample_rows: O
     words = rows.view(UINT_DTYPES[W // 8]).reshape(rows.shape[0], d)
     cols = np.ascontiguousarray(np.sort(words.astype(np.uint64), axis=0).T)  # (d, n)
     dense = _fit_dense(cols, W)
+    dense_tables = _dense_tables(dense)
+    _check_codec_memory(dense_tables, d, "dense")
     candidates = []
     if sparse is not False and d > 0 and rows.shape[0] > 0:
         sp = _fit_sparse(cols, W, dense)
         if sp is not None:
+            _check_codec_memory(list(zip(sp["t_hw"].tolist(), sp["t_size"].tolist())) + dense_tables, d, "sparse")
             candidates.append(cls(dtype=tensor.dtype, row_shape=row_shape, sparse=True, **sp))
     if sparse is not True or not candidates:
         candidates.append(cls(dtype=tensor.dtype, row_shape=row_shape, sparse=False,
