@@ -28,7 +28,6 @@ A loader, when it starts, makes numba's threading layer fork-safe (ibp_graph.thr
 """
 from __future__ import annotations
 
-import math
 import os
 import time
 from dataclasses import dataclass, replace
@@ -38,15 +37,13 @@ import torch
 
 from ibp_graph.codec.base import Codec
 from ibp_graph.data.store import EncodedTable
-from ibp_graph.layout.dtypes import itemsize
 from ibp_graph.loaders import _common
 from ibp_graph.pipeline.batch import DecodedBatch, EncodedBatch
 from ibp_graph.pipeline.codec_setup import CodecSpec
 from ibp_graph.pipeline.features import FeaturePlan, plan_features, worker_ids
-from ibp_graph.pipeline.grouping import (SCALAR_BLOCK, GroupKey, GroupLayout, Member, gather_rows, group_key,
-                                         group_tensors, store_key)
+from ibp_graph.pipeline.grouping import GroupKey
+from ibp_graph.pipeline.producer import BatchPlan, produce
 from ibp_graph.pipeline.transport import OutputBuffers, SlotRing
-from ibp_graph.pipeline.worker import encode_group, place
 
 _INSTALL = ("pip install 'dgl==2.1.0' 'torch==2.2.1' 'numpy<2' 'torchdata==0.7.1' pandas pydantic "
             "(or `make venv-dgl`, which builds .venv-dgl)")
@@ -176,37 +173,6 @@ def _parent_tid(parent, kind: str, type_) -> Optional[int]:
         return None
 
 
-class _Fetch:
-    """The LazyFeature columns of one sampled batch, taken off its graphs: what to gather, for which slot."""
-
-    def __init__(self):
-        self.rows: dict[GroupKey, list] = {}     # row groups: [(slot name, table, ids)]
-        self.scalars: list = []                  # 1-d columns: (slot name, table, ids)
-        self.stored: dict[str, list] = {}        # store name -> [(slot name, table, ids)]
-        self.sent: dict[str, torch.Tensor] = {}  # node ids sent for the main process to serve (pipeline.features)
-
-    def add(self, name: str, source, ids: torch.Tensor) -> None:
-        """Plan one slot: rows `ids` of `source` (a tensor, or (store name, EncodedTable))."""
-        if isinstance(source, tuple):
-            self.stored.setdefault(source[0], []).append((name, source[1], ids))
-        elif source.dim() <= 1:
-            self.scalars.append((name, source, ids))
-        else:
-            key = group_key(name, source[:0])
-            self.rows.setdefault(key, []).append((name, source, ids))
-
-    def nbytes(self) -> int:
-        """The bytes the gathered batch takes (stored rows at their widest), for a ring slot; encoded
-        output beyond it goes to fresh segments once, then the worker's slots grow to hold it."""
-        rows = sum(int(ids.numel()) * math.prod(key.row_shape) * itemsize(key.torch_dtype)
-                   for key, items in self.rows.items() for _, _, ids in items)
-        scalars = sum(int(ids.numel()) * table.element_size() for _, table, ids in self.scalars)
-        scalars += sum(t.numel() * t.element_size() for t in self.sent.values())
-        stored = sum(int(ids.numel()) * table.compressed.row_nbytes
-                     for items in self.stored.values() for _, table, ids in items)
-        return rows + scalars + stored + SCALAR_BLOCK * 8 * (len(self.rows) + len(self.scalars) + len(self.sent))
-
-
 class _CompressingSampler(_DGLSampler):
     """Runs the user's sampler in a worker, then gathers and encodes the features it marked lazy.
 
@@ -231,7 +197,7 @@ class _CompressingSampler(_DGLSampler):
         out = self.sampler.sample(g, indices)
         t1 = time.perf_counter()
         graphs = _graphs(out)
-        plan, slots, detached, orders = _Fetch(), [], [], []
+        plan, slots, detached, orders = BatchPlan(), [], [], []
         for i, sub in enumerate(graphs):
             for kind, id_name in ((NODE, dgl.NID), (EDGE, dgl.EID)):
                 types, parents = _types(sub, kind), _frames(g, kind)
@@ -245,17 +211,11 @@ class _CompressingSampler(_DGLSampler):
                     if ptid is not None:
                         detached.extend(_Detached(i, kind, tid, key, ptid)
                                         for key in _detach(frame, parents[ptid]))
-        buffers = OutputBuffers.for_this_process(self.ring)
-        buffers.reserve(plan.nbytes())
-        data, groups, layouts, copied = self._gather(plan, buffers)
-        t2 = time.perf_counter()
-        copied += self._encode(data, groups, layouts, buffers)
-        batch = EncodedBatch(groups=groups, layouts=layouts, copied_bytes=copied, slot=buffers.done(),
-                             meta=_Meta(tuple(slots), tuple(detached), tuple(orders)),
-                             seconds={"sample": t1 - t0, "gather": t2 - t1, "encode": time.perf_counter() - t2})
+        batch = produce(plan, self.codecs, OutputBuffers.for_this_process(self.ring),
+                        meta=_Meta(tuple(slots), tuple(detached), tuple(orders)), seconds={"sample": t1 - t0})
         return out[0], out[1], out[2], _Encoded(batch)
 
-    def _take(self, g, frame, kind: str, type_, id_name: str, prefix: str, plan: _Fetch) -> list:
+    def _take(self, g, frame, kind: str, type_, id_name: str, prefix: str, plan: BatchPlan) -> list:
         """Take the frame's LazyFeature columns off it into `plan`; [(slot name, key)], in frame order."""
         taken = []
         for key, column in list(frame._columns.items()):
@@ -266,7 +226,7 @@ class _CompressingSampler(_DGLSampler):
                 raise ValueError(f"LazyFeature {key!r} on a sampled graph has no ids, and the graph has no "
                                  f"{id_name} column; give LazyFeature(name, id_) or keep {id_name}")
             parent_key = column.name or key
-            source = self.stores.get((kind, type_, parent_key))
+            store, source = self.stores.get((kind, type_, parent_key), (None, None))
             if source is None:
                 storage = g.get_node_storage(parent_key, type_) if kind == NODE else \
                     g.get_edge_storage(parent_key, type_)
@@ -276,63 +236,13 @@ class _CompressingSampler(_DGLSampler):
                 source = storage.data
             name = prefix + key
             sent, rest = worker_ids(self.features, name, parent_key if kind == NODE else None, ids)
-            plan.sent.update(sent)
+            for sent_name, sent_ids in sent.items():
+                plan.put(sent_name, sent_ids)
             if rest is not None:
-                plan.add(name, source, rest)
+                plan.gather(name, source, rest, store=store)
             taken.append((name, key))
             del frame[key]  # DGL's prefetcher must not fetch it again, uncompressed
         return taken
-
-    def _gather(self, plan: _Fetch, buffers: OutputBuffers):
-        """Gather every planned slot into `buffers`: each row group straight into one buffer, 1-d
-        columns into one padded stream per dtype, stored features as compressed rows (placed there).
-        Rows of a dtype no codec has are gathered privately (torch's out= is not safe for all of
-        them: index_select into a quantized out crashes) and grouped as bytes. (raw groups
-        {key: (layout, tensor)}, stored groups, their layouts, bytes copied)."""
-        data, groups, layouts, copied = {}, {}, {}, 0
-        loose = {name: gather_rows(table, ids) for name, table, ids in plan.scalars}
-        for key, items in plan.rows.items():
-            if key.as_bytes:
-                loose.update({name: gather_rows(table, ids) for name, table, ids in items})
-                continue
-            buf = buffers.empty((sum(int(ids.numel()) for _, _, ids in items),) + key.row_shape, key.torch_dtype)
-            members, pos = [], 0
-            for name, table, ids in items:
-                n = int(ids.numel())
-                gather_rows(table, ids, out=buf[pos:pos + n])
-                members.append(Member(name, (n,) + key.row_shape, pos))
-                pos += n
-            data[key] = (GroupLayout(key, tuple(members)), buf)
-            copied += buf.numel() * buf.element_size()
-        copied += sum(t.numel() * t.element_size() for t in loose.values())  # their gathers
-        loose.update(plan.sent)
-        for key, (layout, t) in group_tensors(loose, empty=buffers.empty).items():
-            data[key] = (layout, t)
-            single = len(layout.members) == 1 and t.data_ptr() == loose[layout.members[0].name].data_ptr()
-            copied += 0 if single else t.numel() * t.element_size()
-        for store, items in plan.stored.items():
-            table = items[0][1]
-            ct = table.index_select(torch.cat([ids for _, _, ids in items]) if len(items) > 1 else items[0][2],
-                                    buffers.empty)
-            key = store_key(store, table.dtype, tuple(table.shape[1:]))
-            members, pos = [], 0
-            for name, _, ids in items:
-                members.append(Member(name, (int(ids.numel()),) + key.row_shape, pos))
-                pos += int(ids.numel())
-            before = buffers.copied
-            groups[key], layouts[key] = place(ct, buffers), GroupLayout(key, tuple(members))
-            copied += ct.nbytes + buffers.copied - before  # the gather, and its copy into a slot
-        return data, groups, layouts, copied
-
-    def _encode(self, data: Mapping, groups: dict, layouts: dict, buffers: OutputBuffers) -> int:
-        """Encode each raw group into `groups` / `layouts`, the output placed in `buffers`; the bytes
-        the encoders and the placement wrote (none for identity's view of a group in `buffers`)."""
-        copied = 0
-        for key, (layout, t) in data.items():
-            groups[key], encode_copied = encode_group(key, t, self.codecs, buffers)
-            layouts[key] = layout
-            copied += encode_copied
-        return copied
 
 
 def _detach(frame, parent_frame) -> list[str]:

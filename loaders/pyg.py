@@ -19,7 +19,8 @@ from ibp_graph.pipeline.codec_setup import CodecSpec
 from ibp_graph.pipeline.features import plan_features
 from ibp_graph.pipeline.grouping import GroupKey
 from ibp_graph.pipeline.requests import BatchRequest, BatchRequests, DrawnRequests
-from ibp_graph.pipeline.worker import BatchProducer
+from ibp_graph.pipeline.plans import NeighborPlanner
+from ibp_graph.pipeline.producer import BatchProducer
 from ibp_graph.sampling.graph import CSCGraph, index_dtype
 from ibp_graph.sampling.neighbor import SUBGRAPH_TYPES, NeighborSampler
 
@@ -207,8 +208,9 @@ class CompressedNeighborLoader(NeighborLoader):
         self._prefetch = prefetch
         self._stage, self.stats = _common.decode_stage(self._codecs, self.device, prefetch, self.features)
         _common.warm_sampler(self.node_sampler, seeds, kwargs.get("num_workers", 0), seed_time=input_time)
-        producer = BatchProducer(self.node_sampler, seeds, self.features.worker_attrs, edge_attrs, self._codecs,
-                                 input_ids=self.input_data.input_id, input_time=input_time)
+        producer = BatchProducer(NeighborPlanner(self.node_sampler, seeds, self.features.worker_attrs, edge_attrs,
+                                                 input_ids=self.input_data.input_id, input_time=input_time),
+                                 self._codecs)
         kwargs.setdefault("pin_memory", self.device.type == "cuda")
         if kwargs.get("num_workers", 0) == 0:
             kwargs.pop("persistent_workers", None) if not kwargs.get("persistent_workers") else None

@@ -26,8 +26,8 @@ from ibp_graph.pipeline.batch import DecodedBatch
 from ibp_graph.pipeline.codec_setup import CODEC_NAMES, CodecSpec, build_codecs
 from ibp_graph.pipeline.features import check_features
 from ibp_graph.pipeline.grouping import GroupKey
-from ibp_graph.pipeline.hetero_worker import (INPUT_ID, SEED_TIME, HeteroBatchProducer, HeteroSampleOnly, edge_name,
-                                              node_name)
+from ibp_graph.pipeline.plans import INPUT_ID, SEED_TIME, HeteroPlanner, edge_name, node_name
+from ibp_graph.pipeline.producer import BatchProducer, SampleOnly
 from ibp_graph.pipeline.requests import BatchRequests
 from ibp_graph.pipeline.type_codecs import split_row_groups
 from ibp_graph.sampling.hetero import EdgeType, HeteroNeighborSampler, HeteroSamplerOutput, TypedCSC
@@ -188,10 +188,10 @@ class CompressedHeteroNeighborLoader(DataLoader, AffinityMixin, MultithreadingMi
         if self.input_nodes.numel():  # compile the sampler here too (a fixed seed: no RNG touched)
             self.node_sampler.sample(self.input_type, self.input_nodes[:2], seed=0,
                                      seed_time=None if self.input_time is None else self.input_time[:2])
-        self._producer = producer = HeteroBatchProducer(self.node_sampler, self.input_type, self.input_nodes,
-                                       graph.node_attrs, graph.edge_attrs, self._codecs,
-                                       input_ids=input_ids, input_time=self.input_time, typed_groups=self._typed,
-                                       post_sample=_post_sample(subgraph_type, transform_sampler_output))
+        planner = HeteroPlanner(self.node_sampler, self.input_type, self.input_nodes, graph.node_attrs,
+                                graph.edge_attrs, input_ids=input_ids, input_time=self.input_time,
+                                typed_groups=self._typed, post_sample=_post_sample(subgraph_type, transform_sampler_output))
+        self._producer = producer = BatchProducer(planner, self._codecs)
         kwargs.setdefault("pin_memory", self.device.type == "cuda")
         # filtering in the main process: the batches are pinned here once built (the DataLoader's
         # pin thread would only see sampler outputs)
@@ -200,7 +200,7 @@ class CompressedHeteroNeighborLoader(DataLoader, AffinityMixin, MultithreadingMi
             kwargs["pin_memory"] = False
         if kwargs.get("num_workers", 0) == 0 and not kwargs.get("persistent_workers"):
             kwargs.pop("persistent_workers", None)
-        dataset = producer if self.filter_per_worker else HeteroSampleOnly(producer)
+        dataset = producer if self.filter_per_worker else SampleOnly(producer)
         super().__init__(dataset, batch_size=None, sampler=self.requests, collate_fn=_identity, **kwargs)
 
     def set_epoch(self, epoch: int) -> None:
@@ -539,7 +539,7 @@ class _HeteroGraph:
         self.edge_other = {e: {} for e in self.csc}
 
     def flat_tables(self) -> tuple[dict, dict]:
-        """Node and edge attribute tables under their flat names (hetero_worker.node_name / edge_name)."""
+        """Node and edge attribute tables under their flat names (pipeline.plans.node_name / edge_name)."""
         nodes = {node_name(t, a): v for t, attrs in self.node_attrs.items() for a, v in attrs.items()}
         edges = {edge_name(e, a): v for e, attrs in self.edge_attrs.items() for a, v in attrs.items()}
         return nodes, edges

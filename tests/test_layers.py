@@ -166,3 +166,101 @@ def test_the_walker_sees_function_level_imports(tmp_path, monkeypatch):
     graph = {m: imports_of(m) for m in src}
     assert "ibp_graph.codec.format" in graph["ibp_graph.codec.base"]
     assert "ibp_graph.codec.base" in graph["ibp_graph.codec.format"]
+
+
+#: the one module that produces batches (issue #20: one data path for every front-end).
+PRODUCER = "ibp_graph.pipeline.producer"
+
+
+def _producing(tree: ast.AST) -> list[str]:
+    """What makes a module a batch producer: a Dataset class, a call of encode_group, an EncodedBatch built."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            bases = [b.attr if isinstance(b, ast.Attribute) else getattr(b, "id", "") for b in node.bases]
+            found += [f"class {node.name}({b})" for b in bases if b == "Dataset"]
+        elif isinstance(node, ast.Call):
+            f = node.func
+            called = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+            if called in ("encode_group", "EncodedBatch"):
+                found.append(f"{called}(...) at line {node.lineno}")
+    return found
+
+
+def producers(modules) -> dict[str, list[str]]:
+    """The modules of the pipeline and the front-ends that produce batches, and why."""
+    out = {}
+    for name in modules:
+        if layer(name) in (3, 4):
+            found = _producing(ast.parse(MODULES[name].read_text(), filename=str(MODULES[name])))
+            if found:
+                out[name] = found
+    return out
+
+
+def test_one_module_produces_batches():
+    """Every front-end builds its batches with pipeline/producer.py: no second producer."""
+    found = producers(MODULES)
+    assert list(found) == [PRODUCER], f"batch producers outside {PRODUCER}: " + "; ".join(
+        f"{m}: {', '.join(why)}" for m, why in found.items() if m != PRODUCER)
+
+
+def _kernel_names(module: str) -> set[str]:
+    """A sampling module's kernels: its private names (``_``-prefixed) and numba-compiled functions."""
+    tree = ast.parse(MODULES[module].read_text(), filename=str(MODULES[module]))
+    names = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            src = [ast.unparse(d) for d in node.decorator_list]
+            if node.name.startswith("_") or any("jit" in d or "vectorize" in d for d in src):
+                names.add(node.name)
+    return names
+
+
+def kernel_uses(name: str) -> list[str]:
+    """The sampling kernels module `name` reaches directly (imported by name, or as an attribute of the
+    sampling module imported), with their lines."""
+    tree = ast.parse(MODULES[name].read_text(), filename=str(MODULES[name]))
+    aliases, bad = {}, []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ibp_graph.sampling"):
+            for a in node.names:
+                target = _resolve(name, f"{node.module}.{a.name}")
+                if target == f"{node.module}.{a.name}":  # a submodule
+                    aliases[a.asname or a.name] = target
+                elif a.name.startswith("_") or a.name in _kernel_names(target):
+                    bad.append(f"{node.module}.{a.name} (line {node.lineno})")
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("ibp_graph.sampling") and a.asname:
+                    aliases[a.asname] = _resolve(name, a.name)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
+            module = aliases[node.value.id]
+            if module in MODULES and (node.attr.startswith("_") or node.attr in _kernel_names(module)):
+                bad.append(f"{module}.{node.attr} (line {node.lineno})")
+    return bad
+
+
+@pytest.mark.parametrize("name", sorted(m for m in MODULES if layer(m) == 4))
+def test_front_ends_use_no_sampling_kernels(name):
+    """A front-end reaches the samplers through their public classes, never their kernels."""
+    bad = kernel_uses(name)
+    assert not bad, f"{name} uses sampling kernels directly: {', '.join(bad)}"
+
+
+def test_the_checks_see_a_second_producer_and_a_kernel_import(tmp_path, monkeypatch):
+    """A second producer (a Dataset, an encode_group call) and a front-end's kernel imports are found."""
+    src = {"ibp_graph.loaders.fake": (
+        "import torch\nfrom ibp_graph.sampling.neighbor import _sample_range, NeighborSampler\n"
+        "import ibp_graph.sampling.hetero as h\n"
+        "class P(torch.utils.data.Dataset):\n    def f(self):\n        return encode_group(1, 2, 3, 4)\n"
+        "def g():\n    return h._induced_edges\n")}
+    for mod, text in src.items():
+        path = tmp_path / "fake.py"
+        path.write_text(text)
+        monkeypatch.setitem(MODULES, mod, path)
+    found = producers(MODULES)
+    assert found["ibp_graph.loaders.fake"] == ["class P(Dataset)", "encode_group(...) at line 6"]
+    assert kernel_uses("ibp_graph.loaders.fake") == ["ibp_graph.sampling.neighbor._sample_range (line 2)",
+                                                     "ibp_graph.sampling.hetero._induced_edges (line 8)"]

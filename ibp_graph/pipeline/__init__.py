@@ -3,7 +3,8 @@
 One batch passes through each module once, in this order:
 
 - ``requests``: BatchRequests, the epoch's batches (input positions, sampling seed; rank share).
-- ``worker``: BatchProducer, in a DataLoader worker: sample -> gather -> group -> encode.
+- ``plans``: a sampler's output -> BatchPlan (NeighborPlanner, HeteroPlanner; DGL plans its own).
+- ``producer``: the one producer: BatchPlan -> gather -> group -> encode, in a DataLoader worker.
 - ``grouping``: GroupKey and GroupLayout, tensors grouped by dtype/row shape, split back.
 - ``transport``: OutputBuffers, SlotRing, SlotKeeper: the worker writes the batch into
   shared memory (reusable slots, page-locked on CUDA), so handing it over copies nothing.

@@ -86,7 +86,7 @@ def test_nothing_is_set_on_import_and_a_starting_loader_picks_a_forksafe_layer()
 
     code = (
         "import os, numba\n"
-        "import ibp_graph.threads, ibp_graph.pipeline.decode, ibp_graph.pipeline.worker, ibp_graph.loaders.pyg\n"
+        "import ibp_graph.threads, ibp_graph.pipeline.decode, ibp_graph.pipeline.producer, ibp_graph.loaders.pyg\n"
         "assert numba.config.THREADING_LAYER == 'default', numba.config.THREADING_LAYER\n"
         "assert 'DGLBACKEND' not in os.environ\n"
         "import torch\n"

@@ -8,7 +8,7 @@ from ibp_graph.pipeline.batch import DecodedBatch, EncodedBatch
 from ibp_graph.pipeline.codec_setup import build_codecs
 from ibp_graph.pipeline.decode import DecodeStage
 from ibp_graph.pipeline.grouping import GroupKey, ROWS
-from ibp_graph.pipeline.worker import encode_groups, encode_groups_counted
+from ibp_graph.pipeline.producer import encode_tensors
 
 
 def _tensors(k: int) -> dict:
@@ -24,8 +24,8 @@ def codecs():
 
 
 def _batch(k, codecs) -> EncodedBatch:
-    groups, layouts = encode_groups(_tensors(k), codecs)
-    return EncodedBatch(groups, layouts, meta={"k": k}, seconds={"sample": 0.5, "encode": 0.25})
+    batch = encode_tensors(_tensors(k), codecs)
+    return EncodedBatch(batch.groups, batch.layouts, meta={"k": k}, seconds={"sample": 0.5, "encode": 0.25})
 
 
 def test_batches_come_out_in_order_with_their_meta(codecs):
@@ -77,12 +77,11 @@ def test_unknown_group_and_bad_prefetch_are_refused(codecs):
 def test_host_bytes_copied_by_encode_and_counted_by_the_stage(codecs):
     x = torch.randn(30, 8)
     ident = build_codecs({"x": x}, {}, num_nodes=100, num_edges=0, codec="identity")
-    _, _, copied = encode_groups_counted({"x": x}, ident)
-    assert copied == 0  # one member, contiguous, identity: the payload is a view of x
-    _, _, copied = encode_groups_counted({"x": x, "x2": x + 1}, ident)
-    assert copied == 2 * x.nbytes  # the group's concatenation, then nothing more
-    groups, _, copied = encode_groups_counted(_tensors(1), codecs)
-    assert copied >= sum(ct.nbytes for ct in groups.values())  # ibp writes a new payload
+    assert encode_tensors({"x": x}, ident).copied_bytes == 0  # one member, contiguous, identity: a view of x
+    # the group's concatenation, then nothing more
+    assert encode_tensors({"x": x, "x2": x + 1}, ident).copied_bytes == 2 * x.nbytes
+    batch = encode_tensors(_tensors(1), codecs)
+    assert batch.copied_bytes >= sum(ct.nbytes for ct in batch.groups.values())  # ibp writes a new payload
     stage = DecodeStage(codecs, torch.device("cpu"))
     batches = [dataclasses.replace(_batch(k, codecs), copied_bytes=100 + k) for k in range(3)]
     list(stage(iter(batches)))

@@ -15,7 +15,8 @@ from ibp_graph.pipeline.grouping import SCALAR_BLOCK
 from ibp_graph.pipeline.requests import BatchRequest, BatchRequests
 from ibp_graph.pipeline.transport import (ALIGN, GROWTH, PID, TICKET, OutputBuffers, SlotKeeper, SlotRing,
                                           is_shared, register_pinned, shared_empty)
-from ibp_graph.pipeline.worker import BatchProducer, encode_groups_counted
+from ibp_graph.pipeline.plans import NeighborPlanner
+from ibp_graph.pipeline.producer import BatchPlan, BatchProducer, encode_tensors, produce
 from ibp_graph.sampling.graph import CSCGraph
 from ibp_graph.sampling.neighbor import NeighborSampler
 
@@ -83,8 +84,10 @@ def _worker_batch(ring, x):
     buf.reserve(x.nbytes + 4096)
     rows = buf.empty(x.shape, x.dtype)
     rows.copy_(x)
-    groups, layouts, copied = encode_groups_counted({"x": rows, "n_id": torch.arange(x.shape[0])}, codecs, buf)
-    return EncodedBatch(groups, layouts, copied_bytes=copied, slot=buf.done()), codecs
+    plan = BatchPlan()
+    plan.put("x", rows)
+    plan.put("n_id", torch.arange(x.shape[0]))
+    return produce(plan, codecs, buf), codecs
 
 
 def test_cpu_keeper_releases_a_slot_only_when_no_tensor_of_its_batch_lives():
@@ -152,9 +155,8 @@ def test_a_slot_that_cannot_be_page_locked_warns_and_the_batch_still_flows():
 def test_a_worker_batch_not_in_shared_memory_counts_its_hand_over():
     x = torch.randn(10, 4)
     codecs = build_codecs({"x": x}, {}, num_nodes=10, num_edges=0, codec="identity")
-    groups, layouts, copied = encode_groups_counted({"x": x}, codecs)
-    batch = EncodedBatch(groups, layouts, copied_bytes=copied)
-    assert copied == 0 and _handed_over(batch).copied_bytes == x.nbytes  # torch's copy into shm
+    batch = encode_tensors({"x": x}, codecs)
+    assert batch.copied_bytes == 0 and _handed_over(batch).copied_bytes == x.nbytes  # torch's copy into shm
 
 
 def _producer(codec, n=300):
@@ -164,7 +166,7 @@ def _producer(codec, n=300):
     x = torch.randn(n, 16, generator=g)
     y = torch.randint(0, 5, (n,), generator=g)
     codecs = build_codecs({"x": x, "y": y}, {}, num_nodes=n, num_edges=3000, codec=codec)
-    return BatchProducer(sampler, torch.arange(n), {"x": x, "y": y}, {}, codecs), codecs, x
+    return BatchProducer(NeighborPlanner(sampler, torch.arange(n), {"x": x, "y": y}, {}), codecs), codecs, x
 
 
 def _epoch(codec, num_workers, hold):
@@ -202,9 +204,16 @@ def test_worker_batches_equal_main_process_batches_held_or_not(codec):
 def test_producer_in_a_worker_writes_its_batch_into_a_slot():
     producer, codecs, x = _producer("identity")
     buffers = OutputBuffers(producer.ring, worker=0)
-    tensors, _, _, _ = producer.gather(BatchRequest(index=torch.arange(10), seed=3), buffers)
-    assert buffers.slot is not None and is_shared(tensors["x"])
-    assert tensors["x"].untyped_storage().data_ptr() == buffers.slot.storage.data_ptr()
+    batch = _produced(producer, BatchRequest(index=torch.arange(10), seed=3), buffers)
+    x_rows = next(ct for k, ct in batch.groups.items() if k.kind == "rows").payload  # identity: the gathered rows
+    assert buffers.slot is not None and is_shared(x_rows)
+    assert x_rows.untyped_storage().data_ptr() == buffers.slot.storage.data_ptr()
+
+
+def _produced(producer, req, buffers):
+    """The producer's batch of `req`, written into `buffers` (as a worker writes it)."""
+    plan, meta = producer.planner.plan(req, producer.planner.sample(req))
+    return produce(plan, producer.codecs, buffers, meta=meta)
 
 
 @pytest.mark.parametrize("codec", ["ibp", "identity"])
@@ -219,15 +228,16 @@ def test_stored_rows_are_gathered_straight_into_the_slot(codec):
     x = torch.randn(n, 16, generator=g)
     store = EncodedTable.encode(x, codec, progress=False)
     codecs = build_codecs({"x": store}, {}, num_nodes=n, num_edges=3000, codec="identity")
-    producer = BatchProducer(sampler, torch.arange(n), {"x": store}, {}, codecs)
+    producer = BatchProducer(NeighborPlanner(sampler, torch.arange(n), {"x": store}, {}), codecs)
     batch = producer[BatchRequest(index=torch.arange(10), seed=3)]  # in the main process: plain memory
     ring = SlotRing(slots=1, max_workers=1)
     buffers = OutputBuffers(ring, worker=0)
-    _, stored, _, _ = producer.gather(BatchRequest(index=torch.arange(10), seed=3), buffers)
-    ct = stored["x"]
+    in_slot = _produced(producer, BatchRequest(index=torch.arange(10), seed=3), buffers)
+    key = next(k for k in batch.groups if k.kind == "store")
+    ct = in_slot.groups[key]
     assert ct.payload.untyped_storage().data_ptr() == buffers.slot.storage.data_ptr()
-    assert buffers.copied == 0
-    assert torch.equal(ct.payload, batch.groups[next(k for k in batch.groups if k.kind == "store")].payload)
+    assert buffers.copied == (0 if ct.offsets is None else ct.offsets.nbytes)  # the payload is never copied
+    assert torch.equal(ct.payload, batch.groups[key].payload)
 
 
 @pytest.mark.gpu

@@ -1,0 +1,287 @@
+"""The one batch producer of every front-end: a batch plan -> gather -> group -> encode, in a worker.
+
+A front-end turns its sampler's output into a :class:`BatchPlan`: which named tensors a
+batch holds, each the rows ``ids`` of a table (a tensor, or a pre-encoded
+``EncodedTable``) or a tensor made already (``n_id``, ``edge_index``, ids sent for the
+main process to serve: pipeline.features), and into which group. :func:`produce` gathers
+every row group straight into one buffer, the 1-d columns and index tensors into one padded
+element stream per dtype, the stored rows of each store as compressed rows, encodes each
+raw group with its codec and returns the EncodedBatch. In a DataLoader worker the buffers
+are a slot of the producer's ``SlotRing`` (pipeline.transport; sized once, from the plan:
+:meth:`BatchPlan.nbytes`), so the hand-over copies nothing. ``copied_bytes`` counts the host
+bytes written into new buffers (gathers, stream copies, encode output, copies into the slot).
+
+:class:`BatchProducer` is the map-style dataset of the PyG front-ends (items: whole batches,
+from a `planner`'s ``sample`` and ``plan``); the DGL front-end calls :func:`produce` from its
+sampler. :class:`SampleOnly` runs only a planner's sampling (the rest in the main process).
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Mapping, Optional, Protocol
+
+import torch
+
+from ..codec.base import Codec
+from ..data.store import EncodedTable
+from ..layout import CompressedTensor
+from .batch import EncodedBatch
+from .grouping import (SCALAR_BLOCK, GroupKey, GroupLayout, Member, gather_rows, group_dtype_name, group_key,
+                       group_tensors, store_key, SCALARS)
+from .transport import ALIGN, OutputBuffers, SlotRing
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One named tensor of a batch: rows `ids` of `table`, or the concatenation of `parts` (made already)."""
+
+    name: str
+    shape: tuple[int, ...]
+    table: Any = None
+    ids: Optional[torch.Tensor] = None
+    parts: tuple[torch.Tensor, ...] = ()
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+
+class BatchPlan:
+    """What one batch holds: its named tensors by group (GroupKey), and its stored rows by store."""
+
+    def __init__(self):
+        self.groups: dict[GroupKey, list[Planned]] = {}
+        self.stored: dict[str, list[Planned]] = {}
+        self._names: set[str] = set()
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._names
+
+    def _add(self, key: GroupKey, item: Planned) -> None:
+        if item.name in self._names:
+            raise ValueError(f"the batch plan has a tensor named {item.name!r} already")
+        self._names.add(item.name)
+        self.groups.setdefault(key, []).append(item)
+
+    def gather(self, name: str, table: Any, ids: torch.Tensor, *, key: Optional[GroupKey] = None,
+               store: Optional[str] = None) -> None:
+        """Tensor `name`: rows `ids` of `table`; an EncodedTable's compressed rows join store
+        `store` (default: `name`), a tensor's rows group `key` (default: by dtype and row shape)."""
+        shape = (int(ids.numel()),) + tuple(table.shape[1:])
+        if isinstance(table, EncodedTable):
+            if name in self._names:
+                raise ValueError(f"the batch plan has a tensor named {name!r} already")
+            self._names.add(name)
+            self.stored.setdefault(store or name, []).append(Planned(name, shape, table, ids))
+            return
+        self._add(key or group_key(name, table[:0]), Planned(name, shape, table, ids))
+
+    def put(self, name: str, *parts: torch.Tensor, shape: Optional[tuple[int, ...]] = None) -> None:
+        """Tensor `name`, made already: `parts` (one dtype) concatenated, of `shape` (default: one
+        part's own shape, else 1-d). 1-d tensors and ``edge_index`` join their dtype's stream."""
+        if shape is None:
+            shape = tuple(parts[0].shape) if len(parts) == 1 else (sum(int(p.numel()) for p in parts),)
+        if len(parts) == 1 and len(shape) > 1 and name != "edge_index":
+            key = group_key(name, parts[0])
+        else:
+            key = GroupKey(group_dtype_name(parts[0].dtype), (), SCALARS)
+        self._add(key, Planned(name, tuple(shape), parts=tuple(parts)))
+
+    def nbytes(self) -> int:
+        """The bytes the gathered batch takes (stored rows at their widest, each allocation
+        aligned), for a ring slot; encoded output beyond it goes to fresh segments once, then
+        the worker's slots grow to hold it."""
+        total = 0
+        for key, items in self.groups.items():
+            n = sum(it.numel for it in items)
+            total += (n + SCALAR_BLOCK) * key.torch_dtype.itemsize + ALIGN * (1 + len(items))
+        for items in self.stored.values():
+            total += sum(int(it.ids.numel()) * it.table.compressed.row_nbytes for it in items) + 4 * ALIGN
+        return total
+
+
+def _new_nbytes(t: torch.Tensor, sources) -> int:
+    """t's bytes when t is not a view of one of `sources` (it is a copy), else 0."""
+    start, end = t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()
+    within = any(s.data_ptr() <= start and end <= s.data_ptr() + s.numel() * s.element_size() for s in sources)
+    return 0 if within else t.numel() * t.element_size()
+
+
+def place(ct: CompressedTensor, buffers: OutputBuffers) -> CompressedTensor:
+    """`ct` with payload and offsets in `buffers` (copied only when they are not in shared memory)."""
+    payload = buffers.place(ct.payload)
+    offsets = None if ct.offsets is None else buffers.place(ct.offsets)
+    if payload is ct.payload and offsets is ct.offsets:
+        return ct
+    return replace(ct, payload=payload, offsets=offsets)
+
+
+def _tensor(item: Planned) -> torch.Tensor:
+    """An item made whole in private memory (rows of a dtype no codec has are gathered there: torch's
+    out= is not safe for all of them, index_select into a quantized out crashes)."""
+    if item.table is not None:
+        return gather_rows(item.table, item.ids)
+    t = item.parts[0] if len(item.parts) == 1 else torch.cat([p.reshape(-1) for p in item.parts])
+    return t.reshape(item.shape)
+
+
+def _group(key: GroupKey, items: list[Planned], buffers: OutputBuffers
+           ) -> tuple[GroupLayout, torch.Tensor, int]:
+    """Group `key`'s tensors written into one buffer of `buffers` (gathered straight into it, or
+    copied there; a stream's padding zeroed), its layout and the bytes written. A group of one
+    contiguous tensor made already is that tensor; a group of a dtype no codec has is written as
+    bytes by grouping.group_tensors."""
+    single = len(items) == 1 and items[0].table is None and len(items[0].parts) == 1
+    if key.as_bytes or (single and not key.scalar and items[0].parts[0].is_contiguous()):
+        tensors = {it.name: _tensor(it) for it in items}
+        layout, data = group_tensors(tensors, empty=buffers.empty)[group_key(items[0].name, tensors[items[0].name])]
+        made = sum(t.numel() * t.element_size() for it, t in zip(items, tensors.values()) if it.table is not None)
+        return layout, data, made + _new_nbytes(data, list(tensors.values()))
+    n = sum(it.numel if key.scalar else it.shape[0] for it in items)
+    data = buffers.empty((-(-n // SCALAR_BLOCK), SCALAR_BLOCK) if key.scalar else (n,) + key.row_shape,
+                         key.torch_dtype)
+    flat = data.view(-1) if key.scalar else data
+    members, pos = [], 0
+    for it in items:
+        size = it.numel if key.scalar else it.shape[0]
+        out = flat[pos:pos + size]
+        if it.table is not None:
+            gather_rows(it.table, it.ids, out=out)
+        else:
+            at = 0
+            for p in it.parts:
+                if key.scalar:
+                    out[at:at + p.numel()].copy_(p.reshape(-1))
+                else:
+                    out.copy_(p)
+                at += p.numel()
+        members.append(Member(it.name, it.shape, pos))
+        pos += size
+    if key.scalar:
+        flat[pos:].zero_()
+    return GroupLayout(key, tuple(members)), data, data.numel() * data.element_size()
+
+
+def _stored(store: str, items: list[Planned], buffers: OutputBuffers
+            ) -> tuple[GroupKey, CompressedTensor, GroupLayout, int]:
+    """A store's compressed rows of every item, gathered at once into `buffers`: key, group, layout,
+    bytes written (the gather, and the offsets' copy into a slot)."""
+    table = items[0].table
+    ids = torch.cat([it.ids for it in items]) if len(items) > 1 else items[0].ids
+    ct = table.index_select(ids, buffers.empty)
+    key = store_key(store, table.dtype, tuple(table.shape[1:]))
+    members, pos = [], 0
+    for it in items:
+        members.append(Member(it.name, it.shape, pos))
+        pos += it.shape[0]
+    before = buffers.copied
+    placed = place(ct, buffers)
+    return key, placed, GroupLayout(key, tuple(members)), ct.nbytes + buffers.copied - before
+
+
+def encode_group(key: GroupKey, data: torch.Tensor, codecs: Mapping[GroupKey, Codec], buffers: OutputBuffers
+                 ) -> tuple[CompressedTensor, int]:
+    """Group `key`'s `data` encoded with its codec and placed in `buffers`, and the host bytes that
+    wrote (encode output that is not a view of `data`, and its copy into `buffers`)."""
+    codec = codecs.get(key)
+    if codec is None:
+        raise KeyError(f"no codec for group {str(key)!r}; codecs exist for {sorted(map(str, codecs))}")
+    ct = codec.encode(data)
+    copied = _new_nbytes(ct.payload, [data]) + (0 if ct.offsets is None else _new_nbytes(ct.offsets, [data]))
+    before = buffers.copied
+    placed = place(ct, buffers)
+    return placed, copied + buffers.copied - before
+
+
+def produce(plan: BatchPlan, codecs: Mapping[GroupKey, Codec], buffers: Optional[OutputBuffers] = None, *,
+            meta: Any = None, seconds: Optional[dict] = None) -> EncodedBatch:
+    """The planned batch, gathered and encoded into `buffers` (``OutputBuffers.for_this_process(ring)``:
+    a ring slot in a DataLoader worker; default: plain memory), its slot claimed for the plan's size;
+    `seconds` (the front-end's, e.g. "sample") gains "gather" and "encode"."""
+    buffers = buffers if buffers is not None else OutputBuffers()
+    buffers.reserve(plan.nbytes())
+    t0 = time.perf_counter()
+    raw, groups, layouts, copied = {}, {}, {}, 0
+    for key, items in plan.groups.items():
+        layout, data, written = _group(key, items, buffers)
+        raw[layout.key] = (layout, data)
+        copied += written
+    for store, items in plan.stored.items():
+        key, groups[key], layouts[key], written = _stored(store, items, buffers)
+        copied += written
+    t1 = time.perf_counter()
+    for key, (layout, data) in raw.items():
+        groups[key], written = encode_group(key, data, codecs, buffers)
+        layouts[key] = layout
+        copied += written
+    seconds = dict(seconds or {}, gather=t1 - t0, encode=time.perf_counter() - t1)
+    return EncodedBatch(groups=groups, layouts=layouts, meta=meta, seconds=seconds, copied_bytes=copied,
+                        slot=buffers.done())
+
+
+def encode_tensors(tensors: Mapping[str, torch.Tensor], codecs: Mapping[GroupKey, Codec]) -> EncodedBatch:
+    """Named tensors made already, grouped (grouping.group_key) and encoded as a worker would: the batch."""
+    plan = BatchPlan()
+    for name, t in tensors.items():
+        plan.put(name, t)
+    return produce(plan, codecs)
+
+
+class Planner(Protocol):
+    """A front-end's half of a batch: its sampling, and the plan of the batch from the sampled output."""
+
+    def __len__(self) -> int: ...
+
+    def sample(self, req: Any) -> Any: ...
+
+    def plan(self, req: Any, sampled: Any) -> tuple[BatchPlan, Any]: ...
+
+
+class BatchProducer(torch.utils.data.Dataset):
+    """Produces EncodedBatches: the `planner` samples and plans each batch, :func:`produce` gathers
+    and encodes it. Items are whole batches (the DataLoader hands a worker a request); a worker
+    writes its batch into a slot of `ring` (made here, in the main process, before the workers start)."""
+
+    def __init__(self, planner: Planner, codecs: Mapping[GroupKey, Codec]):
+        self.planner = planner
+        self.codecs = dict(codecs)
+        self.ring = SlotRing()
+
+    def __len__(self) -> int:
+        return len(self.planner)
+
+    def __getitem__(self, req) -> EncodedBatch:
+        return self.encode(req)
+
+    def encode(self, req, sampled: Optional[tuple[Any, float]] = None) -> EncodedBatch:
+        """The batch of `req`, from `sampled` (``SampleOnly``'s output for it) when given."""
+        out, sample_seconds = self.sample(req) if sampled is None else sampled
+        plan, meta = self.planner.plan(req, out)
+        return produce(plan, self.codecs, OutputBuffers.for_this_process(self.ring), meta=meta,
+                       seconds={"sample": sample_seconds})
+
+    def sample(self, req) -> tuple[Any, float]:
+        """The planner's sampled output for `req`, and the seconds it took."""
+        t0 = time.perf_counter()
+        out = self.planner.sample(req)
+        return out, time.perf_counter() - t0
+
+
+class SampleOnly(torch.utils.data.Dataset):
+    """The sampling half of a BatchProducer, for DataLoader workers when the gathering and encoding
+    run in the main process (PyG's ``filter_per_worker=False``): items are ``(request,
+    producer.sample(request))``, to pass to ``producer.encode``."""
+
+    def __init__(self, producer: BatchProducer):
+        self.producer = producer
+
+    def __len__(self) -> int:
+        return len(self.producer)
+
+    def __getitem__(self, req):
+        return req, self.producer.sample(req)
+
+__all__ = ["BatchPlan", "Planned", "Planner", "produce", "encode_group", "encode_tensors", "place", "BatchProducer",
+           "SampleOnly"]
