@@ -135,7 +135,10 @@ def _ddp_rank(rank: int, world_size: int, init_file: str, out_dir: str) -> None:
     from torch_geometric.nn.models import GCN
 
     import datetime
+    import faulthandler
+    import sys
 
+    faulthandler.dump_traceback_later(150, exit=True, file=sys.stderr)  # a hang shows where it hangs
     torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
                                          world_size=world_size, timeout=datetime.timedelta(seconds=120))
     data = graphs.homogeneous()
@@ -155,6 +158,7 @@ def _ddp_rank(rank: int, world_size: int, init_file: str, out_dir: str) -> None:
         batches += 1
     torch.save({"mine": mine, "seen": torch.cat(seen), "batches": batches}, os.path.join(out_dir, f"{rank}.pt"))
     torch.distributed.destroy_process_group()
+    faulthandler.cancel_dump_traceback_later()
 
 
 def test_papers100m_gcn_ddp_ranks_train_on_the_seeds_the_script_gave_them(tmp_path):
@@ -171,7 +175,7 @@ def test_papers100m_gcn_ddp_ranks_train_on_the_seeds_the_script_gave_them(tmp_pa
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     proc = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=300,
                           env=dict(os.environ, OMP_NUM_THREADS="1"))
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, proc.stderr[-6000:]
     results = [torch.load(tmp_path / f"{r}.pt") for r in range(2)]
     for r in results:
         assert torch.equal(r["seen"].sort().values, r["mine"].sort().values)
