@@ -22,7 +22,7 @@ SOURCES = {"ibp_graph": ROOT / "ibp_graph", "ibp_graph.loaders": ROOT / "loaders
 #: layer or lower ones only.
 LAYERS = {
     "ibp_graph.layout": 0, "ibp_graph.threads": 0, "ibp_graph.tables": 0, "ibp_graph.files": 0,
-    "ibp_graph.index_checks": 0, "ibp_graph.kernels": 0, "ibp_graph.jit_cache": 0,
+    "ibp_graph.index_checks": 0, "ibp_graph.kernels": 0, "ibp_graph.jit_cache": 0, "ibp_graph.resources": 0,
     "ibp_graph.codec": 1, "ibp_graph.sampling": 1,
     "ibp_graph.gpu": 2, "ibp_graph.data": 2,
     "ibp_graph.pipeline": 3,

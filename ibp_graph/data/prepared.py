@@ -364,9 +364,12 @@ def build_csc(edge_chunks: EdgeChunks, num_nodes: int, directory: PathLike, *, u
     files in ``directory`` (``CSCGraph.save`` layout) and returned memory-mapped.
     """
     d = Path(directory)
-    indptr = _write_csc_arrays(edge_chunks, num_nodes, num_nodes, d, undirected=undirected, dedup=dedup,
-                               progress=progress, total_edges=total_edges)
-    meta = {"format": "ibp_graph.csc", "version": 1, "num_nodes": num_nodes, "num_edges": int(indptr[-1])}
+    indptr, num_edge_ids = _write_csc_arrays(edge_chunks, num_nodes, num_nodes, d, undirected=undirected,
+                                             dedup=dedup, progress=progress, total_edges=total_edges)
+    # num_edge_ids: the ids e_id draws from (the input's edges, and their reverses), which dedup keeps:
+    # CSCGraph.load checks every e_id against it
+    meta = {"format": "ibp_graph.csc", "version": 1, "num_nodes": num_nodes, "num_edges": int(indptr[-1]),
+            "num_edge_ids": num_edge_ids}
     write_text(d / "meta.json", json.dumps(meta, indent=1) + "\n")
     return CSCGraph.load(d, mmap=True)
 
@@ -383,15 +386,15 @@ def build_relation_arrays(edge_chunks: EdgeChunks, num_src: int, num_dst: int, d
     if undirected and num_src != num_dst:
         raise ValueError(f"undirected=True needs one node type (num_src == num_dst); got num_src={num_src}, "
                          f"num_dst={num_dst}")
-    indptr = _write_csc_arrays(edge_chunks, num_src, num_dst, Path(directory), undirected=undirected, dedup=dedup,
-                               progress=progress, total_edges=total_edges)
+    indptr, _ = _write_csc_arrays(edge_chunks, num_src, num_dst, Path(directory), undirected=undirected,
+                                  dedup=dedup, progress=progress, total_edges=total_edges)
     return int(indptr[-1])
 
 
 def _write_csc_arrays(edge_chunks: EdgeChunks, num_src: int, num_dst: int, d: Path, *, undirected: bool,
-                      dedup: bool, progress: bool, total_edges: Optional[int]) -> np.ndarray:
-    """indices.npy, e_id.npy and indptr.npy (by destination) in `d`; returns indptr. `undirected` needs
-    num_src == num_dst."""
+                      dedup: bool, progress: bool, total_edges: Optional[int]) -> tuple[np.ndarray, int]:
+    """indices.npy, e_id.npy and indptr.npy (by destination) in `d`; returns indptr and the number of edge
+    ids e_id draws from (input edges, twice with `undirected`). `undirected` needs num_src == num_dst."""
     assert not undirected or num_src == num_dst
     d.mkdir(parents=True, exist_ok=True)
     counts = np.zeros(num_dst + 1, dtype=np.int64)
@@ -428,7 +431,7 @@ def _write_csc_arrays(edge_chunks: EdgeChunks, num_src: int, num_dst: int, d: Pa
         indptr = _dedup_csc(d, indptr, indices, e_id, progress)
     del indices, e_id  # shared file mappings: what was written is visible to the next open
     save_npy(d / "indptr.npy", indptr)
-    return indptr
+    return indptr, n_input * (2 if undirected else 1)
 
 
 def _dedup_csc(d: Path, indptr: np.ndarray, indices: np.ndarray, e_id: np.ndarray, progress: bool) -> np.ndarray:

@@ -12,8 +12,10 @@ nothing. The buffers come from, in this order:
   and releases the slot when the batch is done with it: on a CUDA device once the batch's
   host-to-device copy has completed (there the keeper page-locks each segment once,
   cudaHostRegister, so the pin-memory thread finds the batch pinned and copies nothing),
-  on the CPU once no tensor of the batch is alive (a batch the user holds is never
-  overwritten);
+  on the CPU once no tensor of the batch is alive and nobody holds its storage object
+  (``x.untyped_storage()``): a batch the user holds is never overwritten. Workers let go of
+  their segments when they exit, so under either sharing strategy ("file_system" too)
+  nothing stays in /dev/shm after an epoch or once the loader is gone;
 - a fresh shared segment per tensor when every slot of the worker is held (or a worker
   id beyond the ring's), as torch's own hand-over would have made;
 - plain memory in the main process (``num_workers=0``: nothing is handed over).
@@ -36,7 +38,9 @@ abandoned epochs do not use up the ring.
 from __future__ import annotations
 
 import math
+import multiprocessing.util
 import os
+import sys
 import warnings
 import weakref
 from dataclasses import dataclass, field
@@ -97,6 +101,13 @@ def is_shared(t: torch.Tensor) -> bool:
 def use_count(storage: torch.UntypedStorage) -> int:
     """How many owners (tensors, storage objects) share `storage`'s memory in this process."""
     return torch._C._storage_Use_Count(storage._cdata)
+
+
+def python_refs(storage: torch.UntypedStorage) -> int:
+    """References to `storage`'s Python object. torch keeps one Python object per storage, so a
+    ``batch.x.untyped_storage()`` the user keeps is the keeper's own object: it shows here, not in
+    `use_count`."""
+    return sys.getrefcount(storage)
 
 
 #: columns of a slot's shared counters.
@@ -162,7 +173,15 @@ class SlotRing:
 
     def __getstate__(self) -> dict:
         # a spawned worker gets the counters; its segments are its own
-        return {**self.__dict__, "_segments": {}, "_largest": 0}
+        return {**self.__dict__, "_segments": {}, "_largest": 0, "_exit_hook": None}
+
+    def _drop_segments_at_exit(self) -> None:
+        """In a worker: let go of its slot segments when the process exits. A DataLoader worker ends
+        without running finalizers, and under the "file_system" sharing strategy a segment's file in
+        /dev/shm is removed only once every process that mapped it has let go of it, so without this
+        each epoch's workers left their slots in /dev/shm for as long as the main process ran."""
+        if getattr(self, "_exit_hook", None) is None:
+            self._exit_hook = multiprocessing.util.Finalize(self, self._segments.clear, exitpriority=100)
 
     def free(self, worker: int) -> list[int]:
         """The slots of `worker` not held by a batch."""
@@ -183,6 +202,7 @@ class SlotRing:
         if segment is None or segment.nbytes() < need:
             segment = torch.UntypedStorage._new_shared(_aligned(max(int(need * GROWTH), ALIGN)))
             self._segments[i] = segment
+            self._drop_segments_at_exit()
         counters = self.counters[worker]
         ticket = int(counters[:, TICKET].max()) + 1
         seq = int(counters[i, CLAIMS]) + 1
@@ -282,6 +302,10 @@ class SlotKeeper:
         self.register = register
         self.release_on_copy = release_on_copy
         self._mapped: dict[tuple[int, int], torch.UntypedStorage] = {}
+        probe = {0: torch.UntypedStorage(1)}
+        #: python_refs of a mapped segment that nothing but `_mapped` holds (calibrated: it is
+        #: Python's count for an object one dict holds)
+        self._sole_refs = python_refs(probe[0])
         self._undo: dict[tuple[int, int], Callable[[], None]] = {}
         self._held: list[Slot] = []
         #: slots released because their batches never arrived (dropped by the DataLoader).
@@ -304,11 +328,12 @@ class SlotKeeper:
             if undo is not None:
                 undo()
             self._mapped[key] = segment
+            del segment
             if self.register is not None:
                 try:
-                    self._undo[key] = self.register(segment)
+                    self._undo[key] = self.register(self._mapped[key])
                 except (RuntimeError, AssertionError) as e:  # e.g. a locked-memory limit
-                    warnings.warn(f"page-locking a {segment.nbytes()}-byte batch slot failed ({e}); "
+                    warnings.warn(f"page-locking a {self._mapped[key].nbytes()}-byte batch slot failed ({e}); "
                                   "batches are copied into pinned memory instead (pin_memory)")
                     self.register = None
         held = {s.index for s in self._held if s.worker == slot.worker}
@@ -328,7 +353,9 @@ class SlotKeeper:
         """Release the held slots no tensor uses any more; how many were released."""
         keep, released = [], 0
         for slot in self._held:
-            if use_count(self._mapped[(slot.worker, slot.index)]) <= 1:  # the keeper's own reference
+            key = (slot.worker, slot.index)
+            # no tensor over the segment but the keeper's object, and no user holding that object
+            if use_count(self._mapped[key]) <= 1 and python_refs(self._mapped[key]) <= self._sole_refs:
                 slot.release()
                 released += 1
             else:

@@ -365,12 +365,12 @@ def _check_generated_size(data: DataConfig) -> None:
     needs = _generated_needs(data)
     if needs is None:
         return
-    from ..pipeline.features import available_host_memory
+    from ..resources import available_memory
 
     key, memory, disk = needs
     spec = dataclasses.asdict(data.synthetic if key == "data.synthetic" else data.mag)
     sizes = ", ".join(f"{k}={v}" for k, v in spec.items() if k.startswith("num_") or k in ("dim", "avg_citations"))
-    available = available_host_memory()
+    available = available_memory()
     if memory > available:
         raise ConfigError(f"{key} ({sizes}) is not accepted: generating it needs at least {_mb(memory)} of memory, "
                           f"{_mb(available)} available; expected fewer nodes")

@@ -677,7 +677,7 @@ import resource, sys
 import numpy as np, torch
 from ibp_graph.codec.auto import fit_codec
 from ibp_graph.codec.ebp import fit
-fit._available_memory = lambda: int(sys.argv[2])
+fit.available_memory = lambda: int(sys.argv[2])
 x = torch.from_numpy(np.random.default_rng(0).standard_normal((4, 100_000)).astype(np.float32))
 fit_codec(x[:, :64].contiguous(), sys.argv[1])  # compiled and warm before measuring
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -160,3 +160,17 @@ def test_edge_ids_out_of_range_or_repeated_are_refused_by_name(tmp_path):
     edit(tmp_path / "g" / "e_id.npy", lambda a: (a.__setitem__(2, a[0]), a)[1])
     out = expect_clean_exit(run_python(LOAD_AND_SAMPLE, tmp_path / "g")).strip()
     assert out.startswith("ERROR ValueError") and "e_id must name every edge once; e_id[2]=" in out
+
+
+def test_a_prepared_graph_records_its_edge_ids_and_an_e_id_beyond_them_is_refused(prepared, tmp_path):
+    """build_csc records how many edge ids e_id draws from (input edges and reverses; dedup keeps the
+    ids), so a prepared graph's e_id is range-checked on load like indices (it was only checked for
+    repeats: an id beyond the edges reached the batches)."""
+    meta = json.loads((prepared / "graph" / "meta.json").read_text())
+    graph = CSCGraph.load(prepared / "graph")
+    assert graph.num_edge_ids == meta["num_edge_ids"] >= int(graph.e_id.max()) + 1 > graph.num_edges
+    d = fresh(prepared, tmp_path)
+    edit(d / "graph" / "e_id.npy", lambda a: (a.__setitem__(5, meta["num_edge_ids"]), a)[1])  # no repeat
+    with pytest.raises(ValueError, match=rf"e_id must name edges in \[0, num_edge_ids={meta['num_edge_ids']}\); "
+                                         rf"e_id\[5\]={meta['num_edge_ids']}"):
+        CSCGraph.load(d / "graph")

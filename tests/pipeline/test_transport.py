@@ -90,10 +90,16 @@ def _worker_batch(ring, x):
     return produce(plan, codecs, buf), codecs
 
 
+def _in_another_process(ring: SlotRing) -> None:
+    """Drop the worker's own reference to its slot segments: a real worker holds them in its process."""
+    ring._segments.clear()
+
+
 def test_cpu_keeper_releases_a_slot_only_when_no_tensor_of_its_batch_lives():
     ring = SlotRing(slots=1, max_workers=1)
     x = torch.randn(50, 8)
     sent, codecs = _worker_batch(ring, x)
+    _in_another_process(ring)
     assert sent.copied_bytes == SCALAR_BLOCK * 8  # n_id's group (one padded row); x's payload is x
     received = _handed_over(sent)
     assert received.copied_bytes == sent.copied_bytes  # nothing left for torch to copy
@@ -111,6 +117,87 @@ def test_cpu_keeper_releases_a_slot_only_when_no_tensor_of_its_batch_lives():
     assert len(stage.slots._mapped) == 1  # kept mapped while its batch lived
     stage.slots.unmap_idle()
     assert len(stage.slots._mapped) == 0
+
+
+def test_cpu_keeper_keeps_a_slot_whose_storage_object_the_user_holds():
+    """`batch.x.untyped_storage()` kept past the batch (torch returns the one Python object of the
+    storage, the keeper's own, so it shows in no use count): the slot is not reused until it goes."""
+    ring = SlotRing(slots=1, max_workers=1)
+    x = torch.randn(50, 8)
+    sent, codecs = _worker_batch(ring, x)
+    _in_another_process(ring)
+    received = _handed_over(sent)
+    del sent
+    stage = DecodeStage(codecs, torch.device("cpu"))
+    (decoded,) = list(stage(iter([received])))
+    del received
+    storage = decoded["x"].untyped_storage()
+    del decoded
+    gc.collect()
+    assert stage.slots.collect() == 0 and ring.claim(0, 10) is None  # it was released: bytes overwritten
+    del storage
+    gc.collect()
+    assert stage.slots.collect() == 1 and ring.free(0) == [0]
+
+
+def test_a_kept_untyped_storage_is_never_overwritten_by_later_batches():
+    from tests.loaders.test_pyg import make_graph
+    from ibp_graph.loaders.pyg import CompressedNeighborLoader
+
+    data = make_graph(num_nodes=2000, num_edges=12000, dim=8)
+    loader = CompressedNeighborLoader(data, [4, 2], batch_size=64, num_workers=2, codec="identity")
+    it = iter(loader)
+    first = next(it)
+    storage, x = first.x.untyped_storage(), first.x.clone()
+    view_bytes = (storage.data_ptr(), first.x.data_ptr())
+    del first
+    for _ in range(2):
+        for _ in it:
+            pass
+        it = iter(loader)
+    del it
+    gc.collect()
+    kept = torch.empty(0, dtype=x.dtype).set_(storage, (view_bytes[1] - view_bytes[0]) // x.element_size(),
+                                              x.shape)
+    assert torch.equal(kept, x)
+
+
+_FILE_SYSTEM_EPOCHS = """
+import gc, glob, os, sys, torch
+torch.multiprocessing.set_sharing_strategy("file_system")
+from ibp_graph.loaders.pyg import CompressedNeighborLoader
+from tests.loaders.test_pyg import make_graph
+def shm():
+    return sum(os.path.getsize(p) for p in glob.glob("/dev/shm/torch_*") if os.path.isfile(p))
+data = make_graph(num_nodes=20000, num_edges=150000, dim=32)
+start = shm()
+loader = CompressedNeighborLoader(data, [8, 4], batch_size=512, num_workers=2, shuffle=True, codec="identity")
+sizes = []
+for epoch in range(4):
+    for batch in loader:
+        pass
+    del batch
+    gc.collect()
+    sizes.append(shm() - start)
+del loader
+gc.collect()
+print(*sizes, shm() - start)
+"""
+
+
+def test_file_system_sharing_strategy_leaves_nothing_in_dev_shm():
+    """Under torch's "file_system" sharing strategy (clusters with fd limits) each epoch's workers
+    left their ring slots in /dev/shm (~25 MB an epoch here) until the main process ended."""
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = subprocess.run([sys.executable, "-c", _FILE_SYSTEM_EPOCHS], cwd=root, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    *epochs, after = map(int, proc.stdout.split())
+    assert epochs[-1] - epochs[0] < 4 << 20, epochs  # nothing accumulates over epochs
+    assert after < 1 << 20, after  # and nothing stays once the loader is gone
 
 
 def test_keeper_releasing_after_the_copy_registers_each_segment_once():

@@ -3,7 +3,6 @@ tables, tables shared by content, and the choice between dense-only and sparse."
 from __future__ import annotations
 
 import math
-import os
 from typing import Optional
 
 import numpy as np
@@ -13,6 +12,7 @@ from ...layout.dtypes import as_row_bytes, check_rows_tensor, itemsize
 from ..base import DEFAULT_SAMPLE_ROWS, random_rows
 from .codes import ENC_BITS, ESC, LUT_BITS, LUT_SIZE
 from .encode import row_lengths
+from ...resources import available_memory
 from .huffman import best_split, build_table, split_bits
 
 #: elements fit() reads at most (rows x elements per row) when sample_rows is not given.
@@ -34,23 +34,11 @@ def _table_bytes(hw: int, size: int) -> int:
     return 3 * 256 * 8 + 2 * LUT_SIZE + 2 * (1 << min(hw, ENC_BITS)) + 16 * slots
 
 
-def _available_memory() -> int:
-    """Bytes of memory available now (MemAvailable), or the physical memory when unknown."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:  # pragma: no cover - not Linux
-        pass
-    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-
-
 def _check_codec_memory(tables, d: int, mode: str) -> None:
     """Refuse, before its tables are built, a codec (`tables`: (hw, size) of each distinct table) that
     would not fit in the available memory; rows of distinct columns take about 22 KB per column."""
     need = sum(_table_bytes(hw, size) for hw, size in tables) + d * COLUMN_BUILD_BYTES
-    available = _available_memory()
+    available = available_memory()
     if need > available:
         raise MemoryError(f"EBP fit ({mode}) of rows of {d:,} columns ({len(tables):,} distinct tables) needs "
                           f"about {need:,} bytes for its codec tables, {available:,} bytes of memory are "
