@@ -52,7 +52,7 @@ import numpy as np
 import torch
 
 from .graph import CSCGraph, sorted_by_time
-from .hetero import HeteroNeighborSampler, check_time
+from .hetero import TEMPORAL_STRATEGIES, HeteroNeighborSampler, check_time
 from .kernels import MAX_FANOUT, available_memory
 
 __all__ = ["MAX_FANOUT", "NeighborSampler", "SamplerOutput", "SUBGRAPH_TYPES", "TEMPORAL_STRATEGIES",
@@ -86,8 +86,6 @@ class SamplerOutput:
 
 #: subgraph types NeighborSampler accepts (PyG's SubgraphType values).
 SUBGRAPH_TYPES = ("directional", "bidirectional", "induced")
-#: temporal strategies NeighborSampler accepts (PyG's).
-TEMPORAL_STRATEGIES = ("uniform", "last")
 
 
 class NeighborSampler:
@@ -115,23 +113,15 @@ class NeighborSampler:
                  temporal_strategy: str = "uniform") -> None:
         if not isinstance(graph, CSCGraph):
             raise TypeError(f"graph must be a CSCGraph, got {type(graph).__name__}")
-        if not isinstance(replace, bool):
-            raise TypeError(f"replace must be a bool, got {replace!r}")
-        if parallel is not None and not isinstance(parallel, bool):
-            raise TypeError(f"parallel must be None or a bool, got {parallel!r}")
+        # flags and the temporal strategy are checked by HeteroNeighborSampler
         if subgraph_type not in SUBGRAPH_TYPES:
             raise ValueError(f"subgraph_type={subgraph_type!r} is not accepted; use one of {SUBGRAPH_TYPES}")
-        if not isinstance(disjoint, bool):
-            raise TypeError(f"disjoint must be a bool, got {disjoint!r}")
-        if temporal_strategy not in TEMPORAL_STRATEGIES:
-            raise ValueError(f"temporal_strategy={temporal_strategy!r} is not accepted; use one of "
-                             f"{TEMPORAL_STRATEGIES}")
         if node_time is not None and edge_time is not None:
             raise ValueError("node_time and edge_time are both given; accepted: one of them (or neither)")
         temporal = node_time is not None or edge_time is not None
         if temporal and weight is not None:
             raise ValueError("weight with temporal sampling (node_time/edge_time) is not accepted; give one")
-        if (disjoint or temporal) and subgraph_type == "induced":  # as PyG: temporal sampling is disjoint
+        if (disjoint is True or temporal) and subgraph_type == "induced":  # as PyG: temporal sampling is disjoint
             raise ValueError("disjoint=True with subgraph_type='induced' is not accepted (as in PyG); "
                              "use disjoint with 'directional' or 'bidirectional'")
         self.graph = graph
