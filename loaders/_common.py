@@ -7,7 +7,7 @@ import signal
 import threading
 import time
 import warnings
-from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -20,6 +20,7 @@ from ibp_graph.pipeline.decode import DecodeStage
 from ibp_graph.pipeline.features import FeaturePlan
 from ibp_graph.pipeline.grouping import GroupKey
 from ibp_graph.pipeline.stats import LoaderStats
+from ibp_graph.sampling.hetero import HeteroNeighborSampler
 from ibp_graph.sampling.neighbor import NeighborSampler
 from ibp_graph.threads import use_forksafe_layer
 
@@ -90,23 +91,25 @@ def setup_codecs(node_attrs: Mapping[str, Any], edge_attrs: Mapping[str, Any], *
     return codecs
 
 
-def warm_sampler(sampler: NeighborSampler, seeds: torch.Tensor, num_workers: int,
-                 seed_time: Optional[torch.Tensor] = None) -> None:
+def warm_sampler(sampler: Union[NeighborSampler, HeteroNeighborSampler], seeds: torch.Tensor, num_workers: int,
+                 seed_time: Optional[torch.Tensor] = None, input_type: Optional[str] = None) -> None:
     """Compile (or load from numba's cache) the sampling kernels the batches will run, here, so
     that forked workers inherit them: the serial ones when DataLoader workers sample (they run
     serially), else the main process's; a fixed seed, no random generator touched. `seed_time`:
-    the input nodes' times, for a temporal sampler."""
+    the input nodes' times, for a temporal sampler; `input_type`: the seeds' node type, for a
+    heterogeneous one."""
     if not seeds.numel():
         return
     first = None if seed_time is None else seed_time[:2]
+    args = (seeds[:2],) if input_type is None else (input_type, seeds[:2])
     if num_workers > 0 and sampler.parallel is None:
         sampler.parallel = False
         try:
-            sampler.sample(seeds[:2], seed=0, seed_time=first)
+            sampler.sample(*args, seed=0, seed_time=first)
         finally:
             sampler.parallel = None
     else:
-        sampler.sample(seeds[:2], seed=0, seed_time=first)
+        sampler.sample(*args, seed=0, seed_time=first)
 
 
 def by_name(codecs: Mapping[GroupKey, Codec]) -> dict[str, Codec]:

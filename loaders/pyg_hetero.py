@@ -30,6 +30,7 @@ from ibp_graph.pipeline.plans import INPUT_ID, SEED_TIME, HeteroPlanner, edge_na
 from ibp_graph.pipeline.producer import BatchProducer, SampleOnly
 from ibp_graph.pipeline.requests import BatchRequests
 from ibp_graph.pipeline.type_codecs import split_row_groups
+from ibp_graph.sampling.graph import sorted_by_time
 from ibp_graph.sampling.hetero import EdgeType, HeteroNeighborSampler, HeteroSamplerOutput, TypedCSC
 
 try:
@@ -185,9 +186,8 @@ class CompressedHeteroNeighborLoader(DataLoader, AffinityMixin, MultithreadingMi
         self._codecs, self._typed, self.split_report = _hetero_codecs(graph, codec)
         _common.warm_up(self._codecs, self.device)
         self._stage, self.stats = _common.decode_stage(self._codecs, self.device, prefetch)
-        if self.input_nodes.numel():  # compile the sampler here too (a fixed seed: no RNG touched)
-            self.node_sampler.sample(self.input_type, self.input_nodes[:2], seed=0,
-                                     seed_time=None if self.input_time is None else self.input_time[:2])
+        _common.warm_sampler(self.node_sampler, self.input_nodes, kwargs.get("num_workers", 0),
+                             seed_time=self.input_time, input_type=self.input_type)
         planner = HeteroPlanner(self.node_sampler, self.input_type, self.input_nodes, graph.node_attrs,
                                 graph.edge_attrs, input_ids=input_ids, input_time=self.input_time,
                                 typed_groups=self._typed, post_sample=_post_sample(subgraph_type, transform_sampler_output))
@@ -424,9 +424,9 @@ class _HeteroGraph:
         self.node_time, self.edge_time = _times(self, time_attr)
         for e, csc in self.csc.items():  # temporal edge types: each destination's in-edges in time order
             if self.node_time is not None and e[0] in self.node_time:
-                self.csc[e] = _time_ordered(csc, self.node_time[e[0]][csc.indices])
+                self.csc[e] = sorted_by_time(csc, self.node_time[e[0]][csc.indices])
             elif self.edge_time is not None and e in self.edge_time:
-                self.csc[e] = _time_ordered(csc, self.edge_time[e][csc.e_id])
+                self.csc[e] = sorted_by_time(csc, self.edge_time[e][csc.e_id])
         self.weight = _weights(self, weight_attr)
         names = [node_name(t, a) for t in self.node_types for a in list(self.node_attrs[t]) + ["n_id"]]
         names += [edge_name(e, a) for e in self.edge_types for a in list(self.edge_attrs[e]) + ["e_id"]]
@@ -549,14 +549,6 @@ def _check_count(t, n) -> int:
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
         raise ValueError(f"num_nodes[{t!r}]={n!r} is not accepted; use an int >= 0")
     return int(n)
-
-
-def _time_ordered(csc: TypedCSC, key: np.ndarray) -> TypedCSC:
-    """`csc` with each destination's in-edges ordered by `key` (one per CSC position; ties keep their order)."""
-    dst = np.repeat(np.arange(csc.num_dst, dtype=np.int64), np.diff(csc.indptr))
-    order = np.lexsort((key, dst))
-    return TypedCSC(csc.indptr, np.ascontiguousarray(csc.indices[order]), np.ascontiguousarray(csc.e_id[order]),
-                    csc.num_src)
 
 
 def _weights(graph: _HeteroGraph, weight_attr: Optional[str]) -> Optional[dict]:

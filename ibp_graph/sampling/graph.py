@@ -1,11 +1,12 @@
 """Compressed sparse column (CSC) graph: the in-edges of every node, for neighbour sampling."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Union
+from typing import Optional, TypeVar, Union
 
 import numba
 import numpy as np
@@ -14,7 +15,7 @@ import torch
 from ..index_checks import first_bad_step, first_outside, first_repeat
 from ..files import read_json, save_npy, write_text
 
-__all__ = ["CSCGraph", "check_edge_ids", "index_dtype"]
+__all__ = ["CSCGraph", "TypedCSC", "check_edge_ids", "index_dtype", "sorted_by_time", "time_sorted_check"]
 
 ArrayLike = Union[torch.Tensor, np.ndarray]
 
@@ -149,6 +150,16 @@ class CSCGraph:
     def num_edges(self) -> int:
         return self.indices.shape[0]
 
+    @property
+    def num_src(self) -> int:
+        """Number of source nodes (:class:`TypedCSC`'s, for the one edge type of a homogeneous graph)."""
+        return self.num_nodes
+
+    @property
+    def num_dst(self) -> int:
+        """Number of destination nodes (``num_nodes``)."""
+        return self.num_nodes
+
     def in_degree(self) -> np.ndarray:
         """Number of in-edges of every node (int64, length ``num_nodes``)."""
         return np.diff(self.indptr)
@@ -234,3 +245,118 @@ class CSCGraph:
 
     def __repr__(self) -> str:
         return f"CSCGraph(num_nodes={self.num_nodes}, num_edges={self.num_edges})"
+
+
+@dataclass(frozen=True, eq=False)
+class TypedCSC:
+    """The edges of one edge type ``(src, rel, dst)``, stored by destination.
+
+    ``indices[indptr[v]:indptr[v + 1]]`` are the sources (ids of ``src`` nodes, below
+    ``num_src``) of the edges into ``dst`` node ``v``, in original edge order; ``e_id``
+    holds each one's column in the type's ``edge_index``. Like :class:`CSCGraph`, except
+    that sources and destinations are ids of different node types; ``num_edge_ids`` is
+    :class:`CSCGraph`'s (``e_id`` names distinct edges below it; None: not recorded).
+    """
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    e_id: np.ndarray
+    num_src: int
+    num_edge_ids: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        for name in ("indptr", "indices", "e_id"):
+            arr = getattr(self, name)
+            accepted = ("int64",) if name == "indptr" else ("int32", "int64")
+            if not isinstance(arr, np.ndarray) or arr.dtype.name not in accepted or arr.ndim != 1:
+                raise TypeError(f"{name} must be a 1-d numpy array of {' or '.join(accepted)}, got "
+                                f"{type(arr).__name__} {getattr(arr, 'dtype', '')} "
+                                f"{getattr(arr, 'shape', '')}")
+        _check_int("num_src", self.num_src, minimum=0)
+        if self.indptr.shape[0] < 1:
+            raise ValueError("indptr must have num_dst + 1 >= 1 entries, got 0")
+        if self.e_id.shape != self.indices.shape:
+            raise ValueError(f"e_id must have one entry per edge ({self.indices.shape[0]}), "
+                             f"got {self.e_id.shape[0]}")
+        first, last = int(self.indptr[0]), int(self.indptr[-1])
+        if first != 0 or last != self.indices.shape[0]:
+            raise ValueError(f"indptr must start at 0 and end at num_edges={self.indices.shape[0]}, "
+                             f"got indptr[0]={first}, indptr[-1]={last}")
+        bad = first_bad_step(self.indptr)
+        if bad >= 0:
+            raise ValueError(f"indptr must be non-decreasing; indptr[{bad}]={int(self.indptr[bad])} > "
+                             f"indptr[{bad + 1}]={int(self.indptr[bad + 1])}")
+        bad = first_outside(self.indices, 0, self.num_src)
+        if bad >= 0:
+            raise ValueError(f"indices must name source nodes in [0, num_src={self.num_src}); "
+                             f"indices[{bad}]={int(self.indices[bad])}")
+        check_edge_ids(self.e_id, self.num_edge_ids)
+
+    @property
+    def num_dst(self) -> int:
+        """Number of destination nodes (``len(indptr) - 1``)."""
+        return self.indptr.shape[0] - 1
+
+    @property
+    def num_edges(self) -> int:
+        """Number of edges of the type."""
+        return self.indices.shape[0]
+
+    @classmethod
+    def from_edge_index(cls, edge_index: Union[torch.Tensor, np.ndarray], num_src: int,
+                        num_dst: int, time: Optional[np.ndarray] = None) -> "TypedCSC":
+        """Build from PyG's ``2 x E`` ``edge_index`` of one edge type (row 0: source ids, row 1: destination ids).
+
+        With `time` (one value per edge: the edge's time, or its source node's), each
+        destination's in-edges are ordered by it (ties in edge order), as PyG orders them
+        for temporal sampling; otherwise in edge order.
+        """
+        num_src = _check_int("num_src", num_src, minimum=0)
+        num_dst = _check_int("num_dst", num_dst, minimum=0)
+        ei = _as_numpy("edge_index", edge_index)
+        if ei.dtype == np.bool_ or not np.issubdtype(ei.dtype, np.integer):
+            raise TypeError(f"edge_index must have an integer dtype (int32 or int64), got {ei.dtype}")
+        if ei.ndim != 2 or ei.shape[0] != 2:
+            raise ValueError(f"edge_index must have shape (2, num_edges), got {tuple(ei.shape)}")
+        src = np.ascontiguousarray(ei[0], dtype=np.int64)
+        dst = np.ascontiguousarray(ei[1], dtype=np.int64)
+        for row, ids, n, what in ((0, src, num_src, "source"), (1, dst, num_dst, "destination")):
+            if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= n):
+                bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+                raise ValueError(f"edge_index[{row}] contains {what} node id {bad}, outside the valid "
+                                 f"range [0, {n}) of its node type")
+        indices = np.empty(src.shape[0], dtype=index_dtype(num_src))
+        e_id = np.empty(src.shape[0], dtype=index_dtype(src.shape[0]))
+        indptr = _counting_sort_by_dst(src, dst, num_dst, indices, e_id)
+        graph = cls(indptr, indices, e_id, num_src, src.shape[0])
+        if time is None:
+            return graph
+        time = np.asarray(time)
+        if time.shape != src.shape:
+            raise ValueError(f"time must have one value per edge ({src.shape[0]}), got shape "
+                             f"{tuple(time.shape)}")
+        return sorted_by_time(graph, time[e_id])
+
+    def __repr__(self) -> str:
+        return f"TypedCSC(num_src={self.num_src}, num_dst={self.num_dst}, num_edges={self.num_edges})"
+
+
+Graph = TypeVar("Graph", CSCGraph, TypedCSC)
+
+
+def sorted_by_time(graph: Graph, key: np.ndarray) -> Graph:
+    """`graph` with each destination's in-edges ordered by `key` (one value per CSC position: the edge's
+    time, or its source node's), ties in CSC order: the order temporal sampling needs (as PyG's)."""
+    dst = np.repeat(np.arange(graph.indptr.shape[0] - 1, dtype=np.int64), np.diff(graph.indptr))
+    order = np.lexsort((key, dst))  # stable: ties keep CSC order
+    return dataclasses.replace(graph, indices=np.ascontiguousarray(graph.indices[order]),
+                               e_id=np.ascontiguousarray(graph.e_id[order]))
+
+
+def time_sorted_check(name: str, indptr: np.ndarray, key: np.ndarray) -> None:
+    """Raise ValueError unless `key` (one value per CSC position) ascends within each destination's in-edges."""
+    seg = np.repeat(np.arange(indptr.shape[0] - 1), np.diff(indptr))
+    bad = np.flatnonzero((key[1:] < key[:-1]) & (seg[1:] == seg[:-1]))
+    if bad.size:
+        raise ValueError(f"{name} is not sorted by time within the in-edges of destination {int(seg[bad[0]])}; "
+                         "build it with TypedCSC.from_edge_index(..., time=...) or sorted_by_time")

@@ -1,4 +1,5 @@
-"""Multi-hop neighbour sampling on a heterogeneous graph, with the layout of PyG's NeighborLoader.
+"""The one multi-hop neighbour sampler, for heterogeneous graphs and (``sampling.neighbor``) homogeneous
+ones: a homogeneous graph is its one-node-type, one-edge-type case. Layout of PyG's NeighborLoader.
 
 A heterogeneous graph is a set of node types (each with its own ids ``0 .. n - 1``) and of
 edge types ``(src, rel, dst)``, each an edge list from ``src`` nodes to ``dst`` nodes, stored
@@ -32,197 +33,43 @@ one :class:`HeteroSamplerOutput` is that of pyg-lib's ``hetero_neighbor_sample``
 * Temporal sampling (``node_time`` per node type or ``edge_time`` per edge type, PyG's
   ``time_attr``) is disjoint, and draws each frontier position's neighbours only among
   the in-edges whose source node's (or edge's) time is no later than its seed's time;
-  with ``temporal_strategy="last"`` it takes the latest ``k`` of them instead of ``k`` at
-  random. The in-edges of every temporal edge type are ordered by time
-  (``TypedCSC.from_edge_index(..., time=...)``), so those are a prefix of each
-  neighbourhood, as in pyg-lib; edge types whose sources have no time are not restricted.
+  with ``temporal_strategy="last"`` it draws among the latest ``k`` of them (all ``k``
+  without replacement; ``k`` draws among them with ``replace=True``, as pyg-lib). The
+  in-edges of every temporal edge type must be ordered by time, once, when the graph is
+  built (``TypedCSC.from_edge_index(..., time=...)`` or ``graph.sorted_by_time``); the
+  sampler checks that once, and each seed's allowed in-edges are then a prefix of each
+  neighbourhood (a binary search), as in pyg-lib; edge types whose sources have no time
+  are not restricted.
 * Weighted sampling (``weight`` per edge type, PyG's ``weight_attr``): the draws of an
   edge type that has weights are those of ``sampling.neighbor``'s weighted kernel
   (without replacement, zero-weight edges are never drawn; a fan-out of ``-1`` or one
   at least the in-degree takes every in-edge); edge types without weights stay uniform.
 
-Randomness is the counter-based hash of ``sampling.neighbor`` keyed by (seed, hop, edge
-type's position, frontier position): the output depends only on ``seed`` and the inputs,
-never on the number of numba threads. The per-edge-type draws are those of the
-homogeneous sampler's kernels (``_sample_hop_*``), reused unchanged.
+Randomness is the counter-based hash of ``sampling.kernels`` keyed by (seed, hop, edge
+type's position, frontier position) (``homogeneous=True``: by (seed, hop, frontier position)):
+the output depends only on ``seed`` and the inputs, never on the number of numba threads.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-import numba
 import numpy as np
 import torch
 
-from ..index_checks import first_bad_step, first_outside
 from ..threads import use_parallel
-from .graph import _as_numpy, _check_int, _counting_sort_by_dst, check_edge_ids, index_dtype
-from .neighbor import (_check_num_neighbors, _check_weight, _hop_key, _mix64_py, _readonly, _sample_hop_parallel,
-                       _sample_hop_serial, _sample_hop_weighted_parallel, _sample_hop_weighted_serial,
-                       _table_find, _table_insert, _table_put_seeds, hop_offsets, run_hop)
+from .graph import CSCGraph, TypedCSC, _as_numpy, _check_int, time_sorted_check
+from .kernels import (MAX_FANOUT, hop_key, hop_offsets, induced_edges, readonly, sample_hop, table_insert,
+                      table_put_seeds, valid_counts)
 
 __all__ = ["EdgeType", "HeteroNeighborSampler", "HeteroSamplerOutput", "TEMPORAL_STRATEGIES", "TypedCSC",
-           "resolve_num_neighbors"]
+           "check_num_neighbors", "check_seeds", "check_time", "resolve_num_neighbors"]
 
 #: an edge type, as PyG names it: (source node type, relation, destination node type).
 EdgeType = Tuple[str, str, str]
 
 #: how a temporal draw picks among the in-edges no later than its seed: at random, or the latest.
 TEMPORAL_STRATEGIES = ("uniform", "last")
-
-# mixes an edge type's position into a hop's key (an odd constant, unrelated to the golden ratio)
-_TYPE_MIX = 0xD1B54A32D192ED03
-
-
-def _type_hop_key(seed: int, hop: int, type_pos: int) -> np.uint64:
-    """The random key of one (hop, edge type): hop keys of sampling.neighbor, mixed with the type."""
-    return np.uint64(_mix64_py(int(_hop_key(seed, hop)) ^ _mix64_py((type_pos + 1) * _TYPE_MIX)))
-
-
-@numba.njit(cache=True, nogil=True)
-def _induced_edges(indptr, indices, e_id, dst_nodes, table, shift):
-    """Every in-edge of dst_nodes whose source is in `table`: (row, col, edge), by destination position."""
-    m = 0
-    for i in range(dst_nodes.shape[0]):
-        v = dst_nodes[i]
-        for p in range(indptr[v], indptr[v + 1]):
-            if _table_find(table, shift, indices[p]) >= 0:
-                m += 1
-    row = np.empty(m, dtype=np.int64)
-    col = np.empty(m, dtype=np.int64)
-    eid = np.empty(m, dtype=np.int64)
-    j = 0
-    for i in range(dst_nodes.shape[0]):
-        v = dst_nodes[i]
-        for p in range(indptr[v], indptr[v + 1]):
-            r = _table_find(table, shift, indices[p])
-            if r >= 0:
-                row[j] = r
-                col[j] = i
-                eid[j] = e_id[p]
-                j += 1
-    return row, col, eid
-
-
-@numba.njit(cache=True, nogil=True)
-def _temporal_ranges(indptr, pos_time, front, front_time, k, last):
-    """Per frontier position, the in-edges a temporal draw picks from: those no later than the
-    position's seed time (a prefix of its time-sorted neighbourhood), the last k of them for
-    the "last" strategy; as ``[lo0, hi0, lo1, hi1, ...]``."""
-    out = np.empty(2 * front.shape[0], dtype=np.int64)
-    for i in range(front.shape[0]):
-        lo = indptr[front[i]]
-        hi = indptr[front[i] + 1]
-        a, b = lo, hi                            # first position whose time exceeds the seed's
-        while a < b:
-            mid = (a + b) // 2
-            if pos_time[mid] <= front_time[i]:
-                a = mid + 1
-            else:
-                b = mid
-        hi = a
-        if last and k >= 0 and hi - lo > k:
-            lo = hi - k
-        out[2 * i] = lo
-        out[2 * i + 1] = hi
-    return out
-
-
-@dataclass(frozen=True, eq=False)
-class TypedCSC:
-    """The edges of one edge type ``(src, rel, dst)``, stored by destination.
-
-    ``indices[indptr[v]:indptr[v + 1]]`` are the sources (ids of ``src`` nodes, below
-    ``num_src``) of the edges into ``dst`` node ``v``, in original edge order; ``e_id``
-    holds each one's column in the type's ``edge_index``. Like :class:`CSCGraph`, except
-    that sources and destinations are ids of different node types; ``num_edge_ids`` is
-    :class:`CSCGraph`'s (``e_id`` names distinct edges below it; None: not recorded).
-    """
-
-    indptr: np.ndarray
-    indices: np.ndarray
-    e_id: np.ndarray
-    num_src: int
-    num_edge_ids: Optional[int] = None
-
-    def __post_init__(self) -> None:
-        for name in ("indptr", "indices", "e_id"):
-            arr = getattr(self, name)
-            accepted = ("int64",) if name == "indptr" else ("int32", "int64")
-            if not isinstance(arr, np.ndarray) or arr.dtype.name not in accepted or arr.ndim != 1:
-                raise TypeError(f"{name} must be a 1-d numpy array of {' or '.join(accepted)}, got "
-                                f"{type(arr).__name__} {getattr(arr, 'dtype', '')} "
-                                f"{getattr(arr, 'shape', '')}")
-        _check_int("num_src", self.num_src, minimum=0)
-        if self.indptr.shape[0] < 1:
-            raise ValueError("indptr must have num_dst + 1 >= 1 entries, got 0")
-        if self.e_id.shape != self.indices.shape:
-            raise ValueError(f"e_id must have one entry per edge ({self.indices.shape[0]}), "
-                             f"got {self.e_id.shape[0]}")
-        first, last = int(self.indptr[0]), int(self.indptr[-1])
-        if first != 0 or last != self.indices.shape[0]:
-            raise ValueError(f"indptr must start at 0 and end at num_edges={self.indices.shape[0]}, "
-                             f"got indptr[0]={first}, indptr[-1]={last}")
-        bad = first_bad_step(self.indptr)
-        if bad >= 0:
-            raise ValueError(f"indptr must be non-decreasing; indptr[{bad}]={int(self.indptr[bad])} > "
-                             f"indptr[{bad + 1}]={int(self.indptr[bad + 1])}")
-        bad = first_outside(self.indices, 0, self.num_src)
-        if bad >= 0:
-            raise ValueError(f"indices must name source nodes in [0, num_src={self.num_src}); "
-                             f"indices[{bad}]={int(self.indices[bad])}")
-        check_edge_ids(self.e_id, self.num_edge_ids)
-
-    @property
-    def num_dst(self) -> int:
-        """Number of destination nodes (``len(indptr) - 1``)."""
-        return self.indptr.shape[0] - 1
-
-    @property
-    def num_edges(self) -> int:
-        """Number of edges of the type."""
-        return self.indices.shape[0]
-
-    @classmethod
-    def from_edge_index(cls, edge_index: Union[torch.Tensor, np.ndarray], num_src: int,
-                        num_dst: int, time: Optional[np.ndarray] = None) -> "TypedCSC":
-        """Build from PyG's ``2 x E`` ``edge_index`` of one edge type (row 0: source ids, row 1: destination ids).
-
-        With `time` (one value per edge: the edge's time, or its source node's), each
-        destination's in-edges are ordered by it (ties in edge order), as PyG orders them
-        for temporal sampling; otherwise in edge order.
-        """
-        num_src = _check_int("num_src", num_src, minimum=0)
-        num_dst = _check_int("num_dst", num_dst, minimum=0)
-        ei = _as_numpy("edge_index", edge_index)
-        if ei.dtype == np.bool_ or not np.issubdtype(ei.dtype, np.integer):
-            raise TypeError(f"edge_index must have an integer dtype (int32 or int64), got {ei.dtype}")
-        if ei.ndim != 2 or ei.shape[0] != 2:
-            raise ValueError(f"edge_index must have shape (2, num_edges), got {tuple(ei.shape)}")
-        src = np.ascontiguousarray(ei[0], dtype=np.int64)
-        dst = np.ascontiguousarray(ei[1], dtype=np.int64)
-        for row, ids, n, what in ((0, src, num_src, "source"), (1, dst, num_dst, "destination")):
-            if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= n):
-                bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
-                raise ValueError(f"edge_index[{row}] contains {what} node id {bad}, outside the valid "
-                                 f"range [0, {n}) of its node type")
-        indices = np.empty(src.shape[0], dtype=index_dtype(num_src))
-        e_id = np.empty(src.shape[0], dtype=index_dtype(src.shape[0]))
-        indptr = _counting_sort_by_dst(src, dst, num_dst, indices, e_id)
-        if time is not None:
-            time = np.asarray(time)
-            if time.shape != src.shape:
-                raise ValueError(f"time must have one value per edge ({src.shape[0]}), got shape "
-                                 f"{tuple(time.shape)}")
-            order = np.lexsort((time, dst))  # stable: ties keep edge order
-            indices[:] = src[order]
-            e_id[:] = order
-        return cls(indptr, indices, e_id, num_src, src.shape[0])
-
-    def __repr__(self) -> str:
-        return f"TypedCSC(num_src={self.num_src}, num_dst={self.num_dst}, num_edges={self.num_edges})"
-
 
 @dataclass
 class HeteroSamplerOutput:
@@ -245,6 +92,77 @@ class HeteroSamplerOutput:
     num_sampled_edges: Optional[Dict[EdgeType, List[int]]]
     #: disjoint sampling: the seed (position among the seeds) each node's subgraph grew from.
     batch: Optional[Dict[str, torch.Tensor]] = None
+
+
+def check_num_neighbors(num_neighbors: Sequence[int]) -> List[int]:
+    """One edge type's fan-outs (one int >= -1 per hop, -1: every in-edge), or a ValueError naming the bad hop."""
+    if not isinstance(num_neighbors, (list, tuple)) or len(num_neighbors) == 0:
+        raise ValueError(
+            f"num_neighbors must be a non-empty list of ints >= -1 (one per hop), "
+            f"got {num_neighbors!r}")
+    out = []
+    for hop, k in enumerate(num_neighbors):
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not -1 <= k <= MAX_FANOUT:
+            raise ValueError(
+                f"num_neighbors[{hop}] must be an int >= -1 and <= {MAX_FANOUT} (2**63 - 1; "
+                f"-1 = all neighbours), got {k!r}")
+        out.append(int(k))
+    return out
+
+
+def check_time(name: str, value, count: int) -> Optional[np.ndarray]:
+    """Times as a 1-d int64 or float64 array of `count` entries (or None)."""
+    if value is None:
+        return None
+    t = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+    if t.dtype == np.bool_ or not (np.issubdtype(t.dtype, np.floating) or np.issubdtype(t.dtype, np.integer)):
+        raise TypeError(f"{name} has dtype {t.dtype}; accepted: an integer or float dtype")
+    if t.shape != (count,):
+        raise ValueError(f"{name} has shape {tuple(t.shape)}; accepted: shape ({count},)")
+    t = t.astype(np.int64 if np.issubdtype(t.dtype, np.integer) else np.float64)
+    if t.dtype == np.float64 and np.isnan(t).any():
+        raise ValueError(f"{name} holds NaN; accepted: comparable times")
+    return np.ascontiguousarray(t)
+
+
+def _check_weight(weight, graph) -> np.ndarray:
+    """Edge weights (edge_index order) as float64 in CSC order; non-negative and finite."""
+    w = weight.detach().cpu().numpy() if isinstance(weight, torch.Tensor) else np.asarray(weight)
+    if w.dtype == np.bool_ or not (np.issubdtype(w.dtype, np.floating) or np.issubdtype(w.dtype, np.integer)):
+        raise TypeError(f"weight has dtype {w.dtype}; accepted: a real (float or integer) dtype")
+    if w.shape != (graph.num_edges,):
+        raise ValueError(f"weight has shape {tuple(w.shape)}; accepted: one weight per edge, "
+                         f"shape ({graph.num_edges},)")
+    w = w.astype(np.float64)
+    bad = np.flatnonzero(~np.isfinite(w) | (w < 0))
+    if bad.size:
+        raise ValueError(f"weight[{int(bad[0])}]={float(w[bad[0]])!r}; accepted: finite weights >= 0")
+    return np.ascontiguousarray(w[graph.e_id])
+
+
+def check_seeds(seeds: Union[torch.Tensor, np.ndarray], num_nodes: int, node_type: str = "") -> np.ndarray:
+    """`seeds` as contiguous int64 ids below `num_nodes` (of `node_type`, named in errors when given), or an
+    error naming what is wrong."""
+    if isinstance(seeds, torch.Tensor):
+        if seeds.device.type != "cpu":
+            raise ValueError(f"seeds must be on the CPU, got device {seeds.device}")
+        if seeds.dtype == torch.bool or seeds.dtype.is_floating_point or seeds.dtype.is_complex:
+            raise TypeError(f"seeds must have an integer dtype, got {seeds.dtype}")
+        arr = seeds.detach().numpy()
+    elif isinstance(seeds, np.ndarray):
+        if seeds.dtype == np.bool_ or not np.issubdtype(seeds.dtype, np.integer):
+            raise TypeError(f"seeds must have an integer dtype, got {seeds.dtype}")
+        arr = seeds
+    else:
+        raise TypeError(f"seeds must be a 1-d integer torch.Tensor, got {type(seeds).__name__}")
+    if arr.ndim != 1:
+        raise ValueError(f"seeds must be 1-d, got shape {tuple(arr.shape)}")
+    arr = np.ascontiguousarray(arr, dtype=np.int64)
+    if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= num_nodes):
+        bad = int(arr.min()) if int(arr.min()) < 0 else int(arr.max())
+        what = f"{node_type!r} node" if node_type else "node"
+        raise ValueError(f"seeds contains {what} id {bad}, outside the valid range [0, {num_nodes})")
+    return arr
 
 
 def _edge_type_name(edge_type) -> str:
@@ -281,12 +199,12 @@ def resolve_num_neighbors(num_neighbors: Union[Sequence[int], Mapping[EdgeType, 
                 raise ValueError(f"num_neighbors gives no fan-outs for edge type {e!r}; a dict must "
                                  f"name every edge type of the graph ({list(edge_types)}), or use a "
                                  "list for all of them")
-            out[e] = _check_num_neighbors(value)
+            out[e] = check_num_neighbors(value)
     else:
         if default is not None:
             raise ValueError(f"default={default!r} with a list num_neighbors: a default is for the "
                              "edge types a dict leaves out; accepted with a list: None")
-        hops = _check_num_neighbors(num_neighbors)
+        hops = check_num_neighbors(num_neighbors)
         out = {e: list(hops) for e in edge_types}
     lengths = {e: len(v) for e, v in out.items()}
     if len(set(lengths.values())) > 1:
@@ -307,6 +225,11 @@ class HeteroNeighborSampler:
     one subgraph per seed (see the module; PyG offers no induced disjoint sampling);
     `node_time` or `edge_time` (numpy arrays or tensors: one time per node of a type, per
     edge of a type) make it temporal, with `temporal_strategy` "uniform" or "last".
+
+    ``homogeneous=True`` is the layout of :class:`~ibp_graph.sampling.neighbor.NeighborSampler`
+    (one node type, one edge type, a :class:`CSCGraph` as its graph): draws keyed by (seed, hop,
+    frontier position) only, fan-out errors naming hops only, and an induced subgraph giving a
+    repeated node's later positions no edges.
     """
 
     def __init__(self, num_nodes: Mapping[str, int], graphs: Mapping[EdgeType, TypedCSC],
@@ -316,8 +239,10 @@ class HeteroNeighborSampler:
                  node_time: Optional[Mapping[str, np.ndarray]] = None,
                  edge_time: Optional[Mapping[EdgeType, np.ndarray]] = None,
                  temporal_strategy: str = "uniform",
-                 weight: Optional[Mapping[EdgeType, Union[torch.Tensor, np.ndarray]]] = None) -> None:
-        for name, flag in (("replace", replace), ("induced", induced), ("disjoint", disjoint)):
+                 weight: Optional[Mapping[EdgeType, Union[torch.Tensor, np.ndarray]]] = None,
+                 homogeneous: bool = False) -> None:
+        for name, flag in (("replace", replace), ("induced", induced), ("disjoint", disjoint),
+                           ("homogeneous", homogeneous)):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be a bool, got {flag!r}")
         if temporal_strategy not in TEMPORAL_STRATEGIES:
@@ -341,7 +266,7 @@ class HeteroNeighborSampler:
         for e, g in self.graphs.items():
             if not (isinstance(e, tuple) and len(e) == 3):
                 raise TypeError(f"graphs key {e!r} is not an edge type; accepted: (src, rel, dst) tuples")
-            if not isinstance(g, TypedCSC):
+            if not isinstance(g, (TypedCSC, CSCGraph)):
                 raise TypeError(f"graphs[{e!r}] must be a TypedCSC, got {type(g).__name__}")
             src, _, dst = e
             for t in (src, dst):
@@ -363,8 +288,12 @@ class HeteroNeighborSampler:
         self.induced = induced
         self.disjoint = disjoint
         self.temporal_strategy = temporal_strategy
+        self.homogeneous = homogeneous
+        if homogeneous and (len(self.num_nodes) != 1 or len(self.graphs) != 1):
+            raise ValueError(f"homogeneous=True needs one node type and one edge type, got {self.node_types} and "
+                             f"{self.edge_types}")
         # read-only views: in-memory and memory-mapped graphs share one compiled kernel
-        self._csc = {e: tuple(_readonly(a) for a in (g.indptr, g.indices, g.e_id))
+        self._csc = {e: tuple(readonly(a) for a in (g.indptr, g.indices, g.e_id))
                      for e, g in self.graphs.items()}
         self._max_degree = {e: int(np.diff(g.indptr).max()) if g.num_dst else 0 for e, g in self.graphs.items()}
         self.node_time = None if node_time is None else {t: self._time(f"node_time[{t!r}]", v, self.num_nodes.get(t))
@@ -374,7 +303,7 @@ class HeteroNeighborSampler:
                                                                        if e in self.graphs else None)
                                                           for e, v in edge_time.items()}
         # the time at each CSC position of the edge types sampled temporally (their neighbours' or
-        # edges' times; pyg-lib leaves the others unrestricted), checked sorted per neighbourhood
+        # edges' times; pyg-lib leaves the others unrestricted), checked sorted per neighbourhood, once
         self._pos_time: Dict[EdgeType, np.ndarray] = {}
         for e, (indptr, indices, e_id) in self._csc.items():
             if self.node_time is not None and e[0] in self.node_time:
@@ -383,12 +312,8 @@ class HeteroNeighborSampler:
                 pos_time = self.edge_time[e][e_id]
             else:
                 continue
-            seg = np.repeat(np.arange(indptr.shape[0] - 1), np.diff(indptr))
-            bad = np.flatnonzero((pos_time[1:] < pos_time[:-1]) & (seg[1:] == seg[:-1]))
-            if bad.size:
-                raise ValueError(f"graphs[{e!r}] is not sorted by time within the in-edges of destination "
-                                 f"{int(seg[bad[0]])}; build it with TypedCSC.from_edge_index(..., time=...)")
-            self._pos_time[e] = _readonly(np.ascontiguousarray(pos_time))
+            time_sorted_check("graph" if homogeneous else f"graphs[{e!r}]", indptr, pos_time)
+            self._pos_time[e] = readonly(np.ascontiguousarray(pos_time))
         # per weighted edge type: its weights in CSC order, and each destination's positive-weight in-edges
         self._weight: Dict[EdgeType, Tuple[np.ndarray, np.ndarray]] = {}
         for e, w in (weight or {}).items():
@@ -398,10 +323,12 @@ class HeteroNeighborSampler:
             try:
                 w = _check_weight(w, self.graphs[e])
             except (TypeError, ValueError) as err:
+                if homogeneous:
+                    raise
                 raise type(err)(f"weight[{e!r}]: {err}") from None
             csum = np.concatenate([[0], np.cumsum(w > 0)])
             indptr = self.graphs[e].indptr
-            self._weight[e] = (_readonly(w), csum[indptr[1:]] - csum[indptr[:-1]])
+            self._weight[e] = (readonly(w), csum[indptr[1:]] - csum[indptr[:-1]])
 
     def _time(self, argname: str, value, count: Optional[int]) -> np.ndarray:
         if count is None:
@@ -429,41 +356,27 @@ class HeteroNeighborSampler:
         """Whether some edge type's draws follow edge weights."""
         return bool(self._weight)
 
-    def _sample_hop(self, what: str, parallel: bool, edge_type: EdgeType, indptr, indices, e_id, front,
-                    *rest) -> None:
-        n = front.shape[0]
-        if edge_type in self._weight:
-            kernel = _sample_hop_weighted_parallel if parallel else _sample_hop_weighted_serial
-            return run_hop(what, kernel, n, indptr, indices, e_id, self._weight[edge_type][0], front, *rest)
-        run_hop(what, _sample_hop_parallel if parallel else _sample_hop_serial, n, indptr, indices, e_id,
-                front, *rest)
-
     def check_seeds(self, input_type: str, seeds: Union[torch.Tensor, np.ndarray]) -> np.ndarray:
         """`seeds` as contiguous int64 ids of `input_type` nodes, or an error naming what is wrong."""
         if input_type not in self.num_nodes:
             raise ValueError(f"input_type={input_type!r} is not a node type of the graph; node types: "
                              f"{self.node_types}")
-        if isinstance(seeds, torch.Tensor):
-            if seeds.device.type != "cpu":
-                raise ValueError(f"seeds must be on the CPU, got device {seeds.device}")
-            if seeds.dtype == torch.bool or seeds.dtype.is_floating_point or seeds.dtype.is_complex:
-                raise TypeError(f"seeds must have an integer dtype, got {seeds.dtype}")
-            arr = seeds.detach().numpy()
-        elif isinstance(seeds, np.ndarray):
-            if seeds.dtype == np.bool_ or not np.issubdtype(seeds.dtype, np.integer):
-                raise TypeError(f"seeds must have an integer dtype, got {seeds.dtype}")
-            arr = seeds
-        else:
-            raise TypeError(f"seeds must be a 1-d integer torch.Tensor, got {type(seeds).__name__}")
-        if arr.ndim != 1:
-            raise ValueError(f"seeds must be 1-d, got shape {tuple(arr.shape)}")
-        arr = np.ascontiguousarray(arr, dtype=np.int64)
-        n = self.num_nodes[input_type]
-        if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= n):
-            bad = int(arr.min()) if int(arr.min()) < 0 else int(arr.max())
-            raise ValueError(f"seeds contains {input_type!r} node id {bad}, outside the valid range "
-                             f"[0, {n})")
-        return arr
+        return check_seeds(seeds, self.num_nodes[input_type], "" if self.homogeneous else input_type)
+
+    def _counts(self, e: EdgeType, front: np.ndarray, k: int, valid: Optional[np.ndarray]) -> np.ndarray:
+        """How many in-edges each frontier position gets at a hop of fan-out k (temporal: of its `valid`
+        first ones, the latest k of them for the "last" strategy)."""
+        indptr = self._csc[e][0]
+        deg = indptr[front + 1] - indptr[front] if valid is None else valid
+        if valid is not None and self.temporal_strategy == "last" and k >= 0:
+            deg = np.minimum(deg, k)
+        if k < 0:
+            return deg
+        # distinct draws a destination can give: its positive-weight in-edges when weighted
+        drawable = self._weight[e][1][front] if e in self._weight else deg
+        if self.replace:
+            return np.where(drawable > 0, k, 0).astype(np.int64)
+        return np.where(deg <= k, deg, np.minimum(drawable, k))  # a fan-out >= the in-degree takes them all
 
     def sample(self, input_type: str, seeds: Union[torch.Tensor, np.ndarray], *,
                seed: int, seed_time: Union[torch.Tensor, np.ndarray, None] = None) -> HeteroSamplerOutput:
@@ -474,9 +387,9 @@ class HeteroNeighborSampler:
         """
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
             raise TypeError(f"seed must be an int, got {seed!r}")
-        seeds_np = _readonly(self.check_seeds(input_type, seeds))
+        seeds_np = readonly(self.check_seeds(input_type, seeds))
         times = self._seed_times(input_type, seeds_np, seed_time) if self.temporal else None
-        empty = _readonly(np.empty(0, dtype=np.int64))
+        empty = readonly(np.empty(0, dtype=np.int64))
         # disjoint: a node's key is (its seed's position) * (nodes of its type) + its id
         width = {t: max(1, n) for t, n in self.num_nodes.items()}
         if self.disjoint and seeds_np.shape[0] * max(width.values()) >= 1 << 62:
@@ -490,7 +403,7 @@ class HeteroNeighborSampler:
         for t in self.node_types:
             first = seeds_np if t == input_type else empty
             which = np.arange(first.shape[0], dtype=np.int64)
-            table, shift, c = _table_put_seeds(_readonly(which * width[t] + first) if self.disjoint else first)
+            table, shift, c = table_put_seeds(readonly(which * width[t] + first) if self.disjoint else first)
             tables[t] = (table, shift)
             count[t] = c
             nodes[t].append(first)
@@ -514,29 +427,20 @@ class HeteroNeighborSampler:
                 k = self.num_neighbors[e][hop]
                 front = frontier[dst_type]
                 indptr, indices, e_id = self._csc[e]
-                if e in self._pos_time:  # draw from [lo, hi) pairs: the in-edges no later than the seed
-                    indptr = _readonly(_temporal_ranges(indptr, self._pos_time[e], front,
-                                                        times[frontier_batch[dst_type]], np.int64(k),
-                                                        self.temporal_strategy == "last"))
-                    front = _readonly(np.arange(0, 2 * front.shape[0], 2, dtype=np.int64))
-                deg = indptr[front + 1] - indptr[front]
-                # distinct draws a destination can give: its positive-weight in-edges when weighted
-                drawable = self._weight[e][1][front] if e in self._weight else deg
-                if k < 0:
-                    counts = deg
-                elif self.replace:
-                    counts = np.where(drawable > 0, k, 0).astype(np.int64)
-                else:  # as sampling.neighbor: a fan-out at least the in-degree takes every in-edge
-                    counts = np.where(deg <= k, deg, np.minimum(drawable, k))
-                what = f"num_neighbors[{e!r}][{hop}]={k}"
+                # temporal: each position draws from its first `valid` in-edges, those no later than its seed
+                valid = valid_counts(indptr, self._pos_time[e], front, times[frontier_batch[dst_type]]) \
+                    if e in self._pos_time else None
+                counts = self._counts(e, front, k, valid)
+                what = f"num_neighbors[{hop}]={k}" if self.homogeneous else f"num_neighbors[{e!r}][{hop}]={k}"
                 offsets = hop_offsets(what, counts, k, self.replace, self._max_degree[e], parallel)
                 m = int(offsets[-1])
                 src = np.empty(m, dtype=np.int64)
                 eid = np.empty(m, dtype=np.int64)
                 if m:
-                    self._sample_hop(what, parallel, e, indptr, indices, e_id, front, offsets, np.int64(k),
-                                     self.replace, _type_hop_key(int(seed), hop, pos),
-                                     np.int64(begin[dst_type]), src, eid)
+                    sample_hop(what, parallel, indptr, indices, e_id, front, valid,
+                               valid is not None and self.temporal_strategy == "last",
+                               self._weight[e][0] if e in self._weight else None, offsets, k, self.replace,
+                               hop_key(int(seed), hop, None if self.homogeneous else pos), begin[dst_type], src, eid)
                 col = np.repeat(np.arange(begin[dst_type], begin[dst_type] + front.shape[0],
                                           dtype=np.int64), counts)
                 row = np.empty(m, dtype=np.int64)
@@ -544,7 +448,7 @@ class HeteroNeighborSampler:
                 table, shift = tables[src_type]
                 keys = src + np.repeat(frontier_batch[dst_type], counts) * width[src_type] \
                     if self.disjoint else src
-                table, shift, count[src_type], n_new = _table_insert(
+                table, shift, count[src_type], n_new = table_insert(
                     table, shift, count[src_type], keys, np.int64(size[src_type]), row, new)
                 tables[src_type] = (table, shift)
                 new = new[:n_new]
@@ -559,7 +463,7 @@ class HeteroNeighborSampler:
                 num_sampled_edges[e].append(m)
             for t in self.node_types:
                 found = new_this_hop[t]
-                frontier[t] = _readonly(np.concatenate(found)) if found else empty
+                frontier[t] = readonly(found[0] if len(found) == 1 else np.concatenate(found)) if found else empty
                 if self.disjoint:
                     frontier_batch[t] = np.concatenate(new_batch[t]) if new_batch[t] else empty
                     batch[t].append(frontier_batch[t])
@@ -583,12 +487,8 @@ class HeteroNeighborSampler:
         )
 
     def _seed_times(self, input_type: str, seeds: np.ndarray, seed_time) -> np.ndarray:
-        if seed_time is not None:
-            arr = _as_numpy("seed_time", seed_time)
-            if arr.shape != seeds.shape:
-                raise ValueError(f"seed_time has shape {tuple(arr.shape)}; accepted: one time per seed "
-                                 f"{tuple(seeds.shape)}")
-            return np.ascontiguousarray(arr)
+        if seed_time is not None:  # compared exactly with the graph's times, whatever their dtypes
+            return check_time("seed_time", seed_time, seeds.shape[0])
         if self.node_time is None or input_type not in self.node_time:
             raise ValueError(f"temporal sampling from {input_type!r} nodes needs their times: pass seed_time, "
                              f"or node_time for {input_type!r}")
@@ -600,8 +500,8 @@ class HeteroNeighborSampler:
         for e in self.edge_types:
             src_type, _, dst_type = e
             indptr, indices, e_id = self._csc[e]
-            table, shift = tables[src_type]
-            r, c, k = _induced_edges(indptr, indices, e_id, _readonly(node[dst_type].numpy()), table, shift)
+            r, c, k = induced_edges(indptr, indices, e_id, readonly(node[dst_type].numpy()), *tables[src_type],
+                                    *tables[dst_type], self.homogeneous)
             row[e], col[e], edge[e] = torch.from_numpy(r), torch.from_numpy(c), torch.from_numpy(k)
         return HeteroSamplerOutput(node=node, row=row, col=col, edge=edge, num_sampled_nodes=None,
                                    num_sampled_edges=None)

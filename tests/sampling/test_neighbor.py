@@ -552,6 +552,21 @@ def test_temporal_last_takes_the_latest_allowed_and_seed_time_overrides():
     assert s.sample(torch.tensor([0]), seed=1, seed_time=torch.tensor([0])).node.tolist() == [0]
 
 
+def test_temporal_last_with_replacement_draws_among_the_latest_allowed():
+    """As pyg-lib (and the heterogeneous front-end): with replace=True, "last" makes k draws among the
+    latest k allowed in-edges (repeats possible), not the latest k themselves."""
+    graph, t = _timed_star()
+    s = NeighborSampler(graph, [2], node_time=t, temporal_strategy="last", replace=True)
+    pairs = Counter()
+    for seed in range(200):
+        out = s.sample(torch.tensor([0]), seed=seed)
+        sources = out.node[out.row].tolist()
+        assert len(sources) == 2 and set(sources) <= {4, 5}  # times 2 and 3, the latest two no later than 4
+        pairs[tuple(sorted(sources))] += 1
+    assert set(pairs) == {(4, 4), (4, 5), (5, 5)}  # independent draws: 1/4, 1/2, 1/4
+    assert min(pairs.values()) > 20
+
+
 def test_temporal_by_edge_time_needs_seed_times():
     graph, _ = _timed_star()
     s = NeighborSampler(graph, [-1], edge_time=torch.tensor([5, 1, 2, 3, 9, 0]))
