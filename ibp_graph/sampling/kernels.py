@@ -8,12 +8,13 @@ the inputs, never on the number of numba threads.
 """
 from __future__ import annotations
 
-import os
 from typing import Optional
 
 import numba
 import numpy as np
 from numba import prange
+
+from ..resources import available_memory
 
 __all__ = ["MAX_FANOUT", "available_memory", "hop_key", "hop_offsets", "induced_edges", "readonly", "sample_hop",
            "table_insert", "table_put_seeds", "valid_counts"]
@@ -384,42 +385,6 @@ def induced_edges(indptr, indices, e_id, dst_nodes, src_table, src_shift, dst_ta
                 eid[m] = e_id[p]
                 m += 1
     return row[:m], col[:m], eid[:m]
-
-
-def available_memory() -> int:
-    """Bytes this process can still allocate: the system's available memory, lowered by an
-    address-space limit (``ulimit -v``) and a cgroup v2 memory limit when set."""
-    page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-    avail = None
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    avail = int(line.split()[1]) * 1024
-                    break
-    except (OSError, ValueError, IndexError):
-        pass
-    if avail is None:
-        try:
-            avail = os.sysconf("SC_AVPHYS_PAGES") * page
-        except (AttributeError, OSError, ValueError):
-            avail = MAX_FANOUT
-    try:
-        import resource
-        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
-        if soft != resource.RLIM_INFINITY:
-            with open("/proc/self/statm") as f:
-                avail = min(avail, soft - int(f.read().split()[0]) * page)
-    except (ImportError, OSError, ValueError, IndexError):
-        pass
-    try:
-        with open("/sys/fs/cgroup/memory.max") as f, open("/sys/fs/cgroup/memory.current") as g:
-            limit = f.read().strip()
-            if limit != "max":
-                avail = min(avail, int(limit) - int(g.read().strip()))
-    except (OSError, ValueError):
-        pass
-    return max(int(avail), 0)
 
 
 def hop_offsets(what: str, counts: np.ndarray, k: int, replace: bool, max_degree: int,
