@@ -1,10 +1,6 @@
 """ibp-graph: lossless Invariant Bit Packing for feeding GNN node features to the GPU."""
 __version__ = "0.1.0"
 
-from . import jit_cache as _jit_cache
-
-_jit_cache.install()  # the package's kernels cache per environment (jit_cache: the one start-up side effect)
-
 
 def decode(codec, ct, device=None):
     """Decode a CompressedTensor made by `codec` on `device` (default: where `ct` is).

@@ -11,6 +11,10 @@ from typing import Optional
 import numba
 import numpy as np
 
+from .jit_cache import install as _install_kernel_cache
+
+_install_kernel_cache()  # numba caches this module's kernels per environment (ibp_graph.jit_cache)
+
 __all__ = ["first_bad_step", "first_outside", "first_repeat", "check_node_table"]
 
 #: entries per step of a check (64 MiB of int64).

@@ -102,3 +102,30 @@ def test_the_locator_answers_for_the_package_only(tmp_path):
         PACKAGE_DIR / "layout" / "__pycache__" / environment_tag()
     pkg = _package(tmp_path, 1)
     assert cache_dir(pkg / "kernel.py") == pkg / "__pycache__"
+
+
+def test_every_module_with_cached_kernels_installs_the_locator_before_decorating_them():
+    """A module whose cache=True kernels were decorated before the locator is installed would cache
+    them in numba's shared folder again (the locator is chosen at decoration)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "ibp_graph"
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if path.name == "jit_cache.py":
+            continue
+        tree = ast.parse(path.read_text())
+        first_cached = installed = None
+        for node in tree.body:
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and \
+                    getattr(node.value.func, "id", "") == "_install_kernel_cache" and installed is None:
+                installed = node.lineno
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.keyword) and inner.arg == "cache" and \
+                        getattr(inner.value, "value", None) is True and first_cached is None:
+                    first_cached = inner.lineno
+        if first_cached is not None:
+            found.append(path.name)
+            assert installed is not None and installed < first_cached, path
+    assert len(found) >= 10  # the codec, layout, data, sampling and index-check kernels

@@ -23,6 +23,9 @@ from numba import njit
 
 from ..layout.tensor import CompressedTensor
 from .checksums import ALGORITHM, ChecksumError, Damage
+from ..jit_cache import install as _install_kernel_cache
+
+_install_kernel_cache()  # numba caches this module's kernels per environment (ibp_graph.jit_cache)
 
 __all__ = ["ChunkGuard"]
 

@@ -39,6 +39,9 @@ from ..sampling.graph import CSCGraph, index_dtype
 from . import checksums
 from .checksums import UnverifiedDataWarning, check_mode
 from ..files import disk_full_error, note_output_entry, open_npy, read_json, replace_dir, save_npy, work_dir, write_text
+from ..jit_cache import install as _install_kernel_cache
+
+_install_kernel_cache()  # numba caches this module's kernels per environment (ibp_graph.jit_cache)
 
 __all__ = ["PreparedDataset", "LabeledDataset", "SPLITS", "build_csc", "build_relation_arrays", "write_prepared_meta",
            "encode_store", "add_store", "as_tensor", "progress_bar", "FORMAT", "FORMAT_VERSION"]

@@ -22,6 +22,9 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 from ..threads import use_parallel
+from ..jit_cache import install as _install_kernel_cache
+
+_install_kernel_cache()  # numba caches this module's kernels per environment (ibp_graph.jit_cache)
 
 if sys.byteorder != "little":  # pragma: no cover - the format is little-endian
     raise ImportError("ibp_graph.layout.bitstream needs a little-endian machine")

@@ -16,6 +16,9 @@ from numba import njit, prange
 
 from .bitstream import build_kernels, copy_bytes, pick_kernel, prefetch
 from .errors import CorruptPayloadError
+from ..jit_cache import install as _install_kernel_cache
+
+_install_kernel_cache()  # numba caches this module's kernels per environment (ibp_graph.jit_cache)
 
 #: payload bytes past the last row (at least), so decoders may read two whole 64-bit words past any bit.
 PAYLOAD_TAIL = 16

@@ -14,6 +14,9 @@ import torch
 
 from ..index_checks import first_bad_step, first_outside, first_repeat
 from ..files import read_json, save_npy, write_text
+from ..jit_cache import install as _install_kernel_cache
+
+_install_kernel_cache()  # numba caches this module's kernels per environment (ibp_graph.jit_cache)
 
 __all__ = ["CSCGraph", "TypedCSC", "check_edge_ids", "index_dtype", "sorted_by_time", "time_sorted_check"]
 

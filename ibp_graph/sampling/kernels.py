@@ -15,6 +15,9 @@ import numpy as np
 from numba import prange
 
 from ..resources import available_memory
+from ..jit_cache import install as _install_kernel_cache
+
+_install_kernel_cache()  # numba caches this module's kernels per environment (ibp_graph.jit_cache)
 
 __all__ = ["MAX_FANOUT", "available_memory", "hop_key", "hop_offsets", "induced_edges", "readonly", "sample_hop",
            "table_insert", "table_put_seeds", "valid_counts"]

@@ -19,6 +19,12 @@ def homogeneous(num_nodes: int = 600, avg_degree: int = 8, dim: int = 16, num_cl
     """A reddit / ogbn-products-like Data: x, y, edge_index, train/val/test masks."""
     from torch_geometric.data import Data
 
+    return Data(**homogeneous_tensors(num_nodes, avg_degree, dim, num_classes, seed))
+
+
+def homogeneous_tensors(num_nodes: int = 600, avg_degree: int = 8, dim: int = 16, num_classes: int = 4,
+                        seed: int = 0) -> dict[str, torch.Tensor]:
+    """`homogeneous`'s tensors by name (x, y, edge_index, the masks), for DGL's graphs."""
     g = torch.Generator().manual_seed(seed)
     x, y = _labelled(num_nodes, dim, num_classes, g)
     num_edges = num_nodes * avg_degree
@@ -35,7 +41,7 @@ def homogeneous(num_nodes: int = 600, avg_degree: int = 8, dim: int = 16, num_cl
     masks["train_mask"][perm[: num_nodes // 2]] = True
     masks["val_mask"][perm[num_nodes // 2: 3 * num_nodes // 4]] = True
     masks["test_mask"][perm[3 * num_nodes // 4:]] = True
-    return Data(x=x, y=y, edge_index=torch.stack([src, dst]), **masks)
+    return dict(x=x, y=y, edge_index=torch.stack([src, dst]), **masks)
 
 
 def mag(num_papers: int = 400, num_authors: int = 300, dim: int = 16, num_classes: int = 4, seed: int = 1):

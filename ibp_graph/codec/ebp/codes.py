@@ -5,6 +5,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ...jit_cache import install as _install_kernel_cache
+
+_install_kernel_cache()  # numba caches this module's kernels per environment (ibp_graph.jit_cache)
+
 #: longest code (bits); the decode table of a column has 2**LUT_BITS entries.
 LUT_BITS = 8
 

@@ -13,6 +13,9 @@ from ...layout.bitstream import build_kernels, copy_bytes, get_bits, ld16, ld64,
 from .codes import BAD_ENTRY, DEC_BLOCK, ESC, LUT_BITS, LUT_SIZE
 from .stream import get_gamma
 from .tables import C_HSHIFT, C_TID, C_TIDS, M_DEFAULT, EBPTables
+from ...jit_cache import install as _install_kernel_cache
+
+_install_kernel_cache()  # numba caches this module's kernels per environment (ibp_graph.jit_cache)
 
 _ONE = np.uint64(1)
 _ZERO = np.uint64(0)

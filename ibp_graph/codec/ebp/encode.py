@@ -17,6 +17,9 @@ from .stream import gamma_bits, lowmask, put_gamma
 from .tables import (C_D, C_DDEF, C_DDEFE, C_DMIN, C_LW, C_S, F_DLIM, F_EOFF, F_ESCE, F_HMASK,
                      F_HOFF, M_DEFAULT, M_HIMASK, R_DLIM, R_EADDR, R_HIMASK, R_SHIFT, REC_BYTES,
                      EBPTables)
+from ...jit_cache import install as _install_kernel_cache
+
+_install_kernel_cache()  # numba caches this module's kernels per environment (ibp_graph.jit_cache)
 
 _ONE = np.uint64(1)
 _ZERO = np.uint64(0)

@@ -6,6 +6,9 @@ import numpy as np
 from numba import njit
 
 from .codes import MAX_DICT
+from ...jit_cache import install as _install_kernel_cache
+
+_install_kernel_cache()  # numba caches this module's kernels per environment (ibp_graph.jit_cache)
 
 _ZERO = np.uint64(0)
 
