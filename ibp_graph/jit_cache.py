@@ -115,7 +115,8 @@ def _anchor() -> None:  # stands in for a kernel when asking numba's locators fo
 def cache_dir(py_file: Path) -> Optional[Path]:
     """Where the kernels of `py_file` are cached (this environment's folder for the package's
     files, numba's own choice for other files), or None."""
-    for cls in CacheImpl._locator_classes:  # EnvironmentLocator first (install)
+    install()  # the package's kernels are decorated after it; the answer must be theirs
+    for cls in CacheImpl._locator_classes:  # EnvironmentLocator first
         locator = cls.from_function(_anchor, str(py_file))
         if locator is not None:
             return Path(locator.get_cache_path())
