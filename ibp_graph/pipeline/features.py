@@ -1,41 +1,28 @@
 """Where a batch's node features are read: ``features=`` and ``device_cache=`` build the feature sources.
 
-Each node feature table becomes a FeatureSource (pipeline.sources) by these rules:
+Each node feature table becomes a FeatureSource (pipeline.sources):
 
-- ``"worker"``: the workers read each batch's rows (a tensor's raw rows, encoded there, or a
-  pre-encoded store's compressed rows) and send them through shared memory;
-- ``"zero_copy"``: every table is a ZeroCopySource: the workers sample only and send the node
-  ids; the main process fetches the rows from a pre-encoded store (``EncodedTable``) whose
-  payload is page-locked host memory, with the fused gather + decode kernel
-  (:func:`ibp_graph.gpu.fetch`) on the decode stage's side stream, so only the selected
-  rows' compressed bytes cross PCIe and the CPU copies none of them. The whole store must
-  be resident and pinned (its compressed bytes of host RAM, registered in place or copied
-  once: :func:`ibp_graph.gpu.pinned.pin_table`; a table that cannot be pinned raises
-  PinError), and its offsets live in device memory (4 or 8 bytes per node). A feature
-  given as a raw tensor is encoded once, in memory, into such a store with the loader's
-  `codec` choice (memory: the compressed table). Without a GPU the same mode gathers the
-  compressed rows in the main process and decodes them on the CPU, so tests cover it.
-  A store loaded from a folder has the chunks the ids need verified on the host before
-  the fetch (``EncodedTable.verify_rows``; a flag test once all are verified);
+- ``"worker"``: read by the workers (a tensor's raw rows, encoded there, or a store's compressed
+  rows) and sent through shared memory;
+- ``"zero_copy"``: a ZeroCopySource: the workers send the node ids only and the main process
+  fetches the rows from the pinned store (a raw tensor is encoded into one once, in memory, with
+  the loader's `codec`; PinError when it cannot be pinned); on the CPU stand-in it gathers and
+  decodes them there, so tests cover it;
 - ``"auto"`` (default): zero-copy on a CUDA device when every feature table is already a
-  store and the stores fit in pinned memory (at most half the host's available RAM),
-  else worker.
+  store and the stores fit in pinned memory (at most half the host's available RAM), else worker.
 
-With ``device_cache=`` (pipeline.cache) each table's source is wrapped in a CachedSource: the
-hottest rows are decoded from device memory and only the misses come from the zero-copy
-store or the workers; a batch is assembled bit-exactly in its sampled order either way. Hits,
-misses and bytes per tier are counted into the loader's stats. A table given as a source
-object is used as it is.
+With ``device_cache=`` (pipeline.cache) each source is wrapped in a CachedSource (hot rows decoded
+from device memory, misses from the source). A table given as a source object is used as it is.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Union
 
 import numpy as np
 import torch
 
+from ..codec.ebp.fit import _available_memory as available_host_memory  # bytes of host RAM available now
 from ..data.store import EncodedTable
 from .cache import DeviceCache, cache_budget, degree_hotness
 from .sources import CachedSource, FeatureSource, Serving, StoreSource, ZeroCopySource, as_source
@@ -53,18 +40,6 @@ def check_features(features: Any) -> str:
                          "main process from a pinned pre-encoded store; 'auto': zero_copy on a GPU when "
                          "the stores fit in pinned memory)")
     return features
-
-
-def available_host_memory() -> int:
-    """Bytes of host RAM available now (MemAvailable), or the physical memory when unknown."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:  # pragma: no cover - not Linux
-        pass
-    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
 def resolve_mode(features: str, device: torch.device, tables: Mapping[str, Any],
@@ -167,5 +142,5 @@ def plan_features(node_attrs: Mapping[str, Any], *, features: str, device_cache:
     return FeaturePlan(mode, {**node_attrs, **sources}, Serving(served, device) if served else None)
 
 
-__all__ = ["FEATURE_MODES", "FeaturePlan", "plan_features", "resolve_mode", "check_features", "as_store",
+__all__ = ["FEATURE_MODES", "available_host_memory", "FeaturePlan", "plan_features", "resolve_mode", "check_features", "as_store",
            "feature_tables", "codec_tables"]

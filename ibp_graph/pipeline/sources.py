@@ -1,25 +1,23 @@
 """Where the rows of a feature table come from: one interface, for every front-end and mode.
 
-A :class:`FeatureSource` answers "these rows, into this buffer" (:meth:`~FeatureSource.read`)
-and says what it delivers: ``RAW`` rows (its dtype and row shape) or ``COMPRESSED`` rows (a
-``CompressedTensor``, its `codec` and layout). Sources read in the DataLoader workers are
-gathered by the batch producer (pipeline.producer); a *served* source is read by the main
-process, on the device, after the batch is decoded (:meth:`~FeatureSource.fetch`), with only
-its node ids, and the rows the workers still send, in the batch. The implementations:
+A :class:`FeatureSource` answers "these rows, into this buffer" (`read`) and says what it delivers:
+``RAW`` rows, or ``COMPRESSED`` rows (a CompressedTensor of its `codec`). The batch producer reads
+sources in the DataLoader workers; a *served* source is read by the main process, on the device,
+after the batch is decoded (`fetch`), from the node ids (and the rows the workers still read)
+that the batch carries. Implementations:
 
 - :class:`TensorSource`: a tensor, or a view of a numpy array or np.memmap: raw rows;
-- :class:`StoreSource`: a pre-encoded ``EncodedTable``: compressed rows, each payload chunk
-  verified against its checksums before a row of it is read (``EncodedTable.verify_rows``);
-- :class:`ZeroCopySource` (served): a store in page-locked host memory, fetched by the fused
-  gather + decode kernel (:func:`ibp_graph.gpu.fetch`), so only the selected rows' compressed
-  bytes cross PCIe; on the CPU stand-in gathered and decoded by the codec;
-- :class:`CachedSource` (served): a ``DeviceCache`` (pipeline.cache) in front of a store source:
-  hits decoded from device memory, misses from the wrapped source (read by the workers, or by
-  the main process when it is served too), assembled bit-exactly in sampled order.
+- :class:`StoreSource`: an ``EncodedTable``: compressed rows, each payload chunk verified against
+  its checksums before a row of it is read (``EncodedTable.verify_rows``);
+- :class:`ZeroCopySource` (served): a store in page-locked host memory, read by the fused gather +
+  decode kernel (:func:`ibp_graph.gpu.fetch`: only the rows' compressed bytes cross PCIe), or
+  gathered and decoded by the codec on the CPU stand-in;
+- :class:`CachedSource` (served): a DeviceCache (pipeline.cache) wrapping a store source: hits
+  decoded from device memory, misses from the wrapped source, assembled bit-exactly in order.
 
-``features=``, ``device_cache=`` and DGL's ``node_stores=`` build these (pipeline.features); a
-user may pass a source object wherever a node table is accepted. A batch names what the main
-process serves in :class:`Served` records (``EncodedBatch.served``), read by :class:`Serving`.
+``features=``, ``device_cache=`` and DGL's ``node_stores=`` build them (pipeline.features); a user may
+pass a source object wherever a node table is accepted. A batch lists its served rows as
+:class:`Served` records (``EncodedBatch.served``), which the loader's :class:`Serving` reads.
 """
 from __future__ import annotations
 
@@ -43,41 +41,20 @@ RAW, COMPRESSED = "raw", "compressed"
 class FeatureSource:
     """Rows of one feature table: `read(ids, into)`; what it delivers (RAW or COMPRESSED, `codec`).
 
-    Subclasses set `delivers` and implement `shape`, `dtype` and `read`; a *served* source
-    (`served` True) is read by the main process with `fetch`, and `worker_rows` says what the
-    workers still read for it. `table` is what the codec set-up sees: a tensor of raw rows or
-    an EncodedTable (whose codec its compressed rows keep).
+    Subclasses set `delivers`, `shape`, `dtype` and `table` (what the codec set-up reads: a tensor of
+    raw rows, or an EncodedTable whose codec its compressed rows keep) and implement `read`; a
+    *served* source is read by the main process with `fetch`, and `worker_rows` says what the
+    workers still read for it.
     """
 
     delivers: str = RAW
     served: bool = False
 
-    @property
-    def shape(self) -> tuple[int, ...]:
-        raise NotImplementedError
-
-    @property
-    def dtype(self) -> torch.dtype:
-        raise NotImplementedError
-
-    @property
-    def codec(self) -> Optional[Codec]:
-        """The codec of COMPRESSED rows (None for RAW ones)."""
-        return None
-
-    @property
-    def table(self) -> Union[torch.Tensor, EncodedTable]:
-        """The rows as the codec set-up reads them (pipeline.codec_setup)."""
-        raise NotImplementedError
-
-    @property
-    def store(self) -> Optional[EncodedTable]:
-        """The pre-encoded table behind the source, if there is one (caches and zero-copy read it)."""
-        return None
-
-    @property
-    def n_rows(self) -> int:
-        return int(self.shape[0])
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    codec: Optional[Codec] = None  # the codec of COMPRESSED rows
+    table: Union[torch.Tensor, EncodedTable]
+    store: Optional[EncodedTable] = None  # the pre-encoded table behind the source (caches, zero-copy)
 
     @property
     def max_row_nbytes(self) -> int:
@@ -114,8 +91,6 @@ class FeatureSource:
 class TensorSource(FeatureSource):
     """Raw rows of a host tensor (or a view of a numpy array / np.memmap), gathered bit for bit."""
 
-    delivers = RAW
-
     def __init__(self, tensor: torch.Tensor):
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"TensorSource takes a torch.Tensor, got {type(tensor).__name__}")
@@ -130,9 +105,6 @@ class TensorSource(FeatureSource):
 
     def read(self, ids: torch.Tensor, into: Optional[torch.Tensor] = None) -> torch.Tensor:
         return gather_rows(self.tensor, ids, out=into)
-
-    def __repr__(self) -> str:
-        return f"TensorSource({self.tensor.dtype}, {tuple(self.tensor.shape)})"
 
 
 class StoreSource(FeatureSource):
@@ -168,7 +140,7 @@ class Tally:
     misses: Any = 0
     cache_bytes: Any = 0
     zero_copy_bytes: Any = 0
-    worker_bytes: int = 0
+    worker_bytes: int = 0  # compressed rows the workers sent for the caches' misses
 
     def counts(self) -> dict[str, int]:
         """The tallies as ints (LoaderStats.add_tiers' keywords)."""
@@ -243,7 +215,7 @@ class ZeroCopySource(StoreSource):
         return self.codec.decode(self._pinned.index_select(ids))
 
 
-class CachedSource(FeatureSource):
+class CachedSource(StoreSource):
     """A DeviceCache in front of a store source: hits decoded from device memory, misses read from
     `fallback` (by the workers, or by the main process when `fallback` is served too)."""
 
@@ -255,18 +227,9 @@ class CachedSource(FeatureSource):
                             f"ZeroCopySource), got {type(fallback).__name__}")
         if cache.table is not fallback.store:
             raise ValueError("CachedSource: the cache holds rows of another table than its fallback's store")
+        super().__init__(fallback.store)
         self.fallback = fallback
         self.cache = cache
-
-    shape = property(lambda self: self.fallback.shape)
-    dtype = property(lambda self: self.fallback.dtype)
-    codec = property(lambda self: self.fallback.codec)
-    table = property(lambda self: self.fallback.table)
-    store = property(lambda self: self.fallback.store)
-    delivers = property(lambda self: self.fallback.delivers)
-
-    def read(self, ids: torch.Tensor, into: Any = None):
-        return self.fallback.read(ids, into)
 
     def worker_rows(self, ids: torch.Tensor) -> Optional[tuple[FeatureSource, torch.Tensor]]:
         if self.fallback.served:
