@@ -2,6 +2,7 @@
 worker-death naming and the host-memory checks of their inputs."""
 from __future__ import annotations
 
+import functools
 import inspect
 import signal
 import threading
@@ -29,9 +30,16 @@ DEATH_WAIT_S = 5.0
 
 
 def start() -> None:
-    """What every loader does first: numba's fork-safe threading layer (ibp_graph.threads), and
-    numba's kernel cache cleared of kernels compiled from older sources (ibp_graph.jit_cache)."""
+    """What every loader does first, each at most once per process: numba's fork-safe threading layer
+    unless the user chose one (ibp_graph.threads: only before numba's first parallel kernel), and
+    numba's kernel cache cleared of the package's kernels compiled from older sources
+    (ibp_graph.jit_cache). The README lists these ("What a loader changes in the process")."""
     use_forksafe_layer()
+    _refresh_kernel_cache_once()
+
+
+@functools.cache
+def _refresh_kernel_cache_once() -> None:
     refresh_kernel_cache()
 
 
@@ -129,12 +137,12 @@ def warm_up(codecs: Mapping[GroupKey, Codec], device: torch.device) -> None:
 def decode_stage(codecs: Mapping[GroupKey, Codec], device: torch.device, prefetch: int,
                  features: Optional[FeaturePlan] = None) -> tuple[DecodeStage, LoaderStats]:
     """The loader's decode stage and the stats it counts into (the loader's `.stats`); with a
-    feature plan (pipeline.features), the stage also fetches the rows its source serves."""
+    feature plan (pipeline.features), the stage also reads the rows of its served sources."""
     stats = LoaderStats(codecs={str(k): describe(c) for k, c in codecs.items()})
-    source = None if features is None else features.source
+    serving = None if features is None else features.serving
     if features is not None:
         stats.cache = {n: c.capacity.as_dict() for n, c in features.caches.items()}
-    return DecodeStage(codecs, device, prefetch=prefetch, stats=stats, features=source), stats
+    return DecodeStage(codecs, device, prefetch=prefetch, stats=stats, features=serving), stats
 
 
 def worker_processes(iterator: Any) -> list:
@@ -176,37 +184,68 @@ def _message(loader: str, stages: str, dead: Sequence, e: BaseException) -> str:
     return f"{loader}: a worker process died while {stages} a batch ({how}; {type(e).__name__}: {e})"
 
 
-#: worker pid -> (loader, stages, process) of the loaders iterating now (see _sigchld).
-_WATCHED: dict[int, tuple[str, str, Any]] = {}
+class _DeathWatch:
+    """The workers of the loaders iterating now, and the SIGCHLD handler that names their deaths.
+
+    The handler wraps the one in place when the first of these loaders starts iterating (torch's,
+    which raises a RuntimeError for a dead worker and calls the handler installed before it, or the
+    user's): it calls that one, and turns torch's RuntimeError into the message of the loader the
+    dead worker served. When the last of them stops, the wrapped handler is put back, unless
+    something replaced ours meanwhile (that one is kept). Signal handlers can only be set from the
+    main thread; elsewhere nothing is installed (deaths are still named from the iterator).
+    """
+
+    def __init__(self):
+        self.watched: dict[int, tuple[str, str, Any]] = {}  # worker pid -> (loader, stages, process)
+        self.iterating = 0
+        self.installed: Any = None  # our handler while it is set
+        self.wrapped: Any = None    # the handler it wraps (put back at the end)
+
+    def handler(self, previous):
+        """A SIGCHLD handler that calls `previous` and names a watched worker's death."""
+        def handler(signum, frame):
+            try:
+                if callable(previous):
+                    previous(signum, frame)
+            except RuntimeError as e:
+                dead = [(loader, stages, w) for loader, stages, w in list(self.watched.values())
+                        if w.exitcode is not None]
+                if not dead:
+                    raise
+                loader, stages = dead[0][:2]
+                raise RuntimeError(_message(loader, stages, [w for _, _, w in dead], e)) from e
+
+        handler.wraps_torch = True
+        return handler
+
+    @staticmethod
+    def _can_set() -> bool:
+        return threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGCHLD")
+
+    def start(self, procs: Sequence, loader: str, stages: str) -> None:
+        """Watch these workers (a loader's iteration starts); the handler is set by the first one."""
+        for w in procs:
+            self.watched[w.pid] = (loader, stages, w)
+        self.iterating += 1
+        if self.installed is None and self._can_set():
+            self.wrapped = signal.getsignal(signal.SIGCHLD)
+            self.installed = self.handler(self.wrapped)
+            signal.signal(signal.SIGCHLD, self.installed)
+
+    def stop(self, procs: Sequence) -> None:
+        """Stop watching these workers (a loader's iteration ended); the last one puts the handler back."""
+        for w in procs:
+            self.watched.pop(w.pid, None)
+        self.iterating = max(0, self.iterating - 1)
+        if self.iterating or self.installed is None or not self._can_set():
+            return
+        if signal.getsignal(signal.SIGCHLD) is self.installed:
+            signal.signal(signal.SIGCHLD, self.wrapped if self.wrapped is not None else signal.SIG_DFL)
+        self.installed = self.wrapped = None
 
 
-def _sigchld(previous):
-    """A SIGCHLD handler around torch's: the RuntimeError torch raises (asynchronously, wherever
-    the main thread is) when a worker dies becomes the message of the loader that worker served."""
-    def handler(signum, frame):
-        try:
-            if callable(previous):
-                previous(signum, frame)
-        except RuntimeError as e:
-            dead = [(loader, stages, w) for loader, stages, w in list(_WATCHED.values()) if w.exitcode is not None]
-            if not dead:
-                raise
-            loader, stages = dead[0][:2]
-            raise RuntimeError(_message(loader, stages, [w for _, _, w in dead], e)) from e
-
-    handler.wraps_torch = True
-    return handler
-
-
-def _watch(procs: Sequence, loader: str, stages: str) -> None:
-    """Name these workers' deaths even when torch reports them from its SIGCHLD handler."""
-    for w in procs:
-        _WATCHED[w.pid] = (loader, stages, w)
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGCHLD"):
-        return
-    current = signal.getsignal(signal.SIGCHLD)
-    if not getattr(current, "wraps_torch", False):
-        signal.signal(signal.SIGCHLD, _sigchld(current))
+#: the one watch of this process (SIGCHLD is per process).
+_DEATHS = _DeathWatch()
 
 
 def name_worker_deaths(batches: Iterator, loader: str, stages: str,
@@ -217,17 +256,15 @@ def name_worker_deaths(batches: Iterator, loader: str, stages: str,
     SIGCHLD handler wherever the main thread happens to be) or, when it dies while the main
     process fetches a batch's shared memory from it, as a bare ConnectionResetError or
     EOFError. `workers` returns the processes to look at for the one that died. While the
-    loader iterates, its workers are watched by a SIGCHLD handler wrapped around torch's
-    (installed once, from the main thread, when the first loader iterates).
+    loader iterates, its workers are watched by a SIGCHLD handler wrapped around the one in place
+    (torch's, or the user's), removed when the iteration ends (_DeathWatch).
     """
-    watched: list = []
+    watched: Optional[list] = None
     try:
-        first = True
         for batch in batches:
-            if first:  # the workers exist once the DataLoader iterator has started
+            if watched is None:  # the workers exist once the DataLoader iterator has started
                 watched = list(workers())
-                _watch(watched, loader, stages)
-                first = False
+                _DEATHS.start(watched, loader, stages)
             yield batch
     except Exception as e:
         if not _may_be_a_death(e) or str(e).startswith(f"{loader}: a worker process died"):
@@ -237,8 +274,8 @@ def name_worker_deaths(batches: Iterator, loader: str, stages: str,
             raise  # a broken connection with every worker alive: not a death
         raise RuntimeError(_message(loader, stages, dead, e)) from e
     finally:
-        for w in watched:
-            _WATCHED.pop(w.pid, None)
+        if watched is not None:
+            _DEATHS.stop(watched)
 
 
 def host_table(value: Any, argname: str, num_rows: Optional[int] = None, *,

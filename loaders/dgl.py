@@ -5,11 +5,14 @@ sampler asked for (``prefetch_node_feats``, ``prefetch_labels``, ``prefetch_edge
 ``LazyFeature`` columns on the returned graphs) in the main process. This loader *is*
 DGL's loader (a subclass: same shuffling, same worker seeding, same batches) with one
 stage moved and one added: workers take the ``LazyFeature`` columns off the sampled
-graphs, gather those rows from the graph's feature tensors by the graphs' ``dgl.NID`` /
-``dgl.EID`` exactly as DGL would (or the compressed rows of a pre-encoded store,
-`node_stores`), and encode them (``ibp_graph.pipeline``); the main process decodes them
-on `device` and puts them where DGL would have: ``blocks[0].srcdata``,
-``blocks[-1].dstdata``, ``block.edata``, per node and edge type on heterogeneous graphs.
+graphs, read those rows by the graphs' ``dgl.NID`` / ``dgl.EID`` exactly as DGL would,
+from the graph's feature tensors or from the loader's feature sources (pipeline.sources:
+a pre-encoded store given in `node_stores`, zero-copy, a device cache), and encode them
+(the batch producer of every front-end, ``ibp_graph.pipeline.producer``); the main process
+decodes them on `device` and puts them where DGL would have, through DGL's views:
+``blocks[0].srcdata``, ``blocks[-1].dstdata``, ``block.edata``, per node and edge type on
+heterogeneous graphs. DGL's internals are read only where it has no public API (a frame's
+columns: _columns, _detach), each said where it is.
 Workers write each batch's features into a slot of a shared-memory ring made by the loader
 (pipeline.transport, as CompressedNeighborLoader's workers do), so handing a batch over
 copies nothing, and on a CUDA device the page-locked slot needs no pin-memory copy.
@@ -21,10 +24,11 @@ re-attached to the parent's storage in the main process, for every node and edge
 Needs dgl 2.1 (the newest Linux wheel in the package index), which loads only with
 torch <= 2.2.1 and numpy < 2: ``make test-dgl`` builds such an environment (.venv-dgl).
 
-DGL picks its backend when it is imported, from ``DGLBACKEND`` (else its config file).
-Importing this module imports dgl with ``DGLBACKEND=pytorch`` unless the user set it,
-and puts the environment back as it was; a dgl running another backend is refused.
-A loader, when it starts, makes numba's threading layer fork-safe (ibp_graph.threads).
+DGL picks its backend when it is imported, from ``DGLBACKEND``, else its config file
+(``~/.dgl/config.json``), else PyTorch (DGL then says so and writes that file). Importing this
+module imports dgl and changes none of that (``os.environ`` is not touched); a dgl running
+another backend is refused. What a loader changes in the process when it starts is
+``loaders/_common.start`` (README: "What a loader changes in the process").
 """
 from __future__ import annotations
 
@@ -40,9 +44,10 @@ from ibp_graph.data.store import EncodedTable
 from ibp_graph.loaders import _common
 from ibp_graph.pipeline.batch import DecodedBatch, EncodedBatch
 from ibp_graph.pipeline.codec_setup import CodecSpec
-from ibp_graph.pipeline.features import FeaturePlan, plan_features, worker_ids
+from ibp_graph.pipeline.features import check_features, codec_tables, plan_features
 from ibp_graph.pipeline.grouping import GroupKey
 from ibp_graph.pipeline.producer import BatchPlan, produce
+from ibp_graph.pipeline.sources import FeatureSource, TensorSource, as_source
 from ibp_graph.pipeline.transport import OutputBuffers, SlotRing
 
 _INSTALL = ("pip install 'dgl==2.1.0' 'torch==2.2.1' 'numpy<2' 'torchdata==0.7.1' pandas pydantic "
@@ -50,15 +55,10 @@ _INSTALL = ("pip install 'dgl==2.1.0' 'torch==2.2.1' 'numpy<2' 'torchdata==0.7.1
 
 
 def _import_dgl():
-    """dgl, imported with DGLBACKEND=pytorch unless the user set it; os.environ left as it was."""
-    unset = "DGLBACKEND" not in os.environ
-    if unset:
-        os.environ["DGLBACKEND"] = "pytorch"
-    try:
-        import dgl
-    finally:
-        if unset:
-            os.environ.pop("DGLBACKEND", None)
+    """dgl, with the backend it picks itself (DGLBACKEND, else its config file, else PyTorch); any
+    backend but pytorch is refused. Nothing here sets DGLBACKEND."""
+    import dgl
+
     if dgl.backend.backend_name != "pytorch":
         raise ImportError(f"ibp_graph.loaders.dgl needs dgl's pytorch backend; dgl runs "
                           f"{dgl.backend.backend_name!r} (DGLBACKEND={os.environ.get('DGLBACKEND')!r}): "
@@ -70,7 +70,7 @@ try:
     dgl = _import_dgl()
     from dgl.dataloading import DataLoader as _DGLDataLoader
     from dgl.dataloading import Sampler as _DGLSampler
-    from dgl.frame import Column, LazyFeature
+    from dgl.frame import LazyFeature
 except ImportError as e:
     if "backend" in str(e) and "DGLBACKEND" in str(e):
         raise
@@ -85,38 +85,46 @@ __all__ = ["CompressedDGLDataLoader"]
 NODE, EDGE = "node", "edge"
 
 
+#: the public views of a graph's columns: a block's source and destination nodes, a graph's nodes, edges
+SRC, DST, NODES, EDGES = "srcnodes", "dstnodes", "nodes", "edges"
+
+
 @dataclass(frozen=True)
 class _Slot:
-    """Where one fetched feature goes: column `key` of frame `tid` of graph `graph`'s node or edge frames."""
+    """Where one fetched feature goes: ``graphs[graph].<side>[type_].data[key]`` (DGL's public views)."""
 
-    name: str   # the tensor's name inside the EncodedBatch
     graph: int  # index into the batch's list of graphs (blocks)
-    kind: str   # NODE or EDGE
-    tid: int    # frame index (a block's node frames are its source types, then its destination types)
+    side: str   # SRC, DST, NODES or EDGES
+    type_: Any  # node type, or canonical edge type
     key: str
+
+    @property
+    def name(self) -> str:
+        """The tensor's name inside the EncodedBatch (the slot's place, for messages)."""
+        return f"blocks[{self.graph}].{self.side}[{self.type_!r}].data[{self.key!r}]"
+
+    def view(self, g):
+        """The slot's data view (node or edge frame) on `g`, the batch's graph number `graph`."""
+        return getattr(g, self.side)[self.type_].data
 
 
 @dataclass(frozen=True)
 class _Detached:
-    """A column sliced lazily from the parent graph's column (frame `parent_tid` of `kind`), sent
-    without its storage (only its row index) and re-attached to the parent's in the main process."""
+    """A column sliced lazily from the parent graph's column of type `parent_type`, sent without its
+    storage (only its row index) and re-attached to the parent's in the main process."""
 
-    graph: int
-    kind: str
-    tid: int
-    key: str
-    parent_tid: int
+    slot: _Slot
+    parent_type: Any
 
 
 @dataclass(frozen=True)
 class _Meta:
-    """The front-end's pass-through in an EncodedBatch: the slots, the detached columns and the
-    column order of the frames the worker changed (from the worker) and, once in the main
-    process, the sampler's (input_nodes, output_nodes, blocks) that DGL moved to `device`."""
+    """The front-end's pass-through in an EncodedBatch: the slots and the detached columns (from the
+    worker) and, once in the main process, the sampler's (input_nodes, output_nodes, blocks) that
+    DGL moved to `device`."""
 
     slots: tuple[_Slot, ...]
     detached: tuple[_Detached, ...] = ()
-    orders: tuple[tuple[int, str, int, tuple[str, ...]], ...] = ()
     sampled: Optional[tuple] = None
 
 
@@ -154,105 +162,110 @@ def _graphs(out: Any) -> list:
     return list(graphs)
 
 
-def _frames(g, kind: str) -> list:
-    """A graph's node or edge frames (DGL's per-type column stores)."""
-    return g._node_frames if kind == NODE else g._edge_frames
+def _sides(g) -> list[tuple[str, str, Any]]:
+    """(kind, side, type) of each of a graph's column views: a block's source and destination node
+    types, a graph's node types, then the edge types."""
+    if g.is_block:
+        nodes = [(NODE, SRC, t) for t in g.srctypes] + [(NODE, DST, t) for t in g.dsttypes]
+    else:
+        nodes = [(NODE, NODES, t) for t in g.ntypes]
+    return nodes + [(EDGE, EDGES, et) for et in g.canonical_etypes]
 
 
-def _types(g, kind: str) -> list:
-    """The type of each of a graph's node or edge frames (a block lists its source types, then its
-    destination types), as DGL's prefetcher names them."""
-    return g.ntypes if kind == NODE else g.canonical_etypes
+def _columns(g, side: str, type_) -> dict:
+    """The Column objects of one of a graph's frames, by key.
+
+    DGL has no public API for this: its views (``g.srcnodes[t].data[key]``) return a column's
+    data, which for a column sliced lazily from the parent graph runs the slice (a gather in the
+    worker, and the whole slice pickled); DGL's own prefetcher reads ``frame._columns`` alike to
+    find LazyFeature placeholders, and to drop parent storage before pickling.
+    """
+    if side == EDGES:
+        return g._edge_frames[g.get_etype_id(type_)]._columns
+    tid = {SRC: g.get_ntype_id_from_src, DST: g.get_ntype_id_from_dst, NODES: g.get_ntype_id}[side](type_)
+    return g._node_frames[tid]._columns
 
 
-def _parent_tid(parent, kind: str, type_) -> Optional[int]:
-    """The parent graph's frame index of a sampled graph's node or edge type (None: not a parent type)."""
-    try:
-        return parent.get_ntype_id(type_) if kind == NODE else parent.get_etype_id(type_)
-    except Exception:  # a type the sampler made up (DGLError); such frames are left alone
-        return None
+def _parent_type(parent, kind: str, type_) -> Optional[Any]:
+    """The parent graph's type of a sampled graph's node or edge type (None: a type the sampler made up;
+    such columns are left alone)."""
+    return type_ if type_ in (parent.ntypes if kind == NODE else parent.canonical_etypes) else None
 
 
 class _CompressingSampler(_DGLSampler):
-    """Runs the user's sampler in a worker, then gathers and encodes the features it marked lazy.
+    """Runs the user's sampler in a worker, then has the batch producer read and encode the features it
+    marked lazy.
 
-    `stores` maps (kind, type, name) to (store name, EncodedTable) for features served
-    from pre-encoded tables. Columns lazily sliced from the parent graph's features are
-    detached from their storage (sent as their row index), on every node and edge frame.
-    In a DataLoader worker, the batch is written into a slot of `ring` (pipeline.transport;
-    made here, in the main process, before the workers start), so the hand-over copies nothing.
+    `sources` maps (node type, name) to (table name, FeatureSource) for node features read from a
+    source of the loader's (stores, zero-copy, caches; pipeline.sources); every other feature is
+    read from the graph's own column (``g.nodes[t].data``, ``g.edges[t].data``). Columns lazily
+    sliced from the parent graph's features are detached from their storage (sent as their row
+    index), on every node and edge frame. In a DataLoader worker, the batch is written into a slot
+    of `ring` (pipeline.transport; made here, in the main process, before the workers start), so
+    the hand-over copies nothing.
     """
 
-    def __init__(self, sampler, codecs: dict[GroupKey, Codec], stores: Mapping[tuple, tuple],
-                 features: Optional[FeaturePlan] = None):
+    def __init__(self, sampler, codecs: dict[GroupKey, Codec], sources: Mapping[tuple, tuple]):
         super().__init__()
         self.sampler = sampler
         self.codecs = codecs
-        self.stores = dict(stores)
-        self.features = features  # which node features' rows the main process serves (zero-copy, cache)
+        self.sources = dict(sources)
         self.ring = SlotRing()
 
     def sample(self, g, indices):
         t0 = time.perf_counter()
         out = self.sampler.sample(g, indices)
         t1 = time.perf_counter()
-        graphs = _graphs(out)
-        plan, slots, detached, orders = BatchPlan(), [], [], []
-        for i, sub in enumerate(graphs):
-            for kind, id_name in ((NODE, dgl.NID), (EDGE, dgl.EID)):
-                types, parents = _types(sub, kind), _frames(g, kind)
-                for tid, frame in enumerate(_frames(sub, kind)):
-                    ptid = _parent_tid(g, kind, types[tid])
-                    before = tuple(frame._columns)
-                    taken = self._take(g, frame, kind, types[tid], id_name, f"{i}.{kind[0]}{tid}.", plan)
-                    slots.extend(_Slot(name, i, kind, tid, key) for name, key in taken)
-                    if taken:
-                        orders.append((i, kind, tid, before))
-                    if ptid is not None:
-                        detached.extend(_Detached(i, kind, tid, key, ptid)
-                                        for key in _detach(frame, parents[ptid]))
+        plan, slots, detached = BatchPlan(), [], []
+        for i, sub in enumerate(_graphs(out)):
+            for kind, side, type_ in _sides(sub):
+                slot = _Slot(i, side, type_, "")
+                slots.extend(self._take(g, sub, slot, kind, plan))
+                ptype = _parent_type(g, kind, type_)
+                if ptype is not None:
+                    parent = _columns(g, NODES if kind == NODE else EDGES, ptype)
+                    detached.extend(_Detached(replace(slot, key=key), ptype)
+                                    for key in _detach(_columns(sub, side, type_), parent))
         batch = produce(plan, self.codecs, OutputBuffers.for_this_process(self.ring),
-                        meta=_Meta(tuple(slots), tuple(detached), tuple(orders)), seconds={"sample": t1 - t0})
+                        meta=_Meta(tuple(slots), tuple(detached)), seconds={"sample": t1 - t0})
         return out[0], out[1], out[2], _Encoded(batch)
 
-    def _take(self, g, frame, kind: str, type_, id_name: str, prefix: str, plan: BatchPlan) -> list:
-        """Take the frame's LazyFeature columns off it into `plan`; [(slot name, key)], in frame order."""
+    def _take(self, g, sub, where: _Slot, kind: str, plan: BatchPlan) -> list[_Slot]:
+        """Plan the rows of the LazyFeature columns of one of `sub`'s frames; their slots, in frame order.
+        Each column is replaced by an empty placeholder (DGL's prefetcher must not fetch it again,
+        uncompressed), so that the decoded rows take its place in the frame's column order."""
+        view = where.view(sub)
+        id_name = dgl.NID if kind == NODE else dgl.EID
         taken = []
-        for key, column in list(frame._columns.items()):
+        for key, column in list(_columns(sub, where.side, where.type_).items()):
             if not isinstance(column, LazyFeature):
                 continue
-            ids = column.id_ if column.id_ is not None else frame.get(id_name, None)
+            ids = column.id_ if column.id_ is not None else view[id_name] if id_name in view.keys() else None
             if ids is None:  # DGL's prefetcher refuses it alike
                 raise ValueError(f"LazyFeature {key!r} on a sampled graph has no ids, and the graph has no "
                                  f"{id_name} column; give LazyFeature(name, id_) or keep {id_name}")
             parent_key = column.name or key
-            store, source = self.stores.get((kind, type_, parent_key), (None, None))
+            store, source = self.sources.get((where.type_, parent_key), (None, None)) if kind == NODE else (None, None)
             if source is None:
-                storage = g.get_node_storage(parent_key, type_) if kind == NODE else \
-                    g.get_edge_storage(parent_key, type_)
-                if not isinstance(storage, Column):
-                    raise TypeError(f"the graph's {kind} feature {parent_key!r} ({type_}) is stored in a "
-                                    f"{type(storage).__name__}; CompressedDGLDataLoader reads DGLGraph columns")
-                source = storage.data
-            name = prefix + key
-            sent, rest = worker_ids(self.features, name, parent_key if kind == NODE else None, ids)
-            for sent_name, sent_ids in sent.items():
-                plan.put(sent_name, sent_ids)
-            if rest is not None:
-                plan.gather(name, source, rest, store=store)
-            taken.append((name, key))
-            del frame[key]  # DGL's prefetcher must not fetch it again, uncompressed
+                parent = g.nodes[where.type_].data if kind == NODE else g.edges[where.type_].data
+                source = parent[parent_key]
+            slot = replace(where, key=key)
+            plan.gather(slot.name, source, ids, store=store)
+            view[key] = torch.empty((int(ids.numel()), 0), dtype=torch.uint8)
+            taken.append(slot)
         return taken
 
 
-def _detach(frame, parent_frame) -> list[str]:
-    """Drop the storage of the frame's columns that are lazy slices of the parent frame's columns (DGL's
-    remove_parent_storage_columns, applied to every frame of the right type); the keys detached."""
+def _detach(columns: dict, parent_columns: dict) -> list[str]:
+    """Drop the storage of the `columns` that are lazy slices of the parent's (DGL's
+    remove_parent_storage_columns pairs a sampled graph's frames with the parent's by position, so a
+    block's destination and edge frames would keep the parent's whole tensors and pickle them from
+    every worker; DGL has no public API for a column's storage); the keys detached."""
     keys = []
-    for key, column in frame._columns.items():
+    for key, column in columns.items():
         if isinstance(column, LazyFeature) or getattr(column, "storage", None) is None:
             continue
-        parent = parent_frame._columns.get(key)
+        parent = parent_columns.get(key)
         if parent is not None and not isinstance(parent, LazyFeature) and parent.storage is column.storage:
             column.storage = None
             keys.append(key)
@@ -331,22 +344,26 @@ class CompressedDGLDataLoader(_DGLDataLoader):
                                       "CompressedDGLDataLoader takes node-wise samplers returning "
                                       "(input_nodes, output_nodes, blocks), e.g. NeighborSampler")
         stores = _node_stores(graph, node_stores)
-        node_attrs, edge_attrs, served = _features(graph, graph_sampler, stores)
+        node_attrs, edge_attrs, typed = _features(graph, graph_sampler, stores)
         out_device = torch.device(device) if device is not None else torch.device("cpu")
-        if len(graph.ntypes) > 1 and (features == "zero_copy" or device_cache not in (0, 0.0, None)):
+        single = len(graph.ntypes) == 1
+        if not single and (check_features(features) == "zero_copy" or device_cache not in (0, 0.0, None)):
             raise NotImplementedError(
                 f"features={features!r}, device_cache={device_cache!r} are not supported for a heterogeneous "
                 "graph yet; accepted: features='worker' or 'auto' (both gather in the workers) and device_cache=0")
-        self.features = plan_features(node_attrs if len(graph.ntypes) == 1 else {}, features=features,
-                                      device_cache=device_cache, device=out_device,
-                                      indices=lambda: graph.edges()[0].numpy(), codec=codec)
+        # a heterogeneous graph's tables stay as given (read in the workers), but for sources given to serve
+        given = node_attrs if single else {q: t for q, t in node_attrs.items()
+                                           if isinstance(t, FeatureSource) and t.served}
+        self.features = plan_features(given, features=features if single else "worker", device_cache=device_cache,
+                                      device=out_device, indices=lambda: graph.edges()[0].numpy(), codec=codec)
+        node_attrs = {**node_attrs, **self.features.node_attrs}
         self._codecs: dict[GroupKey, Codec] = _common.setup_codecs(
-            {**self.features.codec_attrs, **node_attrs}, edge_attrs,
+            codec_tables(node_attrs), edge_attrs,
             num_nodes=max(graph.num_nodes(t) for t in graph.ntypes),
             num_edges=max([graph.num_edges(t) for t in graph.canonical_etypes] or [0]), codec=codec,
             device=out_device)
         # its ring (pipeline.transport) is made here, before the workers start
-        self._compressing = _CompressingSampler(graph_sampler, self._codecs, served, self.features)
+        self._compressing = _CompressingSampler(graph_sampler, self._codecs, _sources(graph, typed, node_attrs))
         super().__init__(graph, indices, self._compressing,
                          device=device, use_ddp=use_ddp, ddp_seed=ddp_seed, batch_size=batch_size,
                          drop_last=drop_last, shuffle=shuffle, use_prefetch_thread=use_prefetch_thread,
@@ -381,22 +398,31 @@ def _with_graphs(batches: Iterator[tuple]) -> Iterator[EncodedBatch]:
 
 def _fill(decoded: DecodedBatch, parent) -> tuple:
     """DGL's (input_nodes, output_nodes, blocks): the decoded features put where DGL's prefetcher puts
-    them, the detached columns re-attached to `parent`'s storage, each changed frame's column order
-    as the sampler left it."""
+    them (in place of their placeholders, through DGL's views), the detached columns re-attached to
+    `parent`'s storage."""
     meta: _Meta = decoded.meta
     input_nodes, output_nodes, blocks = meta.sampled
     graphs = blocks if isinstance(blocks, (list, tuple)) else [blocks]
     for s in meta.slots:
-        _frames(graphs[s.graph], s.kind)[s.tid][s.key] = decoded[s.name]
-    for d in meta.detached:
-        column = _frames(graphs[d.graph], d.kind)[d.tid]._columns[d.key]
-        column.storage = _frames(parent, d.kind)[d.parent_tid]._columns[d.key].storage
-    for i, kind, tid, order in meta.orders:
-        columns = _frames(graphs[i], kind)[tid]._columns
-        ordered = [(k, columns.pop(k)) for k in order if k in columns] + list(columns.items())
-        columns.clear()
-        columns.update(ordered)
+        s.view(graphs[s.graph])[s.key] = decoded[s.name]
+    for d in meta.detached:  # no public API for a column's storage (see _detach)
+        s = d.slot
+        column = _columns(graphs[s.graph], s.side, s.type_)[s.key]
+        column.storage = _columns(parent, NODES if s.side != EDGES else EDGES, d.parent_type)[s.key].storage
     return input_nodes, output_nodes, blocks
+
+
+def _sources(graph, typed: Mapping[tuple, str], attrs: Mapping[str, Any]) -> dict:
+    """{(node type, name): (table name, FeatureSource)} of the node features read from a source (a store,
+    zero-copy, a cache, a source object given); features read from the graph's own columns are left out
+    (the workers read those columns as the sampler finds them)."""
+    out = {}
+    for (t, n), q in typed.items():
+        table = attrs[q]
+        own = graph.nodes[t].data[n] if n in graph.nodes[t].data.keys() else None
+        if not (isinstance(table, TensorSource) and table.tensor is own) and table is not own:
+            out[(t, n)] = (q, as_source(table))
+    return out
 
 
 def _qualified(type_, key: str, single: bool) -> str:
@@ -423,7 +449,7 @@ def _edge_type(graph, etype: Any, argname: str) -> tuple:
 def _per_type(graph, value: Any, argname: str, kind: str) -> dict:
     """{type: [names]} of a sampler's prefetch attribute: a list (graphs with one type of `kind`) or a
     dict per type, as DGL's BlockSampler takes it."""
-    types = _types(graph, kind)
+    types = graph.ntypes if kind == NODE else graph.canonical_etypes
     if not value:
         return {}
     if isinstance(value, Mapping):
@@ -442,11 +468,12 @@ def _per_type(graph, value: Any, argname: str, kind: str) -> dict:
 
 
 def _node_stores(graph, node_stores: Optional[Mapping]) -> dict:
-    """{(ntype, name): EncodedTable} from `node_stores` ({name: table}, or {ntype: {name: table}})."""
+    """{(ntype, name): EncodedTable or FeatureSource} from `node_stores` ({name: table}, or
+    {ntype: {name: table}})."""
     if node_stores is None:
         return {}
     if not isinstance(node_stores, Mapping):
-        raise TypeError(f"node_stores must be a dict of EncodedTables ({{'feat': table}}, or "
+        raise TypeError(f"node_stores must be a dict of EncodedTables or feature sources ({{'feat': table}}, or "
                         f"{{'paper': {{'feat': table}}}} per node type), got {type(node_stores).__name__}")
     out = {}
     for k, v in node_stores.items():
@@ -460,15 +487,17 @@ def _node_stores(graph, node_stores: Optional[Mapping]) -> dict:
                              f"{graph.ntypes}: use node_stores={{ntype: {{name: EncodedTable}}}}")
         for ntype, name, table in items:
             where = f"node_stores[{name!r}]" if len(graph.ntypes) == 1 else f"node_stores[{ntype!r}][{name!r}]"
-            _common.host_table(table, where, graph.num_nodes(ntype), accepted=(EncodedTable,),
-                               what="an EncodedTable (ibp_graph.data.store)")
+            _common.host_table(table, where, graph.num_nodes(ntype), accepted=(EncodedTable, FeatureSource),
+                               what="an EncodedTable (ibp_graph.data.store) or a FeatureSource "
+                                    "(ibp_graph.pipeline.sources)")
             out[(ntype, name)] = table
     return out
 
 
 def _features(graph, sampler, stores: Mapping) -> tuple[dict, dict, dict]:
-    """The tables of the features the sampler prefetches (DGL's BlockSampler attributes): node tables,
-    edge tables (by qualified name, for the codecs) and the stored ones (by (kind, type, name))."""
+    """The tables of the features the sampler prefetches (DGL's BlockSampler attributes): node tables
+    and edge tables (by qualified name, for the codecs), and the qualified name of each node table by
+    (type, name)."""
     node, edge = {}, {}
     for arg in ("prefetch_node_feats", "prefetch_labels"):
         for t, names in _per_type(graph, getattr(sampler, arg, None), f"graph_sampler.{arg}", NODE).items():
@@ -485,7 +514,7 @@ def _features(graph, sampler, stores: Mapping) -> tuple[dict, dict, dict]:
         raise ValueError(f"node_stores has {unused}, which graph_sampler does not prefetch (it prefetches "
                          f"{ {t: v for t, v in node.items()} }); name them in prefetch_node_feats or prefetch_labels")
     single_n, single_e = len(graph.ntypes) == 1, len(graph.canonical_etypes) == 1
-    node_attrs, edge_attrs, served = {}, {}, {}
+    node_attrs, edge_attrs, typed = {}, {}, {}
     for t, names in node.items():
         data = graph.nodes[t].data
         missing = [n for n in names if n not in data and (t, n) not in stores]
@@ -501,9 +530,9 @@ def _features(graph, sampler, stores: Mapping) -> tuple[dict, dict, dict]:
                     raise ValueError(f"node_stores' table for {q!r} holds {table.dtype} {tuple(table.shape)}; the "
                                      f"graph's column holds {data[n].dtype} {tuple(data[n].shape)}: encode that column")
                 node_attrs[q] = table
-                served[(NODE, t, n)] = (q, table)
             else:
                 node_attrs[q] = _common.host_table(data[n], f"graph.nodes[{t!r}].data[{n!r}]")
+            typed[(t, n)] = q
     for t, names in edge.items():
         data = graph.edges[t].data
         missing = [n for n in names if n not in data]
@@ -513,4 +542,4 @@ def _features(graph, sampler, stores: Mapping) -> tuple[dict, dict, dict]:
         for n in dict.fromkeys(names):
             edge_attrs[_qualified(t, n, single_e)] = _common.host_table(
                 data[n], f"graph.edges[{t!r}].data[{n!r}]")
-    return node_attrs, edge_attrs, served
+    return node_attrs, edge_attrs, typed

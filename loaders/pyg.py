@@ -19,6 +19,7 @@ from ibp_graph.pipeline.codec_setup import CodecSpec
 from ibp_graph.pipeline.features import plan_features
 from ibp_graph.pipeline.grouping import GroupKey
 from ibp_graph.pipeline.requests import BatchRequest, BatchRequests, DrawnRequests
+from ibp_graph.pipeline.sources import FeatureSource
 from ibp_graph.pipeline.plans import NeighborPlanner
 from ibp_graph.pipeline.producer import BatchProducer
 from ibp_graph.sampling.graph import CSCGraph, index_dtype
@@ -208,7 +209,7 @@ class CompressedNeighborLoader(NeighborLoader):
         self._prefetch = prefetch
         self._stage, self.stats = _common.decode_stage(self._codecs, self.device, prefetch, self.features)
         _common.warm_sampler(self.node_sampler, seeds, kwargs.get("num_workers", 0), seed_time=input_time)
-        producer = BatchProducer(NeighborPlanner(self.node_sampler, seeds, self.features.worker_attrs, edge_attrs,
+        producer = BatchProducer(NeighborPlanner(self.node_sampler, seeds, self.features.node_attrs, edge_attrs,
                                                  input_ids=self.input_data.input_id, input_time=input_time),
                                  self._codecs)
         kwargs.setdefault("pin_memory", self.device.type == "cuda")
@@ -411,7 +412,7 @@ def _graph_and_attrs(data) -> tuple[CSCGraph, dict, dict, dict]:
         node = {}
         for key, value in data[0].items():
             _check_attr(f"features[{key!r}]", value, graph.num_nodes)
-            node[key] = value if isinstance(value, EncodedTable) else value.contiguous()
+            node[key] = value if isinstance(value, (EncodedTable, FeatureSource)) else value.contiguous()
         return graph, node, {}, {}
     if not isinstance(data, Data):
         raise TypeError(f"data must be a torch_geometric.data.Data or HeteroData, a (features, CSCGraph) "
@@ -436,7 +437,7 @@ def _graph_and_attrs(data) -> tuple[CSCGraph, dict, dict, dict]:
     for key, value in data.items():
         if key in ("edge_index", "num_nodes", ADJ_T):
             continue
-        if isinstance(value, EncodedTable):
+        if isinstance(value, (EncodedTable, FeatureSource)):
             _check_attr(f"data.{key}", value, num_nodes)
             node[key] = value
             continue
@@ -457,6 +458,6 @@ def _graph_and_attrs(data) -> tuple[CSCGraph, dict, dict, dict]:
 
 
 def _check_attr(argname: str, value, num_nodes: int) -> None:
-    """A node attribute must be a CPU tensor or an EncodedTable with one row per node."""
-    _common.host_table(value, argname, num_nodes, accepted=(torch.Tensor, EncodedTable),
-                       what="a tensor or an EncodedTable")
+    """A node attribute must be a CPU tensor, an EncodedTable or a FeatureSource with one row per node."""
+    _common.host_table(value, argname, num_nodes, accepted=(torch.Tensor, EncodedTable, FeatureSource),
+                       what="a tensor or an EncodedTable (or a FeatureSource: ibp_graph.pipeline.sources)")

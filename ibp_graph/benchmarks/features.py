@@ -79,8 +79,8 @@ def run_variant(variant: str, loader, x: torch.Tensor, x_dev: Optional[torch.Ten
            "cache_mb": s.tier_bytes["device_cache"] / per / 1e6,
            "hit_rate": s.hit_rate if s.cache else None, "exact": "yes" if exact else "NO",
            "cache": dict(s.cache), "stats": s.as_dict()}
-    if loader.features.source is not None:
-        loader.features.source.release()
+    if loader.features.serving is not None:
+        loader.features.serving.release()
     return out
 
 

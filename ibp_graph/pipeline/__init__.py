@@ -11,8 +11,11 @@ One batch passes through each module once, in this order:
 - ``batch``: EncodedBatch (worker -> main: groups, layouts, the front-end's meta, stage
   times) and DecodedBatch (named tensors and meta).
 - ``decode``: DecodeStage, copy and decode on the device (ibp_graph.gpu) or the CPU.
-- ``features``: where node features come from (``features="worker" | "zero_copy" | "auto"``):
-  FeaturePlan (what the workers gather) and FeatureSource (rows the decode stage fetches).
+- ``sources``: FeatureSource, the one interface every way feature rows are read implements
+  (raw tensor, store, zero-copy store, device cache as a wrapper); Serving, what the decode
+  stage reads after decoding (a batch's Served rows).
+- ``features``: ``features="worker" | "zero_copy" | "auto"`` and ``device_cache=`` as sources
+  (FeaturePlan).
 - ``cache``: DeviceCache, the compressed rows of the hottest nodes in device memory.
 - ``stats``: LoaderStats, bytes per group and seconds per stage.
 - ``codec_setup``: build_codecs, which codec each group gets (fitted once, in the main process).

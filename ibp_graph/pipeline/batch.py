@@ -29,6 +29,8 @@ class EncodedBatch:
     copied_bytes: int = 0
     #: the ring slot (pipeline.transport) the groups were written into; None outside a ring.
     slot: Optional[Slot] = None
+    #: rows the main process serves after decoding (pipeline.sources.Served records).
+    served: tuple = ()
 
     def _tensors(self):
         return [t for ct in self.groups.values() for t in (ct.payload, ct.offsets) if t is not None]

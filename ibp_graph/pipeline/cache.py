@@ -10,7 +10,8 @@ row in the cache, or -1) and the rows with their offsets; the hottest rows that 
 cached, in rank order.
 
 A batch's rows are split by the map into hits (decoded from the cache) and misses (from
-the zero-copy or worker path); ``pipeline.features`` assembles them in sampled order.
+the zero-copy or worker path); ``pipeline.sources.CachedSource`` (the cache as a wrapper
+around a store's source) assembles them in sampled order.
 On a CUDA device the cache lives in device memory and hits decode with
 :func:`ibp_graph.gpu.fetch`; on the CPU the same object is the stand-in (the rows kept
 in a host tensor standing for device memory, hits decoded by the codec), so the index
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Callable, Iterable, Optional, Union
+from typing import Iterable, Union
 
 import numpy as np
 import torch
@@ -163,24 +164,5 @@ class DeviceCache:
         return f"DeviceCache({self.capacity}, codec={self.codec.name}, device={self.device})"
 
 
-class MissRows(EncodedTable):
-    """A store whose `index_select` gives only the rows a DeviceCache does not hold (worker side:
-    a worker sends the misses, the main process decodes the hits from the cache)."""
-
-    def __init__(self, table: EncodedTable, hot_mask: torch.Tensor):
-        super().__init__(table.codec, table.compressed, table.guard)  # the same chunks verified
-        self.hot_mask = hot_mask
-
-    def index_select(self, rows: torch.Tensor,
-                     empty: Optional[Callable[..., torch.Tensor]] = None) -> CompressedTensor:
-        """Compressed rows `rows` that are not cached, in `rows` order."""
-        return super().index_select(rows[~self.hot_mask[rows]], empty)
-
-
-def miss_rows(table: EncodedTable, cache: Optional[DeviceCache]) -> EncodedTable:
-    """What a worker gathers from `table`: the misses of `cache`, or every row without one."""
-    return table if cache is None else MissRows(table, cache.hot_mask)
-
-
-__all__ = ["DeviceCache", "Capacity", "MissRows", "cache_budget", "degree_hotness", "count_hotness",
-           "miss_rows", "device_memory", "SLOT_BYTES"]
+__all__ = ["DeviceCache", "Capacity", "cache_budget", "degree_hotness", "count_hotness", "device_memory",
+           "SLOT_BYTES"]

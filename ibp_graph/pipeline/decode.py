@@ -5,8 +5,8 @@ run on a side stream, so they overlap the training step running on the current s
 each yielded tensor is handed over with an event wait and `record_stream`. Without a
 GPU the same stage decodes on the CPU (``codec.decode``). Either way a corrupt group
 raises before its batch is handed out, and the batch's `meta` passes through untouched.
-With a `features` source (pipeline.features: zero-copy stores, device caches) the stage
-then fetches the batch's feature rows in the main process, on the same stream.
+With `features` (pipeline.sources.Serving: zero-copy stores, device caches) the stage then
+reads the rows of the batch's served sources in the main process, on the same stream.
 A batch written into a ring slot (pipeline.transport) has its slot released here: on a
 CUDA device once its copy has completed (the slot's segment page-locked on first use), on
 the CPU once no tensor of the batch is alive.
@@ -21,7 +21,7 @@ import torch
 
 from ..codec.base import Codec
 from .batch import DecodedBatch, EncodedBatch
-from .features import FeatureSource, stored_bytes
+from .sources import Serving
 from .grouping import GroupKey
 from .stats import LoaderStats
 from .transport import SlotKeeper, register_pinned
@@ -31,7 +31,7 @@ class DecodeStage:
     """Turns an iterator of EncodedBatches into DecodedBatches on `device`, counting into `stats`."""
 
     def __init__(self, codecs: Mapping[GroupKey, Codec], device: torch.device, *, prefetch: int = 2,
-                 stats: Optional[LoaderStats] = None, features: Optional[FeatureSource] = None):
+                 stats: Optional[LoaderStats] = None, features: Optional[Serving] = None):
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
             raise ValueError(f"prefetch={prefetch!r} is not accepted; use an int >= 0 (batches in flight)")
         self.codecs = dict(codecs)
@@ -67,16 +67,17 @@ class DecodeStage:
         return DecodedBatch(tensors, batch.meta)
 
     def _fetch(self, batch: EncodedBatch, out: DecodedBatch, checks=None):
-        """The feature rows the main process serves (features hook), put into `out`."""
-        if self.features is None:
+        """The rows of the batch's served sources, put into `out`; their Tally (None: none served)."""
+        if not batch.served:
             return None
-        got = self.features.fill(out, stored_bytes(batch.groups, self.features.sources), checks)
-        got.apply(out)
-        return got
+        if self.features is None:
+            raise RuntimeError(f"the batch has rows to serve ({[s.name for s in batch.served]}) but this "
+                               "decode stage serves no sources")
+        return self.features.fill(batch.served, out, batch.groups, checks)
 
-    def _count_fetched(self, got) -> None:
-        if got is not None:
-            self.stats.add_tiers(*got.counts.tolist(), worker=got.worker_bytes)
+    def _count_fetched(self, tally) -> None:
+        if tally is not None:
+            self.stats.add_tiers(**tally.counts())
 
     # ---- CPU ------------------------------------------------------------------
     def _cpu(self, batches: Iterator[EncodedBatch]) -> Iterator[DecodedBatch]:

@@ -1,12 +1,14 @@
 """The one batch producer of every front-end: a batch plan -> gather -> group -> encode, in a worker.
 
 A front-end turns its sampler's output into a :class:`BatchPlan`: which named tensors a
-batch holds, each the rows ``ids`` of a table (a tensor, or a pre-encoded
-``EncodedTable``) or a tensor made already (``n_id``, ``edge_index``, ids sent for the
-main process to serve: pipeline.features), and into which group. :func:`produce` gathers
-every row group straight into one buffer, the 1-d columns and index tensors into one padded
-element stream per dtype, the stored rows of each store as compressed rows, encodes each
-raw group with its codec and returns the EncodedBatch. In a DataLoader worker the buffers
+batch holds, each the rows ``ids`` of a feature source (pipeline.sources: a tensor's raw
+rows, a pre-encoded store's compressed rows) or a tensor made already (``n_id``,
+``edge_index``), and into which group; the rows of a *served* source are recorded as
+:class:`~ibp_graph.pipeline.sources.Served` (the main process reads them) with the node ids
+they need and the rows the workers still read. :func:`produce` has every source read its rows
+straight into one buffer per row group (the 1-d columns and index tensors into one padded
+element stream per dtype, a store's compressed rows into its own group), encodes each raw
+group with its codec and returns the EncodedBatch. In a DataLoader worker the buffers
 are a slot of the producer's ``SlotRing`` (pipeline.transport; sized once, from the plan:
 :meth:`BatchPlan.nbytes`), so the hand-over copies nothing. ``copied_bytes`` counts the host
 bytes written into new buffers (gathers, stream copies, encode output, copies into the slot).
@@ -25,21 +27,21 @@ from typing import Any, Mapping, Optional, Protocol
 import torch
 
 from ..codec.base import Codec
-from ..data.store import EncodedTable
 from ..layout import CompressedTensor
 from .batch import EncodedBatch
-from .grouping import (SCALAR_BLOCK, GroupKey, GroupLayout, Member, gather_rows, group_dtype_name, group_key,
-                       group_tensors, store_key, SCALARS)
+from .grouping import (SCALAR_BLOCK, GroupKey, GroupLayout, Member, group_dtype_name, group_key, group_tensors,
+                       store_key, SCALARS)
+from .sources import COMPRESSED, FeatureSource, Served, as_source
 from .transport import ALIGN, OutputBuffers, SlotRing
 
 
 @dataclass(frozen=True)
 class Planned:
-    """One named tensor of a batch: rows `ids` of `table`, or the concatenation of `parts` (made already)."""
+    """One named tensor of a batch: rows `ids` of source `table`, or the concatenation of `parts` (made already)."""
 
     name: str
     shape: tuple[int, ...]
-    table: Any = None
+    table: Optional[FeatureSource] = None
     ids: Optional[torch.Tensor] = None
     parts: tuple[torch.Tensor, ...] = ()
 
@@ -49,34 +51,58 @@ class Planned:
 
 
 class BatchPlan:
-    """What one batch holds: its named tensors by group (GroupKey), and its stored rows by store."""
+    """What one batch holds: its named tensors by group (GroupKey), its stored rows by store, and the
+    rows the main process serves (`served`)."""
 
     def __init__(self):
         self.groups: dict[GroupKey, list[Planned]] = {}
         self.stored: dict[str, list[Planned]] = {}
+        self.served: list[Served] = []
         self._names: set[str] = set()
+        self._made: dict[int, str] = {}  # id() of a tensor put whole -> its name (ids a served source reuses)
 
     def __contains__(self, name: str) -> bool:
         return name in self._names
 
+    def _claim(self, name: str) -> None:
+        if name in self._names:
+            raise ValueError(f"the batch plan has a tensor named {name!r} already")
+        self._names.add(name)
+
     def _add(self, key: GroupKey, item: Planned) -> None:
-        if item.name in self._names:
-            raise ValueError(f"the batch plan has a tensor named {item.name!r} already")
-        self._names.add(item.name)
+        self._claim(item.name)
         self.groups.setdefault(key, []).append(item)
 
     def gather(self, name: str, table: Any, ids: torch.Tensor, *, key: Optional[GroupKey] = None,
                store: Optional[str] = None) -> None:
-        """Tensor `name`: rows `ids` of `table`; an EncodedTable's compressed rows join store
-        `store` (default: `name`), a tensor's rows group `key` (default: by dtype and row shape)."""
-        shape = (int(ids.numel()),) + tuple(table.shape[1:])
-        if isinstance(table, EncodedTable):
-            if name in self._names:
-                raise ValueError(f"the batch plan has a tensor named {name!r} already")
-            self._names.add(name)
-            self.stored.setdefault(store or name, []).append(Planned(name, shape, table, ids))
+        """Tensor `name`: rows `ids` of `table` (a FeatureSource, or what pipeline.sources.as_source
+        takes), which goes by the name `store` (default: `name`): a store's compressed rows join its
+        own group, raw rows group `key` (default: by dtype and row shape), a served source's rows are
+        recorded for the main process, with the rows the workers still read for it."""
+        source, store = as_source(table), store or name
+        if source.served:
+            sent = source.worker_rows(ids)
+            ids_name = self._made.get(id(ids))
+            own = ids_name is None
+            if own:  # the ids are not in the batch yet: they travel with it
+                ids_name = self._unique(f"{name}.ids")
+                self.put(ids_name, ids)
+            self.served.append(Served(name, store, ids_name, sent is not None, own))
+            if sent is None:
+                return
+            source, ids = sent
+        shape = (int(ids.numel()),) + tuple(source.shape[1:])
+        if source.delivers == COMPRESSED:
+            self._claim(name)
+            self.stored.setdefault(store, []).append(Planned(name, shape, source, ids))
             return
-        self._add(key or group_key(name, table[:0]), Planned(name, shape, table, ids))
+        self._add(key or source.group_key(name), Planned(name, shape, source, ids))
+
+    def _unique(self, name: str) -> str:
+        n, out = 1, name
+        while out in self._names:
+            n, out = n + 1, f"{name}{n}"
+        return out
 
     def put(self, name: str, *parts: torch.Tensor, shape: Optional[tuple[int, ...]] = None) -> None:
         """Tensor `name`, made already: `parts` (one dtype) concatenated, of `shape` (default: one
@@ -88,6 +114,8 @@ class BatchPlan:
         else:
             key = GroupKey(group_dtype_name(parts[0].dtype), (), SCALARS)
         self._add(key, Planned(name, tuple(shape), parts=tuple(parts)))
+        if len(parts) == 1:
+            self._made.setdefault(id(parts[0]), name)
 
     def nbytes(self) -> int:
         """The bytes the gathered batch takes (stored rows at their widest, each allocation
@@ -98,7 +126,7 @@ class BatchPlan:
             n = sum(it.numel for it in items)
             total += (n + SCALAR_BLOCK) * key.torch_dtype.itemsize + ALIGN * (1 + len(items))
         for items in self.stored.values():
-            total += sum(int(it.ids.numel()) * it.table.compressed.row_nbytes for it in items) + 4 * ALIGN
+            total += sum(int(it.ids.numel()) * it.table.max_row_nbytes for it in items) + 4 * ALIGN
         return total
 
 
@@ -122,7 +150,7 @@ def _tensor(item: Planned) -> torch.Tensor:
     """An item made whole in private memory (rows of a dtype no codec has are gathered there: torch's
     out= is not safe for all of them, index_select into a quantized out crashes)."""
     if item.table is not None:
-        return gather_rows(item.table, item.ids)
+        return item.table.read(item.ids)
     t = item.parts[0] if len(item.parts) == 1 else torch.cat([p.reshape(-1) for p in item.parts])
     return t.reshape(item.shape)
 
@@ -148,7 +176,7 @@ def _group(key: GroupKey, items: list[Planned], buffers: OutputBuffers
         size = it.numel if key.scalar else it.shape[0]
         out = flat[pos:pos + size]
         if it.table is not None:
-            gather_rows(it.table, it.ids, out=out)
+            it.table.read(it.ids, out)
         else:
             at = 0
             for p in it.parts:
@@ -166,11 +194,11 @@ def _group(key: GroupKey, items: list[Planned], buffers: OutputBuffers
 
 def _stored(store: str, items: list[Planned], buffers: OutputBuffers
             ) -> tuple[GroupKey, CompressedTensor, GroupLayout, int]:
-    """A store's compressed rows of every item, gathered at once into `buffers`: key, group, layout,
+    """A store's compressed rows of every item, read at once into `buffers`: key, group, layout,
     bytes written (the gather, and the offsets' copy into a slot)."""
     table = items[0].table
     ids = torch.cat([it.ids for it in items]) if len(items) > 1 else items[0].ids
-    ct = table.index_select(ids, buffers.empty)
+    ct = table.read(ids, buffers.empty)
     key = store_key(store, table.dtype, tuple(table.shape[1:]))
     members, pos = [], 0
     for it in items:
@@ -218,7 +246,7 @@ def produce(plan: BatchPlan, codecs: Mapping[GroupKey, Codec], buffers: Optional
         copied += written
     seconds = dict(seconds or {}, gather=t1 - t0, encode=time.perf_counter() - t1)
     return EncodedBatch(groups=groups, layouts=layouts, meta=meta, seconds=seconds, copied_bytes=copied,
-                        slot=buffers.done())
+                        slot=buffers.done(), served=tuple(plan.served))
 
 
 def encode_tensors(tensors: Mapping[str, torch.Tensor], codecs: Mapping[GroupKey, Codec]) -> EncodedBatch:

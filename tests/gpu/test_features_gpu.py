@@ -13,6 +13,7 @@ from ibp_graph.gpu.pinned import pin_table
 from ibp_graph.loaders.pyg import CompressedNeighborLoader
 from ibp_graph.pipeline.cache import cache_budget
 from ibp_graph.pipeline.features import plan_features
+from ibp_graph.pipeline.sources import Served
 
 from tests.loaders.test_pyg import make_graph
 
@@ -56,21 +57,23 @@ def test_feature_source_on_cuda_equals_the_cpu_stand_in(codec, zero_copy, budget
                               device_cache=budget, device=torch.device(d), indices=indices)
              for d in ("cpu", "cuda")}
     ids = torch.randint(0, 5000, (4000,), generator=torch.Generator().manual_seed(3))
-    got = {}
+    served = [Served("x", "x", "n_id", sent=not zero_copy, own_ids=False)]
+    got, counts = {}, {}
     for d, plan in plans.items():
         tensors = {"n_id": ids.to(d)}
         if not zero_copy:  # the workers' misses, decoded
-            misses = store.codec.decode(plan.worker_attrs["x"].index_select(ids))
-            tensors["x"] = misses.to(d)
+            source, rest = plan.node_attrs["x"].worker_rows(ids)
+            tensors["x"] = store.codec.decode(source.read(rest)).to(d)
         checks = gpu.PendingChecks() if d == "cuda" else None
-        got[d] = plan.source.fill(tensors, {}, checks)
+        counts[d] = plan.serving.fill(served, tensors, {}, checks).counts()
+        got[d] = tensors["x"]
         if checks is not None:
             torch.cuda.synchronize()
             checks.raise_first()
-    assert got["cuda"].tensors["x"].is_cuda
-    assert torch.equal(bits(got["cuda"].tensors["x"]), bits(x[ids]))
-    assert got["cuda"].counts.tolist() == got["cpu"].counts.tolist()  # same hits, misses and bytes
-    plans["cuda"].source.release()
+    assert got["cuda"].is_cuda
+    assert torch.equal(bits(got["cuda"]), bits(x[ids]))
+    assert counts["cuda"] == counts["cpu"]  # same hits, misses and bytes
+    plans["cuda"].serving.release()
 
 
 def loader_batches(data, device, num_workers=0, **kw):

@@ -122,3 +122,53 @@ def test_the_first_parallel_kernel_already_runs_on_a_forksafe_layer():
     assert r.returncode == 0, r.stderr[-3000:]
     chosen, layer = r.stdout.split()
     assert chosen == "forksafe" and layer in ("tbb", "workqueue"), r.stdout
+
+
+def _run_python(code: str) -> None:
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout[-2000:] + r.stderr[-3000:]
+
+
+_LOADER = ("import os, signal, time, torch\n"
+           "from torch_geometric.data import Data\n"
+           "from ibp_graph.loaders.pyg import CompressedNeighborLoader\n"
+           "data = Data(x=torch.randn(200, 4), edge_index=torch.randint(0, 200, (2, 800)), num_nodes=200)\n"
+           "def epoch():\n"
+           "    return list(CompressedNeighborLoader(data, [2], batch_size=50, num_workers=2))\n")
+
+
+def test_a_users_sigchld_handler_keeps_working_and_ours_goes_when_the_iteration_ends():
+    """Issue #20: the handler that names worker deaths is there only while a loader iterates; a handler
+    the user set before or after a loader ran is called, and stays theirs."""
+    _run_python(_LOADER + (
+        "calls = []\n"
+        "def ping():\n"
+        "    n = len(calls); os.kill(os.getpid(), signal.SIGCHLD); time.sleep(0.05); return len(calls) > n\n"
+        "signal.signal(signal.SIGCHLD, lambda s, f: calls.append('before'))\n"
+        "it = iter(CompressedNeighborLoader(data, [2], batch_size=50, num_workers=2))\n"
+        "next(it)\n"
+        "assert getattr(signal.getsignal(signal.SIGCHLD), 'wraps_torch', False)  # ours, while iterating\n"
+        "assert ping()  # and it calls the one it wraps\n"
+        "list(it)\n"
+        "assert not getattr(signal.getsignal(signal.SIGCHLD), 'wraps_torch', False), 'ours stayed'\n"
+        "assert ping() and calls[-1] == 'before'\n"
+        "def after(s, f):\n"
+        "    calls.append('after')\n"
+        "signal.signal(signal.SIGCHLD, after)  # set after a loader ran\n"
+        "epoch()\n"
+        "assert signal.getsignal(signal.SIGCHLD) is after and 'after' in calls  # called during the epoch\n"
+        "assert ping() and calls[-1] == 'after'\n"
+        "print('ok')\n"))
+
+
+def test_the_kernel_cache_is_refreshed_once_per_process():
+    _run_python(_LOADER + (
+        "import ibp_graph.loaders._common as c\n"
+        "calls = []\n"
+        "c.refresh_kernel_cache = lambda: calls.append(1)\n"
+        "epoch(); epoch()\n"
+        "assert calls == [1], calls\n"
+        "print('ok')\n"))

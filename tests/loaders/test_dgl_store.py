@@ -109,3 +109,25 @@ def test_store_errors_name_the_argument(dgl_mod, graph):
                                                                           progress=False)})
     with pytest.raises(KeyError, match=r"prefetches \['emb'\], not in graph.ndata .* nor in node_stores"):
         L(graph, idx, sampler(prefetch_node_feats=["emb"]))
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_source_object_in_node_stores_gives_dgls_batches(dgl_mod, graph, num_workers):
+    """Issue #20: node_stores takes a feature source (pipeline.sources) as it takes a store; a served one
+    (zero-copy) is read by the main process, whatever `features=` says for the rest."""
+    from ibp_graph.data.store import EncodedTable
+    from ibp_graph.loaders.dgl import CompressedDGLDataLoader
+    from ibp_graph.pipeline.sources import ZeroCopySource
+
+    source = ZeroCopySource(EncodedTable.encode(graph.ndata["feat"], "ibp", progress=False))
+    indices = torch.arange(0, 2000, 4)
+    kw = dict(batch_size=64, shuffle=True, num_workers=num_workers)
+    theirs = run(dgl_mod.dataloading.DataLoader, graph, indices, sampler, **kw)
+    loader = CompressedDGLDataLoader(graph, indices, sampler(), node_stores={"feat": source}, features="worker", **kw)
+    seed_all(0)
+    ours = list(loader)
+    assert len(ours) == len(theirs) == 8
+    for a, b in zip(ours, theirs):
+        assert_same_batch(a, b)
+    assert loader.features.serving.sources == {"feat": source}
+    assert loader.stats.tier_bytes["zero_copy"] > 0 and "feat@store" not in loader.stats.sent_bytes

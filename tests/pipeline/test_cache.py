@@ -5,7 +5,8 @@ import torch
 
 from ibp_graph.data.store import EncodedTable
 from ibp_graph.pipeline import cache as C
-from ibp_graph.pipeline.cache import DeviceCache, MissRows, cache_budget, count_hotness, degree_hotness
+from ibp_graph.pipeline.cache import DeviceCache, cache_budget, count_hotness, degree_hotness
+from ibp_graph.pipeline.sources import CachedSource, StoreSource
 
 CPU = torch.device("cpu")
 
@@ -89,16 +90,16 @@ def test_split_maps_every_id_to_its_row_and_hits_decode_exactly(codec):
     assert int(c.hit_bytes(slots)) == int(t.compressed.row_lengths()[ids[hit_pos]].sum())
 
 
-def test_miss_rows_gives_the_workers_only_what_the_cache_lacks():
+def test_a_cached_source_gives_the_workers_only_what_the_cache_lacks():
     n = 300
     x, t = table(n)
     c = DeviceCache(t, hotness(n), n * 4 + 3000, CPU)
     ids = torch.randint(0, n, (500,), generator=torch.Generator().manual_seed(4))
-    misses = MissRows(t, c.hot_mask).index_select(ids)
+    source, rest = CachedSource(StoreSource(t), c).worker_rows(ids)
+    misses = source.read(rest)
     _, _, miss_pos = c.split(ids)
     assert misses.n_rows == miss_pos.numel()
     assert torch.equal(t.codec.decode(misses), x[ids[miss_pos]])  # in sampled order
-    assert C.miss_rows(t, None) is t
 
 
 def test_hotness_from_degree_and_from_counted_batches():

@@ -1,4 +1,5 @@
-"""Feature modes: argument checks, the mode `auto` picks, the plan's split of work, assembly and stats."""
+"""Feature modes and sources: argument checks, the mode `auto` picks, the sources a plan builds, served rows
+through a batch, assembly and stats."""
 import dataclasses
 
 import numpy as np
@@ -8,8 +9,13 @@ import torch
 from ibp_graph.data.store import EncodedTable
 from ibp_graph.gpu.pinned import PinError, Registration, pin_table
 from ibp_graph.pipeline import features as F
-from ibp_graph.pipeline.cache import MissRows
-from ibp_graph.pipeline.features import FeatureSource, assemble, check_features, plan_features, resolve_mode
+from ibp_graph.pipeline.cache import DeviceCache
+from ibp_graph.pipeline.codec_setup import build_codecs
+from ibp_graph.pipeline.decode import DecodeStage
+from ibp_graph.pipeline.features import check_features, plan_features, resolve_mode
+from ibp_graph.pipeline.grouping import store_key
+from ibp_graph.pipeline.producer import BatchPlan, produce
+from ibp_graph.pipeline.sources import (CachedSource, Served, Tally, TensorSource, ZeroCopySource, assemble)
 from ibp_graph.pipeline.stats import LoaderStats
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
@@ -48,27 +54,42 @@ def test_plan_zero_copy_takes_feature_tables_from_the_workers_and_encodes_raw_on
     plan = plan_features({"x": x, "y": y, "emb": emb}, features="zero_copy", device_cache=0, device=CPU,
                          indices=np.zeros(0, np.int64), codec="ibp")
     assert plan.mode == "zero_copy"
-    assert set(plan.worker_attrs) == {"y"}  # labels stay with the workers
-    src = plan.source.sources
-    assert set(src) == {"x", "emb"} and all(s.zero_copy for s in src.values())
-    assert src["emb"].table is emb  # a store is used as it is
-    assert src["x"].table.codec.name == "ibp"  # a raw table is encoded with the loader's codec
-    assert torch.equal(src["x"].table.decode_rows(torch.arange(200)), x)
-    assert set(plan.codec_attrs) == {"x", "y", "emb"}
+    assert plan.node_attrs["y"] is y  # labels stay with the workers
+    src = plan.serving.sources
+    assert set(src) == {"x", "emb"} and all(isinstance(s, ZeroCopySource) for s in src.values())
+    assert src["emb"].store is emb  # a store is used as it is
+    assert src["x"].codec.name == "ibp"  # a raw table is encoded with the loader's codec
+    assert torch.equal(src["x"].store.decode_rows(torch.arange(200)), x)
+    assert set(plan.codec_attrs) == {"x", "y", "emb"} and plan.codec_attrs["emb"] is emb
 
 
 def test_plan_worker_without_cache_changes_nothing():
     attrs = {"x": x_table(), "y": torch.zeros(200, dtype=torch.int64)}
     plan = plan_features(attrs, features="worker", device_cache=0, device=CPU, indices=np.zeros(0, np.int64))
-    assert plan.source is None and plan.worker_attrs == attrs and plan.describe() == "worker"
+    assert plan.serving is None and plan.describe() == "worker"
+    assert isinstance(plan.node_attrs["x"], TensorSource) and plan.node_attrs["x"].tensor is attrs["x"]
+    assert plan.node_attrs["y"] is attrs["y"] and plan.codec_attrs == attrs
 
 
 def test_plan_worker_with_a_cache_sends_only_misses():
     indices = np.random.default_rng(0).integers(0, 200, 2000)
     plan = plan_features({"x": x_table()}, features="worker", device_cache=200 * 4 + 2000, device=CPU,
                          indices=indices, codec="ibp")
-    assert isinstance(plan.worker_attrs["x"], MissRows)
-    assert not plan.source.sources["x"].zero_copy and "device_cache x:" in plan.describe()
+    x = plan.node_attrs["x"]
+    assert isinstance(x, CachedSource) and not x.fallback.served and "device_cache x:" in plan.describe()
+    ids = torch.arange(200)
+    source, rest = x.worker_rows(ids)
+    assert source is x.fallback and torch.equal(rest, ids[~x.cache.hot_mask])  # the misses only
+
+
+def test_a_source_object_is_used_as_given():
+    store = EncodedTable.encode(x_table(), "ibp", progress=False)
+    mine = ZeroCopySource(store)
+    plan = plan_features({"x": mine, "y": torch.zeros(200)}, features="worker", device_cache=0, device=CPU,
+                         indices=np.zeros(0, np.int64))
+    assert plan.node_attrs["x"] is mine and plan.serving.sources == {"x": mine} and plan.mode == "worker"
+    with pytest.raises(TypeError, match="CachedSource caches the compressed rows of a store source"):
+        CachedSource(TensorSource(x_table()), DeviceCache(store, np.ones(200), 200 * 4 + 2000, CPU))
 
 
 def test_assemble_copies_bits_in_sampled_order():
@@ -93,53 +114,76 @@ def _source(zero_copy, budget, codec="ibp"):
     return x, store, plan
 
 
+def _through_a_batch(plan, wanted):
+    """`wanted` ({tensor name: node ids} of feature "x") planned, produced and decoded as a loader would:
+    the decoded tensors and the stats."""
+    bp = BatchPlan()
+    for name, ids in wanted.items():
+        bp.gather(name, plan.node_attrs["x"], ids, store="x")
+    codecs = build_codecs(plan.codec_attrs, {}, num_nodes=300, num_edges=0, codec="identity")
+    stats = LoaderStats()
+    stage = DecodeStage(codecs, CPU, stats=stats, features=plan.serving)
+    return bp, next(iter(stage(iter([produce(bp, codecs)])))), stats
+
+
 @pytest.mark.parametrize("codec", ["ibp", "ebp", "identity"])
 @pytest.mark.parametrize("budget", [0, 300 * 4 + 4000])
 def test_zero_copy_fill_counts_rows_and_bytes_per_tier(codec, budget):
     x, store, plan = _source(True, budget, codec)
     ids = torch.randint(0, 300, (700,), generator=torch.Generator().manual_seed(2))
-    got = plan.source.fill({"n_id": ids}, {})
-    assert torch.equal(got.tensors["x"].view(torch.int32), x[ids].view(torch.int32))
-    hits, misses, cache_bytes, zc_bytes = got.counts.tolist()
+    tally = plan.serving.fill([Served("x", "x", "n_id", sent=False, own_ids=False)], got := {"n_id": ids}, {})
+    assert torch.equal(got["x"].view(torch.int32), x[ids].view(torch.int32))
+    c = tally.counts()
     lengths = store.compressed.row_lengths()
-    hot = plan.source.sources["x"].cache.slots[ids] >= 0 if budget else torch.zeros(700, dtype=torch.bool)
-    assert (hits, misses) == ((int(hot.sum()), int((~hot).sum())) if budget else (0, 0))  # no cache: no lookups
-    assert cache_bytes == int(lengths[ids[hot]].sum()) and zc_bytes == int(lengths[ids[~hot]].sum())
-    assert got.worker_bytes == 0
+    hot = plan.node_attrs["x"].cache.slots[ids] >= 0 if budget else torch.zeros(700, dtype=torch.bool)
+    assert (c["hits"], c["misses"]) == ((int(hot.sum()), int((~hot).sum())) if budget else (0, 0))  # no cache: none
+    assert c["cache_bytes"] == int(lengths[ids[hot]].sum()) and c["zero_copy_bytes"] == int(lengths[ids[~hot]].sum())
+    assert c["worker"] == 0
     stats = LoaderStats()
-    stats.add_tiers(*got.counts.tolist(), worker=got.worker_bytes)
-    assert stats.hit_rate == pytest.approx(hits / 700) and stats.tier_bytes["zero_copy"] == zc_bytes
-    assert stats.as_dict()["features"]["tier_bytes"]["zero_copy"] == zc_bytes
+    stats.add_tiers(**c)
+    assert stats.hit_rate == pytest.approx(c["hits"] / 700) and stats.tier_bytes["zero_copy"] == c["zero_copy_bytes"]
+    assert stats.as_dict()["features"]["tier_bytes"]["zero_copy"] == c["zero_copy_bytes"]
     assert "features" not in LoaderStats().as_dict()  # a loader serving no features: no section
 
 
 @pytest.mark.parametrize("zero_copy", [True, False])
-def test_ids_sent_in_place_of_rows_are_served_and_dropped(zero_copy):
-    """A front-end whose features sit in several places (DGL's blocks) sends ids per place."""
+def test_ids_sent_for_served_rows_are_named_by_records_and_dropped(zero_copy):
+    """A front-end whose features sit in several places (DGL's blocks) sends ids per place: the batch
+    says which tensor holds them (Served records), nothing is read from tensor names."""
     x, store, plan = _source(zero_copy, 300 * 4 + 4000)
     a = torch.randint(0, 300, (90,), generator=torch.Generator().manual_seed(6))
     b = torch.randint(0, 300, (40,), generator=torch.Generator().manual_seed(7))
-    fetch = lambda i: x[i]  # noqa: E731 - the worker's raw rows
-    sent = {**F.worker_tensors(plan, "0.srcdata.x", "x", a, fetch), **F.worker_tensors(plan, "1.srcdata.x", "x", b, fetch)}
-    assert set(k for k in sent if "@ids:" in k) == {F.ids_name("0.srcdata.x", "x"), F.ids_name("1.srcdata.x", "x")}
-    assert ("0.srcdata.x" in sent) == (not zero_copy)  # misses only, with a cache in worker mode
-    batch = dict(sent)
-    got = plan.source.fill(batch, {})
-    got.apply(batch)
-    assert set(batch) == {"0.srcdata.x", "1.srcdata.x"}
-    assert torch.equal(batch["0.srcdata.x"], x[a]) and torch.equal(batch["1.srcdata.x"], x[b])
-    plain = plan_features({"x": x}, features="worker", device_cache=0, device=CPU, indices=np.zeros(0, np.int64))
-    assert set(F.worker_tensors(plain, "0.srcdata.x", "x", a, fetch)) == {"0.srcdata.x"}
+    bp, batch, stats = _through_a_batch(plan, {"blocks[0].x": a, "blocks[1].x": b})
+    assert [(s.name, s.source, s.sent, s.own_ids) for s in bp.served] == [
+        ("blocks[0].x", "x", not zero_copy, True), ("blocks[1].x", "x", not zero_copy, True)]
+    assert [it.name for it in bp.stored.get("x", [])] == ([] if zero_copy else ["blocks[0].x", "blocks[1].x"])
+    assert set(batch) == {"blocks[0].x", "blocks[1].x"}  # the ids tensors are dropped once served
+    assert torch.equal(batch["blocks[0].x"], x[a]) and torch.equal(batch["blocks[1].x"], x[b])
+    assert stats.cache_hits + stats.cache_misses == 130
+    assert stats.tier_bytes["worker"] == (0 if zero_copy else stats.sent_bytes["x@store"])
+
+
+def test_ids_already_in_the_batch_are_not_sent_twice():
+    x, store, plan = _source(True, 0)
+    ids = torch.randint(0, 300, (50,), generator=torch.Generator().manual_seed(8))
+    bp = BatchPlan()
+    bp.put("n_id", ids)
+    bp.gather("x", plan.node_attrs["x"], ids)
+    assert bp.served == [Served("x", "x", "n_id", sent=False, own_ids=False)]
+    assert [m.name for ms in bp.groups.values() for m in ms] == ["n_id"]
 
 
 def test_worker_misses_are_checked_against_the_cache_map():
     x, store, plan = _source(False, 300 * 4 + 4000)
     ids = torch.randint(0, 300, (100,), generator=torch.Generator().manual_seed(5))
-    misses = store.codec.decode(plan.worker_attrs["x"].index_select(ids))
-    got = plan.source.fill({"n_id": ids, "x": misses}, {"x": 1234})
-    assert torch.equal(got.tensors["x"], x[ids]) and got.worker_bytes == 1234
+    source, rest = plan.node_attrs["x"].worker_rows(ids)
+    misses = store.codec.decode(source.read(rest))
+    served = [Served("x", "x", "n_id", sent=True, own_ids=False)]
+    key = store_key("x", store.dtype, (8,))
+    tally = plan.serving.fill(served, got := {"n_id": ids, "x": misses}, {key: store.compressed})
+    assert torch.equal(got["x"], x[ids]) and tally.worker_bytes == store.compressed.nbytes
     with pytest.raises(RuntimeError, match=r"the workers sent \d+ rows of 'x' for \d+ cache misses"):
-        plan.source.fill({"n_id": ids, "x": misses[1:]}, {})
+        plan.serving.fill(served, {"n_id": ids, "x": misses[1:]}, {})
 
 
 # ---- pinning (the CPU-side logic; the real registration runs in tests/gpu/test_features_gpu.py)
@@ -184,10 +228,12 @@ def test_pin_table_refuses_what_is_not_a_host_table():
         pin_table(meta)
 
 
-def test_feature_source_prepare_on_the_cpu_reads_the_store_in_place():
+def test_zero_copy_source_prepare_on_the_cpu_reads_the_store_in_place():
     store = EncodedTable.encode(x_table(40), "ibp", progress=False)
-    src = FeatureSource({"x": store}, {"x"}, {}, CPU)
-    src.prepare()
-    assert src.sources["x"].pinned is store.compressed
+    src = ZeroCopySource(store)
+    with pytest.raises(RuntimeError, match="before prepare"):
+        src.fetch(torch.arange(3), None, Tally())
+    src.prepare(CPU)
+    assert src.pinned is store.compressed
     src.release()
-    assert F.available_host_memory() > 0
+    assert src.pinned is None and F.available_host_memory() > 0

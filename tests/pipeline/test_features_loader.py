@@ -6,6 +6,7 @@ import torch
 from ibp_graph.data.checksums import ChecksumError
 from ibp_graph.data.store import EncodedTable
 from ibp_graph.loaders.pyg import CompressedNeighborLoader
+from ibp_graph.pipeline.sources import StoreSource, TensorSource, ZeroCopySource
 
 from tests.loaders.test_pyg import check_batch, make_graph
 
@@ -84,7 +85,7 @@ def test_loader_arguments_are_checked(data):
 
 def test_default_is_auto_and_worker_on_the_cpu(data):
     loader = CompressedNeighborLoader(data, [2], batch_size=8)
-    assert loader.features.mode == "worker" and loader.features.source is None
+    assert loader.features.mode == "worker" and loader.features.serving is None
     assert "features=worker" in loader.describe()
 
 
@@ -127,3 +128,42 @@ def test_chunks_the_workers_verified_are_verified_for_the_main_process(data, tmp
     for b in loader:  # every row is a seed once: the workers gather all of them
         check_batch(b, data, torch.arange(3000))
     assert bool(store.x.guard.verified.all())
+
+
+# ---- issue 20: one feature-source interface; a source object is accepted wherever a table is -------------
+class CountingSource(TensorSource):
+    """A user's own source: raw rows of a tensor, counting the rows it was asked for."""
+
+    def __init__(self, tensor):
+        super().__init__(tensor)
+        self.rows_read = 0
+
+    def read(self, ids, into=None):
+        self.rows_read += int(ids.numel())
+        return super().read(ids, into)
+
+
+def test_a_source_object_given_as_a_node_table_gives_the_same_batches(data, reference):
+    store = EncodedTable.encode(data.x, "ibp", progress=False)
+    for source, tier in ((ZeroCopySource(store), "zero_copy"), (StoreSource(store), "worker")):
+        given = data.clone()
+        given.x = source
+        loader, got = batches(given, 0, data, features="worker")
+        same(reference, got)
+        assert loader.features.node_attrs["x"] is source and loader.features.mode == "worker"
+        assert loader.stats.tier_bytes["zero_copy"] > 0 if tier == "zero_copy" else "x@store" in loader.stats.sent_bytes
+    given = data.clone()
+    given.x = mine = CountingSource(data.x)
+    loader, got = batches(given, 0, data, features="worker")
+    same(reference, got)
+    assert mine.rows_read == sum(b.n_id.numel() for b in got)  # every row came through it
+
+
+def test_tensor_names_carry_no_control_data(data, reference):
+    """An attribute whose name looks like anything (here the old ids marker) is just an attribute."""
+    odd = data.clone()
+    odd["y@ids:x"] = data.y
+    loader, got = batches(odd, 0, data, features="zero_copy")
+    same(reference, got)
+    for b in got:
+        assert torch.equal(b["y@ids:x"], data.y[b.n_id])

@@ -1,0 +1,358 @@
+"""Where the rows of a feature table come from: one interface, for every front-end and mode.
+
+A :class:`FeatureSource` answers "these rows, into this buffer" (`read`) and says what it delivers:
+``RAW`` rows, or ``COMPRESSED`` rows (a CompressedTensor of its `codec`). The batch producer reads
+sources in the DataLoader workers; a *served* source is read by the main process, on the device,
+after the batch is decoded (`fetch`), from the node ids (and the rows the workers still read)
+that the batch carries. Implementations:
+
+- :class:`TensorSource`: a tensor, or a view of a numpy array or np.memmap: raw rows;
+- :class:`StoreSource`: an ``EncodedTable``: compressed rows, each payload chunk verified against
+  its checksums before a row of it is read (``EncodedTable.verify_rows``);
+- :class:`ZeroCopySource` (served): a store in page-locked host memory, read by the fused gather +
+  decode kernel (:func:`ibp_graph.gpu.fetch`: only the rows' compressed bytes cross PCIe), or
+  gathered and decoded by the codec on the CPU stand-in;
+- :class:`CachedSource` (served): a DeviceCache (pipeline.cache) wrapping a store source: hits
+  decoded from device memory, misses from the wrapped source, assembled bit-exactly in order.
+
+``features=``, ``device_cache=`` and DGL's ``node_stores=`` build them (pipeline.features); a user may
+pass a source object wherever a node table is accepted. A batch lists its served rows as
+:class:`Served` records (``EncodedBatch.served``), which the loader's :class:`Serving` reads.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional, Union
+
+import numpy as np
+import torch
+
+from ..codec.base import Codec
+from ..data.store import EncodedTable
+from ..layout.tensor import CompressedTensor
+from .cache import DeviceCache
+from .grouping import GroupKey, gather_rows, group_key
+
+#: what a source's `read` delivers.
+RAW, COMPRESSED = "raw", "compressed"
+
+
+class FeatureSource:
+    """Rows of one feature table: `read(ids, into)`; what it delivers (RAW or COMPRESSED, `codec`).
+
+    Subclasses set `delivers`, `shape`, `dtype` and `table` (what the codec set-up reads: a tensor of
+    raw rows, or an EncodedTable whose codec its compressed rows keep) and implement `read`; a
+    *served* source is read by the main process with `fetch`, and `worker_rows` says what the
+    workers still read for it.
+    """
+
+    delivers: str = RAW
+    served: bool = False
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    codec: Optional[Codec] = None  # the codec of COMPRESSED rows
+    table: Union[torch.Tensor, EncodedTable]
+    store: Optional[EncodedTable] = None  # the pre-encoded table behind the source (caches, zero-copy)
+
+    @property
+    def max_row_nbytes(self) -> int:
+        """Bytes one row read takes at most (a ring slot is sized with it)."""
+        return int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
+
+    def group_key(self, name: str) -> GroupKey:
+        """The group RAW rows read at `name` join (by dtype and row shape)."""
+        return group_key(name, torch.empty((0,) + tuple(self.shape[1:]), dtype=self.dtype))
+
+    def read(self, ids: torch.Tensor, into: Any = None) -> Union[torch.Tensor, CompressedTensor]:
+        """Rows `ids`, in that order: RAW rows written into `into` (a tensor of their shape) when
+        given; COMPRESSED rows with their payload from ``into(shape, dtype)`` when given."""
+        raise NotImplementedError
+
+    # ---- served sources (read by the main process) -------------------------------------------
+    def worker_rows(self, ids: torch.Tensor) -> Optional[tuple["FeatureSource", torch.Tensor]]:
+        """What the workers read for rows `ids` of a served source: (source, ids), or None."""
+        return None
+
+    def fetch(self, ids: torch.Tensor, sent: Optional[torch.Tensor], tally: "Tally", checks=None,
+              name: str = "rows") -> torch.Tensor:
+        """Rows `ids` decoded on the serving device (`sent`: the rows the workers read, decoded; `name`:
+        the batch tensor they fill, for messages), their costs counted into `tally`."""
+        raise TypeError(f"{type(self).__name__} is not a served source (it is read in the workers)")
+
+    def prepare(self, device: torch.device) -> None:
+        """Make the source ready to serve on `device` (pin, move offsets); once."""
+
+    def release(self) -> None:
+        """Undo `prepare` (unregister host memory registered in place)."""
+
+
+class TensorSource(FeatureSource):
+    """Raw rows of a host tensor (or a view of a numpy array / np.memmap), gathered bit for bit."""
+
+    def __init__(self, tensor: torch.Tensor):
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"TensorSource takes a torch.Tensor, got {type(tensor).__name__}")
+        self.tensor = tensor
+
+    shape = property(lambda self: tuple(self.tensor.shape))
+    dtype = property(lambda self: self.tensor.dtype)
+    table = property(lambda self: self.tensor)
+
+    def group_key(self, name: str) -> GroupKey:
+        return group_key(name, self.tensor[:0])
+
+    def read(self, ids: torch.Tensor, into: Optional[torch.Tensor] = None) -> torch.Tensor:
+        return gather_rows(self.tensor, ids, out=into)
+
+
+class StoreSource(FeatureSource):
+    """Compressed rows of a pre-encoded EncodedTable, gathered without decoding (chunks verified first)."""
+
+    delivers = COMPRESSED
+
+    def __init__(self, table: EncodedTable):
+        if not isinstance(table, EncodedTable):
+            raise TypeError(f"{type(self).__name__} takes an EncodedTable (ibp_graph.data.store), got "
+                            f"{type(table).__name__}")
+        self._store = table
+
+    shape = property(lambda self: self._store.shape)
+    dtype = property(lambda self: self._store.dtype)
+    codec = property(lambda self: self._store.codec)
+    table = property(lambda self: self._store)
+    store = property(lambda self: self._store)
+    max_row_nbytes = property(lambda self: self._store.compressed.row_nbytes)
+
+    def read(self, ids: torch.Tensor, into: Optional[Callable[..., torch.Tensor]] = None) -> CompressedTensor:
+        return self._store.index_select(ids, into)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._store!r})"
+
+
+@dataclass
+class Tally:
+    """What one batch's served rows cost, per tier (0-d tensors on the serving device: no wait)."""
+
+    hits: Any = 0
+    misses: Any = 0
+    cache_bytes: Any = 0
+    zero_copy_bytes: Any = 0
+    worker_bytes: int = 0  # compressed rows the workers sent for the caches' misses
+
+    def counts(self) -> dict[str, int]:
+        """The tallies as ints (LoaderStats.add_tiers' keywords)."""
+        return {"hits": int(self.hits), "misses": int(self.misses), "cache_bytes": int(self.cache_bytes),
+                "zero_copy_bytes": int(self.zero_copy_bytes), "worker": int(self.worker_bytes)}
+
+
+class ZeroCopySource(StoreSource):
+    """A store served by the main process: rows `ids` fetched from page-locked host memory and decoded
+    on the device (fused gather + decode), or gathered and decoded on the CPU stand-in; the store's
+    chunks the ids need are verified on the host first (until all are)."""
+
+    served = True
+
+    def __init__(self, table: Union[EncodedTable, StoreSource]):
+        super().__init__(table.store if isinstance(table, StoreSource) else table)
+        self._device: Optional[torch.device] = None
+        self._pinned: Optional[CompressedTensor] = None  # what the fetch reads (pinned on CUDA)
+        self._registration = None  # kept alive while pinned in place
+
+    def __getstate__(self) -> dict:  # a worker never fetches: the pinned copy stays here
+        return {**self.__dict__, "_device": None, "_pinned": None, "_registration": None}
+
+    def prepare(self, device: torch.device) -> None:
+        device = torch.device(device)
+        if self._pinned is not None and self._device == device:
+            return
+        self.release()
+        ct = self._store.compressed
+        if device.type == "cuda":
+            from ..gpu.pinned import pin_table
+
+            payload_ct = dataclasses.replace(ct, offsets=None) if ct.offsets is not None else ct
+            pinned, self._registration = pin_table(payload_ct, "features='zero_copy': the store")
+            offsets = None if ct.offsets is None else ct.offsets.to(device)
+            self._pinned = dataclasses.replace(pinned, offsets=offsets)
+        else:
+            self._pinned = ct
+        self._device = device
+
+    def release(self) -> None:
+        if self._registration is not None:
+            self._registration.release()
+            self._registration = None
+        self._pinned, self._device = None, None
+
+    def _row_bytes(self, ids: torch.Tensor) -> torch.Tensor:
+        """Compressed bytes of rows `ids` (a 0-d tensor on their device; no wait)."""
+        o = self._pinned.offsets
+        if o is None:
+            return torch.tensor(ids.numel() * self._store.compressed.row_nbytes, device=ids.device)
+        return (o[ids + 1].to(torch.int64) - o[ids].to(torch.int64)).sum()
+
+    @property
+    def pinned(self) -> Optional[CompressedTensor]:
+        """The compressed rows the fetch reads (page-locked on CUDA; None before prepare)."""
+        return self._pinned
+
+    def fetch(self, ids: torch.Tensor, sent: Optional[torch.Tensor], tally: Tally, checks=None,
+              name: str = "rows") -> torch.Tensor:
+        if self._pinned is None:
+            raise RuntimeError("ZeroCopySource.fetch before prepare(device): the loader's Serving prepares it")
+        guard = self._store.guard
+        if guard is not None and not guard.done:
+            self._store.verify_rows(ids)
+        ids = ids.to(self._device)
+        tally.zero_copy_bytes = tally.zero_copy_bytes + self._row_bytes(ids)
+        if self._device.type == "cuda":
+            from .. import gpu
+
+            return gpu.fetch(self.codec, self._pinned, ids, checks=checks)
+        return self.codec.decode(self._pinned.index_select(ids))
+
+
+class CachedSource(StoreSource):
+    """A DeviceCache in front of a store source: hits decoded from device memory, misses read from
+    `fallback` (by the workers, or by the main process when `fallback` is served too)."""
+
+    served = True
+
+    def __init__(self, fallback: FeatureSource, cache: DeviceCache):
+        if not isinstance(fallback, StoreSource):
+            raise TypeError(f"CachedSource caches the compressed rows of a store source (StoreSource, "
+                            f"ZeroCopySource), got {type(fallback).__name__}")
+        if cache.table is not fallback.store:
+            raise ValueError("CachedSource: the cache holds rows of another table than its fallback's store")
+        super().__init__(fallback.store)
+        self.fallback = fallback
+        self.cache = cache
+
+    def worker_rows(self, ids: torch.Tensor) -> Optional[tuple[FeatureSource, torch.Tensor]]:
+        if self.fallback.served:
+            return None
+        return self.fallback, ids[~self.cache.hot_mask[ids]]
+
+    def prepare(self, device: torch.device) -> None:
+        self.fallback.prepare(device)
+
+    def release(self) -> None:
+        self.fallback.release()
+
+    def fetch(self, ids: torch.Tensor, sent: Optional[torch.Tensor], tally: Tally, checks=None,
+              name: str = "rows") -> torch.Tensor:
+        hit_pos, slots, miss_pos = self.cache.split(ids)
+        hits = self.cache.decode(slots, checks)
+        if self.fallback.served:
+            misses = self.fallback.fetch(ids.to(self.cache.device)[miss_pos], None, tally, checks, name)
+        else:
+            misses = sent
+            if misses is None or misses.shape[0] != miss_pos.numel():
+                got = 0 if misses is None else misses.shape[0]
+                raise RuntimeError(f"the workers sent {got} rows of {name!r} for {miss_pos.numel()} cache misses: "
+                                   "their cache map differs")
+        tally.hits = tally.hits + hit_pos.numel()
+        tally.misses = tally.misses + miss_pos.numel()
+        tally.cache_bytes = tally.cache_bytes + self.cache.hit_bytes(slots)
+        return assemble(ids.numel(), hit_pos, hits, miss_pos, misses)
+
+    def __repr__(self) -> str:
+        return f"CachedSource({self.fallback!r}, {self.cache!r})"
+
+
+def as_source(table: Any) -> FeatureSource:
+    """`table` as a FeatureSource: a source as it is, an EncodedTable as a StoreSource, a tensor as a
+    TensorSource."""
+    if isinstance(table, FeatureSource):
+        return table
+    if isinstance(table, EncodedTable):
+        return StoreSource(table)
+    return TensorSource(table)
+
+
+def assemble(n: int, hit_pos: torch.Tensor, hits: torch.Tensor, miss_pos: torch.Tensor,
+             misses: torch.Tensor) -> torch.Tensor:
+    """Rows in sampled order: out[hit_pos] = hits, out[miss_pos] = misses, copied as bytes (bit exact)."""
+    out = torch.empty((n,) + tuple(hits.shape[1:]), dtype=hits.dtype, device=hits.device)
+    if n == 0:
+        return out
+    row = out[0].numel() * out.element_size()
+    word = next((d for d in (torch.int64, torch.int32, torch.int16) if row % d.itemsize == 0), torch.uint8)
+    # rows seen as whole integer words: a copy of bits, never of values (NaN payloads, -0.0 kept)
+    as_bytes = lambda t: t.reshape(-1).view(torch.uint8).view(word).reshape(t.shape[0], -1)  # noqa: E731
+    dst = as_bytes(out)
+    if hits.shape[0]:
+        dst.index_copy_(0, hit_pos.to(out.device), as_bytes(hits))
+    if misses.shape[0]:
+        dst.index_copy_(0, miss_pos.to(out.device), as_bytes(misses.to(out.device)))
+    return out
+
+
+@dataclass(frozen=True)
+class Served:
+    """Rows of a served source in a batch: tensor `name` gets rows `ids` (the batch tensor holding the
+    node ids) of source `source`; `sent`: the workers sent the rows they read at `name`; `own_ids`:
+    the ids tensor was put only for this (dropped once served)."""
+
+    name: str
+    source: str
+    ids: str
+    sent: bool
+    own_ids: bool
+
+
+class Serving:
+    """A loader's served sources (name -> source), read by its decode stage for each batch's Served rows."""
+
+    def __init__(self, sources: Mapping[str, FeatureSource], device: torch.device):
+        self.sources = dict(sources)
+        self.device = torch.device(device)
+        self._ready = False
+
+    @property
+    def caches(self) -> dict[str, DeviceCache]:
+        """The device cache of each cached source."""
+        return {n: s.cache for n, s in self.sources.items() if isinstance(s, CachedSource)}
+
+    def prepare(self) -> None:
+        """Pin the zero-copy stores (on CUDA) and put their offsets on the device; once."""
+        if not self._ready:
+            for s in self.sources.values():
+                s.prepare(self.device)
+            self._ready = True
+
+    def release(self) -> None:
+        """Unregister host memory registered in place (the loader no longer serves)."""
+        for s in self.sources.values():
+            s.release()
+        self._ready = False
+
+    def fill(self, served, tensors: dict, stored: Mapping[GroupKey, CompressedTensor], checks=None) -> Tally:
+        """Put the rows of every `served` record into the decoded `tensors` (dropping ids sent only for
+        them); `stored`: the batch's compressed groups (the workers' misses are counted from them).
+        Call on the stream that decoded the batch."""
+        self.prepare()
+        tally, sent_by = Tally(), set()
+        out = {}
+        for s in served:
+            source = self.sources.get(s.source)
+            if source is None:
+                raise KeyError(f"the batch has rows of source {s.source!r} to serve; this loader serves "
+                               f"{sorted(self.sources)}")
+            out[s.name] = source.fetch(tensors[s.ids], tensors.get(s.name) if s.sent else None, tally, checks,
+                                       s.name)
+            if s.sent:
+                sent_by.add(s.source)
+        tally.worker_bytes = sum(ct.nbytes for k, ct in stored.items() if k.name in sent_by)
+        for s in served:
+            if s.own_ids:
+                tensors.pop(s.ids, None)
+        tensors.update(out)
+        return tally
+
+
+__all__ = ["FeatureSource", "TensorSource", "StoreSource", "ZeroCopySource", "CachedSource", "Served", "Serving",
+           "Tally", "as_source", "assemble", "RAW", "COMPRESSED"]
