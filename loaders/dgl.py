@@ -41,6 +41,7 @@ import torch
 
 from ibp_graph.codec.base import Codec
 from ibp_graph.data.store import EncodedTable
+from ibp_graph.index_checks import first_bad_step, first_outside, first_repeat
 from ibp_graph.loaders import _common
 from ibp_graph.pipeline.batch import DecodedBatch, EncodedBatch
 from ibp_graph.pipeline.codec_setup import CodecSpec
@@ -343,6 +344,10 @@ class CompressedDGLDataLoader(_DGLDataLoader):
             raise NotImplementedError("graph_sampler is an edge-wise sampler (as_edge_prediction_sampler); "
                                       "CompressedDGLDataLoader takes node-wise samplers returning "
                                       "(input_nodes, output_nodes, blocks), e.g. NeighborSampler")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size={batch_size!r} is not accepted; use an int >= 1")
+        _check_graph(graph)
+        _check_seeds(graph, indices)
         stores = _node_stores(graph, node_stores)
         node_attrs, edge_attrs, typed = _features(graph, graph_sampler, stores)
         out_device = torch.device(device) if device is not None else torch.device("cpu")
@@ -371,6 +376,9 @@ class CompressedDGLDataLoader(_DGLDataLoader):
                          use_uva=False, gpu_cache=None, **kwargs)
         self.graph_sampler = graph_sampler  # the user's; the wrapper lives in collate_fn
         self._stage, self.stats = _common.decode_stage(self._codecs, self.device, prefetch, self.features)
+        if not node_attrs and not edge_attrs:  # e.g. DGL's entity_sample.py: the script reads g.ndata itself
+            self.stats.note = (f"graph_sampler ({type(graph_sampler).__name__}) prefetches no features: only the "
+                               "batches' id columns travel compressed; the batches are DGL's own")
 
     @property
     def codecs(self) -> dict[str, Codec]:
@@ -494,6 +502,61 @@ def _node_stores(graph, node_stores: Optional[Mapping]) -> dict:
     return out
 
 
+def _check_graph(graph) -> None:
+    """Every stored format of every edge type of `graph`, checked once before DGL samples it: DGL trusts
+    them, and a negative or too large node id, a decreasing indptr or repeated edge ids crash its
+    samplers (SIGSEGV), as our own CSC is checked on the PyG path."""
+    formats = graph.formats()["created"]
+    for etype in graph.canonical_etypes:
+        src_t, _, dst_t = etype
+        n_src, n_dst, n_edges = graph.num_nodes(src_t), graph.num_nodes(dst_t), graph.num_edges(etype)
+        where = "graph" if len(graph.canonical_etypes) == 1 else f"graph's edge type {etype}"
+        for fmt in formats:
+            arrays = [a.numpy() for a in graph.adj_tensors(fmt, etype)]
+            if fmt == "coo":
+                named = [("its source ids", arrays[0], n_src), ("its destination ids", arrays[1], n_dst)]
+            else:
+                rows, cols = (n_src, n_dst) if fmt == "csr" else (n_dst, n_src)
+                indptr, indices, eids = arrays
+                if indptr.shape != (rows + 1,) or (rows + 1 and (int(indptr[0]) != 0 or int(indptr[-1]) != n_edges)):
+                    raise ValueError(f"{where}: its {fmt} indptr has shape {indptr.shape}, from "
+                                     f"{int(indptr[0]) if indptr.size else None} to "
+                                     f"{int(indptr[-1]) if indptr.size else None}; accepted: {rows + 1} entries "
+                                     f"from 0 to the {n_edges} edges (DGL does not check: its samplers would crash)")
+                bad = first_bad_step(indptr)
+                if bad >= 0:
+                    raise ValueError(f"{where}: its {fmt} indptr decreases at {bad} ({int(indptr[bad])} -> "
+                                     f"{int(indptr[bad + 1])}); accepted: non-decreasing offsets (DGL does not check)")
+                named = [(f"its {fmt} indices", indices, cols)]
+                if eids.size:
+                    named.append((f"its {fmt} edge ids", eids, n_edges))
+                    bad = first_repeat(eids, n_edges) if first_outside(eids, 0, n_edges) < 0 else -1
+                    if bad >= 0:
+                        raise ValueError(f"{where}: its {fmt} edge ids repeat {int(eids[bad])} at {bad}; accepted: "
+                                         f"every edge id in [0, {n_edges}) once (DGL does not check: it would crash)")
+            for what, ids, n in named:
+                bad = first_outside(ids, 0, n)
+                if bad >= 0:
+                    raise ValueError(f"{where}: {what} must be in [0, {n}); [{bad}] is {int(ids[bad])} (DGL does "
+                                     "not check: its samplers would crash)")
+
+
+def _check_seeds(graph, indices) -> None:
+    """The seed node ids, per node type, in range (DGL's samplers would read out of bounds)."""
+    per_type = indices if isinstance(indices, Mapping) else {graph.ntypes[0]: indices}
+    for t, ids in per_type.items():
+        if t not in graph.ntypes:
+            raise KeyError(f"indices names node type {t!r}; the graph has node types {graph.ntypes}")
+        ids = torch.as_tensor(ids)
+        if ids.dtype == torch.bool or ids.dtype.is_floating_point or ids.dim() != 1:
+            raise TypeError(f"indices[{t!r}] must be a 1-d tensor of node ids, got {ids.dtype} {tuple(ids.shape)}")
+        n = graph.num_nodes(t)
+        bad = first_outside(ids.numpy(), 0, n)
+        if bad >= 0:
+            name = "indices" if not isinstance(indices, Mapping) else f"indices[{t!r}]"
+            raise IndexError(f"{name} contains node {int(ids[bad])} at position {bad}, outside [0, {n})")
+
+
 def _features(graph, sampler, stores: Mapping) -> tuple[dict, dict, dict]:
     """The tables of the features the sampler prefetches (DGL's BlockSampler attributes): node tables
     and edge tables (by qualified name, for the codecs), and the qualified name of each node table by
@@ -505,10 +568,6 @@ def _features(graph, sampler, stores: Mapping) -> tuple[dict, dict, dict]:
     for t, names in _per_type(graph, getattr(sampler, "prefetch_edge_feats", None),
                               "graph_sampler.prefetch_edge_feats", EDGE).items():
         edge.setdefault(t, []).extend(names)
-    if not node and not edge:
-        raise ValueError(f"graph_sampler ({type(sampler).__name__}) prefetches no features, so there is "
-                         "nothing to compress; name them on the sampler as for DGL's DataLoader, e.g. "
-                         "NeighborSampler(fanouts, prefetch_node_feats=['feat'], prefetch_labels=['label'])")
     unused = sorted(f"{t}/{n}" for t, n in stores if n not in node.get(t, []))
     if unused:
         raise ValueError(f"node_stores has {unused}, which graph_sampler does not prefetch (it prefetches "

@@ -31,6 +31,8 @@ class LoaderStats:
     tier_bytes: dict = field(default_factory=lambda: {t: 0 for t in TIERS})
     #: the device caches' capacity (Capacity.as_dict() per attribute), set by the loader; not reset.
     cache: dict = field(default_factory=dict)
+    #: what the loader says about its batches as a whole (e.g. that nothing is compressed); not reset.
+    note: str = ""
 
     def add_tiers(self, hits: int, misses: int, cache_bytes: int, zero_copy_bytes: int, *,
                   worker: int = 0) -> None:
@@ -105,6 +107,8 @@ class LoaderStats:
                "sent_bytes": dict(self.sent_bytes), "seconds": dict(self.seconds),
                "fraction": self.fraction, "copied_bytes": self.copied_bytes,
                "copied_bytes_per_batch": self.copied_bytes_per_batch, "codecs": dict(self.codecs)}
+        if self.note:
+            out["note"] = self.note
         if self.serves_features:
             out["features"] = {"cache_hits": self.cache_hits, "cache_misses": self.cache_misses,
                                "hit_rate": self.hit_rate, "tier_bytes": dict(self.tier_bytes),
@@ -135,7 +139,8 @@ class LoaderStats:
                 f"; device cache hit rate {self.hit_rate:.4f}" +
                 "".join(f"\ndevice cache {k}: {c['rows']:,} rows compressed ({c['raw_rows']:,} raw) "
                         f"in {c['budget_bytes'] / 1e6:.1f} MB" for k, c in self.cache.items()))
-        return f"{self.batches} batches\n{bytes_t}\n{copied}{tiers}\n\n{time_t}"
+        note = f"{self.note}\n" if self.note else ""
+        return f"{note}{self.batches} batches\n{bytes_t}\n{copied}{tiers}\n\n{time_t}"
 
     def __str__(self) -> str:
         return self.table()

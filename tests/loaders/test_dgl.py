@@ -255,8 +255,11 @@ def test_unsupported_options_raise_naming_them(graph):
         L(graph, idx, sampler(), collate_fn=lambda b: b)
     with pytest.raises(NotImplementedError, match="edge-wise sampler"):
         L(graph, idx, dgl.dataloading.as_edge_prediction_sampler(sampler()))
-    with pytest.raises(ValueError, match="prefetches no features.*prefetch_node_feats"):
-        L(graph, idx, dgl.dataloading.NeighborSampler([2]))
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match=rf"batch_size={bad!r} is not accepted; use an int >= 1"):
+            L(graph, idx, sampler(), batch_size=bad)
+    with pytest.raises(IndexError, match=r"indices contains node 2000 at position 1, outside \[0, 2000\)"):
+        L(graph, torch.tensor([3, 2000]), sampler())
     with pytest.raises(KeyError, match=r"\['emb'\], not in graph.ndata"):
         L(graph, idx, sampler(prefetch_node_feats=["emb"]))
     with pytest.raises(ValueError, match=r"codec='zstd' is not accepted; use one of \('auto', 'ibp', 'ebp', "
@@ -501,3 +504,69 @@ def test_features_of_a_dtype_no_codec_has_arrive_bit_for_bit(monkeypatch, in_wor
         assert_same_batch(a, b)
         assert a[2][0].srcdata["c"].dtype == torch.complex64
     assert (int(loader._compressing.ring.counters[0, :, 0].sum()) > 0) == in_worker
+
+
+@needs_dgl
+@pytest.mark.parametrize("make_sampler", [
+    lambda: dgl.dataloading.MultiLayerFullNeighborSampler(2),
+    lambda: dgl.dataloading.NeighborSampler([4, 3]),
+], ids=["full", "neighbor"])
+def test_samplers_that_prefetch_nothing_give_dgls_batches(graph, make_sampler):
+    """DGL's entity_sample.py / hetero_rgcn.py read g.ndata themselves: their samplers prefetch no
+    features. DGL's loader takes them, so does ours (it refused them): the batches are DGL's own,
+    only their id columns travel compressed, and loader.stats says so."""
+    from ibp_graph.loaders.dgl import CompressedDGLDataLoader
+
+    indices = torch.arange(0, 2000, 11)
+    for num_workers in (0, 2):
+        theirs = run(dgl.dataloading.DataLoader, graph, indices, make_sampler, batch_size=40, shuffle=True,
+                     num_workers=num_workers)
+        seed_all(0)
+        loader = CompressedDGLDataLoader(graph, indices, make_sampler(), batch_size=40, shuffle=True,
+                                         num_workers=num_workers)
+        ours = list(loader)
+        assert len(ours) == len(theirs) == 5
+        for a, b in zip(ours, theirs):
+            assert_same_batch(a, b)
+        assert all(name.startswith("int64") for name in loader.codecs)  # the id columns only
+        assert "prefetches no features: only the batches' id columns travel compressed" in str(loader.stats)
+        assert loader.stats.as_dict()["note"] == loader.stats.note
+
+
+_BAD_GRAPH = """
+import sys, torch, dgl
+from ibp_graph.loaders.dgl import CompressedDGLDataLoader
+indptr, indices, eids = torch.tensor([0, 2, 3, 4]), torch.tensor([1, 0, 0, 2]), torch.arange(4)
+case = sys.argv[1]
+if case == "negative":
+    indices = torch.tensor([1, -7, 0, 2])
+elif case == "decreasing":
+    indptr = torch.tensor([0, 3, 2, 4])
+elif case == "edge ids":
+    eids = torch.tensor([0, 0, 3, 1])
+g = dgl.graph(("csc", (indptr, indices, eids)), num_nodes=3)
+g.ndata["feat"] = torch.randn(3, 4)
+s = dgl.dataloading.NeighborSampler([2], prefetch_node_feats=["feat"])
+try:
+    print(len(list(CompressedDGLDataLoader(g, torch.arange(3), s, batch_size=2))))
+except ValueError as e:
+    print("ERROR", e)
+"""
+
+
+@needs_dgl
+@pytest.mark.parametrize("case,message", [
+    ("negative", r"graph: its csc indices must be in \[0, 3\); \[1\] is -7"),
+    ("decreasing", r"graph: its csc indptr decreases at 1 \(3 -> 2\)"),
+    ("edge ids", r"graph: its csc edge ids repeat 0 at 1"),
+])
+def test_a_graph_dgl_would_crash_on_is_refused_by_name(case, message):
+    """DGL builds such graphs without a word and its samplers then crash (SIGSEGV or wrong rows);
+    the loader checks every stored format before DGL samples."""
+    import re
+
+    from tests.faults.isolated import expect_clean_exit, run_python
+
+    out = expect_clean_exit(run_python(_BAD_GRAPH, case)).strip()
+    assert out.startswith("ERROR") and re.search(message, out), out
+    assert "DGL does not check" in out
