@@ -231,8 +231,9 @@ class DGL:
         dgl.seed(seed)
 
     def set_epoch(self, loader, epoch: int) -> None:
-        """Distributed runs (use_ddp): DGL's DistributedSampler epoch."""
-        if getattr(loader, "use_ddp", False):
+        """Distributed runs (use_ddp): the loader's epoch, where its DGL has set_epoch (DGL 2.1's node
+        DataLoader reshuffles each rank's share itself and has none)."""
+        if getattr(loader, "use_ddp", False) and hasattr(loader, "set_epoch"):
             loader.set_epoch(epoch)
 
 

@@ -174,3 +174,54 @@ def test_entity_sample_without_prefetched_features_gives_dgls_losses():
     theirs = _entity_sample(dgl.dataloading.DataLoader)
     assert _entity_sample(CompressedDGLDataLoader) == theirs  # it refused samplers that prefetch nothing
     assert theirs[-1] < 0.8 * theirs[0], theirs
+
+
+def _ddp_rank(rank: int, world_size: int, init_file: str, out_dir: str) -> None:
+    """multigpu/node_classification.py on the CPU: use_ddp splits the seeds; ours must split them as DGL's."""
+    import datetime
+    import faulthandler
+    import sys
+
+    from ibp_graph.loaders.dgl import CompressedDGLDataLoader
+
+    faulthandler.dump_traceback_later(150, exit=True, file=sys.stderr)  # a hang shows where it hangs
+    torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
+                                         world_size=world_size, timeout=datetime.timedelta(seconds=120))
+    g, train_idx, _ = _graph()
+    out = {}
+    for name, cls in (("dgl", dgl.dataloading.DataLoader), ("ours", CompressedDGLDataLoader)):
+        _seed(0)
+        sampler = dgl.dataloading.NeighborSampler([4, 3], prefetch_node_feats=["feat"], prefetch_labels=["label"])
+        loader = cls(g, train_idx, sampler, batch_size=32, shuffle=True, use_ddp=True)
+        epochs = []
+        for epoch in range(2):  # DGL 2.1's use_ddp reshuffles each rank's share itself (no set_epoch)
+            epochs.append([(i.clone(), o.clone(), b[0].srcdata["feat"].clone()) for i, o, b in loader])
+        out[name] = epochs
+    torch.save(out, os.path.join(out_dir, f"{rank}.pt"))
+    torch.distributed.destroy_process_group()
+    faulthandler.cancel_dump_traceback_later()
+
+
+def test_multigpu_use_ddp_ranks_get_dgls_batches(tmp_path):
+    """Each rank's CompressedDGLDataLoader(use_ddp=True) gives DGL's own DistributedSampler share,
+    batch for batch, every epoch; the ranks' seeds are disjoint."""
+    import subprocess
+    import sys
+
+    script = ("import torch.multiprocessing as mp\n"
+              "from tests.examples.test_dgl_examples import _ddp_rank\n"
+              "if __name__ == '__main__':\n"
+              f"    mp.spawn(_ddp_rank, args=(2, {str(tmp_path / 'init')!r}, {str(tmp_path)!r}), nprocs=2)\n")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    seeds = []
+    for r in range(2):
+        got = torch.load(tmp_path / f"{r}.pt")
+        for ours, theirs in zip(got["ours"], got["dgl"]):
+            assert len(ours) == len(theirs) > 0
+            for (i_a, o_a, x_a), (i_b, o_b, x_b) in zip(ours, theirs):
+                assert torch.equal(i_a, i_b) and torch.equal(o_a, o_b) and torch.equal(x_a, x_b)
+        seeds.append(torch.cat([o for _, o, _ in got["ours"][0]]))
+    assert not set(seeds[0].tolist()) & set(seeds[1].tolist())

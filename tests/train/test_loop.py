@@ -151,3 +151,23 @@ def test_the_pyg_loop_imports_no_dgl_and_the_dgl_loop_no_torch_geometric():
             "from ibp_graph.train import frontends; frontends.get('dgl'); frontends.get('pyg')\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_the_dgl_epoch_hook_takes_a_ddp_loader_without_set_epoch():
+    """DGL 2.1's node DataLoader with use_ddp=True reshuffles each rank's share itself and has no
+    set_epoch: the training loop's epoch hook called it (AttributeError in every DDP run on DGL)."""
+    from ibp_graph.train.frontends import DGL
+
+    calls = []
+
+    class Loader:
+        use_ddp = True
+
+    class WithEpochs(Loader):
+        def set_epoch(self, epoch):
+            calls.append(epoch)
+
+    hook = DGL.set_epoch.__get__(object.__new__(DGL))
+    hook(Loader(), 3)
+    hook(WithEpochs(), 4)
+    assert calls == [4]
