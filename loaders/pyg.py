@@ -156,13 +156,13 @@ class CompressedNeighborLoader(NeighborLoader):
         self.device = _common.loader_device(device)
         self._prefetch = prefetch
         self._codec_spec = codec
-        self.is_hetero = isinstance(data, HeteroData) or is_hetero_input(data)
+        self._is_hetero = isinstance(data, HeteroData) or is_hetero_input(data)
         sampling = dict(num_neighbors=num_neighbors, input_nodes=input_nodes, input_time=input_time,
                         replace=replace, subgraph_type=subgraph_type, disjoint=disjoint,
                         temporal_strategy=temporal_strategy, time_attr=time_attr, weight_attr=weight_attr,
                         input_id=input_id, post_sample=_post_sample(
-                            self.is_hetero and subgraph_type == "bidirectional", transform_sampler_output))
-        if self.is_hetero:
+                            self._is_hetero and subgraph_type == "bidirectional", transform_sampler_output))
+        if self._is_hetero:
             from ibp_graph.loaders import pyg_hetero
             check_features(features)
             if features == "zero_copy" or device_cache not in (0, 0.0, None):
