@@ -3,7 +3,6 @@ worker-death naming and the host-memory checks of their inputs."""
 from __future__ import annotations
 
 import functools
-import inspect
 import signal
 import threading
 import time
@@ -89,14 +88,18 @@ def to_adj_t(edge_index: torch.Tensor, values: torch.Tensor, num_src: int, num_d
 
 
 def setup_codecs(node_attrs: Mapping[str, Any], edge_attrs: Mapping[str, Any], *, num_nodes: int,
-                 num_edges: int, codec: CodecSpec, device: torch.device) -> dict[GroupKey, Codec]:
-    """One codec per group (pipeline.codec_setup.build_codecs), warmed up for `device`."""
+                 num_edges: int, codec: CodecSpec, device: torch.device,
+                 refine: Optional[Callable[[dict], tuple]] = None) -> Any:
+    """One codec per group (pipeline.codec_setup.build_codecs), warmed up for `device`. `refine`, when
+    given, maps the codecs to (codecs, ...) (e.g. per-type codecs: pipeline.type_codecs); its whole
+    answer is returned, with the codecs it gives warmed up."""
     codecs = build_codecs(node_attrs, edge_attrs, num_nodes=num_nodes, num_edges=num_edges, codec=codec)
-    warm_up(codecs, device)
+    out = (codecs,) if refine is None else refine(codecs)
+    warm_up(out[0], device)
     for table in node_attrs.values():  # the compressed-row gather the workers run on stores
         if isinstance(table, EncodedTable) and table.compressed.n_rows:
             table.index_select(torch.zeros(1, dtype=torch.int64))
-    return codecs
+    return out[0] if refine is None else out
 
 
 def warm_sampler(sampler: Union[NeighborSampler, HeteroNeighborSampler], seeds: torch.Tensor, num_workers: int,
@@ -135,10 +138,13 @@ def warm_up(codecs: Mapping[GroupKey, Codec], device: torch.device) -> None:
 
 
 def decode_stage(codecs: Mapping[GroupKey, Codec], device: torch.device, prefetch: int,
-                 features: Optional[FeaturePlan] = None) -> tuple[DecodeStage, LoaderStats]:
-    """The loader's decode stage and the stats it counts into (the loader's `.stats`); with a
-    feature plan (pipeline.features), the stage also reads the rows of its served sources."""
-    stats = LoaderStats(codecs={str(k): describe(c) for k, c in codecs.items()})
+                 features: Optional[FeaturePlan] = None,
+                 stats: Optional[LoaderStats] = None) -> tuple[DecodeStage, LoaderStats]:
+    """The loader's decode stage and the stats it counts into (the loader's `.stats`: new, or `stats`
+    going on with these codecs); with a feature plan (pipeline.features), the stage also reads the rows
+    of its served sources."""
+    stats = LoaderStats() if stats is None else stats
+    stats.codecs = {str(k): describe(c) for k, c in codecs.items()}
     serving = None if features is None else features.serving
     if features is not None:
         stats.cache = {n: c.capacity.as_dict() for n, c in features.caches.items()}
@@ -326,10 +332,3 @@ def host_rows(value: Any, argname: str) -> torch.Tensor:
     if isinstance(value, np.ndarray):
         return numpy_view(value, argname)
     return host_table(value, argname).contiguous()
-
-
-def init_signature(cls: type) -> inspect.Signature:
-    """The signature of `cls`'s __init__ without `self`: what inspect.signature(cls) shows when a
-    __new__ that dispatches on its arguments would hide it."""
-    sig = inspect.signature(cls.__init__)
-    return sig.replace(parameters=list(sig.parameters.values())[1:])

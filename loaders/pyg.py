@@ -16,8 +16,7 @@ from ibp_graph.loaders._common import ADJ_T
 from ibp_graph.loaders.pyg_stores import is_hetero_input, is_store_pair, read_stores
 from ibp_graph.pipeline.batch import DecodedBatch, EncodedBatch
 from ibp_graph.pipeline.codec_setup import CodecSpec
-from ibp_graph.pipeline.features import plan_features
-from ibp_graph.pipeline.grouping import GroupKey
+from ibp_graph.pipeline.features import check_features, plan_features
 from ibp_graph.pipeline.requests import BatchRequest, BatchRequests, DrawnRequests
 from ibp_graph.pipeline.sources import FeatureSource
 from ibp_graph.pipeline.plans import NeighborPlanner
@@ -30,13 +29,11 @@ try:
     from torch_geometric.loader import NeighborLoader
     from torch_geometric.loader.base import DataLoaderIterator
     from torch_geometric.loader.utils import infer_filter_per_worker
+    from torch_geometric.sampler import HeteroSamplerOutput as PyGHeteroSamplerOutput
     from torch_geometric.sampler import NodeSamplerInput
+    from torch_geometric.sampler import SamplerOutput as PyGSamplerOutput
 except ImportError as e:  # pragma: no cover - exercised only without torch_geometric
     raise ImportError("ibp_graph.loaders.pyg needs torch_geometric: pip install 'ibp-graph[pyg]'") from e
-
-#: PyG options this loader cannot honour: raising NotImplementedError names them.
-_UNSUPPORTED = {"transform_sampler_output": None, "neighbor_sampler": None}
-
 
 class CompressedNeighborLoader(NeighborLoader):
     """Drop-in for torch_geometric.loader.NeighborLoader that sends compressed rows to the device.
@@ -55,17 +52,23 @@ class CompressedNeighborLoader(NeighborLoader):
     read once, here; batches carry what PyG's filter_custom_store puts in them: the
     feature store's node attributes, `num_nodes`, and no edge or graph-level attributes).
     A heterogeneous input (`HeteroData`, heterogeneous stores, or per-type tables with
-    `TypedCSC`s) builds a CompressedHeteroNeighborLoader (loaders/pyg_hetero.py).
+    `TypedCSC`s) is read, sampled and made into HeteroData batches by loaders/pyg_hetero.py (its
+    HeteroParts says how); the loader is the same class either way, a NeighborLoader, with the same
+    options. As PyG, the loader reads `self.data` again at the start of each epoch (attribute names and
+    object identity): an attribute deleted since is left out of the batches, one replaced or added is
+    read as the constructor reads it; started persistent workers keep the copy they hold (as PyG's).
+    A node attribute named ``n_id`` (an edge attribute ``e_id``) keeps the user's values, as in PyG.
 
     Arguments up to `directed` are NeighborLoader's, in its order, with PyG's semantics:
     `weight_attr` (weighted sampling), `subgraph_type` ("directional", "bidirectional",
     "induced"; `directed=False` means "induced", as PyG), `disjoint` (`batch.batch`), and
-    `filter_per_worker` (either value gives the same batches: workers always gather and
+    `filter_per_worker` (either value gives the same batches: workers always sample, gather and
     encode, the main process decodes; it decides, as in PyG, whether `collate_fn(index)`
-    returns the finished `Data` or the encoded batch that `filter_fn` finishes), temporal
+    returns the finished batch or the encoded one that `filter_fn` finishes), temporal
     sampling (`time_attr` naming node or edge times, `input_time`, `temporal_strategy`;
-    disjoint, as PyG). `transform_sampler_output` and `neighbor_sampler` raise
-    NotImplementedError naming them. `codec` (``"auto"``, the
+    disjoint, as PyG), `transform_sampler_output` (applied in the workers to PyG's SamplerOutput
+    or HeteroSamplerOutput). A `neighbor_sampler` raises NotImplementedError naming it, and so do
+    ``features="zero_copy"`` and a `device_cache` for a heterogeneous graph. `codec` (``"auto"``, the
     default: per group the smallest of IBP and EBP, or identity when neither gains;
     ``"ibp"``, ``"ebp"``, ``"identity"`` or a fitted codec object; a dtype no codec has
     travels as identity bytes, named in `codecs`), `device`, `prefetch` and
@@ -84,21 +87,11 @@ class CompressedNeighborLoader(NeighborLoader):
     per codec and one sampled batch), so that forked workers inherit them.
     """
 
-    def __new__(cls, data=None, *args, **kwargs):
-        """A heterogeneous input (HeteroData, heterogeneous stores or tables) gets a CompressedHeteroNeighborLoader
-        (loaders/pyg_hetero.py), as NeighborLoader takes both."""
-        if isinstance(data, HeteroData) or is_hetero_input(data):
-            from ibp_graph.loaders.pyg_hetero import CompressedHeteroNeighborLoader
-            loader = CompressedHeteroNeighborLoader(data, *args, **kwargs)
-            loader.called_as = cls.__name__  # its repr names the class the user called, as PyG's
-            return loader
-        return super().__new__(cls)
-
     def __init__(
         self,
-        data: Data,
-        num_neighbors: List[int],
-        input_nodes: Optional[torch.Tensor] = None,
+        data: Union[Data, HeteroData, Any],
+        num_neighbors: Union[List[int], Any],
+        input_nodes: Any = None,
         input_time: Optional[torch.Tensor] = None,
         replace: bool = False,
         subgraph_type: str = "directional",
@@ -123,14 +116,11 @@ class CompressedNeighborLoader(NeighborLoader):
         **kwargs: Any,
     ):
         _common.start()
-        given = {"transform_sampler_output": transform_sampler_output, "neighbor_sampler": neighbor_sampler}
-        bad = [k for k, v in _UNSUPPORTED.items() if given[k] is not v]
-        if bad:
+        if neighbor_sampler is not None:
             raise NotImplementedError(
-                f"CompressedNeighborLoader does not support "
-                f"{', '.join(f'{k}={given[k]!r}' for k in bad)}: sampling and gathering happen together in "
-                f"the workers, with the loader's own sampler (accepted: "
-                f"{', '.join(f'{k}=None' for k in bad)})")
+                f"CompressedNeighborLoader does not support neighbor_sampler={neighbor_sampler!r}: sampling and "
+                "gathering happen together in the workers, with the loader's own sampler (accepted: "
+                "neighbor_sampler=None)")
         if input_time is not None and time_attr is None:
             raise ValueError("input_time is given but time_attr is None (as in PyG); accepted: input_time with "
                              "time_attr naming a node- or edge-level time attribute")
@@ -144,15 +134,6 @@ class CompressedNeighborLoader(NeighborLoader):
                                       "(FeatureStore, GraphStore) backends; accepted: None")
         kwargs.pop("custom_cls", None)
         input_id = kwargs.pop("input_id", None)
-        if is_store_pair(data) and weight_attr is not None:
-            raise NotImplementedError(
-                f"weight_attr={weight_attr!r} with (FeatureStore, GraphStore) data is not supported (nor by PyG); "
-                "accepted: None, or the graph as a Data")
-        graph, node_attrs, edge_attrs, self._graph_attrs = _graph_and_attrs(data)
-        # PyG sets a batch's num_nodes when the graph's was set, and for a feature store with attributes
-        self._set_num_nodes = (isinstance(data, Data) and "num_nodes" in data) or (
-            is_store_pair(data) and bool(node_attrs))
-
         batch_size = kwargs.pop("batch_size", 1)
         shuffle = kwargs.pop("shuffle", False)
         drop_last = kwargs.pop("drop_last", False)
@@ -161,57 +142,45 @@ class CompressedNeighborLoader(NeighborLoader):
         batch_sampler = kwargs.pop("batch_sampler", None)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size={batch_size!r} is not accepted; use an int >= 1")
-
-        num_nodes = graph.num_nodes
-        self.graph = graph
-        weight = _edge_weight(data, weight_attr, graph.num_edges)
-        node_time, edge_time = _times(data, time_attr, num_nodes, graph.num_edges, node_attrs)
-        self.node_sampler = NeighborSampler(self.graph, num_neighbors, replace=replace, weight=weight,
-                                            subgraph_type=subgraph_type, disjoint=disjoint,
-                                            node_time=node_time, edge_time=edge_time,
-                                            temporal_strategy=temporal_strategy)
         # NodeLoader's fields, which PyG's helpers read
         self.data = data
-        self.input_nodes = input_nodes
-        self.input_time = input_time
         self.transform = transform
-        self.transform_sampler_output = None
+        self.transform_sampler_output = transform_sampler_output
         self.filter_per_worker = infer_filter_per_worker(data) if filter_per_worker is None \
             else filter_per_worker
         self.custom_cls = None
         self.input_id = input_id
-        seeds = _input_nodes(input_nodes, num_nodes)
-        # PyG reports input_id as node ids for a boolean mask, as positions for ids or None,
-        # unless NodeLoader's input_id= gives one per seed
-        mask_given = isinstance(input_nodes, torch.Tensor) and input_nodes.dtype == torch.bool
-        if input_id is not None:
-            input_id = torch.as_tensor(input_id)
-            if input_id.shape != seeds.shape:
-                raise ValueError(f"input_id has shape {tuple(input_id.shape)}; accepted: one id per input "
-                                 f"node, shape {tuple(seeds.shape)}")
-        elif mask_given:
-            input_id = seeds
-        if input_time is not None:
-            input_time = torch.as_tensor(input_time)
-            if input_time.shape != seeds.shape:
-                raise ValueError(f"input_time has shape {tuple(input_time.shape)}; accepted: one time per input "
-                                 f"node, shape {tuple(seeds.shape)}")
-        self.input_data = NodeSamplerInput(input_id=input_id, node=seeds, time=input_time)
+        self.subgraph_type = subgraph_type
+        # the graph kind decides where PyG's NodeLoader.filter_fn branches: its parts read the input, plan
+        # the batches and make them Data (here) or HeteroData (loaders/pyg_hetero.py)
         self.device = _common.loader_device(device)
+        self._prefetch = prefetch
+        self._codec_spec = codec
+        self._is_hetero = isinstance(data, HeteroData) or is_hetero_input(data)
+        sampling = dict(num_neighbors=num_neighbors, input_nodes=input_nodes, input_time=input_time,
+                        replace=replace, subgraph_type=subgraph_type, disjoint=disjoint,
+                        temporal_strategy=temporal_strategy, time_attr=time_attr, weight_attr=weight_attr,
+                        input_id=input_id, post_sample=_post_sample(
+                            self._is_hetero and subgraph_type == "bidirectional", transform_sampler_output))
+        if self._is_hetero:
+            from ibp_graph.loaders import pyg_hetero
+            check_features(features)
+            if features == "zero_copy" or device_cache not in (0, 0.0, None):
+                raise NotImplementedError(
+                    f"features={features!r}, device_cache={device_cache!r} are not supported for a HeteroData "
+                    "yet; accepted: features='worker' or 'auto' (both gather in the workers) and device_cache=0")
+            self._kind = pyg_hetero.HeteroParts(self, data, **sampling)
+        else:
+            self._kind = _HomoParts(self, data, features=features, device_cache=device_cache, **sampling)
+        seeds = self._kind.seeds
         self.requests = _requests(seeds.numel(), batch_size, shuffle=shuffle, drop_last=drop_last,
                                   generator=generator, rank=rank, world_size=world_size,
                                   sampler=sampler, batch_sampler=batch_sampler)
-        self.features = plan_features(node_attrs, features=features, device_cache=device_cache,
-                                      device=self.device, indices=self.graph.indices, codec=codec)
-        self._codecs: dict[GroupKey, Codec] = _common.setup_codecs(
-            self.features.codec_attrs, edge_attrs, num_nodes=num_nodes, num_edges=self.graph.num_edges,
-            codec=codec, device=self.device)
-        self._prefetch = prefetch
         self._stage, self.stats = _common.decode_stage(self._codecs, self.device, prefetch, self.features)
-        _common.warm_sampler(self.node_sampler, seeds, kwargs.get("num_workers", 0), seed_time=input_time)
-        producer = BatchProducer(NeighborPlanner(self.node_sampler, seeds, self.features.node_attrs, edge_attrs,
-                                                 input_ids=self.input_data.input_id, input_time=input_time),
-                                 self._codecs)
+        _common.warm_sampler(self.node_sampler, seeds, kwargs.get("num_workers", 0), seed_time=self._kind.seed_time,
+                             input_type=getattr(self, "input_type", None))
+        self._producer = producer = BatchProducer(self._kind.planner(), self._codecs)
+        self._seen = _snapshot(data)
         kwargs.setdefault("pin_memory", self.device.type == "cuda")
         if kwargs.get("num_workers", 0) == 0:
             kwargs.pop("persistent_workers", None) if not kwargs.get("persistent_workers") else None
@@ -240,8 +209,8 @@ class CompressedNeighborLoader(NeighborLoader):
         out = self.dataset[index]
         return self.filter_fn(out) if self.filter_per_worker else out
 
-    def filter_fn(self, out: EncodedBatch) -> Data:
-        """PyG's: an encoded batch decoded on `device` and made NeighborLoader's Data."""
+    def filter_fn(self, out: EncodedBatch) -> Union[Data, HeteroData]:
+        """PyG's: an encoded batch decoded on `device` and made NeighborLoader's Data or HeteroData."""
         if self.device.type == "cuda" and torch.utils.data.get_worker_info() is not None:
             raise RuntimeError(
                 "CompressedNeighborLoader.filter_fn runs in a DataLoader worker (e.g. ZipLoader with "
@@ -249,7 +218,7 @@ class CompressedNeighborLoader(NeighborLoader):
                 "forked worker; accepted: filter_per_worker=False (decode in the main process) or device='cpu'")
         if self._stage is None:  # unpickled in a worker process
             self._stage = _common.decode_stage(self._codecs, self.device, self._prefetch, self.features)[0]
-        return self._to_data(next(iter(self._stage(iter([out])))))
+        return self._finish(next(iter(self._stage(iter([out])))))
 
     def _get_iterator(self):
         # torch's iterator of encoded batches (decoding follows in __iter__); PyG's wrapper around
@@ -257,26 +226,33 @@ class CompressedNeighborLoader(NeighborLoader):
         it = DataLoader._get_iterator(self)
         return it if self.filter_per_worker else DataLoaderIterator(it, _identity)
 
-    def __iter__(self) -> Iterator[Data]:
+    def __iter__(self) -> Iterator[Union[Data, HeteroData]]:
+        self._read_data_again()
         it = DataLoader.__iter__(self)
         batches = _common.name_worker_deaths(it, "CompressedNeighborLoader", "sampling, gathering or encoding",
                                              lambda: _common.worker_processes(getattr(it, "iterator", it)))
         for batch in self._stage(batches):
-            yield self._to_data(batch)
+            yield self._finish(batch)
 
-    def _to_data(self, batch: DecodedBatch) -> Data:
-        """NeighborLoader's Data: the named tensors, and its fields from the batch's meta."""
-        tensors = dict(batch)
-        if ADJ_T in tensors:  # the graph came as adj_t: so do the batches (PyG's filter_edge_store_)
-            n = int(tensors["n_id"].numel())
-            tensors[ADJ_T] = _common.to_adj_t(tensors.pop("edge_index"), tensors[ADJ_T], n, n)
-        data = Data(**{**self._graph_attrs, **tensors})  # graph-level attributes as given (PyG's filter_data)
-        if self._set_num_nodes:
-            data.num_nodes = int(batch["n_id"].numel())
-        data.batch_size = batch.meta["num_seeds"]
-        if batch.meta["nodes_per_hop"] is not None:  # None for the bidirectional and induced subgraphs
-            data.num_sampled_nodes = batch.meta["nodes_per_hop"]
-            data.num_sampled_edges = batch.meta["edges_per_hop"]
+    def _read_data_again(self) -> None:
+        """PyG reads `self.data` at every batch: an attribute deleted, replaced or added since the last
+        epoch (by name and object identity, a cheap check) is read again, as the constructor reads it
+        (codecs set up for new groups), and a deleted one leaves the batches. Persistent workers that
+        have started keep their copy (as PyG's), and so does this loader then."""
+        seen = _snapshot(self.data)
+        if seen == self._seen or seen is None or getattr(self, "_iterator", None) is not None:
+            return
+        codecs = self._kind.read_again(self.data)
+        self._codecs = {k: self._codecs.get(k, c) for k, c in codecs.items()}  # unchanged groups keep theirs
+        self._producer.codecs = dict(self._codecs)
+        self._producer.planner = self._kind.planner()
+        self._stage, self.stats = _common.decode_stage(self._codecs, self.device, self._prefetch, self.features,
+                                                       stats=self.stats)
+        self._seen = seen
+
+    def _finish(self, batch: DecodedBatch) -> Union[Data, HeteroData]:
+        """The batch as PyG's filter_fn makes it for the graph kind, then `transform`."""
+        data = self._kind.to_batch(batch)
         return self.transform(data) if self.transform is not None else data
 
     def __getstate__(self) -> dict:
@@ -292,13 +268,132 @@ class CompressedNeighborLoader(NeighborLoader):
 
     def describe(self) -> str:
         """What this loader samples and how it sends each group (fan-outs, codecs, device, features)."""
-        return (f"{type(self).__name__}(num_neighbors={self.node_sampler.num_neighbors}, "
+        return (f"{type(self).__name__}({getattr(self._kind, 'prefix', '')}"
+                f"num_neighbors={self.node_sampler.num_neighbors}, "
                 f"batches={len(self)}, codecs={ {k: c.name for k, c in self.codecs.items()} }, "
-                f"device={self.device}, features={self.features.describe()})")
+                f"device={self.device}, {self._kind.describe()})")
 
 
-# inspect.signature would show __new__'s (data=None, *args, **kwargs): show NeighborLoader's arguments
-CompressedNeighborLoader.__signature__ = _common.init_signature(CompressedNeighborLoader)
+class _HomoParts:
+    """The homogeneous side of the loader: its graph, sampler, inputs, feature plan and codecs (set on
+    the loader as NeighborLoader's fields), its batch plans and its batches' Data."""
+
+    def __init__(self, loader: "CompressedNeighborLoader", data, *, num_neighbors, input_nodes, input_time,
+                 replace, subgraph_type, disjoint, temporal_strategy, time_attr, weight_attr, input_id,
+                 post_sample, features, device_cache):
+        if is_store_pair(data) and weight_attr is not None:
+            raise NotImplementedError(
+                f"weight_attr={weight_attr!r} with (FeatureStore, GraphStore) data is not supported (nor by PyG); "
+                "accepted: None, or the graph as a Data")
+        self.loader = loader
+        graph, node_attrs, self.edge_attrs, self.graph_attrs = _graph_and_attrs(data)
+        # PyG sets a batch's num_nodes when the graph's was set, and for a feature store with attributes
+        self.set_num_nodes = (isinstance(data, Data) and "num_nodes" in data) or (
+            is_store_pair(data) and bool(node_attrs))
+        num_nodes = graph.num_nodes
+        loader.graph = graph
+        weight = _edge_weight(data, weight_attr, graph.num_edges)
+        node_time, edge_time = _times(data, time_attr, num_nodes, graph.num_edges, node_attrs)
+        loader.node_sampler = NeighborSampler(graph, num_neighbors, replace=replace, weight=weight,
+                                              subgraph_type=subgraph_type, disjoint=disjoint,
+                                              node_time=node_time, edge_time=edge_time,
+                                              temporal_strategy=temporal_strategy)
+        loader.input_nodes = input_nodes
+        loader.input_time = input_time
+        seeds = _input_nodes(input_nodes, num_nodes)
+        # PyG reports input_id as node ids for a boolean mask, as positions for ids or None,
+        # unless NodeLoader's input_id= gives one per seed
+        mask_given = isinstance(input_nodes, torch.Tensor) and input_nodes.dtype == torch.bool
+        if input_id is not None:
+            input_id = torch.as_tensor(input_id)
+            if input_id.shape != seeds.shape:
+                raise ValueError(f"input_id has shape {tuple(input_id.shape)}; accepted: one id per input "
+                                 f"node, shape {tuple(seeds.shape)}")
+        elif mask_given:
+            input_id = seeds
+        if input_time is not None:
+            input_time = torch.as_tensor(input_time)
+            if input_time.shape != seeds.shape:
+                raise ValueError(f"input_time has shape {tuple(input_time.shape)}; accepted: one time per input "
+                                 f"node, shape {tuple(seeds.shape)}")
+        loader.input_data = NodeSamplerInput(input_id=input_id, node=seeds, time=input_time)
+        self.seeds, self.seed_time = seeds, input_time
+        self.post_sample = post_sample
+        self.feature_options = dict(features=features, device_cache=device_cache)
+        loader._codecs = self._setup(node_attrs)
+
+    def _setup(self, node_attrs: dict) -> dict:
+        """The feature plan of these node attributes (set on the loader) and the codecs of the batches."""
+        loader, graph = self.loader, self.loader.graph
+        loader.features = plan_features(node_attrs, device=loader.device, indices=graph.indices,
+                                        codec=loader._codec_spec, **self.feature_options)
+        return _common.setup_codecs(loader.features.codec_attrs, self.edge_attrs, num_nodes=graph.num_nodes,
+                                    num_edges=graph.num_edges, codec=loader._codec_spec, device=loader.device)
+
+    def read_again(self, data: Data) -> dict:
+        """The attributes of `data` read as the constructor reads them (the graph stays); the codecs."""
+        graph = self.loader.graph
+        node, edge, self.graph_attrs = _data_attrs(data, graph.num_nodes, graph.num_edges)
+        self.edge_attrs = {**({ADJ_T: self.edge_attrs[ADJ_T]} if ADJ_T in self.edge_attrs else {}), **edge}
+        self.set_num_nodes = "num_nodes" in data
+        return self._setup(node)
+
+    def planner(self) -> NeighborPlanner:
+        loader = self.loader
+        return NeighborPlanner(loader.node_sampler, self.seeds, loader.features.node_attrs,
+                               self.edge_attrs, input_ids=loader.input_data.input_id, input_time=self.seed_time,
+                               post_sample=self.post_sample)
+
+    def to_batch(self, batch: DecodedBatch) -> Data:
+        """NeighborLoader's Data: the named tensors, and its fields from the batch's meta."""
+        tensors = dict(batch)
+        if ADJ_T in tensors:  # the graph came as adj_t: so do the batches (PyG's filter_edge_store_)
+            n = batch.meta["num_nodes"]
+            tensors[ADJ_T] = _common.to_adj_t(tensors.pop("edge_index"), tensors[ADJ_T], n, n)
+        data = Data(**{**self.graph_attrs, **tensors})  # graph-level attributes as given (PyG's filter_data)
+        if self.set_num_nodes:
+            data.num_nodes = batch.meta["num_nodes"]
+        data.batch_size = batch.meta["num_seeds"]
+        if batch.meta["nodes_per_hop"] is not None:  # None for the bidirectional and induced subgraphs
+            data.num_sampled_nodes = batch.meta["nodes_per_hop"]
+            data.num_sampled_edges = batch.meta["edges_per_hop"]
+        return data
+
+    def describe(self) -> str:
+        return f"features={self.loader.features.describe()}"
+
+
+class _PostSample:
+    """In the workers, after sampling: PyG's bidirectional subgraph (heterogeneous: the homogeneous sampler
+    makes its own), then `transform_sampler_output`, both on PyG's (Hetero)SamplerOutput, as NeighborLoader."""
+
+    def __init__(self, bidirectional: bool, transform: Optional[Callable]):
+        self.bidirectional = bidirectional
+        self.transform = transform
+
+    def __call__(self, out):
+        fields = dict(node=out.node, row=out.row, col=out.col, edge=out.edge, batch=out.batch,
+                      num_sampled_nodes=out.num_sampled_nodes, num_sampled_edges=out.num_sampled_edges)
+        pyg = (PyGHeteroSamplerOutput if isinstance(out.node, dict) else PyGSamplerOutput)(**fields)
+        if self.bidirectional:
+            pyg = pyg.to_bidirectional(keep_orig_edges=False)
+        if self.transform is not None:
+            pyg = self.transform(pyg)
+        return type(out)(**{k: getattr(pyg, k) for k in fields})
+
+
+def _post_sample(bidirectional: bool, transform: Optional[Callable]) -> Optional[_PostSample]:
+    if not bidirectional and transform is None:
+        return None
+    return _PostSample(bidirectional, transform)
+
+
+def _snapshot(data) -> Optional[tuple]:
+    """What `data` holds, by store, attribute name and object identity (None: not a Data or HeteroData)."""
+    if not isinstance(data, (Data, HeteroData)):
+        return None
+    return tuple((getattr(store, "_key", None), key, id(value)) for store in data.stores
+                 for key, value in store.items())
 
 
 def _identity(batch):
@@ -423,7 +518,7 @@ def _graph_and_attrs(data) -> tuple[CSCGraph, dict, dict, dict]:
                          "accepted: a Data with node features or num_nodes set")
     num_nodes = int(data.num_nodes)
     edge_index = data.edge_index
-    node, edge, other = {}, {}, {}
+    edge = {}
     if edge_index is None and "adj_t" in data:  # PyG's to_csc reads adj_t's CSR as the graph's CSC
         indptr, indices, edge[ADJ_T] = _common.read_adj_t(data.adj_t, num_nodes, num_nodes, "data.adj_t")
         num_edges = int(indices.shape[0])
@@ -434,6 +529,14 @@ def _graph_and_attrs(data) -> tuple[CSCGraph, dict, dict, dict]:
             edge_index = torch.zeros((2, 0), dtype=torch.int64)
         num_edges = int(edge_index.shape[1])
         graph = CSCGraph.from_edge_index(edge_index, num_nodes)
+    node, more, other = _data_attrs(data, num_nodes, num_edges)
+    return graph, node, {**edge, **more}, other
+
+
+def _data_attrs(data: Data, num_nodes: int, num_edges: int) -> tuple[dict, dict, dict]:
+    """A Data's node- and edge-level attributes (CPU tensors, contiguous, or numpy views) and its
+    graph-level ones (kept as given), as the loader reads them when built and after they change."""
+    node, edge, other = {}, {}, {}
     for key, value in data.items():
         if key in ("edge_index", "num_nodes", ADJ_T):
             continue
@@ -454,7 +557,7 @@ def _graph_and_attrs(data) -> tuple[CSCGraph, dict, dict, dict]:
             edge[key] = _common.host_rows(value, f"data.{key}")
         else:
             other[key] = value  # graph-level: every batch keeps it unchanged, as PyG's filter_data
-    return graph, node, edge, other
+    return node, edge, other
 
 
 def _check_attr(argname: str, value, num_nodes: int) -> None:

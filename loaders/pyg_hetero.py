@@ -1,57 +1,44 @@
-"""CompressedHeteroNeighborLoader: PyG's NeighborLoader on a HeteroData, with compressed rows.
+"""The heterogeneous side of CompressedNeighborLoader (loaders/pyg.py): PyG's NeighborLoader on a HeteroData,
+heterogeneous (FeatureStore, GraphStore) or per-type tables, with compressed rows.
 
-``CompressedNeighborLoader(hetero_data, ...)`` builds one of these (PyG's NeighborLoader
-takes both graph kinds under one name). Sampling follows PyG's heterogeneous
-NeighborLoader (``ibp_graph.sampling.hetero``); the features of every node and edge type
-are grouped by (dtype, row shape) across types and compressed like the homogeneous
-loader's, with a codec per type where the types' rows differ enough
-(``ibp_graph.pipeline.type_codecs``); batches are ``HeteroData`` on `device`.
+Sampling follows PyG's heterogeneous NeighborLoader (``ibp_graph.sampling.hetero``); the features of every
+node and edge type are grouped by (dtype, row shape) across types and compressed like the homogeneous
+loader's, with a codec per type where the types' rows differ enough (``ibp_graph.pipeline.type_codecs``);
+batches are ``HeteroData`` on `device`.
 """
 from __future__ import annotations
 
-import warnings
-from typing import Any, Callable, Iterator, List, Mapping, Optional, Union
+from typing import Any, Mapping, Optional
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader
 
-from ibp_graph.codec.base import Codec
 from ibp_graph.data.store import EncodedTable
 from ibp_graph.index_checks import check_node_table
 from ibp_graph.loaders import _common
 from ibp_graph.loaders._common import ADJ_T
 from ibp_graph.loaders.pyg_stores import is_store_pair, read_stores
 from ibp_graph.pipeline.batch import DecodedBatch
-from ibp_graph.pipeline.codec_setup import CODEC_NAMES, CodecSpec, build_codecs
-from ibp_graph.pipeline.features import check_features
-from ibp_graph.pipeline.grouping import GroupKey
+from ibp_graph.pipeline.codec_setup import CODEC_NAMES, CodecSpec
 from ibp_graph.pipeline.plans import INPUT_ID, SEED_TIME, HeteroPlanner, edge_name, node_name
-from ibp_graph.pipeline.producer import BatchProducer, SampleOnly
-from ibp_graph.pipeline.requests import BatchRequests
 from ibp_graph.pipeline.type_codecs import split_row_groups
 from ibp_graph.sampling.graph import sorted_by_time
-from ibp_graph.sampling.hetero import EdgeType, HeteroNeighborSampler, HeteroSamplerOutput, TypedCSC
+from ibp_graph.sampling.hetero import EdgeType, HeteroNeighborSampler, TypedCSC
 
 try:
     from torch_geometric.data import HeteroData
-    from torch_geometric.loader.mixin import AffinityMixin, MultithreadingMixin
-    from torch_geometric.sampler import HeteroSamplerOutput as PyGHeteroSamplerOutput
     from torch_geometric.sampler.base import NumNeighbors
 except ImportError as e:  # pragma: no cover - exercised only without torch_geometric
     raise ImportError("ibp_graph.loaders.pyg_hetero needs torch_geometric: pip install 'ibp-graph[pyg]'") from e
 
-__all__ = ["CompressedHeteroNeighborLoader"]
-
-#: DataLoader arguments the loader sets itself, and those it refuses.
-_REFUSED_KWARGS = ("sampler", "batch_sampler", "collate_fn")
+__all__ = ["HeteroParts"]
 
 
-class CompressedHeteroNeighborLoader(DataLoader, AffinityMixin, MultithreadingMixin):
-    """torch_geometric.loader.NeighborLoader for a `HeteroData`, sending compressed rows to the device.
+class HeteroParts:
+    """The heterogeneous side of CompressedNeighborLoader: its graph, sampler, inputs and codecs (set on the
+    loader as NeighborLoader's fields), its batch plans and its batches' HeteroData.
 
-    Arguments are NeighborLoader's, in its order, then ours (`codec`, `device`, `prefetch`,
-    `rank`, `world_size`: as for CompressedNeighborLoader). `num_neighbors` is a list for
+    Arguments are NeighborLoader's (CompressedNeighborLoader's, for a heterogeneous input). `num_neighbors` is a list for
     every edge type or a dict per edge type (every edge type named; PyG's NumNeighbors
     with a `default` is accepted too). `input_nodes` is a node type (all its nodes), or
     ``(node type, None | boolean mask | node ids)``; a batch's ``input_id`` holds node ids
@@ -63,17 +50,14 @@ class CompressedHeteroNeighborLoader(DataLoader, AffinityMixin, MultithreadingMi
     between the sampled nodes, with ``e_id``; no ``num_sampled_*``); `transform_sampler_output`
     gets PyG's HeteroSamplerOutput in the workers. ``disjoint=True`` grows one subgraph per seed
     (node ids may repeat across subgraphs; each node type gets ``batch``, its nodes' seeds;
-    not with "induced", as in PyG). ``filter_per_worker=False`` keeps only the
-    sampling in the workers and gathers and encodes in the main process (None, the default,
-    and True do it all in the workers); the batches are the same. `time_attr` (a node-level
+    not with "induced", as in PyG). `time_attr` (a node-level
     or edge-level attribute) makes sampling temporal as in PyG: disjoint, each seed's
     neighbours no later than its time (`input_time`, else its node's `time_attr`), drawn
     by `temporal_strategy` ("uniform" or "last"); batches then carry ``batch`` per node
     type and, with `input_time`, ``seed_time`` on the input type. `weight_attr` names an
     edge attribute: the edge types that have it are sampled proportionally to it (PyG's
     weighted sampling without replacement: zero-weight edges are never drawn), the others
-    uniformly; not with `time_attr`. A custom `neighbor_sampler` raises
-    NotImplementedError naming it.
+    uniformly; not with `time_attr`. 
 
     `data` is a HeteroData, PyG's ``(FeatureStore, GraphStore)`` pair with named node and
     edge types (read once, when the loader is built: loaders/pyg_stores.py; batches carry
@@ -93,65 +77,15 @@ class CompressedHeteroNeighborLoader(DataLoader, AffinityMixin, MultithreadingMi
     several types, whether the types got one codec or one each (and why).
     """
 
-    def __init__(
-        self,
-        data: HeteroData,
-        num_neighbors: Union[List[int], Mapping[EdgeType, List[int]], NumNeighbors],
-        input_nodes: Any = None,
-        input_time: Optional[torch.Tensor] = None,
-        replace: bool = False,
-        subgraph_type: str = "directional",
-        disjoint: bool = False,
-        temporal_strategy: str = "uniform",
-        time_attr: Optional[str] = None,
-        weight_attr: Optional[str] = None,
-        transform: Optional[Callable] = None,
-        transform_sampler_output: Optional[Callable] = None,
-        is_sorted: bool = False,
-        filter_per_worker: Optional[bool] = None,
-        neighbor_sampler: Optional[Any] = None,
-        directed: bool = True,
-        *,
-        codec: CodecSpec = "auto",
-        device: Union[str, torch.device, None] = None,
-        prefetch: int = 2,
-        rank: Optional[int] = None,
-        world_size: Optional[int] = None,
-        features: str = "auto",
-        device_cache: Union[int, float] = 0,
-        **kwargs: Any,
-    ):
-        _common.start()
-        _worker_features_only(features, device_cache)
-        if not directed:  # PyG: deprecated, the induced subgraph
-            warnings.warn("directed=False is deprecated (as in PyG's NeighborLoader); use "
-                          "subgraph_type='induced'", DeprecationWarning, stacklevel=2)
-            subgraph_type = "induced"
-        subgraph_type = getattr(subgraph_type, "value", subgraph_type)  # PyG's SubgraphType enum
-        if subgraph_type not in _SUBGRAPH_TYPES:
-            raise ValueError(f"subgraph_type={subgraph_type!r} is not accepted; use one of {_SUBGRAPH_TYPES}")
-        _refuse_options(neighbor_sampler=neighbor_sampler)
-        if input_time is not None and time_attr is None:
-            raise ValueError("input_time is set while time_attr is not; accepted: input_time together with "
-                             "time_attr (the seeds' times for temporal sampling)")
+    def __init__(self, loader, data, *, num_neighbors, input_nodes, input_time, replace, subgraph_type, disjoint,
+                 temporal_strategy, time_attr, weight_attr, input_id, post_sample):
         if not isinstance(disjoint, bool):
             raise TypeError(f"disjoint={disjoint!r} is not accepted; use a bool")
         if disjoint and subgraph_type == "induced":
             raise ValueError("disjoint=True with subgraph_type='induced' is not accepted (nor by PyG); "
                              "use one of them")
-        if filter_per_worker not in (None, True, False):
-            raise ValueError(f"filter_per_worker={filter_per_worker!r} is not accepted; use None, True or False")
-        # None: in the workers (the compression's work belongs there; batches are the same either way)
-        self.filter_per_worker = filter_per_worker is not False
-        self.subgraph_type = subgraph_type
-        self.transform_sampler_output = transform_sampler_output
-        for k in _REFUSED_KWARGS:
-            if k in kwargs:
-                raise NotImplementedError(f"{k}= is not supported: the loader builds its own batches "
-                                          "(pass batch_size, shuffle, drop_last, generator)")
-        self.data = data
-        graph = _HeteroGraph(data, time_attr, weight_attr)
-        self._graph = graph
+        self.loader = loader
+        graph = self.graph = _HeteroGraph(data, time_attr, weight_attr)
         values, default = (num_neighbors.values, num_neighbors.default) \
             if isinstance(num_neighbors, NumNeighbors) else (num_neighbors, None)
         if isinstance(values, Mapping):  # PyG's EdgeTypeStr keys are strings "src__rel__dst"
@@ -159,75 +93,49 @@ class CompressedHeteroNeighborLoader(DataLoader, AffinityMixin, MultithreadingMi
         if (graph.node_time is not None or graph.edge_time is not None) and subgraph_type == "induced":
             raise ValueError("time_attr with subgraph_type='induced' is not accepted (nor by PyG): temporal "
                              "sampling is disjoint")
-        self.node_sampler = HeteroNeighborSampler(graph.num_nodes, graph.csc, values, default=default,
-                                                  replace=replace, induced=subgraph_type == "induced",
-                                                  disjoint=disjoint, node_time=graph.node_time,
-                                                  edge_time=graph.edge_time, temporal_strategy=temporal_strategy,
-                                                  weight=graph.weight)
-        self.disjoint = self.node_sampler.disjoint  # temporal sampling is disjoint (as PyG)
-        self.input_type, self.input_nodes, input_ids = _input_nodes(input_nodes, graph.num_nodes)
-        self.input_time = _input_time(input_time, self.input_nodes)
-        if self.node_sampler.temporal and self.input_time is None and (
-                graph.node_time is None or self.input_type not in graph.node_time):
-            raise ValueError(f"time_attr={time_attr!r} gives {self.input_type!r} nodes no time; accepted: "
+        loader.node_sampler = HeteroNeighborSampler(graph.num_nodes, graph.csc, values, default=default,
+                                                    replace=replace, induced=subgraph_type == "induced",
+                                                    disjoint=disjoint, node_time=graph.node_time,
+                                                    edge_time=graph.edge_time, temporal_strategy=temporal_strategy,
+                                                    weight=graph.weight)
+        loader.disjoint = loader.node_sampler.disjoint  # temporal sampling is disjoint (as PyG)
+        loader.input_type, loader.input_nodes, self.input_ids = _input_nodes(input_nodes, graph.num_nodes)
+        if input_id is not None:
+            self.input_ids = torch.as_tensor(input_id)
+        loader.input_time = _input_time(input_time, loader.input_nodes)
+        if loader.node_sampler.temporal and loader.input_time is None and (
+                graph.node_time is None or loader.input_type not in graph.node_time):
+            raise ValueError(f"time_attr={time_attr!r} gives {loader.input_type!r} nodes no time; accepted: "
                              "input_time with the seeds' times")
+        self.post_sample = post_sample
+        self.seeds, self.seed_time = loader.input_nodes, loader.input_time
+        loader.features = None
+        loader._codecs, self.typed, loader.split_report = _hetero_codecs(graph, loader._codec_spec, loader.device)
 
-        batch_size = kwargs.pop("batch_size", 1)
-        shuffle = kwargs.pop("shuffle", False)
-        drop_last = kwargs.pop("drop_last", False)
-        generator = kwargs.pop("generator", None)
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size={batch_size!r} is not accepted; use an int >= 1")
-        self.device = _common.loader_device(device)
-        self.transform = transform
-        self.requests = BatchRequests(self.input_nodes.numel(), batch_size, shuffle=shuffle,
-                                      drop_last=drop_last, generator=generator, rank=rank,
-                                      world_size=world_size)
-        self._codecs, self._typed, self.split_report = _hetero_codecs(graph, codec)
-        _common.warm_up(self._codecs, self.device)
-        self._stage, self.stats = _common.decode_stage(self._codecs, self.device, prefetch)
-        _common.warm_sampler(self.node_sampler, self.input_nodes, kwargs.get("num_workers", 0),
-                             seed_time=self.input_time, input_type=self.input_type)
-        planner = HeteroPlanner(self.node_sampler, self.input_type, self.input_nodes, graph.node_attrs,
-                                graph.edge_attrs, input_ids=input_ids, input_time=self.input_time,
-                                typed_groups=self._typed, post_sample=_post_sample(subgraph_type, transform_sampler_output))
-        self._producer = producer = BatchProducer(planner, self._codecs)
-        kwargs.setdefault("pin_memory", self.device.type == "cuda")
-        # filtering in the main process: the batches are pinned here once built (the DataLoader's
-        # pin thread would only see sampler outputs)
-        self._pin_here = not self.filter_per_worker and bool(kwargs["pin_memory"]) and self.device.type == "cuda"
-        if not self.filter_per_worker:
-            kwargs["pin_memory"] = False
-        if kwargs.get("num_workers", 0) == 0 and not kwargs.get("persistent_workers"):
-            kwargs.pop("persistent_workers", None)
-        dataset = producer if self.filter_per_worker else SampleOnly(producer)
-        super().__init__(dataset, batch_size=None, sampler=self.requests, collate_fn=_identity, **kwargs)
+    def planner(self) -> HeteroPlanner:
+        loader, g = self.loader, self.graph
+        return HeteroPlanner(loader.node_sampler, loader.input_type, loader.input_nodes, g.node_attrs,
+                             g.edge_attrs, input_ids=self.input_ids, input_time=loader.input_time,
+                             typed_groups=self.typed, post_sample=self.post_sample)
 
-    def set_epoch(self, epoch: int) -> None:
-        """Distributed runs: a new shuffle of the input nodes, the same on every rank."""
-        self.requests.set_epoch(epoch)
+    def read_again(self, data: HeteroData) -> dict:
+        """The attributes of `data` read as the constructor reads them (the sampled graph stays); the codecs."""
+        # without time_attr, weight_attr: the sampler has read them; a type left without attributes keeps its count
+        self.graph = _HeteroGraph(data, counts=self.graph.num_nodes)
+        codecs, self.typed, self.loader.split_report = _hetero_codecs(self.graph, self.loader._codec_spec,
+                                                                      self.loader.device)
+        return codecs
 
     @property
-    def codecs(self) -> dict[str, Codec]:
-        """The codec of each group of a batch, by the group's printed name (as in `stats`)."""
-        return _common.by_name(self._codecs)
+    def prefix(self) -> str:
+        return f"input_type={self.loader.input_type!r}, "
 
-    def __iter__(self) -> Iterator[HeteroData]:
-        it = super().__iter__()
-        stages = "sampling, gathering or encoding" if self.filter_per_worker else "sampling"
-        batches = _common.name_worker_deaths(it, type(self).__name__, stages, lambda: _common.worker_processes(it))
-        if not self.filter_per_worker:  # gather and encode here, then pin as the workers' batches are
-            batches = (self._encode_here(req, sampled) for req, sampled in batches)
-        for batch in self._stage(batches):
-            yield self._to_hetero(batch)
+    def describe(self) -> str:
+        return "features=worker"
 
-    def _encode_here(self, req, sampled):
-        batch = self._producer.encode(req, sampled)
-        return batch.pin_memory() if self._pin_here else batch
-
-    def _to_hetero(self, batch: DecodedBatch) -> HeteroData:
+    def to_batch(self, batch: DecodedBatch) -> HeteroData:
         """NeighborLoader's HeteroData: every type's named tensors, and its fields from the batch's meta."""
-        g, meta = self._graph, batch.meta
+        g, meta, loader = self.graph, batch.meta, self.loader
         out = HeteroData(**g.graph_attrs)
         for t in g.node_types:
             store = out[t]
@@ -239,7 +147,7 @@ class CompressedHeteroNeighborLoader(DataLoader, AffinityMixin, MultithreadingMi
                 store.n_id = batch[node_name(t, "n_id")]
             if t in g.num_nodes_set:
                 store.num_nodes = int(store.n_id.numel())
-            if self.disjoint:
+            if loader.disjoint:
                 store.batch = batch[node_name(t, "batch")]
             if meta["nodes_per_hop"] is not None:
                 store.num_sampled_nodes = meta["nodes_per_hop"][t]
@@ -260,81 +168,12 @@ class CompressedHeteroNeighborLoader(DataLoader, AffinityMixin, MultithreadingMi
                 store.e_id = batch[edge_name(e, "e_id")]
             if meta["edges_per_hop"] is not None:
                 store.num_sampled_edges = meta["edges_per_hop"][e]
-        inputs = out[self.input_type]
+        inputs = out[loader.input_type]
         inputs.input_id = batch[INPUT_ID]
-        if self.input_time is not None:
+        if loader.input_time is not None:
             inputs.seed_time = batch[SEED_TIME]
         inputs.batch_size = meta["num_seeds"]
-        return self.transform(out) if self.transform is not None else out
-
-    def __repr__(self) -> str:
-        """PyG's NodeLoader repr (the name of the class called to build it); describe() says more."""
-        return f"{getattr(self, 'called_as', type(self).__name__)}()"
-
-    def describe(self) -> str:
-        """What this loader samples and how it sends each group (input type, fan-outs, codecs, device)."""
-        return (f"{type(self).__name__}(input_type={self.input_type!r}, "
-                f"num_neighbors={self.node_sampler.num_neighbors}, batches={len(self)}, "
-                f"codecs={ {k: c.name for k, c in self.codecs.items()} }, device={self.device})")
-
-
-def _identity(batch):
-    return batch
-
-
-#: NeighborLoader's subgraph types, all honoured.
-_SUBGRAPH_TYPES = ("directional", "bidirectional", "induced")
-
-
-def _worker_features_only(features: Any, device_cache: Any) -> None:
-    """Heterogeneous batches gather their features in the workers: features="worker" (or "auto",
-    which means it here) and no device cache; the homogeneous loader's other modes name themselves."""
-    check_features(features)
-    if features == "zero_copy" or device_cache not in (0, 0.0, None):
-        raise NotImplementedError(
-            f"features={features!r}, device_cache={device_cache!r} are not supported for a HeteroData yet; "
-            "accepted: features='worker' or 'auto' (both gather in the workers) and device_cache=0")
-
-
-def _refuse_options(**given) -> None:
-    """NotImplementedError naming every option given a value this loader cannot honour."""
-    honoured = {"neighbor_sampler": None}
-    bad = []
-    for k, accepted in honoured.items():
-        ok = given[k] in accepted if isinstance(accepted, tuple) else (given[k] is accepted or given[k] == accepted)
-        if not ok:
-            bad.append(f"{k}={given[k]!r}")
-    if bad:
-        raise NotImplementedError(
-            f"CompressedNeighborLoader does not support {', '.join(bad)} for a HeteroData; it samples "
-            "heterogeneous graphs with its own sampler (accepted: neighbor_sampler=None)")
-
-
-class _PostSample:
-    """In the workers, after sampling: PyG's bidirectional subgraph, then `transform_sampler_output`
-    (both on PyG's HeteroSamplerOutput, as NeighborLoader applies them)."""
-
-    def __init__(self, bidirectional: bool, transform: Optional[Callable]):
-        self.bidirectional = bidirectional
-        self.transform = transform
-
-    def __call__(self, out: HeteroSamplerOutput) -> HeteroSamplerOutput:
-        pyg = PyGHeteroSamplerOutput(node=out.node, row=out.row, col=out.col, edge=out.edge, batch=out.batch,
-                                     num_sampled_nodes=out.num_sampled_nodes,
-                                     num_sampled_edges=out.num_sampled_edges)
-        if self.bidirectional:
-            pyg = pyg.to_bidirectional(keep_orig_edges=False)
-        if self.transform is not None:
-            pyg = self.transform(pyg)
-        return HeteroSamplerOutput(node=pyg.node, row=pyg.row, col=pyg.col, edge=pyg.edge,
-                                   num_sampled_nodes=pyg.num_sampled_nodes,
-                                   num_sampled_edges=pyg.num_sampled_edges, batch=pyg.batch)
-
-
-def _post_sample(subgraph_type: str, transform: Optional[Callable]) -> Optional[_PostSample]:
-    if subgraph_type != "bidirectional" and transform is None:
-        return None
-    return _PostSample(subgraph_type == "bidirectional", transform)
+        return out
 
 
 def _input_time(input_time, input_nodes: torch.Tensor) -> Optional[torch.Tensor]:
@@ -398,7 +237,9 @@ class _HeteroGraph:
     orders the node types and batches carry every type's ``num_nodes``, as a HeteroData's set ones).
     """
 
-    def __init__(self, data: Any, time_attr: Optional[str] = None, weight_attr: Optional[str] = None):
+    def __init__(self, data: Any, time_attr: Optional[str] = None, weight_attr: Optional[str] = None,
+                 counts: Optional[Mapping[str, int]] = None):
+        self._counts = dict(counts or {})  # node counts known already (a type whose attributes were deleted)
         self.num_nodes: dict[str, int] = {}
         self.num_nodes_set: set = set()
         self.node_attrs: dict[str, dict] = {}
@@ -428,8 +269,8 @@ class _HeteroGraph:
             elif self.edge_time is not None and e in self.edge_time:
                 self.csc[e] = sorted_by_time(csc, self.edge_time[e][csc.e_id])
         self.weight = _weights(self, weight_attr)
-        names = [node_name(t, a) for t in self.node_types for a in list(self.node_attrs[t]) + ["n_id"]]
-        names += [edge_name(e, a) for e in self.edge_types for a in list(self.edge_attrs[e]) + ["e_id"]]
+        names = [node_name(t, a) for t in self.node_types for a in {**self.node_attrs[t], "n_id": None}]
+        names += [edge_name(e, a) for e in self.edge_types for a in {**self.edge_attrs[e], "e_id": None}]
         if len(set(names)) != len(names):
             raise ValueError(f"node and edge type names {self.node_types} / {self.edge_types} give two "
                              "attributes the same flat name; accepted: type names that do not contain "
@@ -462,6 +303,9 @@ class _HeteroGraph:
         self.num_nodes_set = {t for t in node_types if "num_nodes" in data[t]}
         for t in node_types:
             store = self._store = data[t]
+            if store.num_nodes is None and t in self._counts:
+                self._node_type(t, self._counts[t], store.items(), "data")
+                continue
             if store.num_nodes is None:
                 raise ValueError(f"data[{t!r}].num_nodes is None and cannot be inferred; accepted: node "
                                  "type stores with node attributes or num_nodes set")
@@ -590,12 +434,14 @@ def _times(graph: _HeteroGraph, time_attr: Optional[str]):
     return (nodes, None) if nodes else (None, edges)
 
 
-def _hetero_codecs(graph: _HeteroGraph, codec: CodecSpec):
-    """One codec per group; row groups shared by several types are split per type where that pays."""
+def _hetero_codecs(graph: _HeteroGraph, codec: CodecSpec, device: torch.device):
+    """One codec per group, warmed up for `device` (_common.setup_codecs); row groups shared by several
+    types are split per type where that pays."""
     nodes, edges = graph.flat_tables()
     num_nodes = max(graph.num_nodes.values(), default=0)
     num_edges = max((g.num_edges for g in graph.csc.values()), default=0)
-    codecs = build_codecs(nodes, edges, num_nodes=num_nodes, num_edges=num_edges, codec=codec)
-    if isinstance(codec, str) and codec in CODEC_NAMES and codec != "identity":
-        return split_row_groups({**nodes, **edges}, codecs, kind=codec)
-    return codecs, {}, {}
+    split = isinstance(codec, str) and codec in CODEC_NAMES and codec != "identity"
+    refine = (lambda codecs: split_row_groups({**nodes, **edges}, codecs, kind=codec)) if split else \
+        (lambda codecs: (codecs, {}, {}))
+    return _common.setup_codecs(nodes, edges, num_nodes=num_nodes, num_edges=num_edges, codec=codec,
+                                device=device, refine=refine)

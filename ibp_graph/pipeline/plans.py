@@ -76,28 +76,35 @@ class _Inputs:
 
 class NeighborPlanner(_Inputs):
     """A homogeneous batch: the gathered node/edge attributes and ``n_id``, ``e_id``,
-    ``edge_index`` (local positions into ``n_id``), ``input_id``, a disjoint batch's ``batch``
-    and ``seed_time``; its meta is ``{"num_seeds", "nodes_per_hop", "edges_per_hop"}``."""
+    ``edge_index`` (local positions into the sampled nodes), ``input_id``, a disjoint batch's ``batch``
+    and ``seed_time``; an ``n_id`` or ``e_id`` attribute of the graph's own is gathered instead (as PyG
+    keeps it). Its meta is ``{"num_seeds", "num_nodes" (sampled), "nodes_per_hop", "edges_per_hop"}``.
+    `post_sample`, when given, maps each sampler output to the one the batch is built from."""
 
     def __init__(self, sampler: NeighborSampler, input_nodes: torch.Tensor, node_attrs: Mapping[str, Any],
                  edge_attrs: Mapping[str, torch.Tensor], input_ids: Optional[torch.Tensor] = None,
-                 input_time: Optional[torch.Tensor] = None):
+                 input_time: Optional[torch.Tensor] = None, post_sample: Optional[Callable] = None):
         super().__init__(input_nodes, input_ids, input_time)
         self.sampler = sampler
         self.node_attrs = dict(node_attrs)
         self.edge_attrs = dict(edge_attrs)
+        self.post_sample = post_sample
 
     def sample(self, req: BatchRequest):
         seeds, seed_time = self.input_nodes[req.index], self.seed_time(req)
         if seed_time is None:
-            return self.sampler.sample(seeds, seed=req.seed)
-        return self.sampler.sample(seeds, seed=req.seed, seed_time=seed_time)
+            out = self.sampler.sample(seeds, seed=req.seed)
+        else:
+            out = self.sampler.sample(seeds, seed=req.seed, seed_time=seed_time)
+        return out if self.post_sample is None else self.post_sample(out)
 
     def plan(self, req: BatchRequest, out) -> tuple[BatchPlan, dict]:
         plan = BatchPlan()
         plan.put("edge_index", out.row, out.col, shape=(2, int(out.row.numel())))
-        plan.put("n_id", out.node)
-        plan.put("e_id", out.edge)
+        if "n_id" not in self.node_attrs:
+            plan.put("n_id", out.node)
+        if "e_id" not in self.edge_attrs and out.edge is not None:
+            plan.put("e_id", out.edge)
         if out.batch is not None:  # disjoint sampling: each node's seed position
             plan.put("batch", out.batch)
         self.put_inputs(plan, req)
@@ -105,10 +112,10 @@ class NeighborPlanner(_Inputs):
             if name not in plan:
                 plan.gather(name, table, out.node)
         for name, table in self.edge_attrs.items():
-            if name not in plan:
+            if name not in plan and out.edge is not None:
                 plan.gather(name, table, out.edge)
-        meta = {"num_seeds": int(req.index.numel()), "nodes_per_hop": _listed(out.num_sampled_nodes),
-                "edges_per_hop": _listed(out.num_sampled_edges)}
+        meta = {"num_seeds": int(req.index.numel()), "num_nodes": int(out.node.numel()),
+                "nodes_per_hop": _listed(out.num_sampled_nodes), "edges_per_hop": _listed(out.num_sampled_edges)}
         return plan, meta
 
 

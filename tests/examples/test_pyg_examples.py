@@ -180,3 +180,41 @@ def test_papers100m_gcn_ddp_ranks_train_on_the_seeds_the_script_gave_them(tmp_pa
     for r in results:
         assert torch.equal(r["seen"].sort().values, r["mine"].sort().values)
     assert results[0]["batches"] == results[1]["batches"] == -(-results[0]["mine"].numel() // 32)
+
+
+def test_reddit_subgraph_loader_honours_attributes_deleted_and_added_after_construction():
+    """examples/reddit.py: the layer-wise inference loader over all nodes (num_neighbors=[-1]) has its
+    x and y deleted and an n_id attribute added after construction, and reads batch.n_id; PyG reads
+    its data at every batch, so the batches carry neither x nor y, and n_id is the user's (they
+    still gathered x, and n_id was replaced)."""
+    import copy
+
+    from torch_geometric.nn.models import GraphSAGE
+
+    data = graphs.homogeneous()
+    torch.manual_seed(0)
+    train_loader = NeighborLoader(data, input_nodes=data.train_mask, num_neighbors=[5, 3], shuffle=True,
+                                  batch_size=64)
+    subgraph_loader = NeighborLoader(copy.copy(data), input_nodes=None, num_neighbors=[-1], shuffle=False,
+                                     batch_size=128)
+    del subgraph_loader.data.x, subgraph_loader.data.y
+    subgraph_loader.data.num_nodes = data.num_nodes
+    subgraph_loader.data.n_id = torch.arange(data.num_nodes) * 3  # the user's own values (reddit's: arange)
+    model = GraphSAGE(data.num_features, 32, num_layers=2, out_channels=4)
+    forward = lambda m, b: m(b.x, b.edge_index)[: b.batch_size]
+    target = lambda b: b.y[: b.batch_size]
+    losses = _epochs(model, train_loader, int(data.train_mask.sum()), 3, forward, target)
+    assert losses[-1] < 0.8 * losses[0]
+    model.eval()
+    x_all = data.x
+    with torch.no_grad():
+        for i, conv in enumerate(model.convs):
+            xs = []
+            for batch in subgraph_loader:
+                assert "x" not in batch and "y" not in batch
+                assert torch.equal(batch.n_id % 3, torch.zeros_like(batch.n_id))  # the user's n_id, gathered
+                x = conv(x_all[batch.n_id // 3], batch.edge_index)
+                xs.append((x.relu() if i < len(model.convs) - 1 else x)[: batch.batch_size])
+            x_all = torch.cat(xs)
+    full = model(data.x, data.edge_index)  # layer-wise over all in-edges == the full-graph forward
+    torch.testing.assert_close(x_all, full, rtol=0, atol=1e-4)

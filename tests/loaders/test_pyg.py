@@ -178,8 +178,6 @@ def test_unsupported_options_raise_naming_them():
         CompressedNeighborLoader(data, [2], input_time=torch.zeros(100))
     with pytest.raises(ValueError, match=r"temporal_strategy='latest' is not accepted; use one of \('uniform', 'last'\)"):
         CompressedNeighborLoader(data, [2], temporal_strategy="latest")
-    with pytest.raises(NotImplementedError, match="transform_sampler_output"):
-        CompressedNeighborLoader(data, [2], transform_sampler_output=lambda out: out)
     with pytest.raises(NotImplementedError, match="neighbor_sampler"):
         CompressedNeighborLoader(data, [2], neighbor_sampler=object())
     with pytest.raises(ValueError, match=r"subgraph_type='sideways' is not accepted; use one of "

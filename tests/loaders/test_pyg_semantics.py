@@ -1,0 +1,126 @@
+"""One CompressedNeighborLoader for Data and HeteroData (a NeighborLoader either way), and PyG's
+reading of the loader's data: user attributes named like the sampler's outputs keep their values,
+attributes deleted, replaced or added after construction reach the next epoch's batches."""
+import pytest
+import torch
+from torch_geometric.loader import NeighborLoader
+
+from ibp_graph.loaders.pyg import CompressedNeighborLoader
+from tests.loaders.test_pyg import make_graph
+from tests.loaders.test_pyg_hetero import CITES, make_hetero
+
+
+def loader(data, **kw):
+    kw.setdefault("device", "cpu")
+    kw.setdefault("batch_size", 32)
+    return CompressedNeighborLoader(data, **kw)
+
+
+def test_a_hetero_data_gets_a_neighbor_loader_of_the_one_class():
+    data = make_hetero(papers=200, authors=300, insts=10)
+    hetero = loader(data, num_neighbors=[2], input_nodes="paper")
+    homo = loader(make_graph(num_nodes=200, num_edges=1000), num_neighbors=[2])
+    for it in (hetero, homo):
+        assert isinstance(it, NeighborLoader) and type(it) is CompressedNeighborLoader
+        assert repr(it) == "CompressedNeighborLoader()"
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_user_n_id_and_e_id_keep_their_values_as_in_pyg(num_workers):
+    data = make_graph(num_nodes=400, num_edges=3000)
+    data.n_id = torch.arange(400) * 3
+    data.e_id = torch.arange(3000) * 5
+    for batch in loader(data, num_neighbors=[3, 2], num_workers=num_workers):
+        assert torch.equal(batch.n_id, batch.x[:, 0].long() * 3)  # the user's values, gathered
+        src = batch.n_id[batch.edge_index[0]] // 3
+        assert torch.equal(data.edge_index[0, batch.e_id // 5], src)  # the user's e_id, gathered
+        assert torch.equal(batch.e_id % 5, torch.zeros_like(batch.e_id))
+
+
+def test_user_n_id_is_kept_with_zero_copy_features():
+    data = make_graph(num_nodes=400, num_edges=3000)
+    data.n_id = torch.arange(400) * 3
+    for batch in loader(data, num_neighbors=[3], features="zero_copy"):
+        assert torch.equal(batch.x[:, 0].long() * 3, batch.n_id)  # x served by the sampled ids
+
+
+def test_hetero_user_n_id_keeps_its_values_as_in_pyg():
+    data = make_hetero(papers=200, authors=300, insts=10)
+    data["paper"].n_id = torch.arange(200) * 3
+    for batch in loader(data, num_neighbors=[3, 2], input_nodes="paper"):
+        assert torch.equal(batch["paper"].n_id, batch["paper"].x[:, 0].long() * 3)
+        assert torch.equal(batch["author"].n_id, batch["author"].x[:, 0].long())
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_attributes_deleted_replaced_or_added_after_construction_reach_the_next_epoch(num_workers):
+    data = make_graph(num_nodes=400, num_edges=3000)
+    it = loader(data, num_neighbors=[3], num_workers=num_workers)
+    assert "x" in next(iter(it))
+    del it.data.x
+    it.data.y = it.data.y.double() * 2  # replaced: another dtype
+    it.data.z = torch.arange(400, dtype=torch.int16).unsqueeze(1).repeat(1, 3)  # added
+    for batch in it:
+        assert "x" not in batch
+        assert torch.equal(batch.y, data.y[batch.n_id]) and batch.y.dtype == torch.float64
+        assert torch.equal(batch.z, data.z[batch.n_id])
+
+
+def test_hetero_attributes_deleted_or_added_after_construction_reach_the_next_epoch():
+    data = make_hetero(papers=200, authors=300, insts=10)
+    it = loader(data, num_neighbors=[3, 2], input_nodes="paper")
+    assert "x" in next(iter(it))["author"]
+    del it.data["author"].x
+    it.data["paper"].x = it.data["paper"].x.half()
+    it.data["inst"].x = torch.arange(10, dtype=torch.float32).unsqueeze(1)
+    it.data[CITES].w = torch.arange(data[CITES].num_edges)
+    for batch in it:
+        assert "x" not in batch["author"]
+        assert torch.equal(batch["paper"].x, data["paper"].x[batch["paper"].n_id])
+        assert batch["paper"].x.dtype == torch.float16
+        assert torch.equal(batch["inst"].x[:, 0].long(), batch["inst"].n_id)
+        assert torch.equal(batch[CITES].w, batch[CITES].e_id)
+
+
+def _no_edges(seen):
+    """A transform_sampler_output that records what it got and drops every sampled edge."""
+    def transform(out):
+        seen.append(type(out))
+        empty = torch.empty(0, dtype=torch.int64)
+        if isinstance(out.row, dict):
+            out.row, out.col = {e: empty for e in out.row}, {e: empty for e in out.col}
+            out.edge = {e: empty for e in out.edge}
+        else:
+            out.row, out.col, out.edge = empty, empty, empty
+        return out
+    return transform
+
+
+def test_transform_sampler_output_is_applied_to_pyg_s_sampler_output_for_both_graph_kinds():
+    from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
+
+    seen = []
+    for batch in loader(make_graph(num_nodes=200, num_edges=1000), num_neighbors=[3],
+                        transform_sampler_output=_no_edges(seen)):
+        assert batch.edge_index.shape == (2, 0) and batch.e_id.numel() == 0 and batch.edge_attr.shape == (0, 3)
+    assert seen and set(seen) == {SamplerOutput}
+    seen.clear()
+    for batch in loader(make_hetero(papers=200, authors=300, insts=10), num_neighbors=[3], input_nodes="paper",
+                        transform_sampler_output=_no_edges(seen)):
+        assert batch[CITES].edge_index.shape == (2, 0)
+    assert seen and set(seen) == {HeteroSamplerOutput}
+
+
+def test_sampler_and_batch_sampler_order_the_seeds_for_both_graph_kinds():
+    from torch.utils.data import BatchSampler, SequentialSampler
+
+    order = [5, 0, 99, 3]
+    homo = loader(make_graph(num_nodes=200, num_edges=1000), num_neighbors=[2], sampler=order, batch_size=2)
+    hetero = loader(make_hetero(papers=200, authors=300, insts=10), num_neighbors=[2], input_nodes="paper",
+                    sampler=order, batch_size=2)
+    assert [b.n_id[: b.batch_size].tolist() for b in homo] == [[5, 0], [99, 3]]
+    assert [b["paper"].n_id[: b["paper"].batch_size].tolist() for b in hetero] == [[5, 0], [99, 3]]
+    hetero = loader(make_hetero(papers=200, authors=300, insts=10), num_neighbors=[2], input_nodes="paper",
+                    batch_sampler=BatchSampler(SequentialSampler(range(200)), 48, False), batch_size=1)
+    assert [b["paper"].batch_size for b in hetero] == [48, 48, 48, 48, 8]
+
