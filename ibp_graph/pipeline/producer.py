@@ -283,9 +283,9 @@ class BatchProducer(torch.utils.data.Dataset):
     def __getitem__(self, req) -> EncodedBatch:
         return self.encode(req)
 
-    def encode(self, req, sampled: Optional[tuple[Any, float]] = None) -> EncodedBatch:
-        """The batch of `req`, from `sampled` (``SampleOnly``'s output for it) when given."""
-        out, sample_seconds = self.sample(req) if sampled is None else sampled
+    def encode(self, req) -> EncodedBatch:
+        """The batch of `req`: sampled, planned, gathered and encoded."""
+        out, sample_seconds = self.sample(req)
         plan, meta = self.planner.plan(req, out)
         return produce(plan, self.codecs, OutputBuffers.for_this_process(self.ring), meta=meta,
                        seconds={"sample": sample_seconds})
@@ -297,19 +297,4 @@ class BatchProducer(torch.utils.data.Dataset):
         return out, time.perf_counter() - t0
 
 
-class SampleOnly(torch.utils.data.Dataset):
-    """The sampling half of a BatchProducer, for DataLoader workers when the gathering and encoding
-    run in the main process (PyG's ``filter_per_worker=False``): items are ``(request,
-    producer.sample(request))``, to pass to ``producer.encode``."""
-
-    def __init__(self, producer: BatchProducer):
-        self.producer = producer
-
-    def __len__(self) -> int:
-        return len(self.producer)
-
-    def __getitem__(self, req):
-        return req, self.producer.sample(req)
-
-__all__ = ["BatchPlan", "Planned", "Planner", "produce", "encode_group", "encode_tensors", "place", "BatchProducer",
-           "SampleOnly"]
+__all__ = ["BatchPlan", "Planned", "Planner", "produce", "encode_group", "encode_tensors", "place", "BatchProducer"]
