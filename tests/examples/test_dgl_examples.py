@@ -205,17 +205,9 @@ def _ddp_rank(rank: int, world_size: int, init_file: str, out_dir: str) -> None:
 def test_multigpu_use_ddp_ranks_get_dgls_batches(tmp_path):
     """Each rank's CompressedDGLDataLoader(use_ddp=True) gives DGL's own DistributedSampler share,
     batch for batch, every epoch; the ranks' seeds are disjoint."""
-    import subprocess
-    import sys
+    from tests.examples.ranks import run_ranks
 
-    script = ("import torch.multiprocessing as mp\n"
-              "from tests.examples.test_dgl_examples import _ddp_rank\n"
-              "if __name__ == '__main__':\n"
-              f"    mp.spawn(_ddp_rank, args=(2, {str(tmp_path / 'init')!r}, {str(tmp_path)!r}), nprocs=2)\n")
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    proc = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, OMP_NUM_THREADS="1"))
-    assert proc.returncode == 0, proc.stderr[-6000:]
+    run_ranks("tests.examples.test_dgl_examples", "_ddp_rank", tmp_path)
     seeds = []
     for r in range(2):
         got = torch.load(tmp_path / f"{r}.pt")

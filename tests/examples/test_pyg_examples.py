@@ -164,18 +164,9 @@ def _ddp_rank(rank: int, world_size: int, init_file: str, out_dir: str) -> None:
 def test_papers100m_gcn_ddp_ranks_train_on_the_seeds_the_script_gave_them(tmp_path):
     """Each rank's loader takes every seed the script handed it (PyG's loader splits nothing; ours
     split them again: half the batches, and the example crashed)."""
-    import subprocess
-    import sys
+    from tests.examples.ranks import run_ranks
 
-    # a fresh process, as a user runs the script (no loaders or signal handlers of other tests)
-    script = ("import sys, torch.multiprocessing as mp\n"
-              "from tests.examples.test_pyg_examples import _ddp_rank\n"
-              "if __name__ == '__main__':\n"
-              f"    mp.spawn(_ddp_rank, args=(2, {str(tmp_path / 'init')!r}, {str(tmp_path)!r}), nprocs=2)\n")
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    proc = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, OMP_NUM_THREADS="1"))
-    assert proc.returncode == 0, proc.stderr[-6000:]
+    run_ranks("tests.examples.test_pyg_examples", "_ddp_rank", tmp_path)
     results = [torch.load(tmp_path / f"{r}.pt") for r in range(2)]
     for r in results:
         assert torch.equal(r["seen"].sort().values, r["mine"].sort().values)
