@@ -90,6 +90,39 @@ def check_edge_ids(e_id: np.ndarray, num_edge_ids: Optional[int]) -> None:
                          f"entry")
 
 
+def _check_csc(indptr, indices, e_id, num_edge_ids: Optional[int], *, rows: str,
+               sources: tuple[str, str, Optional[int]]) -> None:
+    """The checks CSCGraph and TypedCSC make of their arrays: dtypes, indptr's length, range and steps,
+    every source id below its bound (`sources`: what they are, the bound's name, the bound; None:
+    the destinations' count, a homogeneous graph's nodes), e_id."""
+    for name, arr in (("indptr", indptr), ("indices", indices), ("e_id", e_id)):
+        accepted = ("int64",) if name == "indptr" else ("int32", "int64")
+        if not isinstance(arr, np.ndarray) or arr.dtype.name not in accepted or arr.ndim != 1:
+            raise TypeError(f"{name} must be a 1-d numpy array of {' or '.join(accepted)}, got "
+                            f"{type(arr).__name__} {getattr(arr, 'dtype', '')} "
+                            f"{getattr(arr, 'shape', '')}")
+    what, bound_name, bound = sources
+    if bound is not None:
+        _check_int(bound_name, bound, minimum=0)
+    if indptr.shape[0] < 1:
+        raise ValueError(f"indptr must have {rows} + 1 >= 1 entries, got 0")
+    bound = indptr.shape[0] - 1 if bound is None else bound
+    if e_id.shape != indices.shape:
+        raise ValueError(f"e_id must have one entry per edge ({indices.shape[0]}), got {e_id.shape[0]}")
+    first, last = int(indptr[0]), int(indptr[-1])
+    if first != 0 or last != indices.shape[0]:
+        raise ValueError(f"indptr must start at 0 and end at num_edges={indices.shape[0]}, "
+                         f"got indptr[0]={first}, indptr[-1]={last}")
+    bad = first_bad_step(indptr)
+    if bad >= 0:
+        raise ValueError(f"indptr must be non-decreasing; indptr[{bad}]={int(indptr[bad])} > "
+                         f"indptr[{bad + 1}]={int(indptr[bad + 1])}")
+    bad = first_outside(indices, 0, bound)
+    if bad >= 0:
+        raise ValueError(f"indices must name {what} in [0, {bound_name}={bound}); indices[{bad}]={int(indices[bad])}")
+    check_edge_ids(e_id, num_edge_ids)
+
+
 @dataclass(frozen=True, eq=False)
 class CSCGraph:
     """A directed graph stored by destination, so a node's in-neighbours are one slice.
@@ -114,36 +147,8 @@ class CSCGraph:
     num_edge_ids: Optional[int] = None
 
     def __post_init__(self) -> None:
-        for name in _FILES:
-            arr = getattr(self, name)
-            accepted = ("int64",) if name == "indptr" else ("int32", "int64")
-            if not isinstance(arr, np.ndarray) or arr.dtype.name not in accepted or arr.ndim != 1:
-                raise TypeError(
-                    f"{name} must be a 1-d numpy array of {' or '.join(accepted)}, got "
-                    f"{type(arr).__name__} {getattr(arr, 'dtype', '')} "
-                    f"{getattr(arr, 'shape', '')}")
-        if self.indptr.shape[0] < 1:
-            raise ValueError("indptr must have num_nodes + 1 >= 1 entries, got 0")
-        if self.e_id.shape != self.indices.shape:
-            raise ValueError(
-                f"e_id must have one entry per edge ({self.indices.shape[0]}), "
-                f"got {self.e_id.shape[0]}")
-        first, last = int(self.indptr[0]), int(self.indptr[-1])
-        if first != 0 or last != self.indices.shape[0]:
-            raise ValueError(
-                f"indptr must start at 0 and end at num_edges={self.indices.shape[0]}, "
-                f"got indptr[0]={first}, indptr[-1]={last}")
-        bad = first_bad_step(self.indptr)
-        if bad >= 0:
-            raise ValueError(
-                f"indptr must be non-decreasing; indptr[{bad}]={int(self.indptr[bad])} > "
-                f"indptr[{bad + 1}]={int(self.indptr[bad + 1])}")
-        bad = first_outside(self.indices, 0, self.num_nodes)
-        if bad >= 0:
-            raise ValueError(
-                f"indices must name nodes in [0, num_nodes={self.num_nodes}); "
-                f"indices[{bad}]={int(self.indices[bad])}")
-        check_edge_ids(self.e_id, self.num_edge_ids)
+        _check_csc(self.indptr, self.indices, self.e_id, self.num_edge_ids, rows="num_nodes",
+                   sources=("nodes", "num_nodes", None))
 
     @property
     def num_nodes(self) -> int:
@@ -268,32 +273,8 @@ class TypedCSC:
     num_edge_ids: Optional[int] = None
 
     def __post_init__(self) -> None:
-        for name in ("indptr", "indices", "e_id"):
-            arr = getattr(self, name)
-            accepted = ("int64",) if name == "indptr" else ("int32", "int64")
-            if not isinstance(arr, np.ndarray) or arr.dtype.name not in accepted or arr.ndim != 1:
-                raise TypeError(f"{name} must be a 1-d numpy array of {' or '.join(accepted)}, got "
-                                f"{type(arr).__name__} {getattr(arr, 'dtype', '')} "
-                                f"{getattr(arr, 'shape', '')}")
-        _check_int("num_src", self.num_src, minimum=0)
-        if self.indptr.shape[0] < 1:
-            raise ValueError("indptr must have num_dst + 1 >= 1 entries, got 0")
-        if self.e_id.shape != self.indices.shape:
-            raise ValueError(f"e_id must have one entry per edge ({self.indices.shape[0]}), "
-                             f"got {self.e_id.shape[0]}")
-        first, last = int(self.indptr[0]), int(self.indptr[-1])
-        if first != 0 or last != self.indices.shape[0]:
-            raise ValueError(f"indptr must start at 0 and end at num_edges={self.indices.shape[0]}, "
-                             f"got indptr[0]={first}, indptr[-1]={last}")
-        bad = first_bad_step(self.indptr)
-        if bad >= 0:
-            raise ValueError(f"indptr must be non-decreasing; indptr[{bad}]={int(self.indptr[bad])} > "
-                             f"indptr[{bad + 1}]={int(self.indptr[bad + 1])}")
-        bad = first_outside(self.indices, 0, self.num_src)
-        if bad >= 0:
-            raise ValueError(f"indices must name source nodes in [0, num_src={self.num_src}); "
-                             f"indices[{bad}]={int(self.indices[bad])}")
-        check_edge_ids(self.e_id, self.num_edge_ids)
+        _check_csc(self.indptr, self.indices, self.e_id, self.num_edge_ids, rows="num_dst",
+                   sources=("source nodes", "num_src", self.num_src))
 
     @property
     def num_dst(self) -> int:
