@@ -115,8 +115,16 @@ def test_ddp_gloo_two_processes(data_root, tmp_path):
         assert 0 < epoch["fraction"] < 1 and epoch["test_acc"] is not None
 
 
-def test_a_distributed_run_does_not_prepare_large_data_sets(tmp_path):
+def test_a_distributed_run_does_not_prepare_large_data_sets(tmp_path, monkeypatch):
+    import collections
+    import shutil
+
     from ibp_graph.train.loop import Dist, open_dataset
+
+    # the config checker sizes generated data against the free disk (papers100M-like: ~66 GB); this
+    # test is about the distributed refusal, on any machine's disk
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(1 << 50, 0, 1 << 50))
 
     cfg = load_config(None, ["data.name=ogbn-papers100M", f"data.root={tmp_path}"])
     with pytest.raises(FileNotFoundError, match="ibp-graph prepare --dataset ogbn-papers100M"):
