@@ -376,3 +376,13 @@ def test_seeds_feed_the_neighbour_sampler_and_index_its_nodes():
     out = sampler.sample(link.seeds, seed=4)
     glob = out.node[link.edge_label_index]
     assert torch.equal(glob, torch.stack([torch.cat([src, link.src_neg]), torch.cat([dst, link.dst_neg])]))
+
+
+def test_the_configuration_travels_to_workers_by_pickle_and_draws_alike():
+    import pickle
+
+    neg = NegativeSampling("binary", 2, src_weight=torch.rand(20), dst_weight=torch.rand(20))
+    copy = pickle.loads(pickle.dumps(neg))
+    for endpoint in ("src", "dst"):
+        assert np.array_equal(sample_negatives(neg, endpoint, 50, 20, seed=8),
+                              sample_negatives(copy, endpoint, 50, 20, seed=8))
