@@ -65,8 +65,7 @@ import torch
 
 from ..threads import use_parallel
 from .graph import CSCGraph, TypedCSC, as_numpy, check_int, time_sorted_check
-from .kernels import (MAX_FANOUT, hop_key, hop_offsets, induced_edges, readonly, sample_hop, table_insert,
-                      table_put_seeds, valid_counts)
+from .kernels import MAX_FANOUT, induced_edges, readonly, sample_hop, table_insert, table_put_seeds, valid_counts
 
 __all__ = ["EdgeType", "HeteroNeighborSampler", "HeteroSamplerOutput", "TEMPORAL_STRATEGIES", "TypedCSC",
            "check_num_neighbors", "check_seeds", "check_time", "resolve_num_neighbors"]
@@ -396,24 +395,17 @@ class HeteroNeighborSampler:
                 src_type, _, dst_type = e
                 k = self.num_neighbors[e][hop]
                 front, front_batch = frontier[dst_type], frontier_batch[dst_type]
-                indptr, indices, e_id = self._csc[e]
                 # temporal: each position draws from its first `valid` in-edges, those no later than its seed
-                valid = valid_counts(indptr, self._pos_time[e], front, times[front_batch]) \
+                valid = valid_counts(self._csc[e][0], self._pos_time[e], front, times[front_batch]) \
                     if e in self._pos_time else None
                 counts = self._counts(e, front, k, valid)
                 what = f"num_neighbors[{hop}]={k}" if self.homogeneous else f"num_neighbors[{e!r}][{hop}]={k}"
-                offsets = hop_offsets(what, counts, k, self.replace, self._max_degree[e], parallel)
-                m = int(offsets[-1])
-                src = np.empty(m, dtype=np.int64)
-                eid = np.empty(m, dtype=np.int64)
-                if m:
-                    sample_hop(what, parallel, indptr, indices, e_id, front, valid,
-                               valid is not None and self.temporal_strategy == "last",
-                               self._weight[e][0] if e in self._weight else None, offsets, k, self.replace,
-                               hop_key(int(seed), hop, None if self.homogeneous else pos), begin[dst_type], src, eid)
+                src, eid = sample_hop(what, parallel, self._csc[e], front, counts, k, self.replace, self._max_degree[e],
+                                      (int(seed), hop, None if self.homogeneous else pos), begin[dst_type], valid,
+                                      valid is not None and self.temporal_strategy == "last",
+                                      self._weight[e][0] if e in self._weight else None)
                 col = np.repeat(np.arange(begin[dst_type], begin[dst_type] + front.shape[0], dtype=np.int64), counts)
-                row = np.empty(m, dtype=np.int64)
-                new = np.empty(m, dtype=np.int64)
+                row, new = np.empty_like(src), np.empty_like(src)
                 keys = src + np.repeat(front_batch, counts) * width[src_type] if self.disjoint else src
                 table, shift, entries, n_new = table_insert(*tables[src_type], keys, np.int64(size[src_type]), row, new)
                 tables[src_type] = (table, shift, entries)

@@ -29,11 +29,9 @@ import numpy as np
 import torch
 
 from .graph import CSCGraph, sorted_by_time
-from .hetero import TEMPORAL_STRATEGIES, HeteroNeighborSampler, check_time
-from .kernels import MAX_FANOUT, available_memory
+from .hetero import HeteroNeighborSampler, check_time
 
-__all__ = ["MAX_FANOUT", "NeighborSampler", "SamplerOutput", "SUBGRAPH_TYPES", "TEMPORAL_STRATEGIES",
-           "available_memory"]
+__all__ = ["NeighborSampler", "SamplerOutput", "SUBGRAPH_TYPES"]
 
 # the node and edge type of a homogeneous graph in the one sampler
 _NODE = "_N"
