@@ -132,12 +132,12 @@ def check_time(name: str, value, count: int) -> Optional[np.ndarray]:
     return np.ascontiguousarray(t)
 
 
-def _check_weight(weight, graph) -> np.ndarray:
-    """Edge weights (edge_index order) as float64 in CSC order; non-negative and finite."""
-    w = _real_values("weight", weight, graph.num_edges, per="one weight per edge, ").astype(np.float64)
+def _check_weight(weight, graph, where: str = "") -> np.ndarray:
+    """Edge weights (edge_index order) as float64 in CSC order; non-negative and finite (errors start with `where`)."""
+    w = _real_values(f"{where}weight", weight, graph.num_edges, per="one weight per edge, ").astype(np.float64)
     bad = np.flatnonzero(~np.isfinite(w) | (w < 0))
     if bad.size:
-        raise ValueError(f"weight[{int(bad[0])}]={float(w[bad[0]])!r}; accepted: finite weights >= 0")
+        raise ValueError(f"{where}weight[{int(bad[0])}]={float(w[bad[0]])!r}; accepted: finite weights >= 0")
     return np.ascontiguousarray(w[graph.e_id])
 
 
@@ -310,12 +310,7 @@ class HeteroNeighborSampler:
             if e not in self.graphs:
                 raise ValueError(f"weight names edge type {e!r}, which the graph does not have; its edge "
                                  f"types: {self.edge_types}")
-            try:
-                w = _check_weight(w, self.graphs[e])
-            except (TypeError, ValueError) as err:
-                if homogeneous:
-                    raise
-                raise type(err)(f"weight[{e!r}]: {err}") from None
+            w = _check_weight(w, self.graphs[e], "" if homogeneous else f"weight[{e!r}]: ")
             csum = np.concatenate([[0], np.cumsum(w > 0)])
             indptr = self.graphs[e].indptr
             self._weight[e] = (readonly(w), csum[indptr[1:]] - csum[indptr[:-1]])
