@@ -18,7 +18,8 @@ from ..jit_cache import install as _install_kernel_cache
 
 _install_kernel_cache()  # numba caches this module's kernels per environment (ibp_graph.jit_cache)
 
-__all__ = ["CSCGraph", "TypedCSC", "check_edge_ids", "index_dtype", "sorted_by_time", "time_sorted_check"]
+__all__ = ["CSCGraph", "TypedCSC", "as_numpy", "check_edge_ids", "check_int", "index_dtype", "sorted_by_time",
+           "time_sorted_check"]
 
 ArrayLike = Union[torch.Tensor, np.ndarray]
 
@@ -52,18 +53,24 @@ def _counting_sort_by_dst(src, dst, num_nodes, indices, e_id):
     return indptr
 
 
-def _as_numpy(name: str, value: ArrayLike) -> np.ndarray:
+def as_numpy(name: str, value: ArrayLike, *, integer: bool = False) -> np.ndarray:
+    """`value` (a CPU tensor or a numpy array) as a numpy array; `integer`: refuse a non-integer dtype."""
     if isinstance(value, torch.Tensor):
         if value.device.type != "cpu":
             raise ValueError(f"{name} must be on the CPU, got device {value.device}")
-        return value.detach().numpy()
-    if isinstance(value, np.ndarray):
-        return value
-    raise TypeError(
-        f"{name} must be a torch.Tensor or numpy.ndarray, got {type(value).__name__}")
+        dtype, is_int = value.dtype, not (value.dtype == torch.bool or value.dtype.is_floating_point
+                                          or value.dtype.is_complex)
+    elif isinstance(value, np.ndarray):
+        dtype, is_int = value.dtype, value.dtype != np.bool_ and np.issubdtype(value.dtype, np.integer)
+    else:
+        raise TypeError(f"{name} must be a torch.Tensor or numpy.ndarray, got {type(value).__name__}")
+    if integer and not is_int:
+        raise TypeError(f"{name} must have an integer dtype (int32 or int64), got {dtype}")
+    return value.detach().numpy() if isinstance(value, torch.Tensor) else value
 
 
-def _check_int(name: str, value: object, *, minimum: int) -> int:
+def check_int(name: str, value: object, *, minimum: int) -> int:
+    """`value` as an int >= `minimum`, or an error naming `name`."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int >= {minimum}, got {value!r}")
     if value < minimum:
@@ -76,7 +83,7 @@ def check_edge_ids(e_id: np.ndarray, num_edge_ids: Optional[int]) -> None:
 
     One pass for the range and one bitmap pass for repeats (a graph's ``indices`` are checked the same way)."""
     if num_edge_ids is not None:
-        _check_int("num_edge_ids", num_edge_ids, minimum=e_id.shape[0])
+        check_int("num_edge_ids", num_edge_ids, minimum=e_id.shape[0])
     hi = num_edge_ids if num_edge_ids is not None else np.iinfo(np.int64).max
     bad = first_outside(e_id, 0, hi)
     if bad >= 0:
@@ -90,41 +97,77 @@ def check_edge_ids(e_id: np.ndarray, num_edge_ids: Optional[int]) -> None:
                          f"entry")
 
 
-def _check_csc(indptr, indices, e_id, num_edge_ids: Optional[int], *, rows: str,
-               sources: tuple[str, str, Optional[int]]) -> None:
-    """The checks CSCGraph and TypedCSC make of their arrays: dtypes, indptr's length, range and steps,
-    every source id below its bound (`sources`: what they are, the bound's name, the bound; None:
-    the destinations' count, a homogeneous graph's nodes), e_id."""
-    for name, arr in (("indptr", indptr), ("indices", indices), ("e_id", e_id)):
-        accepted = ("int64",) if name == "indptr" else ("int32", "int64")
-        if not isinstance(arr, np.ndarray) or arr.dtype.name not in accepted or arr.ndim != 1:
-            raise TypeError(f"{name} must be a 1-d numpy array of {' or '.join(accepted)}, got "
-                            f"{type(arr).__name__} {getattr(arr, 'dtype', '')} "
-                            f"{getattr(arr, 'shape', '')}")
-    what, bound_name, bound = sources
-    if bound is not None:
-        _check_int(bound_name, bound, minimum=0)
-    if indptr.shape[0] < 1:
-        raise ValueError(f"indptr must have {rows} + 1 >= 1 entries, got 0")
-    bound = indptr.shape[0] - 1 if bound is None else bound
-    if e_id.shape != indices.shape:
-        raise ValueError(f"e_id must have one entry per edge ({indices.shape[0]}), got {e_id.shape[0]}")
-    first, last = int(indptr[0]), int(indptr[-1])
-    if first != 0 or last != indices.shape[0]:
-        raise ValueError(f"indptr must start at 0 and end at num_edges={indices.shape[0]}, "
-                         f"got indptr[0]={first}, indptr[-1]={last}")
-    bad = first_bad_step(indptr)
-    if bad >= 0:
-        raise ValueError(f"indptr must be non-decreasing; indptr[{bad}]={int(indptr[bad])} > "
-                         f"indptr[{bad + 1}]={int(indptr[bad + 1])}")
-    bad = first_outside(indices, 0, bound)
-    if bad >= 0:
-        raise ValueError(f"indices must name {what} in [0, {bound_name}={bound}); indices[{bad}]={int(indices[bad])}")
-    check_edge_ids(e_id, num_edge_ids)
+def _edge_index_csc(edge_index: ArrayLike, num_src: int, num_dst: int, homogeneous: bool):
+    """indptr, indices and e_id of PyG's ``2 x E`` `edge_index` (row 0: source ids below `num_src`, row 1:
+    destination ids below `num_dst`), each destination's in-edges in edge order."""
+    ei = as_numpy("edge_index", edge_index, integer=True)
+    if ei.ndim != 2 or ei.shape[0] != 2:
+        raise ValueError(f"edge_index must have shape (2, num_edges), got {tuple(ei.shape)}")
+    src = np.ascontiguousarray(ei[0], dtype=np.int64)
+    dst = np.ascontiguousarray(ei[1], dtype=np.int64)
+    for row, ids, n, what in ((0, src, num_src, "source"), (1, dst, num_dst, "destination")):
+        lo, hi = (int(ids.min()), int(ids.max())) if ids.size else (0, -1)
+        if lo < 0 or hi >= n:
+            raise ValueError(f"edge_index[{row}] contains {what} node id {lo if lo < 0 else hi}, outside the valid "
+                             f"range [0, {n}) " + (f"for num_nodes={n}" if homogeneous else "of its node type"))
+    indices = np.empty(src.shape[0], dtype=index_dtype(num_src))
+    e_id = np.empty(src.shape[0], dtype=index_dtype(src.shape[0]))
+    return _counting_sort_by_dst(src, dst, num_dst, indices, e_id), indices, e_id
 
 
 @dataclass(frozen=True, eq=False)
-class CSCGraph:
+class _CSC:
+    """The arrays and checks :class:`CSCGraph` and :class:`TypedCSC` share."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    e_id: np.ndarray
+
+    @property
+    def num_dst(self) -> int:
+        """Number of destination nodes (``len(indptr) - 1``)."""
+        return self.indptr.shape[0] - 1
+
+    @property
+    def num_edges(self) -> int:
+        return self.indices.shape[0]
+
+    def in_degree(self) -> np.ndarray:
+        """Number of in-edges of every destination node (int64)."""
+        return np.diff(self.indptr)
+
+    def _check(self, rows: str, what: str, bound_name: str, bound: Optional[int]) -> None:
+        """dtypes; indptr's length, range and steps; every source id (`what`) below `bound` (None: the
+        destinations' count, a homogeneous graph's nodes); e_id (:func:`check_edge_ids`)."""
+        indptr, indices, e_id = self.indptr, self.indices, self.e_id
+        for name, arr in (("indptr", indptr), ("indices", indices), ("e_id", e_id)):
+            accepted = ("int64",) if name == "indptr" else ("int32", "int64")
+            if not isinstance(arr, np.ndarray) or arr.dtype.name not in accepted or arr.ndim != 1:
+                raise TypeError(f"{name} must be a 1-d numpy array of {' or '.join(accepted)}, got "
+                                f"{type(arr).__name__} {getattr(arr, 'dtype', '')} {getattr(arr, 'shape', '')}")
+        if bound is not None:
+            check_int(bound_name, bound, minimum=0)
+        if indptr.shape[0] < 1:
+            raise ValueError(f"indptr must have {rows} + 1 >= 1 entries, got 0")
+        bound = indptr.shape[0] - 1 if bound is None else bound
+        if e_id.shape != indices.shape:
+            raise ValueError(f"e_id must have one entry per edge ({indices.shape[0]}), got {e_id.shape[0]}")
+        first, last = int(indptr[0]), int(indptr[-1])
+        if first != 0 or last != indices.shape[0]:
+            raise ValueError(f"indptr must start at 0 and end at num_edges={indices.shape[0]}, "
+                             f"got indptr[0]={first}, indptr[-1]={last}")
+        bad = first_bad_step(indptr)
+        if bad >= 0:
+            raise ValueError(f"indptr must be non-decreasing; indptr[{bad}]={int(indptr[bad])} > "
+                             f"indptr[{bad + 1}]={int(indptr[bad + 1])}")
+        bad = first_outside(indices, 0, bound)
+        if bad >= 0:
+            raise ValueError(f"indices must name {what} in [0, {bound_name}={bound}); indices[{bad}]={int(indices[bad])}")
+        check_edge_ids(e_id, self.num_edge_ids)
+
+
+@dataclass(frozen=True, eq=False)
+class CSCGraph(_CSC):
     """A directed graph stored by destination, so a node's in-neighbours are one slice.
 
     ``indices[indptr[v]:indptr[v + 1]]`` are the sources of the edges pointing to ``v``
@@ -141,62 +184,26 @@ class CSCGraph:
     None (not recorded) checks only that the ids are distinct and non-negative.
     """
 
-    indptr: np.ndarray
-    indices: np.ndarray
-    e_id: np.ndarray
     num_edge_ids: Optional[int] = None
 
     def __post_init__(self) -> None:
-        _check_csc(self.indptr, self.indices, self.e_id, self.num_edge_ids, rows="num_nodes",
-                   sources=("nodes", "num_nodes", None))
+        self._check("num_nodes", "nodes", "num_nodes", None)
 
     @property
     def num_nodes(self) -> int:
-        return self.indptr.shape[0] - 1
-
-    @property
-    def num_edges(self) -> int:
-        return self.indices.shape[0]
+        return self.num_dst
 
     @property
     def num_src(self) -> int:
-        """Number of source nodes (:class:`TypedCSC`'s, for the one edge type of a homogeneous graph)."""
-        return self.num_nodes
-
-    @property
-    def num_dst(self) -> int:
-        """Number of destination nodes (``num_nodes``)."""
-        return self.num_nodes
-
-    def in_degree(self) -> np.ndarray:
-        """Number of in-edges of every node (int64, length ``num_nodes``)."""
-        return np.diff(self.indptr)
+        """Number of source nodes (``num_nodes``: :class:`TypedCSC`'s, for a homogeneous graph's one edge type)."""
+        return self.num_dst
 
     @classmethod
     def from_edge_index(cls, edge_index: ArrayLike, num_nodes: int) -> "CSCGraph":
         """Build from PyG's ``2 x E`` ``edge_index`` (row 0 = source, row 1 = destination)."""
-        num_nodes = _check_int("num_nodes", num_nodes, minimum=0)
-        ei = _as_numpy("edge_index", edge_index)
-        if ei.dtype == np.bool_ or not np.issubdtype(ei.dtype, np.integer):
-            raise TypeError(
-                f"edge_index must have an integer dtype (int32 or int64), got {ei.dtype}")
-        if ei.ndim != 2 or ei.shape[0] != 2:
-            raise ValueError(
-                f"edge_index must have shape (2, num_edges), got {tuple(ei.shape)}")
-        src = np.ascontiguousarray(ei[0], dtype=np.int64)
-        dst = np.ascontiguousarray(ei[1], dtype=np.int64)
-        if src.size:
-            lo = int(min(src.min(), dst.min()))
-            hi = int(max(src.max(), dst.max()))
-            if lo < 0 or hi >= num_nodes:
-                bad = lo if lo < 0 else hi
-                raise ValueError(
-                    f"edge_index contains node id {bad}, outside the valid range "
-                    f"[0, {num_nodes}) for num_nodes={num_nodes}")
-        indices = np.empty(src.shape[0], dtype=index_dtype(num_nodes))
-        e_id = np.empty(src.shape[0], dtype=index_dtype(src.shape[0]))
-        indptr = _counting_sort_by_dst(src, dst, num_nodes, indices, e_id)
-        return cls(indptr, indices, e_id, src.shape[0])
+        num_nodes = check_int("num_nodes", num_nodes, minimum=0)
+        indptr, indices, e_id = _edge_index_csc(edge_index, num_nodes, num_nodes, homogeneous=True)
+        return cls(indptr, indices, e_id, indices.shape[0])
 
     def save(self, directory: Union[str, os.PathLike]) -> Path:
         """Write ``indptr.npy``, ``indices.npy``, ``e_id.npy`` and ``meta.json`` to a folder, each atomically."""
@@ -204,8 +211,7 @@ class CSCGraph:
         path.mkdir(parents=True, exist_ok=True)
         for name in _FILES:
             save_npy(path / f"{name}.npy", np.ascontiguousarray(getattr(self, name)))
-        meta = {"format": _FORMAT, "version": _FORMAT_VERSION,
-                "num_nodes": self.num_nodes, "num_edges": self.num_edges}
+        meta = {"format": _FORMAT, "version": _FORMAT_VERSION, "num_nodes": self.num_nodes, "num_edges": self.num_edges}
         if self.num_edge_ids is not None:
             meta["num_edge_ids"] = self.num_edge_ids
         write_text(path / "meta.json", json.dumps(meta, indent=1) + "\n")
@@ -221,14 +227,12 @@ class CSCGraph:
         path = Path(directory)
         meta_path = path / "meta.json"
         if not meta_path.is_file():
-            raise FileNotFoundError(
-                f"directory {str(path)!r} holds no meta.json; expected a folder written "
-                f"by CSCGraph.save")
+            raise FileNotFoundError(f"directory {str(path)!r} holds no meta.json; expected a folder written "
+                                    f"by CSCGraph.save")
         meta = read_json(meta_path, ValueError, " (CSCGraph.save's meta.json)")
         if meta.get("format") != _FORMAT or meta.get("version") != _FORMAT_VERSION:
-            raise ValueError(
-                f"directory {str(path)!r} has format {meta.get('format')!r} version "
-                f"{meta.get('version')!r}; expected {_FORMAT!r} version {_FORMAT_VERSION}")
+            raise ValueError(f"directory {str(path)!r} has format {meta.get('format')!r} version "
+                             f"{meta.get('version')!r}; expected {_FORMAT!r} version {_FORMAT_VERSION}")
         for key in ("num_nodes", "num_edges", "num_edge_ids"):
             if not isinstance(meta.get(key), int) and (key != "num_edge_ids" or key in meta):
                 raise ValueError(f"{meta_path}: {key}={meta.get(key)!r} is not accepted; expected an integer")
@@ -245,10 +249,8 @@ class CSCGraph:
         except (TypeError, ValueError) as e:
             raise ValueError(f"{path} is not a valid graph: {e}") from None
         if graph.num_nodes != meta["num_nodes"] or graph.num_edges != meta["num_edges"]:
-            raise ValueError(
-                f"directory {str(path)!r}: arrays hold {graph.num_nodes} nodes and "
-                f"{graph.num_edges} edges, meta.json says {meta['num_nodes']} and "
-                f"{meta['num_edges']}")
+            raise ValueError(f"directory {str(path)!r}: arrays hold {graph.num_nodes} nodes and {graph.num_edges} "
+                             f"edges, meta.json says {meta['num_nodes']} and {meta['num_edges']}")
         return graph
 
     def __repr__(self) -> str:
@@ -256,7 +258,7 @@ class CSCGraph:
 
 
 @dataclass(frozen=True, eq=False)
-class TypedCSC:
+class TypedCSC(_CSC):
     """The edges of one edge type ``(src, rel, dst)``, stored by destination.
 
     ``indices[indptr[v]:indptr[v + 1]]`` are the sources (ids of ``src`` nodes, below
@@ -266,58 +268,30 @@ class TypedCSC:
     :class:`CSCGraph`'s (``e_id`` names distinct edges below it; None: not recorded).
     """
 
-    indptr: np.ndarray
-    indices: np.ndarray
-    e_id: np.ndarray
     num_src: int
     num_edge_ids: Optional[int] = None
 
     def __post_init__(self) -> None:
-        _check_csc(self.indptr, self.indices, self.e_id, self.num_edge_ids, rows="num_dst",
-                   sources=("source nodes", "num_src", self.num_src))
-
-    @property
-    def num_dst(self) -> int:
-        """Number of destination nodes (``len(indptr) - 1``)."""
-        return self.indptr.shape[0] - 1
-
-    @property
-    def num_edges(self) -> int:
-        """Number of edges of the type."""
-        return self.indices.shape[0]
+        self._check("num_dst", "source nodes", "num_src", self.num_src)
 
     @classmethod
-    def from_edge_index(cls, edge_index: Union[torch.Tensor, np.ndarray], num_src: int,
-                        num_dst: int, time: Optional[np.ndarray] = None) -> "TypedCSC":
+    def from_edge_index(cls, edge_index: ArrayLike, num_src: int, num_dst: int,
+                        time: Optional[np.ndarray] = None) -> "TypedCSC":
         """Build from PyG's ``2 x E`` ``edge_index`` of one edge type (row 0: source ids, row 1: destination ids).
 
         With `time` (one value per edge: the edge's time, or its source node's), each
         destination's in-edges are ordered by it (ties in edge order), as PyG orders them
         for temporal sampling; otherwise in edge order.
         """
-        num_src = _check_int("num_src", num_src, minimum=0)
-        num_dst = _check_int("num_dst", num_dst, minimum=0)
-        ei = _as_numpy("edge_index", edge_index)
-        if ei.dtype == np.bool_ or not np.issubdtype(ei.dtype, np.integer):
-            raise TypeError(f"edge_index must have an integer dtype (int32 or int64), got {ei.dtype}")
-        if ei.ndim != 2 or ei.shape[0] != 2:
-            raise ValueError(f"edge_index must have shape (2, num_edges), got {tuple(ei.shape)}")
-        src = np.ascontiguousarray(ei[0], dtype=np.int64)
-        dst = np.ascontiguousarray(ei[1], dtype=np.int64)
-        for row, ids, n, what in ((0, src, num_src, "source"), (1, dst, num_dst, "destination")):
-            if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= n):
-                bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
-                raise ValueError(f"edge_index[{row}] contains {what} node id {bad}, outside the valid "
-                                 f"range [0, {n}) of its node type")
-        indices = np.empty(src.shape[0], dtype=index_dtype(num_src))
-        e_id = np.empty(src.shape[0], dtype=index_dtype(src.shape[0]))
-        indptr = _counting_sort_by_dst(src, dst, num_dst, indices, e_id)
-        graph = cls(indptr, indices, e_id, num_src, src.shape[0])
+        num_src = check_int("num_src", num_src, minimum=0)
+        num_dst = check_int("num_dst", num_dst, minimum=0)
+        indptr, indices, e_id = _edge_index_csc(edge_index, num_src, num_dst, homogeneous=False)
+        graph = cls(indptr, indices, e_id, num_src, indices.shape[0])
         if time is None:
             return graph
         time = np.asarray(time)
-        if time.shape != src.shape:
-            raise ValueError(f"time must have one value per edge ({src.shape[0]}), got shape "
+        if time.shape != indices.shape:
+            raise ValueError(f"time must have one value per edge ({indices.shape[0]}), got shape "
                              f"{tuple(time.shape)}")
         return sorted_by_time(graph, time[e_id])
 

@@ -1,5 +1,5 @@
-"""The one multi-hop neighbour sampler, for heterogeneous graphs and (``sampling.neighbor``) homogeneous
-ones: a homogeneous graph is its one-node-type, one-edge-type case. Layout of PyG's NeighborLoader.
+"""The one multi-hop neighbour sampler, with the layout of PyG's NeighborLoader, for heterogeneous graphs and
+(``sampling.neighbor``) homogeneous ones: a homogeneous graph is its one-node-type, one-edge-type case.
 
 A heterogeneous graph is a set of node types (each with its own ids ``0 .. n - 1``) and of
 edge types ``(src, rel, dst)``, each an edge list from ``src`` nodes to ``dst`` nodes, stored
@@ -8,42 +8,48 @@ one :class:`HeteroSamplerOutput` is that of pyg-lib's ``hetero_neighbor_sample``
 ``csc=True``, directed, non-disjoint (PyG's NeighborLoader on a ``HeteroData``):
 
 * Seeds are nodes of one type, the input type; ``node[input_type]`` starts with them,
-  exactly as given (duplicates kept). Every other type starts empty.
+  exactly as given (duplicates kept). Every other type starts empty. Each frontier
+  position is sampled on its own (a seed given twice is sampled twice, independently);
+  a sampled node equal to a repeated seed maps to the seed's *first* position.
 * Hop ``h`` visits the edge types in the order given. For edge type ``(s, r, d)`` it
   samples ``num_neighbors[(s, r, d)][h]`` in-edges of each node of type ``d`` that was
-  new at hop ``h - 1`` (the seeds, at hop 0), and appends the sources seen for the first
-  time to ``node[s]``. Nodes found at hop ``h`` are the frontier of hop ``h + 1`` only,
-  whichever edge type found them (pyg-lib's per-type slices).
+  new at hop ``h - 1`` (the seeds, at hop 0; ``-1``: all of them; without replacement a
+  node with fewer keeps them all, with ``replace=True`` exactly ``k`` draws are made, none
+  if it has none), and appends the sources seen for the first time to ``node[s]``, in the
+  order of the edges that reach them. Nodes found at hop ``h`` are the frontier of hop
+  ``h + 1`` only, whichever edge type found them (pyg-lib's per-type slices).
 * Edges of type ``(s, r, d)``: ``row`` is the local source (a position in ``node[s]``),
   ``col`` the local destination (a position in ``node[d]``), ``edge`` the column in that
   type's ``edge_index``; listed hop by hop, frontier position by frontier position, each
-  position's edges in CSC order (as ``sampling.neighbor`` does on a homogeneous graph).
+  position's edges in CSC order, whether sampled or taken whole (pyg-lib leaves sampled
+  edges in draw order).
 * ``num_sampled_nodes[t]`` has ``hops + 1`` entries (seeds, then new nodes per hop; 0 for
   a type that is not the input type), ``num_sampled_edges[(s, r, d)]`` has ``hops``.
   Every node type and edge type is present, with empty tensors when nothing was sampled.
-* With ``induced=True`` (PyG's ``subgraph_type="induced"``) the nodes are sampled the same
+* ``induced=True`` (PyG's ``subgraph_type="induced"``): the nodes are sampled the same
   way, and each edge type then holds *every* edge of the graph between its sampled
-  sources and destinations: destination position by destination position, each one's
-  in-edges in CSC order; ``num_sampled_nodes`` and ``num_sampled_edges`` are None then,
-  as PyG's (torch-sparse's) induced sampling returns them.
-* With ``disjoint=True`` (PyG's ``disjoint``) every seed grows a subgraph of its own: a
-  node is new once *per seed* (so ``node[t]`` may repeat ids, one per subgraph holding
-  the node), edges never join two subgraphs, and ``batch[t]`` gives each node's seed
-  (its position among the seeds). Everything else is as above.
+  sources and destinations, destination position by destination position, each one's
+  in-edges in CSC order (``homogeneous=True``: a repeated seed's later copies get none);
+  the counts are None, as PyG's (torch-sparse's) induced sampling returns them.
+* ``disjoint=True``: every seed grows a subgraph of its own: a node is new once *per seed*
+  (``node[t]`` may repeat ids, one per subgraph holding it), edges never join two
+  subgraphs, and ``batch[t]`` gives each node's seed (its position among the seeds).
 * Temporal sampling (``node_time`` per node type or ``edge_time`` per edge type, PyG's
   ``time_attr``) is disjoint, and draws each frontier position's neighbours only among
   the in-edges whose source node's (or edge's) time is no later than its seed's time;
-  with ``temporal_strategy="last"`` it draws among the latest ``k`` of them (all ``k``
-  without replacement; ``k`` draws among them with ``replace=True``, as pyg-lib). The
-  in-edges of every temporal edge type must be ordered by time, once, when the graph is
-  built (``TypedCSC.from_edge_index(..., time=...)`` or ``graph.sorted_by_time``); the
-  sampler checks that once, and each seed's allowed in-edges are then a prefix of each
+  ``temporal_strategy="last"`` draws among the latest ``k`` of them (all of them without
+  replacement, ``k`` draws with ``replace=True``, as pyg-lib). The in-edges of every
+  temporal edge type must be ordered by time, once, when the graph is built
+  (``TypedCSC.from_edge_index(..., time=...)`` or ``graph.sorted_by_time``); the sampler
+  checks that once, and each seed's allowed in-edges are then a prefix of each
   neighbourhood (a binary search), as in pyg-lib; edge types whose sources have no time
   are not restricted.
-* Weighted sampling (``weight`` per edge type, PyG's ``weight_attr``): the draws of an
-  edge type that has weights are those of ``sampling.neighbor``'s weighted kernel
-  (without replacement, zero-weight edges are never drawn; a fan-out of ``-1`` or one
-  at least the in-degree takes every in-edge); edge types without weights stay uniform.
+* Weighted sampling (``weight`` per edge type, PyG's ``weight_attr``): a neighbour is drawn
+  with probability proportional to its edge's weight (without replacement:
+  Efraimidis-Spirakis keys ``log(u) / w``; with replacement: inverse transform on the
+  cumulative weights). Zero-weight edges are never drawn; a node with fewer positive-weight
+  in-edges than the fan-out keeps those only; a fan-out of ``-1``, or one at least the
+  in-degree without replacement, takes every in-edge. Edge types without weights stay uniform.
 
 Randomness is the counter-based hash of ``sampling.kernels`` keyed by (seed, hop, edge
 type's position, frontier position) (``homogeneous=True``: by (seed, hop, frontier position)):
@@ -58,9 +64,8 @@ import numpy as np
 import torch
 
 from ..threads import use_parallel
-from .graph import CSCGraph, TypedCSC, _as_numpy, _check_int, time_sorted_check
-from .kernels import (MAX_FANOUT, hop_key, hop_offsets, induced_edges, readonly, sample_hop, table_insert,
-                      table_put_seeds, valid_counts)
+from .graph import CSCGraph, TypedCSC, as_numpy, check_int, time_sorted_check
+from .kernels import MAX_FANOUT, induced_edges, readonly, sample_hop, table_insert, table_put_seeds, valid_counts
 
 __all__ = ["EdgeType", "HeteroNeighborSampler", "HeteroSamplerOutput", "TEMPORAL_STRATEGIES", "TypedCSC",
            "check_num_neighbors", "check_seeds", "check_time", "resolve_num_neighbors"]
@@ -70,6 +75,7 @@ EdgeType = Tuple[str, str, str]
 
 #: how a temporal draw picks among the in-edges no later than its seed: at random, or the latest.
 TEMPORAL_STRATEGIES = ("uniform", "last")
+
 
 @dataclass
 class HeteroSamplerOutput:
@@ -97,76 +103,74 @@ class HeteroSamplerOutput:
 def check_num_neighbors(num_neighbors: Sequence[int]) -> List[int]:
     """One edge type's fan-outs (one int >= -1 per hop, -1: every in-edge), or a ValueError naming the bad hop."""
     if not isinstance(num_neighbors, (list, tuple)) or len(num_neighbors) == 0:
-        raise ValueError(
-            f"num_neighbors must be a non-empty list of ints >= -1 (one per hop), "
-            f"got {num_neighbors!r}")
-    out = []
+        raise ValueError(f"num_neighbors must be a non-empty list of ints >= -1 (one per hop), got {num_neighbors!r}")
     for hop, k in enumerate(num_neighbors):
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not -1 <= k <= MAX_FANOUT:
-            raise ValueError(
-                f"num_neighbors[{hop}] must be an int >= -1 and <= {MAX_FANOUT} (2**63 - 1; "
-                f"-1 = all neighbours), got {k!r}")
-        out.append(int(k))
-    return out
+            raise ValueError(f"num_neighbors[{hop}] must be an int >= -1 and <= {MAX_FANOUT} (2**63 - 1; "
+                             f"-1 = all neighbours), got {k!r}")
+    return [int(k) for k in num_neighbors]
+
+
+def _real_values(name: str, value, count: int, per: str = "") -> np.ndarray:
+    """`value` (a tensor or array-like) as a numpy array of `count` integer or float values, or an error."""
+    a = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+    if a.dtype == np.bool_ or not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
+        raise TypeError(f"{name} has dtype {a.dtype}; accepted: a real (float or integer) dtype")
+    if a.shape != (count,):
+        raise ValueError(f"{name} has shape {tuple(a.shape)}; accepted: {per}shape ({count},)")
+    return a
 
 
 def check_time(name: str, value, count: int) -> Optional[np.ndarray]:
     """Times as a 1-d int64 or float64 array of `count` entries (or None)."""
     if value is None:
         return None
-    t = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
-    if t.dtype == np.bool_ or not (np.issubdtype(t.dtype, np.floating) or np.issubdtype(t.dtype, np.integer)):
-        raise TypeError(f"{name} has dtype {t.dtype}; accepted: an integer or float dtype")
-    if t.shape != (count,):
-        raise ValueError(f"{name} has shape {tuple(t.shape)}; accepted: shape ({count},)")
+    t = _real_values(name, value, count)
     t = t.astype(np.int64 if np.issubdtype(t.dtype, np.integer) else np.float64)
     if t.dtype == np.float64 and np.isnan(t).any():
         raise ValueError(f"{name} holds NaN; accepted: comparable times")
     return np.ascontiguousarray(t)
 
 
-def _check_weight(weight, graph) -> np.ndarray:
-    """Edge weights (edge_index order) as float64 in CSC order; non-negative and finite."""
-    w = weight.detach().cpu().numpy() if isinstance(weight, torch.Tensor) else np.asarray(weight)
-    if w.dtype == np.bool_ or not (np.issubdtype(w.dtype, np.floating) or np.issubdtype(w.dtype, np.integer)):
-        raise TypeError(f"weight has dtype {w.dtype}; accepted: a real (float or integer) dtype")
-    if w.shape != (graph.num_edges,):
-        raise ValueError(f"weight has shape {tuple(w.shape)}; accepted: one weight per edge, "
-                         f"shape ({graph.num_edges},)")
-    w = w.astype(np.float64)
+def _check_weight(weight, graph, where: str = "") -> np.ndarray:
+    """Edge weights (edge_index order) as float64 in CSC order; non-negative and finite (errors start with `where`)."""
+    w = _real_values(f"{where}weight", weight, graph.num_edges, per="one weight per edge, ").astype(np.float64)
     bad = np.flatnonzero(~np.isfinite(w) | (w < 0))
     if bad.size:
-        raise ValueError(f"weight[{int(bad[0])}]={float(w[bad[0]])!r}; accepted: finite weights >= 0")
+        raise ValueError(f"{where}weight[{int(bad[0])}]={float(w[bad[0]])!r}; accepted: finite weights >= 0")
     return np.ascontiguousarray(w[graph.e_id])
+
+
+def _typed_times(kind: str, given: Optional[Mapping], counts: Mapping, types: str) -> Optional[dict]:
+    """`node_time` or `edge_time` (`kind`): per node (edge) type, one integer or float time per node (edge)."""
+    if given is None:
+        return None
+    out = {}
+    for key, value in given.items():
+        name = f"{kind}_time[{key!r}]"
+        if key not in counts:
+            raise ValueError(f"{name}: no such {kind} type in the graph; {types}")
+        arr = as_numpy(name, value)
+        if arr.shape != (counts[key],) or not (np.issubdtype(arr.dtype, np.integer)
+                                               or np.issubdtype(arr.dtype, np.floating)):
+            raise ValueError(f"{name} has dtype {arr.dtype} and shape {tuple(arr.shape)}; accepted: one integer "
+                             f"or float time per {kind} ({counts[key]},)")
+        out[key] = np.ascontiguousarray(arr)
+    return out
 
 
 def check_seeds(seeds: Union[torch.Tensor, np.ndarray], num_nodes: int, node_type: str = "") -> np.ndarray:
     """`seeds` as contiguous int64 ids below `num_nodes` (of `node_type`, named in errors when given), or an
     error naming what is wrong."""
-    if isinstance(seeds, torch.Tensor):
-        if seeds.device.type != "cpu":
-            raise ValueError(f"seeds must be on the CPU, got device {seeds.device}")
-        if seeds.dtype == torch.bool or seeds.dtype.is_floating_point or seeds.dtype.is_complex:
-            raise TypeError(f"seeds must have an integer dtype, got {seeds.dtype}")
-        arr = seeds.detach().numpy()
-    elif isinstance(seeds, np.ndarray):
-        if seeds.dtype == np.bool_ or not np.issubdtype(seeds.dtype, np.integer):
-            raise TypeError(f"seeds must have an integer dtype, got {seeds.dtype}")
-        arr = seeds
-    else:
-        raise TypeError(f"seeds must be a 1-d integer torch.Tensor, got {type(seeds).__name__}")
+    arr = as_numpy("seeds", seeds, integer=True)
     if arr.ndim != 1:
         raise ValueError(f"seeds must be 1-d, got shape {tuple(arr.shape)}")
     arr = np.ascontiguousarray(arr, dtype=np.int64)
-    if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= num_nodes):
-        bad = int(arr.min()) if int(arr.min()) < 0 else int(arr.max())
+    lo, hi = (int(arr.min()), int(arr.max())) if arr.size else (0, -1)
+    if lo < 0 or hi >= num_nodes:
         what = f"{node_type!r} node" if node_type else "node"
-        raise ValueError(f"seeds contains {what} id {bad}, outside the valid range [0, {num_nodes})")
+        raise ValueError(f"seeds contains {what} id {lo if lo < 0 else hi}, outside the valid range [0, {num_nodes})")
     return arr
-
-
-def _edge_type_name(edge_type) -> str:
-    return "__".join(edge_type) if isinstance(edge_type, tuple) else repr(edge_type)
 
 
 def resolve_num_neighbors(num_neighbors: Union[Sequence[int], Mapping[EdgeType, Sequence[int]]],
@@ -179,33 +183,27 @@ def resolve_num_neighbors(num_neighbors: Union[Sequence[int], Mapping[EdgeType, 
     graph, and an edge type it leaves out takes ``default`` (an error when None). Every
     edge type must have the same number of hops.
     """
-    if isinstance(num_neighbors, Mapping):
-        names = {_edge_type_name(e): e for e in edge_types}
-        given = {}
-        for key, value in num_neighbors.items():
-            name = key if isinstance(key, str) else _edge_type_name(tuple(key)) \
-                if isinstance(key, (tuple, list)) else repr(key)
-            if name not in names:
-                raise ValueError(f"num_neighbors names edge type {key!r}, which the graph does not "
-                                 f"have; its edge types: {list(edge_types)}")
-            given[names[name]] = value
-        out = {}
-        for e in edge_types:
-            if e in given:
-                value = given[e]
-            elif default is not None:
-                value = default
-            else:
-                raise ValueError(f"num_neighbors gives no fan-outs for edge type {e!r}; a dict must "
-                                 f"name every edge type of the graph ({list(edge_types)}), or use a "
-                                 "list for all of them")
-            out[e] = check_num_neighbors(value)
-    else:
+    if not isinstance(num_neighbors, Mapping):
         if default is not None:
             raise ValueError(f"default={default!r} with a list num_neighbors: a default is for the "
                              "edge types a dict leaves out; accepted with a list: None")
         hops = check_num_neighbors(num_neighbors)
-        out = {e: list(hops) for e in edge_types}
+        return {e: list(hops) for e in edge_types}
+    names = {"__".join(e): e for e in edge_types}
+    given = {}
+    for key, value in num_neighbors.items():
+        name = key if isinstance(key, str) else "__".join(key) if isinstance(key, (tuple, list)) else repr(key)
+        if name not in names:
+            raise ValueError(f"num_neighbors names edge type {key!r}, which the graph does not "
+                             f"have; its edge types: {list(edge_types)}")
+        given[names[name]] = value
+    out = {}
+    for e in edge_types:
+        if e not in given and default is None:
+            raise ValueError(f"num_neighbors gives no fan-outs for edge type {e!r}; a dict must "
+                             f"name every edge type of the graph ({list(edge_types)}), or use a "
+                             "list for all of them")
+        out[e] = check_num_neighbors(given.get(e, default))
     lengths = {e: len(v) for e, v in out.items()}
     if len(set(lengths.values())) > 1:
         raise ValueError(f"Number of hops must be the same across all edge types; num_neighbors "
@@ -219,16 +217,19 @@ class HeteroNeighborSampler:
     `num_nodes` maps every node type to its node count; `graphs` maps every edge type
     ``(src, rel, dst)`` to its :class:`TypedCSC` (its order is the order edge types are
     visited in each hop, as PyG's ``data.edge_types``). `num_neighbors` is a list for all
-    edge types or a dict per edge type (:func:`resolve_num_neighbors`). `replace` and
-    `parallel` are those of :class:`~ibp_graph.sampling.neighbor.NeighborSampler`;
+    edge types or a dict per edge type (:func:`resolve_num_neighbors`). ``replace=True``
+    draws with replacement; ``parallel=True`` spreads the draws over numba's threads,
+    ``False`` stays on the calling thread with the same output, ``None`` decides per call
+    (parallel in the main process, serial in DataLoader workers: ibp_graph.threads).
     ``induced=True`` returns the subgraph induced by the sampled nodes, ``disjoint=True``
     one subgraph per seed (see the module; PyG offers no induced disjoint sampling);
     `node_time` or `edge_time` (numpy arrays or tensors: one time per node of a type, per
-    edge of a type) make it temporal, with `temporal_strategy` "uniform" or "last".
+    edge of a type) make it temporal, with `temporal_strategy` "uniform" or "last"; `weight`
+    (one per edge of a type, in its ``edge_index`` order) makes that type's draws weighted.
 
     ``homogeneous=True`` is the layout of :class:`~ibp_graph.sampling.neighbor.NeighborSampler`
     (one node type, one edge type, a :class:`CSCGraph` as its graph): draws keyed by (seed, hop,
-    frontier position) only, fan-out errors naming hops only, and an induced subgraph giving a
+    frontier position) only, errors naming hops only, and an induced subgraph giving a
     repeated node's later positions no edges.
     """
 
@@ -261,7 +262,7 @@ class HeteroNeighborSampler:
                              "subgraph joins every sampled node; use one of them")
         if parallel is not None and not isinstance(parallel, bool):
             raise TypeError(f"parallel must be None or a bool, got {parallel!r}")
-        self.num_nodes = {t: _check_int(f"num_nodes[{t!r}]", n, minimum=0) for t, n in num_nodes.items()}
+        self.num_nodes = {t: check_int(f"num_nodes[{t!r}]", n, minimum=0) for t, n in num_nodes.items()}
         self.graphs = dict(graphs)
         for e, g in self.graphs.items():
             if not (isinstance(e, tuple) and len(e) == 3):
@@ -279,82 +280,55 @@ class HeteroNeighborSampler:
                                  f"{self.num_nodes[dst]} {dst!r} nodes")
         self.edge_types: List[EdgeType] = list(self.graphs)
         self.node_types: List[str] = list(self.num_nodes)
+        if homogeneous and (len(self.node_types) != 1 or len(self.edge_types) != 1):
+            raise ValueError(f"homogeneous=True needs one node type and one edge type, got {self.node_types} and "
+                             f"{self.edge_types}")
         self.num_neighbors = resolve_num_neighbors(num_neighbors, self.edge_types, default)
         # hops of a graph without edge types: those of a list (seeds only come out anyway)
         self.num_hops = len(next(iter(self.num_neighbors.values()))) if self.num_neighbors else \
             0 if isinstance(num_neighbors, Mapping) else len(num_neighbors)
-        self.replace = replace
-        self.parallel = parallel
-        self.induced = induced
-        self.disjoint = disjoint
-        self.temporal_strategy = temporal_strategy
-        self.homogeneous = homogeneous
-        if homogeneous and (len(self.num_nodes) != 1 or len(self.graphs) != 1):
-            raise ValueError(f"homogeneous=True needs one node type and one edge type, got {self.node_types} and "
-                             f"{self.edge_types}")
+        self.replace, self.parallel, self.induced, self.disjoint = replace, parallel, induced, disjoint
+        self.temporal_strategy, self.homogeneous = temporal_strategy, homogeneous
         # read-only views: in-memory and memory-mapped graphs share one compiled kernel
-        self._csc = {e: tuple(readonly(a) for a in (g.indptr, g.indices, g.e_id))
-                     for e, g in self.graphs.items()}
+        self._csc = {e: tuple(readonly(a) for a in (g.indptr, g.indices, g.e_id)) for e, g in self.graphs.items()}
         self._max_degree = {e: int(np.diff(g.indptr).max()) if g.num_dst else 0 for e, g in self.graphs.items()}
-        self.node_time = None if node_time is None else {t: self._time(f"node_time[{t!r}]", v, self.num_nodes.get(t))
-                                                          for t, v in node_time.items()}
-        self.edge_time = None if edge_time is None else {e: self._time(f"edge_time[{e!r}]", v,
-                                                                       self.graphs[e].num_edges
-                                                                       if e in self.graphs else None)
-                                                          for e, v in edge_time.items()}
+        types = f"node types {self.node_types}, edge types {self.edge_types}"
+        self.node_time = _typed_times("node", node_time, self.num_nodes, types)
+        self.edge_time = _typed_times("edge", edge_time, {e: g.num_edges for e, g in self.graphs.items()}, types)
         # the time at each CSC position of the edge types sampled temporally (their neighbours' or
         # edges' times; pyg-lib leaves the others unrestricted), checked sorted per neighbourhood, once
         self._pos_time: Dict[EdgeType, np.ndarray] = {}
+        by_node, by_edge = self.node_time or {}, self.edge_time or {}
         for e, (indptr, indices, e_id) in self._csc.items():
-            if self.node_time is not None and e[0] in self.node_time:
-                pos_time = self.node_time[e[0]][indices]
-            elif self.edge_time is not None and e in self.edge_time:
-                pos_time = self.edge_time[e][e_id]
-            else:
-                continue
-            time_sorted_check("graph" if homogeneous else f"graphs[{e!r}]", indptr, pos_time)
-            self._pos_time[e] = readonly(np.ascontiguousarray(pos_time))
+            if e[0] in by_node or e in by_edge:
+                pos_time = by_node[e[0]][indices] if e[0] in by_node else by_edge[e][e_id]
+                time_sorted_check("graph" if homogeneous else f"graphs[{e!r}]", indptr, pos_time)
+                self._pos_time[e] = readonly(np.ascontiguousarray(pos_time))
         # per weighted edge type: its weights in CSC order, and each destination's positive-weight in-edges
         self._weight: Dict[EdgeType, Tuple[np.ndarray, np.ndarray]] = {}
         for e, w in (weight or {}).items():
             if e not in self.graphs:
                 raise ValueError(f"weight names edge type {e!r}, which the graph does not have; its edge "
                                  f"types: {self.edge_types}")
-            try:
-                w = _check_weight(w, self.graphs[e])
-            except (TypeError, ValueError) as err:
-                if homogeneous:
-                    raise
-                raise type(err)(f"weight[{e!r}]: {err}") from None
+            w = _check_weight(w, self.graphs[e], "" if homogeneous else f"weight[{e!r}]: ")
             csum = np.concatenate([[0], np.cumsum(w > 0)])
             indptr = self.graphs[e].indptr
             self._weight[e] = (readonly(w), csum[indptr[1:]] - csum[indptr[:-1]])
 
-    def _time(self, argname: str, value, count: Optional[int]) -> np.ndarray:
-        if count is None:
-            raise ValueError(f"{argname}: no such {'node' if argname.startswith('node') else 'edge'} type "
-                             f"in the graph; node types {self.node_types}, edge types {self.edge_types}")
-        arr = _as_numpy(argname, value)
-        if arr.shape != (count,) or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
-            raise ValueError(f"{argname} has dtype {arr.dtype} and shape {tuple(arr.shape)}; accepted: one "
-                             f"integer or float time per {'node' if argname.startswith('node') else 'edge'} "
-                             f"({count},)")
-        return np.ascontiguousarray(arr)
-
     @property
     def temporal(self) -> bool:
         """Whether neighbours are restricted to times no later than their seed's."""
-        return bool(self._pos_time) or self.node_time is not None or self.edge_time is not None
-
-    def __repr__(self) -> str:
-        return (f"HeteroNeighborSampler(node_types={self.node_types}, edge_types={self.edge_types}, "
-                f"num_hops={self.num_hops}, replace={self.replace}, induced={self.induced}, "
-                f"disjoint={self.disjoint})")
+        return self.node_time is not None or self.edge_time is not None
 
     @property
     def weighted(self) -> bool:
         """Whether some edge type's draws follow edge weights."""
         return bool(self._weight)
+
+    def __repr__(self) -> str:
+        return (f"HeteroNeighborSampler(node_types={self.node_types}, edge_types={self.edge_types}, "
+                f"num_hops={self.num_hops}, replace={self.replace}, induced={self.induced}, "
+                f"disjoint={self.disjoint})")
 
     def check_seeds(self, input_type: str, seeds: Union[torch.Tensor, np.ndarray]) -> np.ndarray:
         """`seeds` as contiguous int64 ids of `input_type` nodes, or an error naming what is wrong."""
@@ -396,79 +370,54 @@ class HeteroNeighborSampler:
             raise ValueError(f"disjoint sampling of {seeds_np.shape[0]} seeds at once in a graph of "
                              f"{max(width.values())} nodes of one type overflows its node keys; "
                              "accepted: fewer seeds per batch")
-
-        nodes: Dict[str, List[np.ndarray]] = {t: [] for t in self.node_types}
-        batch: Dict[str, List[np.ndarray]] = {t: [] for t in self.node_types}
-        tables, count, frontier, frontier_batch = {}, {}, {}, {}
-        for t in self.node_types:
-            first = seeds_np if t == input_type else empty
-            which = np.arange(first.shape[0], dtype=np.int64)
-            table, shift, c = table_put_seeds(readonly(which * width[t] + first) if self.disjoint else first)
-            tables[t] = (table, shift)
-            count[t] = c
-            nodes[t].append(first)
-            batch[t].append(which)
-            frontier[t] = first
-            frontier_batch[t] = which
-        size = {t: int(nodes[t][0].shape[0]) for t in self.node_types}
-        num_sampled_nodes = {t: [size[t]] for t in self.node_types}
-        rows: Dict[EdgeType, List[np.ndarray]] = {e: [] for e in self.edge_types}
-        cols: Dict[EdgeType, List[np.ndarray]] = {e: [] for e in self.edge_types}
-        edges: Dict[EdgeType, List[np.ndarray]] = {e: [] for e in self.edge_types}
-        num_sampled_edges: Dict[EdgeType, List[int]] = {e: [] for e in self.edge_types}
+        # per node type: the nodes new at the last hop (the frontier) and their seeds' positions, every
+        # part of node[t] and batch[t], the id table (table, shift, entries) and how many nodes it holds
+        frontier = {t: seeds_np if t == input_type else empty for t in self.node_types}
+        frontier_batch = {t: np.arange(f.shape[0], dtype=np.int64) for t, f in frontier.items()}
+        nodes = {t: [f] for t, f in frontier.items()}
+        batch = {t: [b] for t, b in frontier_batch.items()}
+        tables = {t: table_put_seeds(readonly(frontier_batch[t] * width[t] + f) if self.disjoint else f)
+                  for t, f in frontier.items()}
+        size = {t: f.shape[0] for t, f in frontier.items()}
+        sampled: Dict[EdgeType, List[Tuple[np.ndarray, np.ndarray, np.ndarray]]] = {e: [] for e in self.edge_types}
 
         parallel = use_parallel(2, 2) if self.parallel is None else self.parallel
         for hop in range(self.num_hops):
             begin = {t: size[t] - frontier[t].shape[0] for t in self.node_types}
-            new_this_hop: Dict[str, List[np.ndarray]] = {t: [] for t in self.node_types}
-            new_batch: Dict[str, List[np.ndarray]] = {t: [] for t in self.node_types}
+            found: Dict[str, List[np.ndarray]] = {t: [] for t in self.node_types}
+            found_batch: Dict[str, List[np.ndarray]] = {t: [] for t in self.node_types}
             for pos, e in enumerate(self.edge_types):
                 src_type, _, dst_type = e
                 k = self.num_neighbors[e][hop]
-                front = frontier[dst_type]
-                indptr, indices, e_id = self._csc[e]
+                front, front_batch = frontier[dst_type], frontier_batch[dst_type]
                 # temporal: each position draws from its first `valid` in-edges, those no later than its seed
-                valid = valid_counts(indptr, self._pos_time[e], front, times[frontier_batch[dst_type]]) \
+                valid = valid_counts(self._csc[e][0], self._pos_time[e], front, times[front_batch]) \
                     if e in self._pos_time else None
                 counts = self._counts(e, front, k, valid)
                 what = f"num_neighbors[{hop}]={k}" if self.homogeneous else f"num_neighbors[{e!r}][{hop}]={k}"
-                offsets = hop_offsets(what, counts, k, self.replace, self._max_degree[e], parallel)
-                m = int(offsets[-1])
-                src = np.empty(m, dtype=np.int64)
-                eid = np.empty(m, dtype=np.int64)
-                if m:
-                    sample_hop(what, parallel, indptr, indices, e_id, front, valid,
-                               valid is not None and self.temporal_strategy == "last",
-                               self._weight[e][0] if e in self._weight else None, offsets, k, self.replace,
-                               hop_key(int(seed), hop, None if self.homogeneous else pos), begin[dst_type], src, eid)
-                col = np.repeat(np.arange(begin[dst_type], begin[dst_type] + front.shape[0],
-                                          dtype=np.int64), counts)
-                row = np.empty(m, dtype=np.int64)
-                new = np.empty(m, dtype=np.int64)
-                table, shift = tables[src_type]
-                keys = src + np.repeat(frontier_batch[dst_type], counts) * width[src_type] \
-                    if self.disjoint else src
-                table, shift, count[src_type], n_new = table_insert(
-                    table, shift, count[src_type], keys, np.int64(size[src_type]), row, new)
-                tables[src_type] = (table, shift)
+                src, eid = sample_hop(what, parallel, self._csc[e], front, counts, k, self.replace, self._max_degree[e],
+                                      (int(seed), hop, None if self.homogeneous else pos), begin[dst_type], valid,
+                                      valid is not None and self.temporal_strategy == "last",
+                                      self._weight[e][0] if e in self._weight else None)
+                col = np.repeat(np.arange(begin[dst_type], begin[dst_type] + front.shape[0], dtype=np.int64), counts)
+                row, new = np.empty_like(src), np.empty_like(src)
+                keys = src + np.repeat(front_batch, counts) * width[src_type] if self.disjoint else src
+                table, shift, entries, n_new = table_insert(*tables[src_type], keys, np.int64(size[src_type]), row, new)
+                tables[src_type] = (table, shift, entries)
                 new = new[:n_new]
                 if self.disjoint:
                     new, which = new % width[src_type], new // width[src_type]
-                    new_batch[src_type].append(which)
-                new_this_hop[src_type].append(new)
+                    found_batch[src_type].append(which)
+                found[src_type].append(new)
                 size[src_type] += int(n_new)
-                rows[e].append(row)
-                cols[e].append(col)
-                edges[e].append(eid)
-                num_sampled_edges[e].append(m)
+                sampled[e].append((row, col, eid))
             for t in self.node_types:
-                found = new_this_hop[t]
-                frontier[t] = readonly(found[0] if len(found) == 1 else np.concatenate(found)) if found else empty
+                parts = found[t]
+                frontier[t] = readonly(parts[0] if len(parts) == 1 else np.concatenate(parts)) if parts else empty
                 if self.disjoint:
-                    frontier_batch[t] = np.concatenate(new_batch[t]) if new_batch[t] else empty
+                    frontier_batch[t] = np.concatenate(found_batch[t]) if found_batch[t] else empty
                     batch[t].append(frontier_batch[t])
                 nodes[t].append(frontier[t])
-                num_sampled_nodes[t].append(int(frontier[t].shape[0]))
 
         def cat(parts: List[np.ndarray]) -> torch.Tensor:
             return torch.from_numpy(np.concatenate(parts)) if parts else torch.empty(0, dtype=torch.int64)
@@ -476,15 +425,12 @@ class HeteroNeighborSampler:
         node = {t: cat(nodes[t]) for t in self.node_types}
         if self.induced:
             return self._induced(node, tables)
+        row, col, edge = ({e: cat([part[i] for part in sampled[e]]) for e in self.edge_types} for i in range(3))
         return HeteroSamplerOutput(
-            node=node,
-            row={e: cat(rows[e]) for e in self.edge_types},
-            col={e: cat(cols[e]) for e in self.edge_types},
-            edge={e: cat(edges[e]) for e in self.edge_types},
-            num_sampled_nodes=num_sampled_nodes,
-            num_sampled_edges=num_sampled_edges,
-            batch={t: cat(batch[t]) for t in self.node_types} if self.disjoint else None,
-        )
+            node=node, row=row, col=col, edge=edge,
+            num_sampled_nodes={t: [int(p.shape[0]) for p in nodes[t]] for t in self.node_types},
+            num_sampled_edges={e: [int(part[0].shape[0]) for part in sampled[e]] for e in self.edge_types},
+            batch={t: cat(batch[t]) for t in self.node_types} if self.disjoint else None)
 
     def _seed_times(self, input_type: str, seeds: np.ndarray, seed_time) -> np.ndarray:
         if seed_time is not None:  # compared exactly with the graph's times, whatever their dtypes
@@ -499,9 +445,8 @@ class HeteroNeighborSampler:
         row, col, edge = {}, {}, {}
         for e in self.edge_types:
             src_type, _, dst_type = e
-            indptr, indices, e_id = self._csc[e]
-            r, c, k = induced_edges(indptr, indices, e_id, readonly(node[dst_type].numpy()), *tables[src_type],
-                                    *tables[dst_type], self.homogeneous)
+            r, c, k = induced_edges(*self._csc[e], readonly(node[dst_type].numpy()), *tables[src_type][:2],
+                                    *tables[dst_type][:2], self.homogeneous)
             row[e], col[e], edge[e] = torch.from_numpy(r), torch.from_numpy(c), torch.from_numpy(k)
         return HeteroSamplerOutput(node=node, row=row, col=col, edge=edge, num_sampled_nodes=None,
                                    num_sampled_edges=None)

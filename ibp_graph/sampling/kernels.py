@@ -1,11 +1,6 @@
-"""The kernels of the one neighbour sampler (``sampling.hetero``): counter-based random draws, one hop's
-draws per frontier position, the global-to-local id tables, induced edges, and the memory checks run
-before a hop's buffers exist.
-
-Randomness is a counter-based hash of (seed, hop, edge type, frontier position) (:func:`hop_key`;
-a homogeneous graph's one edge type mixes nothing in), so the output depends only on the seed and
-the inputs, never on the number of numba threads.
-"""
+"""The kernels of the one neighbour sampler (``sampling.hetero``): counter-based random draws keyed by
+(seed, hop, edge type, frontier position) (:func:`hop_key`), one hop's draws per frontier position, the
+global-to-local id tables, induced edges, and the memory checks run before a hop's buffers exist."""
 from __future__ import annotations
 
 from typing import Optional
@@ -19,8 +14,8 @@ from ..jit_cache import install as _install_kernel_cache
 
 _install_kernel_cache()  # numba caches this module's kernels per environment (ibp_graph.jit_cache)
 
-__all__ = ["MAX_FANOUT", "available_memory", "hop_key", "hop_offsets", "induced_edges", "readonly", "sample_hop",
-           "table_insert", "table_put_seeds", "valid_counts"]
+__all__ = ["MAX_FANOUT", "available_memory", "hop_key", "induced_edges", "readonly", "sample_hop", "table_insert",
+           "table_put_seeds", "valid_counts"]
 
 _MASK64 = (1 << 64) - 1
 _GOLDEN_INT = 0x9E3779B97F4A7C15
@@ -45,7 +40,6 @@ _BYTES_PER_EDGE = 48
 _UNCHECKED_BYTES = 1 << 26
 
 
-# ----------------------------------------------------------------------------------
 # Random numbers: splitmix64 finaliser used as a counter-based generator.
 
 def _mix64_py(z: int) -> int:
@@ -88,9 +82,6 @@ def _draw_unit(state):
     state = state + _GOLDEN
     return state, (np.float64(_mix64(state) >> np.uint64(11)) + 0.5) * (1.0 / 9007199254740992.0)
 
-
-# ----------------------------------------------------------------------------------
-# Kernels.
 
 @numba.njit(cache=True, inline="always")
 def _slot(u, shift):
@@ -204,13 +195,6 @@ def _sample_hop_parallel(indptr, indices, e_id, frontier, valid, use_valid, last
         _sample_range(indptr, indices, e_id, frontier, valid, use_valid, last, weight, use_weight, offsets, k,
                       replace, hop_key, pos0, src_out, eid_out, c * _CHUNK, min(n, (c + 1) * _CHUNK))
         done[c] = True
-
-
-@numba.njit(cache=True, nogil=True)
-def _sample_hop_serial(indptr, indices, e_id, frontier, valid, use_valid, last, weight, use_weight, offsets, k,
-                       replace, hop_key, pos0, src_out, eid_out):
-    _sample_range(indptr, indices, e_id, frontier, valid, use_valid, last, weight, use_weight, offsets, k,
-                  replace, hop_key, pos0, src_out, eid_out, 0, frontier.shape[0])
 
 
 @numba.njit(cache=True, nogil=True)
@@ -390,15 +374,19 @@ def induced_edges(indptr, indices, e_id, dst_nodes, src_table, src_shift, dst_ta
     return row[:m], col[:m], eid[:m]
 
 
-def hop_offsets(what: str, counts: np.ndarray, k: int, replace: bool, max_degree: int,
-                parallel: bool) -> np.ndarray:
-    """Each frontier position's first output slot (``len(counts) + 1`` cumulative counts, the last
-    the hop's edge count), after checking the hop's buffers fit in memory.
+def sample_hop(what: str, parallel: bool, csc, frontier, counts, k: int, replace: bool, max_degree: int,
+               key: tuple, pos0: int, valid=None, last: bool = False, weight=None) -> tuple[np.ndarray, np.ndarray]:
+    """One hop's in-edges of `frontier` (``csc``: a graph's indptr, indices, e_id), `counts[i]` for
+    position i: (sources, edge ids), position by position; keyed by ``hop_key(*key)``, temporal (the
+    first `valid` in-edges per position, in time order; `last`: the latest k of them) when `valid` is
+    given, weighted when `weight` is.
 
-    The bound is cheap: a position gets at most min(k, in-degree) edges (``k`` with
-    replacement, the in-degree for -1), so only a hop whose bound exceeds 64 MiB has its
-    edges counted and compared with :func:`available_memory`; one that does not fit raises
-    MemoryError naming `what` (the fan-out) and the bytes before any buffer or kernel.
+    The buffers are checked first, cheaply: a position gets at most min(k, in-degree) edges (``k``
+    with replacement, the in-degree for -1), so only a hop whose bound exceeds 64 MiB has its edges
+    counted and compared with :func:`available_memory`; one that does not fit raises MemoryError
+    naming `what` (the fan-out) and the bytes before any buffer or kernel. A parallel run must finish
+    every task: numba's workqueue layer drops an error raised inside a task (its ids would stay
+    uninitialised memory), so an unfinished task raises MemoryError naming `what`.
     """
     per = max_degree if k < 0 else k if replace else min(k, max_degree)
     n = counts.shape[0]
@@ -416,28 +404,23 @@ def hop_offsets(what: str, counts: np.ndarray, k: int, replace: bool, max_degree
                     "in-degree)")
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
-    return offsets
-
-
-def sample_hop(what: str, parallel: bool, indptr, indices, e_id, frontier, valid, last: bool, weight, offsets,
-               k: int, replace: bool, key: np.uint64, pos0: int, src_out: np.ndarray, eid_out: np.ndarray) -> None:
-    """Draw one hop's in-edges of `frontier` into src_out / eid_out (their slots given by `offsets`):
-    temporal (the first `valid` in-edges per position, in time order; `last`: the latest k of them)
-    when `valid` is given, weighted when `weight` is. A parallel run must finish every task: numba's
-    workqueue layer drops an error raised inside a task (its ids would stay uninitialised memory),
-    so an unfinished task raises MemoryError naming `what`."""
-    args = (indptr, indices, e_id, frontier, offsets[:0] if valid is None else valid, valid is not None, last,
-            _NO_WEIGHT if weight is None else weight, weight is not None, offsets, np.int64(k), replace, key,
-            np.int64(pos0), src_out, eid_out)
+    m = int(offsets[-1])
+    src, eid = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
+    if not m:
+        return src, eid
+    args = (*csc, frontier, offsets[:0] if valid is None else valid, valid is not None, last,
+            _NO_WEIGHT if weight is None else weight, weight is not None, offsets, np.int64(k), replace,
+            hop_key(*key), np.int64(pos0), src, eid)
     if not parallel:
-        _sample_hop_serial(*args)
-        return
-    done = np.zeros((frontier.shape[0] + _CHUNK - 1) // _CHUNK, dtype=np.bool_)
+        _sample_range(*args, 0, n)
+        return src, eid
+    done = np.zeros((n + _CHUNK - 1) // _CHUNK, dtype=np.bool_)
     _sample_hop_parallel(*args, done)
     if not done.all():
         raise MemoryError(f"{what}: a parallel sampling task failed (out of memory) and its edges were "
                           f"not sampled; {available_memory():,} bytes of memory are available: accepted: "
                           "a smaller fan-out or batch")
+    return src, eid
 
 
 def readonly(arr: np.ndarray) -> np.ndarray:

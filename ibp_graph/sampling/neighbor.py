@@ -1,47 +1,24 @@
-"""Multi-hop uniform neighbour sampling with the node/edge layout of PyG's NeighborLoader.
-
-Layout of one :class:`SamplerOutput` (that of pyg-lib's ``neighbor_sample`` with
-``csc=True``, directed, non-disjoint, which PyG's NeighborLoader uses by default):
-
-* ``node`` lists the seeds first, exactly as given (duplicates kept, so
-  ``node[:len(seeds)] == seeds`` and ``batch_size == len(seeds)``), then, hop by hop,
-  every node seen for the first time, in the order of the edges that reach it.
-* Each frontier position is sampled on its own. A seed given twice is therefore sampled
-  twice, independently, and each copy is the destination (``col``) of its own edges,
-  as in pyg-lib. A sampled neighbour equal to a repeated seed maps to the seed's
-  *first* position (pyg-lib picks the first or the last depending on graph size).
-* Edges are listed hop by hop, frontier position by frontier position, and within one
-  position in CSC order (increasing edge id for a graph from
-  ``CSCGraph.from_edge_index``), whether sampled or taken whole; pyg-lib leaves sampled
-  edges in draw order. ``row`` is the local source (the sampled in-neighbour), ``col``
-  the local destination (the frontier node), ``edge`` the column in ``edge_index``.
-
-Options, as PyG's NeighborSampler (pyg-lib) has them:
-
-* ``weight``: per-edge weights; a neighbour is drawn with probability proportional to
-  its edge's weight (without replacement: Efraimidis-Spirakis keys ``log(u) / w``; with
-  replacement: inverse transform on the cumulative weights). Zero-weight edges are never
-  drawn; a node with fewer positive-weight in-edges than the fan-out keeps those only. A
-  fan-out of ``-1``, or one at least the in-degree without replacement, takes every
-  in-edge whatever its weight, as in the uniform case.
-* ``subgraph_type="bidirectional"``: the sampled edges plus their reversals, duplicates
-  removed, sorted by (destination, source) (PyG's ``SamplerOutput.to_bidirectional``);
-  a reversed edge carries its forward edge's id. ``"induced"``: the same nodes, with every
-  edge of the graph between two of them, destination by destination in CSC order (a
-  repeated seed's later copies get none). Both report no per-hop counts (None), as PyG.
-* ``disjoint=True``: every seed position grows its own tree; a node reached from two
-  seeds appears once per tree, and ``batch`` gives each node's seed position.
-* Temporal sampling (``node_time`` or ``edge_time``; always disjoint, as PyG): a tree
-  whose seed has time ``t`` only takes in-edges whose source node (or edge) has a time
-  ``<= t``; ``temporal_strategy="uniform"`` draws among those, ``"last"`` among the
-  latest ``k`` of them (all of them without replacement, ``k`` draws with ``replace=True``,
-  as pyg-lib); the sampler orders each node's in-edges by time once, when it is built
-  (``graph.sorted_by_time``, ties in CSC order).
+"""Multi-hop neighbour sampling of a homogeneous :class:`CSCGraph`, with the layout of PyG's NeighborLoader.
 
 The graph is the one-node-type, one-edge-type case of the one sampler,
-:class:`~ibp_graph.sampling.hetero.HeteroNeighborSampler` (``homogeneous=True``), which does
-every draw. Randomness is a counter-based hash of (seed, hop, frontier position), so the
-output depends only on ``seed`` and the inputs, never on the number of numba threads.
+:class:`~ibp_graph.sampling.hetero.HeteroNeighborSampler` (``homogeneous=True``), which does every
+draw and whose module documents the layout, fan-outs, induced, disjoint, temporal and weighted
+sampling and the randomness. One :class:`SamplerOutput` is laid out as pyg-lib's ``neighbor_sample``
+with ``csc=True``, directed, non-disjoint (PyG's NeighborLoader default): ``node`` lists the seeds
+first, exactly as given (``node[:len(seeds)] == seeds``, ``batch_size == len(seeds)``), then, hop by
+hop, every node seen for the first time; a seed given twice is the destination (``col``) of its own
+edges per copy, as in pyg-lib, and a neighbour equal to it maps to its *first* position (pyg-lib
+picks the first or the last depending on graph size). Edges are listed hop by hop, frontier position
+by frontier position, each position's in CSC order (increasing edge id for a graph from
+``CSCGraph.from_edge_index``).
+
+``subgraph_type="bidirectional"``: the sampled edges plus their reversals, duplicates removed,
+sorted by (destination, source) (PyG's ``SamplerOutput.to_bidirectional``); a reversed edge
+carries its forward edge's id. ``"induced"``: the same nodes, with every edge of the graph between
+two of them (a repeated seed's later copies get none). Both report no per-hop counts (None), as
+PyG. Temporal sampling (``node_time`` or ``edge_time``) is always disjoint, as PyG; the sampler
+orders each node's in-edges by time once, when it is built (``graph.sorted_by_time``, ties in CSC
+order).
 """
 from __future__ import annotations
 
@@ -52,11 +29,9 @@ import numpy as np
 import torch
 
 from .graph import CSCGraph, sorted_by_time
-from .hetero import TEMPORAL_STRATEGIES, HeteroNeighborSampler, check_time
-from .kernels import MAX_FANOUT, available_memory
+from .hetero import HeteroNeighborSampler, check_time
 
-__all__ = ["MAX_FANOUT", "NeighborSampler", "SamplerOutput", "SUBGRAPH_TYPES", "TEMPORAL_STRATEGIES",
-           "available_memory"]
+__all__ = ["NeighborSampler", "SamplerOutput", "SUBGRAPH_TYPES"]
 
 # the node and edge type of a homogeneous graph in the one sampler
 _NODE = "_N"
@@ -89,19 +64,13 @@ SUBGRAPH_TYPES = ("directional", "bidirectional", "induced")
 
 
 class NeighborSampler:
-    """Multi-hop in-neighbour sampler for a :class:`CSCGraph` (PyG semantics).
+    """Multi-hop in-neighbour sampler for a :class:`CSCGraph` (PyG semantics; see the module docstrings).
 
-    ``num_neighbors[h]`` in-neighbours are drawn per frontier node at hop ``h``
-    (``-1``: all of them); without replacement a node with fewer in-neighbours keeps
-    them all, with ``replace=True`` exactly ``k`` draws are made (none if it has none).
-    Draws are uniform, or proportional to ``weight`` (one per edge, in ``edge_index``
-    order) when given. ``subgraph_type`` ("directional", "bidirectional", "induced") and
-    ``disjoint`` are PyG's, and so is temporal sampling by ``node_time`` (one time per
-    node) or ``edge_time`` (one per edge, ``edge_index`` order) with ``temporal_strategy``
-    (see the module docstring).
-    ``parallel=True`` spreads the draws over numba's threads; ``parallel=False`` stays on
-    the calling thread and gives the same output; ``None`` (default) decides per call:
-    parallel in the main process, serial inside DataLoader workers (ibp_graph.threads).
+    ``num_neighbors[h]`` in-neighbours are drawn per frontier node at hop ``h`` (``-1``: all of
+    them); ``weight`` (one per edge), ``node_time`` (one per node) or ``edge_time`` (one per edge),
+    edges in ``edge_index`` order, make the draws weighted or temporal. ``replace``, ``disjoint``,
+    ``temporal_strategy`` and ``parallel`` are :class:`HeteroNeighborSampler`'s, ``subgraph_type``
+    (one of :data:`SUBGRAPH_TYPES`) PyG's.
     """
 
     def __init__(self, graph: CSCGraph, num_neighbors: Sequence[int], *,
@@ -113,14 +82,10 @@ class NeighborSampler:
                  temporal_strategy: str = "uniform") -> None:
         if not isinstance(graph, CSCGraph):
             raise TypeError(f"graph must be a CSCGraph, got {type(graph).__name__}")
-        # flags and the temporal strategy are checked by HeteroNeighborSampler
+        # flags, the temporal strategy and the other combinations are checked by HeteroNeighborSampler
         if subgraph_type not in SUBGRAPH_TYPES:
             raise ValueError(f"subgraph_type={subgraph_type!r} is not accepted; use one of {SUBGRAPH_TYPES}")
-        if node_time is not None and edge_time is not None:
-            raise ValueError("node_time and edge_time are both given; accepted: one of them (or neither)")
         temporal = node_time is not None or edge_time is not None
-        if temporal and weight is not None:
-            raise ValueError("weight with temporal sampling (node_time/edge_time) is not accepted; give one")
         if (disjoint is True or temporal) and subgraph_type == "induced":  # as PyG: temporal sampling is disjoint
             raise ValueError("disjoint=True with subgraph_type='induced' is not accepted (as in PyG); "
                              "use disjoint with 'directional' or 'bidirectional'")
@@ -138,9 +103,7 @@ class NeighborSampler:
             edge_time=None if edge_time is None else {_EDGE: edge_time}, temporal_strategy=temporal_strategy,
             weight=None if weight is None else {_EDGE: weight}, homogeneous=True)
         self.num_neighbors = self._typed.num_neighbors[_EDGE]
-        self.replace = replace
-        self.disjoint = self._typed.disjoint
-        self.temporal_strategy = temporal_strategy
+        self.replace, self.disjoint, self.temporal_strategy = replace, self._typed.disjoint, temporal_strategy
 
     @property
     def parallel(self) -> Optional[bool]:
