@@ -123,9 +123,16 @@ def warm_sampler(sampler: Union[NeighborSampler, HeteroNeighborSampler], seeds: 
         sampler.sample(*args, seed=0, seed_time=first)
 
 
-def by_name(codecs: Mapping[GroupKey, Codec]) -> dict[str, Codec]:
-    """Codecs keyed by their group's printed name ("float32[128]", "int64[*]", "x@store")."""
-    return {str(k): c for k, c in codecs.items()}
+class Codecs:
+    """A loader's `codecs` property, read from its `_codecs` (by group)."""
+
+    _codecs: Mapping[GroupKey, Codec]
+
+    @property
+    def codecs(self) -> dict[str, Codec]:
+        """The codec of each group of a batch, by the group's printed name (as in `stats`: "float32[128]",
+        "int64[*]", "x@store")."""
+        return {str(k): c for k, c in self._codecs.items()}
 
 
 def warm_up(codecs: Mapping[GroupKey, Codec], device: torch.device) -> None:
@@ -324,6 +331,21 @@ def loader_device(device) -> torch.device:
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={device!r} but torch sees no CUDA device; use device='cpu'")
     return dev
+
+
+def check_batch_size(batch_size: Any) -> int:
+    """A loader's `batch_size`: an int >= 1."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size={batch_size!r} is not accepted; use an int >= 1")
+    return batch_size
+
+
+def refuse_served(features: str, device_cache: Union[int, float], graph: str) -> None:
+    """NotImplementedError for what a heterogeneous `graph` cannot have yet: zero-copy rows, a device cache."""
+    if features == "zero_copy" or device_cache not in (0, 0.0, None):
+        raise NotImplementedError(
+            f"features={features!r}, device_cache={device_cache!r} are not supported for {graph} yet; accepted: "
+            "features='worker' or 'auto' (both gather in the workers) and device_cache=0")
 
 
 def host_rows(value: Any, argname: str) -> torch.Tensor:

@@ -1,34 +1,23 @@
 """CompressedDGLDataLoader: DGL's DataLoader, with the prefetched features compressed on the way to `device`.
 
-DGL's own loader runs the sampler in its worker processes and fetches the features the
-sampler asked for (``prefetch_node_feats``, ``prefetch_labels``, ``prefetch_edge_feats``:
-``LazyFeature`` columns on the returned graphs) in the main process. This loader *is*
-DGL's loader (a subclass: same shuffling, same worker seeding, same batches) with one
-stage moved and one added: workers take the ``LazyFeature`` columns off the sampled
-graphs, read those rows by the graphs' ``dgl.NID`` / ``dgl.EID`` exactly as DGL would,
-from the graph's feature tensors or from the loader's feature sources (pipeline.sources:
-a pre-encoded store given in `node_stores`, zero-copy, a device cache), and encode them
-(the batch producer of every front-end, ``ibp_graph.pipeline.producer``); the main process
-decodes them on `device` and puts them where DGL would have, through DGL's views:
-``blocks[0].srcdata``, ``blocks[-1].dstdata``, ``block.edata``, per node and edge type on
-heterogeneous graphs. DGL's internals are read only where it has no public API (a frame's
-columns: _columns, _detach), each said where it is.
-Workers write each batch's features into a slot of a shared-memory ring made by the loader
-(pipeline.transport, as CompressedNeighborLoader's workers do), so handing a batch over
-copies nothing, and on a CUDA device the page-locked slot needs no pin-memory copy.
+DGL's loader samples in its workers and fetches the features the sampler marks lazy
+(``prefetch_node_feats``, ``prefetch_labels``, ``prefetch_edge_feats``: ``LazyFeature`` columns) in the
+main process. This loader *is* DGL's (a subclass: same shuffling, worker seeding and batches) with that
+fetch moved into the workers: they read those rows by the graphs' ``dgl.NID`` / ``dgl.EID`` exactly as
+DGL would, from the graph's tensors or the loader's feature sources (pipeline.sources: `node_stores`,
+zero-copy, a device cache), and encode them with the batch producer of every front-end
+(pipeline.producer) into a shared-memory slot (pipeline.transport: the hand-over copies nothing, and a
+page-locked slot needs no pin-memory copy). The main process decodes them on `device` and puts them where
+DGL would, through DGL's views (``blocks[0].srcdata``, ``blocks[-1].dstdata``, ``block.edata``, per
+type on heterogeneous graphs). Other columns a sampled graph carries (lazy slices of the parent's
+features) cross as their row index only and are re-attached to the parent's storage here. DGL's
+internals are read only where it has no public API (a frame's columns: _columns, _detach).
 
-The other columns a sampled graph carries (lazy slices of the parent graph's features,
-which DGL gathers only when read) cross from the worker as their row index only and are
-re-attached to the parent's storage in the main process, for every node and edge frame.
-
-Needs dgl 2.1 (the newest Linux wheel in the package index), which loads only with
-torch <= 2.2.1 and numpy < 2: ``make test-dgl`` builds such an environment (.venv-dgl).
-
-DGL picks its backend when it is imported, from ``DGLBACKEND``, else its config file
-(``~/.dgl/config.json``), else PyTorch (DGL then says so and writes that file). Importing this
-module imports dgl and changes none of that (``os.environ`` is not touched); a dgl running
-another backend is refused. What a loader changes in the process when it starts is
-``loaders/_common.start`` (README: "What a loader changes in the process").
+Needs dgl 2.1 (the newest Linux wheel), which loads only with torch <= 2.2.1 and numpy < 2: ``make
+test-dgl`` builds such an environment (.venv-dgl). Importing this module imports dgl with the backend
+it picks itself and changes neither that nor ``os.environ``; a backend other than PyTorch is refused.
+What a loader changes in the process is ``loaders/_common.start`` (README: "What a loader changes in
+the process").
 """
 from __future__ import annotations
 
@@ -273,29 +262,24 @@ def _detach(columns: dict, parent_columns: dict) -> list[str]:
     return keys
 
 
-class CompressedDGLDataLoader(_DGLDataLoader):
+class CompressedDGLDataLoader(_DGLDataLoader, _common.Codecs):
     """Drop-in for dgl.dataloading.DataLoader that sends the sampler's prefetched features compressed.
 
-    Arguments up to `gpu_cache` are DGL's DataLoader's, in its order; `codec` (``"auto"``,
-    the default: per group the smallest of IBP and EBP, or identity when neither gains;
-    ``"ibp"``, ``"ebp"``, ``"identity"`` or a fitted codec object), `prefetch` (batches
-    decoded ahead on a CUDA device), `node_stores`, `features` and `device_cache` (where node
-    features are read, as for CompressedNeighborLoader: pipeline.features, pipeline.cache;
-    graphs with one node type) are ours. Features to load are the
-    ones the sampler names, as for DGL: ``NeighborSampler(fanouts, prefetch_node_feats=[...],
-    prefetch_labels=[...])``, or per type on a heterogeneous graph
-    (``prefetch_node_feats={"paper": ["feat"]}``); features of every type are grouped by
-    dtype and row shape, one codec per group. `node_stores` serves node features from
-    pre-encoded tables instead of the graph's tensors, which then need not hold them:
-    ``{"feat": EncodedTable}``, or ``{"paper": {"feat": EncodedTable}}`` per node type;
-    workers gather the compressed rows (no encoding), and each table keeps its own codec.
-    Remaining keyword arguments go to DGL's DataLoader (`num_workers`,
-    `persistent_workers`, ...). With the same seeds (``numpy``, ``torch``, ``dgl.seed``) it
-    yields the same (input_nodes, output_nodes, blocks) as DGL's DataLoader, bit for bit.
+    Arguments up to `gpu_cache` are DGL's DataLoader's, in its order; remaining keyword arguments go to it
+    (`num_workers`, `persistent_workers`, ...). With the same seeds (``numpy``, ``torch``, ``dgl.seed``) it
+    yields DGL's (input_nodes, output_nodes, blocks), bit for bit. The features loaded are the ones the
+    sampler names, as for DGL (``NeighborSampler(fanouts, prefetch_node_feats=[...], prefetch_labels=[...])``,
+    per type on a heterogeneous graph: ``{"paper": ["feat"]}``), grouped by dtype and row shape across
+    types, one codec per group. Ours: `codec` (``"auto"``, the default: per group the smallest of IBP and
+    EBP, or identity when neither gains; ``"ibp"``, ``"ebp"``, ``"identity"`` or a fitted codec object),
+    `prefetch` (batches decoded ahead on a CUDA device), `node_stores` (node features served from
+    pre-encoded tables, ``{"feat": EncodedTable}`` or ``{"paper": {"feat": EncodedTable}}``, instead of
+    the graph's tensors, which then need not hold them: workers gather compressed rows, each table keeps
+    its codec; or feature sources), `features` and `device_cache` (as for CompressedNeighborLoader:
+    pipeline.features, pipeline.cache; graphs with one node type).
 
-    Starting a loader makes numba's threading layer fork-safe unless the user chose one
-    (ibp_graph.threads) and compiles each codec's kernels once here (a warm-up encode),
-    so that forked workers inherit them.
+    Starting a loader makes numba's threading layer fork-safe unless the user chose one (ibp_graph.threads)
+    and compiles each codec's kernels once here (a warm-up encode), so that forked workers inherit them.
     """
 
     def __init__(
@@ -344,18 +328,15 @@ class CompressedDGLDataLoader(_DGLDataLoader):
             raise NotImplementedError("graph_sampler is an edge-wise sampler (as_edge_prediction_sampler); "
                                       "CompressedDGLDataLoader takes node-wise samplers returning "
                                       "(input_nodes, output_nodes, blocks), e.g. NeighborSampler")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size={batch_size!r} is not accepted; use an int >= 1")
+        _common.check_batch_size(batch_size)
         _check_graph(graph)
         _check_seeds(graph, indices)
         stores = _node_stores(graph, node_stores)
         node_attrs, edge_attrs, typed = _features(graph, graph_sampler, stores)
         out_device = torch.device(device) if device is not None else torch.device("cpu")
         single = len(graph.ntypes) == 1
-        if not single and (check_features(features) == "zero_copy" or device_cache not in (0, 0.0, None)):
-            raise NotImplementedError(
-                f"features={features!r}, device_cache={device_cache!r} are not supported for a heterogeneous "
-                "graph yet; accepted: features='worker' or 'auto' (both gather in the workers) and device_cache=0")
+        if not single:
+            _common.refuse_served(check_features(features), device_cache, "a heterogeneous graph")
         # a heterogeneous graph's tables stay as given (read in the workers), but for sources given to serve
         given = node_attrs if single else {q: t for q, t in node_attrs.items()
                                            if isinstance(t, FeatureSource) and t.served}
@@ -379,11 +360,6 @@ class CompressedDGLDataLoader(_DGLDataLoader):
         if not node_attrs and not edge_attrs:  # e.g. DGL's entity_sample.py: the script reads g.ndata itself
             self.stats.note = (f"graph_sampler ({type(graph_sampler).__name__}) prefetches no features: only the "
                                "batches' id columns travel compressed; the batches are DGL's own")
-
-    @property
-    def codecs(self) -> dict[str, Codec]:
-        """The codec of each group of a batch, by the group's printed name (as in `stats`)."""
-        return _common.by_name(self._codecs)
 
     def __iter__(self) -> Iterator[tuple]:
         it = super().__iter__()
@@ -561,44 +537,33 @@ def _features(graph, sampler, stores: Mapping) -> tuple[dict, dict, dict]:
     """The tables of the features the sampler prefetches (DGL's BlockSampler attributes): node tables
     and edge tables (by qualified name, for the codecs), and the qualified name of each node table by
     (type, name)."""
-    node, edge = {}, {}
-    for arg in ("prefetch_node_feats", "prefetch_labels"):
-        for t, names in _per_type(graph, getattr(sampler, arg, None), f"graph_sampler.{arg}", NODE).items():
-            node.setdefault(t, []).extend(names)
-    for t, names in _per_type(graph, getattr(sampler, "prefetch_edge_feats", None),
-                              "graph_sampler.prefetch_edge_feats", EDGE).items():
-        edge.setdefault(t, []).extend(names)
-    unused = sorted(f"{t}/{n}" for t, n in stores if n not in node.get(t, []))
+    wanted: dict = {NODE: {}, EDGE: {}}
+    for arg, kind in (("prefetch_node_feats", NODE), ("prefetch_labels", NODE), ("prefetch_edge_feats", EDGE)):
+        for t, names in _per_type(graph, getattr(sampler, arg, None), f"graph_sampler.{arg}", kind).items():
+            wanted[kind].setdefault(t, []).extend(names)
+    unused = sorted(f"{t}/{n}" for t, n in stores if n not in wanted[NODE].get(t, []))
     if unused:
         raise ValueError(f"node_stores has {unused}, which graph_sampler does not prefetch (it prefetches "
-                         f"{ {t: v for t, v in node.items()} }); name them in prefetch_node_feats or prefetch_labels")
-    single_n, single_e = len(graph.ntypes) == 1, len(graph.canonical_etypes) == 1
-    node_attrs, edge_attrs, typed = {}, {}, {}
-    for t, names in node.items():
-        data = graph.nodes[t].data
-        missing = [n for n in names if n not in data and (t, n) not in stores]
-        if missing:
-            where = "graph.ndata" if single_n else f"graph.nodes[{t!r}].data"
-            raise KeyError(f"graph_sampler prefetches {missing}, not in {where} (has {sorted(data.keys())}) "
-                           "nor in node_stores")
-        for n in dict.fromkeys(names):
-            q = _qualified(t, n, single_n)
-            if (t, n) in stores:
-                table = stores[(t, n)]
-                if n in data and (data[n].dtype, tuple(data[n].shape)) != (table.dtype, tuple(table.shape)):
+                         f"{wanted[NODE]}); name them in prefetch_node_feats or prefetch_labels")
+    tables, typed = {NODE: {}, EDGE: {}}, {}
+    for kind, per_type in wanted.items():
+        single = len(graph.ntypes if kind == NODE else graph.canonical_etypes) == 1
+        for t, names in per_type.items():
+            data, served = (graph.nodes if kind == NODE else graph.edges)[t].data, stores if kind == NODE else {}
+            missing = [n for n in names if n not in data and (t, n) not in served]
+            if missing:
+                where = f"graph.{kind[0]}data" if single else f"graph.{kind}s[{t!r}].data"
+                raise KeyError(f"graph_sampler prefetches {missing}, not in {where} (has {sorted(data.keys())})"
+                               + (" nor in node_stores" if kind == NODE else ""))
+            for n in dict.fromkeys(names):
+                q = _qualified(t, n, single)
+                table = served.get((t, n))
+                if table is None:
+                    table = _common.host_table(data[n], f"graph.{kind}s[{t!r}].data[{n!r}]")
+                elif n in data and (data[n].dtype, tuple(data[n].shape)) != (table.dtype, tuple(table.shape)):
                     raise ValueError(f"node_stores' table for {q!r} holds {table.dtype} {tuple(table.shape)}; the "
                                      f"graph's column holds {data[n].dtype} {tuple(data[n].shape)}: encode that column")
-                node_attrs[q] = table
-            else:
-                node_attrs[q] = _common.host_table(data[n], f"graph.nodes[{t!r}].data[{n!r}]")
-            typed[(t, n)] = q
-    for t, names in edge.items():
-        data = graph.edges[t].data
-        missing = [n for n in names if n not in data]
-        if missing:
-            where = "graph.edata" if single_e else f"graph.edges[{t!r}].data"
-            raise KeyError(f"graph_sampler prefetches {missing}, not in {where} (has {sorted(data.keys())})")
-        for n in dict.fromkeys(names):
-            edge_attrs[_qualified(t, n, single_e)] = _common.host_table(
-                data[n], f"graph.edges[{t!r}].data[{n!r}]")
-    return node_attrs, edge_attrs, typed
+                tables[kind][q] = table
+                if kind == NODE:
+                    typed[(t, n)] = q
+    return tables[NODE], tables[EDGE], typed

@@ -1,27 +1,30 @@
-"""CompressedNeighborLoader: PyG's NeighborLoader, with node features compressed on the way to the GPU."""
+"""CompressedNeighborLoader: PyG's NeighborLoader, for Data and HeteroData, with features compressed on the way
+to the GPU. One class; where PyG's NodeLoader branches on the graph kind (reading the input, the sampler, its
+output made Data or HeteroData), it asks its kind: `_Homo` or `_Hetero`."""
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable, Iterator, List, Optional, Union
+from typing import Any, Callable, Iterator, List, Mapping, Optional, Union
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from ibp_graph.codec.base import Codec
 from ibp_graph.data.store import EncodedTable
 from ibp_graph.index_checks import check_node_table
 from ibp_graph.loaders import _common
 from ibp_graph.loaders._common import ADJ_T
 from ibp_graph.loaders.pyg_stores import is_hetero_input, is_store_pair, read_stores
 from ibp_graph.pipeline.batch import DecodedBatch, EncodedBatch
-from ibp_graph.pipeline.codec_setup import CodecSpec
+from ibp_graph.pipeline.codec_setup import CODEC_NAMES, CodecSpec
 from ibp_graph.pipeline.features import check_features, plan_features
+from ibp_graph.pipeline.plans import INPUT_ID, SEED_TIME, HeteroPlanner, NeighborPlanner, edge_name, node_name
+from ibp_graph.pipeline.producer import BatchProducer
 from ibp_graph.pipeline.requests import BatchRequest, BatchRequests, DrawnRequests
 from ibp_graph.pipeline.sources import FeatureSource
-from ibp_graph.pipeline.plans import NeighborPlanner
-from ibp_graph.pipeline.producer import BatchProducer
-from ibp_graph.sampling.graph import CSCGraph, index_dtype
+from ibp_graph.pipeline.type_codecs import split_row_groups
+from ibp_graph.sampling.graph import CSCGraph, index_dtype, sorted_by_time
+from ibp_graph.sampling.hetero import EdgeType, HeteroNeighborSampler, TypedCSC
 from ibp_graph.sampling.neighbor import SUBGRAPH_TYPES, NeighborSampler
 
 try:
@@ -32,59 +35,63 @@ try:
     from torch_geometric.sampler import HeteroSamplerOutput as PyGHeteroSamplerOutput
     from torch_geometric.sampler import NodeSamplerInput
     from torch_geometric.sampler import SamplerOutput as PyGSamplerOutput
+    from torch_geometric.sampler.base import NumNeighbors
 except ImportError as e:  # pragma: no cover - exercised only without torch_geometric
     raise ImportError("ibp_graph.loaders.pyg needs torch_geometric: pip install 'ibp-graph[pyg]'") from e
 
-class CompressedNeighborLoader(NeighborLoader):
+
+class CompressedNeighborLoader(NeighborLoader, _common.Codecs):
     """Drop-in for torch_geometric.loader.NeighborLoader that sends compressed rows to the device.
 
-    A subclass of PyG's NeighborLoader (its helpers accept it: ``BasicGNN.inference``,
-    ``ZipLoader``, ``CachedLoader``, ``loader(index)``), built without pyg-lib: sampling,
-    gathering and encoding happen in the DataLoader workers, decoding on `device` in this
-    process, `prefetch` batches ahead.
+    A subclass of PyG's NeighborLoader (its helpers accept it: ``BasicGNN.inference``, ``ZipLoader``,
+    ``CachedLoader``, ``loader(index)``), built without pyg-lib: sampling, gathering and encoding happen
+    in the DataLoader workers, decoding on `device` in this process, `prefetch` batches ahead.
 
-    `data` is a homogeneous `Data` (node attributes may be tensors of any dtype, numpy
-    arrays or np.memmaps, read through a view, or pre-encoded `EncodedTable`s; graph-level
-    attributes are in every batch unchanged; a graph without edges gives batches of the
-    seeds), or a tuple `(features, graph)`: a dict of node attributes (tensors or
-    EncodedTables) and a `CSCGraph`, e.g. a prepared data set read from disk, or PyG's
-    remote backend `(FeatureStore, GraphStore)` (loaders/pyg_stores.py: both stores are
-    read once, here; batches carry what PyG's filter_custom_store puts in them: the
-    feature store's node attributes, `num_nodes`, and no edge or graph-level attributes).
-    A heterogeneous input (`HeteroData`, heterogeneous stores, or per-type tables with
-    `TypedCSC`s) is read, sampled and made into HeteroData batches by loaders/pyg_hetero.py (its
-    HeteroParts says how); the loader is the same class either way, a NeighborLoader, with the same
-    options. As PyG, the loader reads `self.data` again at the start of each epoch (attribute names and
-    object identity): an attribute deleted since is left out of the batches, one replaced or added is
-    read as the constructor reads it; started persistent workers keep the copy they hold (as PyG's).
-    A node attribute named ``n_id`` (an edge attribute ``e_id``) keeps the user's values, as in PyG.
+    `data` is one of
+    - a `Data` (node attributes may be tensors of any dtype, numpy arrays or np.memmaps, read through a
+      view, or pre-encoded `EncodedTable`s; graph-level attributes are in every batch unchanged; a graph
+      without edges gives batches of the seeds) or a tuple `(features, graph)`: a dict of node attributes
+      (tensors or EncodedTables) and a `CSCGraph`, e.g. a prepared data set read from disk;
+    - a `HeteroData`, or per-type tables ``(features, graph[, num_nodes])``: ``{node type: {attr: tensor |
+      array | EncodedTable}}``, ``{edge type: TypedCSC}`` and optionally ``{node type: count}`` (a prepared
+      heterogeneous folder, served without building any edge_index; batch ``e_id`` are the TypedCSCs';
+      with `num_nodes` every type's ``num_nodes`` is in the batches);
+    - PyG's remote backend `(FeatureStore, GraphStore)`, either kind (loaders/pyg_stores.py: both stores
+      are read once, here; batches carry what PyG's filter_custom_(hetero_)store puts in them: the
+      feature store's node attributes, `num_nodes`, no edge or graph-level attributes).
+    The class and its options are the same for either kind. As PyG, the loader reads `self.data` again
+    at the start of each epoch (attribute names and object identity): an attribute deleted since is left
+    out of the batches, one replaced or added is read as the constructor reads it; started persistent
+    workers keep the copy they hold (as PyG's). A node attribute ``n_id`` (edge attribute ``e_id``) keeps
+    the user's values, as in PyG.
 
-    Arguments up to `directed` are NeighborLoader's, in its order, with PyG's semantics:
-    `weight_attr` (weighted sampling), `subgraph_type` ("directional", "bidirectional",
-    "induced"; `directed=False` means "induced", as PyG), `disjoint` (`batch.batch`), and
-    `filter_per_worker` (either value gives the same batches: workers always sample, gather and
-    encode, the main process decodes; it decides, as in PyG, whether `collate_fn(index)`
-    returns the finished batch or the encoded one that `filter_fn` finishes), temporal
-    sampling (`time_attr` naming node or edge times, `input_time`, `temporal_strategy`;
-    disjoint, as PyG), `transform_sampler_output` (applied in the workers to PyG's SamplerOutput
-    or HeteroSamplerOutput). A `neighbor_sampler` raises NotImplementedError naming it, and so do
-    ``features="zero_copy"`` and a `device_cache` for a heterogeneous graph. `codec` (``"auto"``, the
-    default: per group the smallest of IBP and EBP, or identity when neither gains;
-    ``"ibp"``, ``"ebp"``, ``"identity"`` or a fitted codec object; a dtype no codec has
-    travels as identity bytes, named in `codecs`), `device`, `prefetch` and
-    `rank`/`world_size` (this process's share of every epoch's seeds; default: every seed,
-    as PyG's loader, also under torch.distributed), `features` (where node features are read:
-    ``"worker"``, ``"zero_copy"`` or ``"auto"``, pipeline.features) and `device_cache` (bytes,
-    or a fraction of device memory, for compressed hot rows: pipeline.cache; 0: none) are
-    ours. Remaining keyword arguments go to
-    DataLoader (`batch_size`, `shuffle`, `drop_last`, `generator`, `sampler` or
-    `batch_sampler` over input positions, `num_workers`, `persistent_workers`,
-    `pin_memory`, `prefetch_factor`, `timeout`, ...); `dataset` and `collate_fn` are
-    dropped, as PyG's NodeLoader does.
+    Arguments up to `directed` are NeighborLoader's, in its order, with PyG's semantics: `input_nodes`
+    (heterogeneous: a node type, or ``(node type, None | mask | ids)``; ``input_id`` holds node ids for a
+    mask, positions otherwise), `num_neighbors` (heterogeneous: a list for every edge type, a dict per
+    edge type, or PyG's NumNeighbors), `weight_attr` (weighted sampling; heterogeneous: the edge types
+    that have it), `subgraph_type` ("directional", "bidirectional": PyG's conversion of the sampled edges,
+    "induced"; `directed=False` means "induced", as PyG), `disjoint` (`batch`), temporal sampling
+    (`time_attr` naming node or edge times, `input_time`, `temporal_strategy`; disjoint, as PyG),
+    `transform_sampler_output` (applied in the workers to PyG's (Hetero)SamplerOutput) and
+    `filter_per_worker` (either value gives the same batches: workers always sample, gather and encode,
+    the main process decodes; it decides, as in PyG, whether `collate_fn(index)` returns the finished
+    batch or the encoded one that `filter_fn` finishes). A `neighbor_sampler` raises NotImplementedError
+    naming it, and so do ``features="zero_copy"`` and a `device_cache` for a heterogeneous graph.
+
+    `codec` (``"auto"``, the default: per group the smallest of IBP and EBP, or identity when neither
+    gains; ``"ibp"``, ``"ebp"``, ``"identity"`` or a fitted codec object; a dtype no codec has travels as
+    identity bytes, named in `codecs`; groups several node types share get a codec per type where that
+    pays: `split_report`), `device`, `prefetch`, `rank`/`world_size` (this process's share of every
+    epoch's seeds; default: every seed, as PyG's loader, also under torch.distributed), `features` (where
+    node features are read: ``"worker"``, ``"zero_copy"`` or ``"auto"``, pipeline.features) and
+    `device_cache` (bytes, or a fraction of device memory, for compressed hot rows: pipeline.cache; 0:
+    none) are ours. Remaining keyword arguments go to DataLoader (`batch_size`, `shuffle`, `drop_last`,
+    `generator`, `sampler` or `batch_sampler` over input positions, `num_workers`, ...); `dataset` and
+    `collate_fn` are dropped, as PyG's NodeLoader does.
 
     Starting a loader makes numba's threading layer fork-safe unless the user chose one
-    (ibp_graph.threads), and compiles the kernels once in this process (a warm-up encode
-    per codec and one sampled batch), so that forked workers inherit them.
+    (ibp_graph.threads), and compiles the kernels once in this process (a warm-up encode per codec and
+    one sampled batch), so that forked workers inherit them.
     """
 
     def __init__(
@@ -125,8 +132,17 @@ class CompressedNeighborLoader(NeighborLoader):
             raise ValueError("input_time is given but time_attr is None (as in PyG); accepted: input_time with "
                              "time_attr naming a node- or edge-level time attribute")
         subgraph_type = _subgraph_type(subgraph_type, directed)
+        if not isinstance(disjoint, bool):
+            raise TypeError(f"disjoint={disjoint!r} is not accepted; use a bool")
+        if disjoint and subgraph_type == "induced":
+            raise ValueError("disjoint=True with subgraph_type='induced' is not accepted (nor by PyG); "
+                             "use one of them")
         if filter_per_worker not in (None, True, False):
             raise ValueError(f"filter_per_worker={filter_per_worker!r} is not accepted; use None, True or False")
+        if is_store_pair(data) and weight_attr is not None:
+            raise NotImplementedError(
+                f"weight_attr={weight_attr!r} with (FeatureStore, GraphStore) data is not supported (nor by PyG): "
+                "the feature store's edge groups are not read; accepted: None, or the graph as a Data or HeteroData")
         kwargs.pop("dataset", None)  # as PyG's NodeLoader (PyTorch Lightning passes them)
         kwargs.pop("collate_fn", None)
         if kwargs.get("custom_cls") is not None:
@@ -134,56 +150,47 @@ class CompressedNeighborLoader(NeighborLoader):
                                       "(FeatureStore, GraphStore) backends; accepted: None")
         kwargs.pop("custom_cls", None)
         input_id = kwargs.pop("input_id", None)
-        batch_size = kwargs.pop("batch_size", 1)
-        shuffle = kwargs.pop("shuffle", False)
-        drop_last = kwargs.pop("drop_last", False)
-        generator = kwargs.pop("generator", None)
-        sampler = kwargs.pop("sampler", None)
-        batch_sampler = kwargs.pop("batch_sampler", None)
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size={batch_size!r} is not accepted; use an int >= 1")
+        batch_size = _common.check_batch_size(kwargs.pop("batch_size", 1))
         # NodeLoader's fields, which PyG's helpers read
-        self.data = data
-        self.transform = transform
+        self.data, self.input_nodes, self.transform = data, input_nodes, transform
         self.transform_sampler_output = transform_sampler_output
-        self.filter_per_worker = infer_filter_per_worker(data) if filter_per_worker is None \
-            else filter_per_worker
-        self.custom_cls = None
-        self.input_id = input_id
-        self.subgraph_type = subgraph_type
-        # the graph kind decides where PyG's NodeLoader.filter_fn branches: its parts read the input, plan
-        # the batches and make them Data (here) or HeteroData (loaders/pyg_hetero.py)
-        self.device = _common.loader_device(device)
-        self._prefetch = prefetch
-        self._codec_spec = codec
-        self._is_hetero = isinstance(data, HeteroData) or is_hetero_input(data)
-        sampling = dict(num_neighbors=num_neighbors, input_nodes=input_nodes, input_time=input_time,
-                        replace=replace, subgraph_type=subgraph_type, disjoint=disjoint,
-                        temporal_strategy=temporal_strategy, time_attr=time_attr, weight_attr=weight_attr,
-                        input_id=input_id, post_sample=_post_sample(
-                            self._is_hetero and subgraph_type == "bidirectional", transform_sampler_output))
-        if self._is_hetero:
-            from ibp_graph.loaders import pyg_hetero
-            check_features(features)
-            if features == "zero_copy" or device_cache not in (0, 0.0, None):
-                raise NotImplementedError(
-                    f"features={features!r}, device_cache={device_cache!r} are not supported for a HeteroData "
-                    "yet; accepted: features='worker' or 'auto' (both gather in the workers) and device_cache=0")
-            self._kind = pyg_hetero.HeteroParts(self, data, **sampling)
-        else:
-            self._kind = _HomoParts(self, data, features=features, device_cache=device_cache, **sampling)
-        seeds = self._kind.seeds
-        self.requests = _requests(seeds.numel(), batch_size, shuffle=shuffle, drop_last=drop_last,
-                                  generator=generator, rank=rank, world_size=world_size,
-                                  sampler=sampler, batch_sampler=batch_sampler)
+        self.filter_per_worker = infer_filter_per_worker(data) if filter_per_worker is None else filter_per_worker
+        self.custom_cls, self.input_id, self.subgraph_type = None, input_id, subgraph_type
+        self.device, self._prefetch, self._codec_spec = _common.loader_device(device), prefetch, codec
+        hetero = isinstance(data, HeteroData) or is_hetero_input(data)
+        check_features(features)
+        if hetero:
+            _common.refuse_served(features, device_cache, "a HeteroData")
+        self._kind = kind = (_Hetero if hetero else _Homo)(self, data, time_attr, weight_attr)
+        self.node_sampler = kind.sampler(num_neighbors, replace=replace, subgraph_type=subgraph_type,
+                                         disjoint=disjoint, temporal_strategy=temporal_strategy)
+        self.input_type, seeds, mask = kind.seeds(input_nodes)
+        if input_id is not None:
+            input_id = torch.as_tensor(input_id)
+            if input_id.shape != seeds.shape:
+                raise ValueError(f"input_id has shape {tuple(input_id.shape)}; accepted: one id per input "
+                                 f"node, shape {tuple(seeds.shape)}")
+        elif mask:  # PyG reports input_id as node ids for a mask, as positions for ids or None
+            input_id = seeds
+        self.input_time = _input_time(input_time, seeds)
+        self.input_data = NodeSamplerInput(input_id=input_id, node=seeds, time=self.input_time,
+                                           input_type=self.input_type)
+        bidirectional = hetero and subgraph_type == "bidirectional"  # the homogeneous sampler makes its own
+        self._post_sample = _PostSample(bidirectional, transform_sampler_output) \
+            if bidirectional or transform_sampler_output is not None else None
+        self._codecs = kind.codecs(features=features, device_cache=device_cache)
+        self._producer = producer = BatchProducer(kind.planner(), self._codecs)
+        self.requests = _requests(seeds.numel(), batch_size, shuffle=kwargs.pop("shuffle", False),
+                                  drop_last=kwargs.pop("drop_last", False), generator=kwargs.pop("generator", None),
+                                  rank=rank, world_size=world_size, sampler=kwargs.pop("sampler", None),
+                                  batch_sampler=kwargs.pop("batch_sampler", None))
         self._stage, self.stats = _common.decode_stage(self._codecs, self.device, prefetch, self.features)
-        _common.warm_sampler(self.node_sampler, seeds, kwargs.get("num_workers", 0), seed_time=self._kind.seed_time,
-                             input_type=getattr(self, "input_type", None))
-        self._producer = producer = BatchProducer(self._kind.planner(), self._codecs)
+        _common.warm_sampler(self.node_sampler, seeds, kwargs.get("num_workers", 0), seed_time=self.input_time,
+                             input_type=self.input_type)
         self._seen = _snapshot(data)
         kwargs.setdefault("pin_memory", self.device.type == "cuda")
-        if kwargs.get("num_workers", 0) == 0:
-            kwargs.pop("persistent_workers", None) if not kwargs.get("persistent_workers") else None
+        if kwargs.get("num_workers", 0) == 0 and not kwargs.get("persistent_workers"):
+            kwargs.pop("persistent_workers", None)
         # DataLoader's, not NodeLoader's __init__ (which builds PyG's sampler input and needs pyg-lib)
         DataLoader.__init__(self, producer, batch_size=None, sampler=self.requests,
                             collate_fn=self.collate_fn, **kwargs)
@@ -191,11 +198,6 @@ class CompressedNeighborLoader(NeighborLoader):
     def set_epoch(self, epoch: int) -> None:
         """Distributed runs: a new shuffle of the input nodes, the same on every rank."""
         self.requests.set_epoch(epoch)
-
-    @property
-    def codecs(self) -> dict[str, Codec]:
-        """The codec of each group of a batch, by the group's printed name (as in `stats`)."""
-        return _common.by_name(self._codecs)
 
     def collate_fn(self, index: Union[torch.Tensor, List[int], BatchRequest, EncodedBatch]) -> Any:
         """PyG's: the batch of these input positions, sampled, gathered and encoded (with the
@@ -258,91 +260,65 @@ class CompressedNeighborLoader(NeighborLoader):
     def __getstate__(self) -> dict:
         # what a spawned worker needs (collate_fn is a method: pickling it pickles the loader);
         # the decode stage (a CUDA stream) and a live iterator stay here
-        state = dict(self.__dict__)
-        state["_stage"] = None
-        state["_iterator"] = None
-        return state
+        return {**self.__dict__, "_stage": None, "_iterator": None}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"  # PyG's NodeLoader repr
 
     def describe(self) -> str:
         """What this loader samples and how it sends each group (fan-outs, codecs, device, features)."""
-        return (f"{type(self).__name__}({getattr(self._kind, 'prefix', '')}"
-                f"num_neighbors={self.node_sampler.num_neighbors}, "
-                f"batches={len(self)}, codecs={ {k: c.name for k, c in self.codecs.items()} }, "
-                f"device={self.device}, {self._kind.describe()})")
+        features = "worker" if self.features is None else self.features.describe()
+        return (f"{type(self).__name__}({'' if self.input_type is None else f'input_type={self.input_type!r}, '}"
+                f"num_neighbors={self.node_sampler.num_neighbors}, batches={len(self)}, "
+                f"codecs={ {k: c.name for k, c in self.codecs.items()} }, device={self.device}, features={features})")
 
 
-class _HomoParts:
-    """The homogeneous side of the loader: its graph, sampler, inputs, feature plan and codecs (set on
-    the loader as NeighborLoader's fields), its batch plans and its batches' Data."""
+class _Homo:
+    """A Data, (features, CSCGraph) or homogeneous stores: a CSCGraph, node and edge tables, graph-level
+    attributes; sampled by NeighborSampler, planned by NeighborPlanner, made Data (PyG's filter_data)."""
 
-    def __init__(self, loader: "CompressedNeighborLoader", data, *, num_neighbors, input_nodes, input_time,
-                 replace, subgraph_type, disjoint, temporal_strategy, time_attr, weight_attr, input_id,
-                 post_sample, features, device_cache):
-        if is_store_pair(data) and weight_attr is not None:
-            raise NotImplementedError(
-                f"weight_attr={weight_attr!r} with (FeatureStore, GraphStore) data is not supported (nor by PyG); "
-                "accepted: None, or the graph as a Data")
+    def __init__(self, loader: CompressedNeighborLoader, data, time_attr: Optional[str], weight_attr: Optional[str]):
         self.loader = loader
-        graph, node_attrs, self.edge_attrs, self.graph_attrs = _graph_and_attrs(data)
+        graph, self.node_attrs, self.edge_attrs, self.graph_attrs = _graph_and_attrs(data)
         # PyG sets a batch's num_nodes when the graph's was set, and for a feature store with attributes
         self.set_num_nodes = (isinstance(data, Data) and "num_nodes" in data) or (
-            is_store_pair(data) and bool(node_attrs))
-        num_nodes = graph.num_nodes
-        loader.graph = graph
-        weight = _edge_weight(data, weight_attr, graph.num_edges)
-        node_time, edge_time = _times(data, time_attr, num_nodes, graph.num_edges, node_attrs)
-        loader.node_sampler = NeighborSampler(graph, num_neighbors, replace=replace, weight=weight,
-                                              subgraph_type=subgraph_type, disjoint=disjoint,
-                                              node_time=node_time, edge_time=edge_time,
-                                              temporal_strategy=temporal_strategy)
-        loader.input_nodes = input_nodes
-        loader.input_time = input_time
-        seeds = _input_nodes(input_nodes, num_nodes)
-        # PyG reports input_id as node ids for a boolean mask, as positions for ids or None,
-        # unless NodeLoader's input_id= gives one per seed
-        mask_given = isinstance(input_nodes, torch.Tensor) and input_nodes.dtype == torch.bool
-        if input_id is not None:
-            input_id = torch.as_tensor(input_id)
-            if input_id.shape != seeds.shape:
-                raise ValueError(f"input_id has shape {tuple(input_id.shape)}; accepted: one id per input "
-                                 f"node, shape {tuple(seeds.shape)}")
-        elif mask_given:
-            input_id = seeds
-        if input_time is not None:
-            input_time = torch.as_tensor(input_time)
-            if input_time.shape != seeds.shape:
-                raise ValueError(f"input_time has shape {tuple(input_time.shape)}; accepted: one time per input "
-                                 f"node, shape {tuple(seeds.shape)}")
-        loader.input_data = NodeSamplerInput(input_id=input_id, node=seeds, time=input_time)
-        self.seeds, self.seed_time = seeds, input_time
-        self.post_sample = post_sample
-        self.feature_options = dict(features=features, device_cache=device_cache)
-        loader._codecs = self._setup(node_attrs)
+            is_store_pair(data) and bool(self.node_attrs))
+        loader.graph = self.graph = graph
+        self.weight = _edge_weight(data, weight_attr, graph.num_edges)
+        self.times = _times(data, time_attr, graph.num_nodes, graph.num_edges, self.node_attrs)
 
-    def _setup(self, node_attrs: dict) -> dict:
-        """The feature plan of these node attributes (set on the loader) and the codecs of the batches."""
-        loader, graph = self.loader, self.loader.graph
-        loader.features = plan_features(node_attrs, device=loader.device, indices=graph.indices,
-                                        codec=loader._codec_spec, **self.feature_options)
+    def sampler(self, num_neighbors, **options) -> NeighborSampler:
+        return NeighborSampler(self.graph, num_neighbors, weight=self.weight, node_time=self.times[0],
+                               edge_time=self.times[1], **options)
+
+    def seeds(self, input_nodes) -> tuple[None, torch.Tensor, bool]:
+        if isinstance(input_nodes, (tuple, str)):
+            raise NotImplementedError(f"input_nodes={input_nodes!r}: heterogeneous node types are not supported")
+        return (None,) + _node_ids(input_nodes, self.graph.num_nodes, "input_nodes", "node", "the graph")
+
+    def codecs(self, **feature_options) -> dict:
+        """The feature plan of the node attributes (set on the loader) and the codecs of the batches."""
+        self.feature_options = feature_options
+        loader, graph = self.loader, self.graph
+        loader.features = plan_features(self.node_attrs, device=loader.device, indices=graph.indices,
+                                        codec=loader._codec_spec, **feature_options)
         return _common.setup_codecs(loader.features.codec_attrs, self.edge_attrs, num_nodes=graph.num_nodes,
                                     num_edges=graph.num_edges, codec=loader._codec_spec, device=loader.device)
 
     def read_again(self, data: Data) -> dict:
         """The attributes of `data` read as the constructor reads them (the graph stays); the codecs."""
-        graph = self.loader.graph
-        node, edge, self.graph_attrs = _data_attrs(data, graph.num_nodes, graph.num_edges)
+        node, edge, self.graph_attrs = _split(data, "data.{}".format, self.graph.num_nodes, self.graph.num_edges,
+                                              (EncodedTable, FeatureSource))
+        self.node_attrs = node
         self.edge_attrs = {**({ADJ_T: self.edge_attrs[ADJ_T]} if ADJ_T in self.edge_attrs else {}), **edge}
         self.set_num_nodes = "num_nodes" in data
-        return self._setup(node)
+        return self.codecs(**self.feature_options)
 
     def planner(self) -> NeighborPlanner:
         loader = self.loader
-        return NeighborPlanner(loader.node_sampler, self.seeds, loader.features.node_attrs,
-                               self.edge_attrs, input_ids=loader.input_data.input_id, input_time=self.seed_time,
-                               post_sample=self.post_sample)
+        return NeighborPlanner(loader.node_sampler, loader.input_data.node, loader.features.node_attrs,
+                               self.edge_attrs, input_ids=loader.input_data.input_id, input_time=loader.input_time,
+                               post_sample=loader._post_sample)
 
     def to_batch(self, batch: DecodedBatch) -> Data:
         """NeighborLoader's Data: the named tensors, and its fields from the batch's meta."""
@@ -359,8 +335,119 @@ class _HomoParts:
             data.num_sampled_edges = batch.meta["edges_per_hop"]
         return data
 
-    def describe(self) -> str:
-        return f"features={self.loader.features.describe()}"
+
+class _Hetero:
+    """A HeteroData, per-type tables or heterogeneous stores (_HeteroGraph); sampled by HeteroNeighborSampler
+    (PyG's heterogeneous semantics; "bidirectional": converted edge types carry no ``e_id``, no edge
+    attributes and no ``num_sampled_*``), planned by HeteroPlanner (flat names per type, so that row groups
+    span types), made HeteroData (PyG's filter_hetero_data): per node type the gathered attributes,
+    ``n_id``, ``num_sampled_nodes`` (``input_id``, ``batch_size``, ``seed_time`` on the input type), per
+    edge type ``edge_index``, the gathered attributes, ``e_id``, ``num_sampled_edges``; store-level and
+    graph-level attributes unchanged."""
+
+    def __init__(self, loader: CompressedNeighborLoader, data, time_attr: Optional[str], weight_attr: Optional[str]):
+        self.loader = loader
+        self.graph = _HeteroGraph(data, time_attr, weight_attr)
+        self.time_attr, self.timed = time_attr, set(self.graph.node_time or ())  # node types with times
+
+    def sampler(self, num_neighbors, *, subgraph_type: str, **options) -> HeteroNeighborSampler:
+        g = self.graph
+        values, default = (num_neighbors.values, num_neighbors.default) \
+            if isinstance(num_neighbors, NumNeighbors) else (num_neighbors, None)
+        if isinstance(values, Mapping):  # PyG's EdgeTypeStr keys are strings "src__rel__dst"
+            values = {tuple(k.split("__")) if isinstance(k, str) else k: v for k, v in values.items()}
+        if (g.node_time is not None or g.edge_time is not None) and subgraph_type == "induced":
+            raise ValueError("time_attr with subgraph_type='induced' is not accepted (nor by PyG): temporal "
+                             "sampling is disjoint")
+        sampler = HeteroNeighborSampler(g.num_nodes, g.csc, values, default=default,
+                                        induced=subgraph_type == "induced", node_time=g.node_time,
+                                        edge_time=g.edge_time, weight=g.weight, **options)
+        self.disjoint = sampler.disjoint  # temporal sampling is disjoint (as PyG)
+        return sampler
+
+    def seeds(self, input_nodes) -> tuple[str, torch.Tensor, bool]:
+        types = list(self.graph.num_nodes)
+        if isinstance(input_nodes, str):
+            input_type, nodes = input_nodes, None
+        elif isinstance(input_nodes, (tuple, list)) and len(input_nodes) == 2 and isinstance(input_nodes[0], str):
+            input_type, nodes = input_nodes
+        else:
+            raise ValueError(f"input_nodes={input_nodes!r} is not accepted for a HeteroData; use a node type "
+                             f"(one of {types}) or (node type, None | boolean mask | node ids)")
+        if input_type not in types:
+            raise ValueError(f"input_nodes names node type {input_type!r}, which the graph does not have; "
+                             f"node types: {types}")
+        return (input_type,) + _node_ids(nodes, self.graph.num_nodes[input_type], "input_nodes[1]",
+                                         f"{input_type!r} node", f"node type {input_type!r}")
+
+    def codecs(self, **feature_options) -> dict:
+        """One codec per group, warmed up (_common.setup_codecs); row groups shared by several types are split
+        per type where that pays (`split_report`)."""
+        nodes, edges = self.graph.flat_tables()
+        codec = self.loader._codec_spec
+        split = isinstance(codec, str) and codec in CODEC_NAMES and codec != "identity"
+        codecs, self.typed, self.loader.split_report = _common.setup_codecs(
+            nodes, edges, num_nodes=max(self.graph.num_nodes.values(), default=0),
+            num_edges=max((g.num_edges for g in self.graph.csc.values()), default=0), codec=codec,
+            device=self.loader.device, refine=lambda codecs: split_row_groups({**nodes, **edges}, codecs, kind=codec)
+            if split else (codecs, {}, {}))
+        self.loader.features = None
+        return codecs
+
+    def read_again(self, data: HeteroData) -> dict:
+        """The attributes of `data` read as the constructor reads them (the sampled graph stays); the codecs."""
+        # without time_attr, weight_attr: the sampler has read them; a type left without attributes keeps its count
+        self.graph = _HeteroGraph(data, counts=self.graph.num_nodes)
+        return self.codecs()
+
+    def planner(self) -> HeteroPlanner:
+        """The batch plans; a temporal sampler's seeds need times: given, or their node type's."""
+        loader, g = self.loader, self.graph
+        t = loader.input_type
+        if loader.node_sampler.temporal and loader.input_time is None and t not in self.timed:
+            raise ValueError(f"time_attr={self.time_attr!r} gives {t!r} nodes no time; accepted: input_time with "
+                             "the seeds' times")
+        return HeteroPlanner(loader.node_sampler, loader.input_type, loader.input_data.node, g.node_attrs,
+                             g.edge_attrs, input_ids=loader.input_data.input_id, input_time=loader.input_time,
+                             typed_groups=self.typed, post_sample=loader._post_sample)
+
+    def to_batch(self, batch: DecodedBatch) -> HeteroData:
+        """NeighborLoader's HeteroData: every type's named tensors, and its fields from the batch's meta."""
+        g, meta = self.graph, batch.meta
+        out = HeteroData(**g.graph_attrs)
+        for t in g.node_types:
+            store = out[t]
+            store.update({**g.node_other[t], **{a: batch[node_name(t, a)] for a in g.node_attrs[t]}})
+            if "n_id" not in g.node_attrs[t]:
+                store.n_id = batch[node_name(t, "n_id")]
+            if t in g.num_nodes_set:
+                store.num_nodes = int(store.n_id.numel())
+            if self.disjoint:
+                store.batch = batch[node_name(t, "batch")]
+            if meta["nodes_per_hop"] is not None:
+                store.num_sampled_nodes = meta["nodes_per_hop"][t]
+        for e in g.edge_types:
+            store = out[e]
+            store.update(g.edge_other[e])
+            edge_index = batch[edge_name(e, "edge_index")].view(2, -1)
+            for attr in g.edge_attrs[e]:  # absent where the subgraph's edges have no ids
+                if edge_name(e, attr) in batch:
+                    store[attr] = batch[edge_name(e, attr)]
+            if ADJ_T in g.edge_attrs[e]:  # the type came as adj_t: so does the batch (PyG's filter_edge_store_)
+                store.adj_t = _common.to_adj_t(edge_index, store.adj_t, out[e[0]].n_id.numel(),
+                                               out[e[2]].n_id.numel())
+            else:
+                store.edge_index = edge_index
+            if "e_id" not in g.edge_attrs[e] and edge_name(e, "e_id") in batch:
+                store.e_id = batch[edge_name(e, "e_id")]
+            if meta["edges_per_hop"] is not None:
+                store.num_sampled_edges = meta["edges_per_hop"][e]
+        inputs = out[self.loader.input_type]
+        inputs.input_id = batch[INPUT_ID]
+        if self.loader.input_time is not None:
+            inputs.seed_time = batch[SEED_TIME]
+        inputs.batch_size = meta["num_seeds"]
+        return out
 
 
 class _PostSample:
@@ -368,8 +455,7 @@ class _PostSample:
     makes its own), then `transform_sampler_output`, both on PyG's (Hetero)SamplerOutput, as NeighborLoader."""
 
     def __init__(self, bidirectional: bool, transform: Optional[Callable]):
-        self.bidirectional = bidirectional
-        self.transform = transform
+        self.bidirectional, self.transform = bidirectional, transform
 
     def __call__(self, out):
         fields = dict(node=out.node, row=out.row, col=out.col, edge=out.edge, batch=out.batch,
@@ -380,12 +466,6 @@ class _PostSample:
         if self.transform is not None:
             pyg = self.transform(pyg)
         return type(out)(**{k: getattr(pyg, k) for k in fields})
-
-
-def _post_sample(bidirectional: bool, transform: Optional[Callable]) -> Optional[_PostSample]:
-    if not bidirectional and transform is None:
-        return None
-    return _PostSample(bidirectional, transform)
 
 
 def _snapshot(data) -> Optional[tuple]:
@@ -410,6 +490,86 @@ def _subgraph_type(subgraph_type, directed: bool) -> str:
                       DeprecationWarning, stacklevel=3)
         return "induced"
     return value
+
+
+def _requests(num_inputs: int, batch_size: int, *, shuffle, drop_last, generator, rank, world_size,
+              sampler, batch_sampler):
+    """The epoch's BatchRequests: our shuffle/distributed split, or a user's (batch) sampler."""
+    if sampler is None and batch_sampler is None:
+        return BatchRequests(num_inputs, batch_size, shuffle=shuffle, drop_last=drop_last,
+                             generator=generator, rank=rank, world_size=world_size)
+    if sampler is not None and batch_sampler is not None:
+        raise ValueError("sampler= and batch_sampler= are mutually exclusive (as in DataLoader); give one")
+    if shuffle:
+        raise ValueError(f"shuffle={shuffle!r} with a sampler= or batch_sampler= is not accepted (as in "
+                         "DataLoader); the sampler decides the order")
+    if rank is not None or world_size is not None:
+        raise ValueError("rank/world_size with a sampler= or batch_sampler= is not accepted; "
+                         "give the sampler its share (e.g. a DistributedSampler) instead")
+    if batch_sampler is not None and (batch_size != 1 or drop_last):
+        raise ValueError("batch_sampler= with batch_size or drop_last is not accepted (as in DataLoader); "
+                         "the batch sampler makes the batches")
+    return DrawnRequests(num_inputs, sampler=sampler, batch_sampler=batch_sampler, batch_size=batch_size,
+                         drop_last=drop_last, generator=generator)
+
+
+def _node_ids(nodes, n: int, name: str, node: str, where: str) -> tuple[torch.Tensor, bool]:
+    """Seed node ids (int64) of input nodes `nodes` among `n` (None: all; a boolean mask; node ids), and
+    whether a mask gave them; errors name the argument `name`, a node as `node`, the graph as `where`."""
+    if nodes is None:
+        return torch.arange(n), False
+    t = nodes if isinstance(nodes, torch.Tensor) else torch.as_tensor(
+        np.asarray(list(nodes) if isinstance(nodes, range) else nodes))
+    if t.dtype == torch.bool:
+        if t.dim() != 1 or t.numel() != n:
+            raise ValueError(f"{name} is a boolean mask of shape {tuple(t.shape)}; {where} has {n} nodes: "
+                             f"accepted, a mask of shape ({n},)")
+        return t.nonzero().view(-1), True
+    if t.dim() != 1 or t.dtype.is_floating_point or t.dtype.is_complex:
+        raise TypeError(f"{name} must be None, a boolean mask or a 1-d tensor of node ids, got "
+                        f"dtype={t.dtype} shape={tuple(t.shape)}")
+    t = t.to(torch.int64).contiguous()
+    if t.numel() and (int(t.min()) < 0 or int(t.max()) >= n):
+        bad = int(t.min()) if int(t.min()) < 0 else int(t.max())
+        raise IndexError(f"{name} contains {node} {bad}, outside [0, {n})")
+    return t, False
+
+
+def _input_time(input_time, seeds: torch.Tensor) -> Optional[torch.Tensor]:
+    """NeighborLoader's `input_time`: one time per input node (a CPU tensor), or None."""
+    if input_time is None:
+        return None
+    t = torch.as_tensor(input_time)
+    if t.shape != seeds.shape or t.dtype == torch.bool or t.dtype.is_complex:
+        raise ValueError(f"input_time has shape {tuple(t.shape)}; accepted: one time per input node, shape "
+                         f"{tuple(seeds.shape)}, of an integer or float dtype (input_time's: {t.dtype})")
+    return _common.host_table(t, "input_time").contiguous()
+
+
+def _split(store, name: Callable[[str], str], num_nodes: Optional[int], num_edges: Optional[int],
+           stored: tuple = (EncodedTable,)) -> tuple[dict, dict, dict]:
+    """A PyG store's node tables (with `num_nodes`: PyG's node attributes, `stored` tables), edge tables
+    (with `num_edges`) as CPU tensors or numpy views, and the other attributes, kept as given; `name`
+    gives an attribute's name in messages."""
+    node, edge, other = {}, {}, {}
+    for key, value in store.items():
+        if key in ("edge_index", "num_nodes", ADJ_T):
+            continue
+        table = isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim > 0
+        if num_nodes is not None and (isinstance(value, stored) or table and (
+                key in _common.NODE_KEYS or store.is_node_attr(key))):
+            # node features by name (x, pos) whose row count does not match num_nodes would
+            # otherwise be dropped from every batch without a word
+            check_node_table(name(key), value, num_nodes)
+            node[key] = value if isinstance(value, stored) else _common.host_rows(value, name(key))
+        elif num_nodes is not None and isinstance(value, (list, tuple)) and len(value) == num_nodes:
+            raise TypeError(f"{name(key)} is a {type(value).__name__} of one entry per node; the loader "
+                            "gathers node attributes from tensors or numpy arrays only")
+        elif num_edges is not None and table and store.is_edge_attr(key) and value.shape[0] == num_edges:
+            edge[key] = _common.host_rows(value, name(key))
+        else:
+            other[key] = value  # graph-level: every batch keeps it unchanged, as PyG's filter_data
+    return node, edge, other
 
 
 def _edge_weight(data, weight_attr: Optional[str], num_edges: int) -> Optional[torch.Tensor]:
@@ -446,49 +606,6 @@ def _times(data, time_attr: Optional[str], num_nodes: int, num_edges: int, node_
                      f"({num_edges},) attribute of data; accepted: the name of one-dimensional times")
 
 
-def _requests(num_inputs: int, batch_size: int, *, shuffle, drop_last, generator, rank, world_size,
-              sampler, batch_sampler):
-    """The epoch's BatchRequests: our shuffle/distributed split, or a user's (batch) sampler."""
-    if sampler is None and batch_sampler is None:
-        return BatchRequests(num_inputs, batch_size, shuffle=shuffle, drop_last=drop_last,
-                             generator=generator, rank=rank, world_size=world_size)
-    if sampler is not None and batch_sampler is not None:
-        raise ValueError("sampler= and batch_sampler= are mutually exclusive (as in DataLoader); give one")
-    if shuffle:
-        raise ValueError(f"shuffle={shuffle!r} with a sampler= or batch_sampler= is not accepted (as in "
-                         "DataLoader); the sampler decides the order")
-    if rank is not None or world_size is not None:
-        raise ValueError("rank/world_size with a sampler= or batch_sampler= is not accepted; "
-                         "give the sampler its share (e.g. a DistributedSampler) instead")
-    if batch_sampler is not None and (batch_size != 1 or drop_last):
-        raise ValueError("batch_sampler= with batch_size or drop_last is not accepted (as in DataLoader); "
-                         "the batch sampler makes the batches")
-    return DrawnRequests(num_inputs, sampler=sampler, batch_sampler=batch_sampler, batch_size=batch_size,
-                         drop_last=drop_last, generator=generator)
-
-
-def _input_nodes(input_nodes, num_nodes: int) -> torch.Tensor:
-    """Seed node ids as int64: all nodes for None, the True positions of a boolean mask."""
-    if input_nodes is None:
-        return torch.arange(num_nodes)
-    if isinstance(input_nodes, (tuple, str)):
-        raise NotImplementedError(f"input_nodes={input_nodes!r}: heterogeneous node types are not supported")
-    t = torch.as_tensor(input_nodes)
-    if t.dtype == torch.bool:
-        if t.numel() != num_nodes:
-            raise ValueError(f"input_nodes is a boolean mask of {t.numel()} entries; the graph has "
-                             f"{num_nodes} nodes")
-        return t.nonzero().view(-1)
-    if t.dim() != 1 or t.dtype.is_floating_point:
-        raise TypeError(f"input_nodes must be None, a boolean mask or a 1-d tensor of node ids, got "
-                        f"dtype={t.dtype} shape={tuple(t.shape)}")
-    t = t.to(torch.int64)
-    if t.numel() and (int(t.min()) < 0 or int(t.max()) >= num_nodes):
-        bad = int(t.min()) if int(t.min()) < 0 else int(t.max())
-        raise IndexError(f"input_nodes contains node {bad}, outside [0, {num_nodes})")
-    return t.contiguous()
-
-
 def _graph_and_attrs(data) -> tuple[CSCGraph, dict, dict, dict]:
     """The graph to sample from; node- and edge-level attributes (on the CPU; tensors contiguous,
     numpy arrays as views); graph-level attributes (everything else, kept as given)."""
@@ -503,10 +620,11 @@ def _graph_and_attrs(data) -> tuple[CSCGraph, dict, dict, dict]:
         if len(data) != 2 or not isinstance(data[1], CSCGraph) or not hasattr(data[0], "items"):
             raise TypeError("data as a tuple must be (features: dict of node attributes, graph: CSCGraph), "
                             f"got {tuple(type(d).__name__ for d in data)}")
-        graph = data[1]
-        node = {}
+        graph, node = data[1], {}
         for key, value in data[0].items():
-            _check_attr(f"features[{key!r}]", value, graph.num_nodes)
+            _common.host_table(value, f"features[{key!r}]", graph.num_nodes,
+                               accepted=(torch.Tensor, EncodedTable, FeatureSource),
+                               what="a tensor or an EncodedTable (or a FeatureSource: ibp_graph.pipeline.sources)")
             node[key] = value if isinstance(value, (EncodedTable, FeatureSource)) else value.contiguous()
         return graph, node, {}, {}
     if not isinstance(data, Data):
@@ -516,51 +634,190 @@ def _graph_and_attrs(data) -> tuple[CSCGraph, dict, dict, dict]:
     if data.num_nodes is None:
         raise ValueError("data.num_nodes is None and cannot be inferred (no x, pos or edge_index); "
                          "accepted: a Data with node features or num_nodes set")
-    num_nodes = int(data.num_nodes)
-    edge_index = data.edge_index
-    edge = {}
-    if edge_index is None and "adj_t" in data:  # PyG's to_csc reads adj_t's CSR as the graph's CSC
+    num_nodes, edge_index, edge = int(data.num_nodes), data.edge_index, {}
+    if edge_index is None and ADJ_T in data:  # PyG's to_csc reads adj_t's CSR as the graph's CSC
         indptr, indices, edge[ADJ_T] = _common.read_adj_t(data.adj_t, num_nodes, num_nodes, "data.adj_t")
         num_edges = int(indices.shape[0])
         graph = CSCGraph(indptr, indices.astype(index_dtype(num_nodes)),
                          np.arange(num_edges, dtype=index_dtype(num_edges)))
-    else:
-        if edge_index is None:  # PyG's to_csc: a graph without edges, whose batches hold the seeds only
-            edge_index = torch.zeros((2, 0), dtype=torch.int64)
+    else:  # without edges (PyG's to_csc): batches hold the seeds only
+        edge_index = torch.zeros((2, 0), dtype=torch.int64) if edge_index is None else edge_index
         num_edges = int(edge_index.shape[1])
         graph = CSCGraph.from_edge_index(edge_index, num_nodes)
-    node, more, other = _data_attrs(data, num_nodes, num_edges)
+    node, more, other = _split(data, "data.{}".format, num_nodes, num_edges, (EncodedTable, FeatureSource))
     return graph, node, {**edge, **more}, other
 
 
-def _data_attrs(data: Data, num_nodes: int, num_edges: int) -> tuple[dict, dict, dict]:
-    """A Data's node- and edge-level attributes (CPU tensors, contiguous, or numpy views) and its
-    graph-level ones (kept as given), as the loader reads them when built and after they change."""
-    node, edge, other = {}, {}, {}
-    for key, value in data.items():
-        if key in ("edge_index", "num_nodes", ADJ_T):
-            continue
-        if isinstance(value, (EncodedTable, FeatureSource)):
-            _check_attr(f"data.{key}", value, num_nodes)
-            node[key] = value
-            continue
-        if isinstance(value, (list, tuple)) and len(value) == num_nodes:
-            raise TypeError(f"data.{key} is a {type(value).__name__} of one entry per node; the loader "
-                            "gathers node attributes from tensors or numpy arrays only")
-        table = isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim > 0
-        if table and (key in _common.NODE_KEYS or data.is_node_attr(key)):
-            # node features by name (x, pos) whose row count does not match num_nodes would
-            # otherwise be dropped from every batch without a word
-            check_node_table(f"data.{key}", value, num_nodes)
-            node[key] = _common.host_rows(value, f"data.{key}")
-        elif table and data.is_edge_attr(key) and value.shape[0] == num_edges:
-            edge[key] = _common.host_rows(value, f"data.{key}")
+class _HeteroGraph:
+    """What the loader reads from a heterogeneous input: node counts, a TypedCSC per edge type (in-edges in
+    time order for temporal sampling by `time_attr`), the edge weights `weight_attr` names, the node and
+    edge tables the workers gather (per type, as CPU tensors or views), everything else as given. For
+    per-type tables, `graph` orders the edge types sampled and `num_nodes`, given, orders the node types.
+    `counts`: node counts known already (a type whose attributes were deleted since)."""
+
+    def __init__(self, data: Any, time_attr: Optional[str] = None, weight_attr: Optional[str] = None,
+                 counts: Optional[Mapping[str, int]] = None):
+        self.num_nodes: dict[str, int] = {}
+        self.num_nodes_set: set = set()
+        self.node_attrs: dict[str, dict] = {}
+        self.node_other: dict[str, dict] = {}
+        self.csc: dict[EdgeType, TypedCSC] = {}
+        self.edge_attrs: dict[EdgeType, dict] = {}
+        self.edge_other: dict[EdgeType, dict] = {}
+        self.graph_attrs: dict = {}
+        if isinstance(data, HeteroData):
+            self._read_hetero_data(data, dict(counts or {}))
+        elif is_store_pair(data):
+            self._read_stores(read_stores(data))
+        elif isinstance(data, tuple) and len(data) in (2, 3) and isinstance(data[1], Mapping):
+            self._read_tables(*data)
         else:
-            other[key] = value  # graph-level: every batch keeps it unchanged, as PyG's filter_data
-    return node, edge, other
+            raise TypeError(f"data must be a torch_geometric.data.HeteroData, a (FeatureStore, GraphStore) pair or "
+                            f"(features, {{edge type: TypedCSC}}[, num_nodes]), got {type(data).__name__}")
+        self.node_types, self.edge_types = list(self.num_nodes), list(self.csc)
+        self.node_time, self.edge_time = _hetero_times(self, time_attr)
+        for e, csc in self.csc.items():  # temporal edge types: each destination's in-edges in time order
+            if self.node_time is not None and e[0] in self.node_time:
+                self.csc[e] = sorted_by_time(csc, self.node_time[e[0]][csc.indices])
+            elif self.edge_time is not None and e in self.edge_time:
+                self.csc[e] = sorted_by_time(csc, self.edge_time[e][csc.e_id])
+        self.weight = _hetero_weights(self, weight_attr)
+        names = [node_name(t, a) for t in self.node_types for a in {**self.node_attrs[t], "n_id": None}]
+        names += [edge_name(e, a) for e in self.edge_types for a in {**self.edge_attrs[e], "e_id": None}]
+        if len(set(names)) != len(names):
+            raise ValueError(f"node and edge type names {self.node_types} / {self.edge_types} give two "
+                             "attributes the same flat name; accepted: type names that do not contain "
+                             "'.' or '__'")
+
+    def _edge_type(self, e, csc: TypedCSC, attrs: Optional[dict] = None, other: Optional[dict] = None) -> None:
+        self.csc[e], self.edge_attrs[e], self.edge_other[e] = csc, attrs or {}, other or {}
+
+    def _read_hetero_data(self, data: HeteroData, counts: dict) -> None:
+        node_types, edge_types = data.metadata()
+        self.num_nodes_set = {t for t in node_types if "num_nodes" in data[t]}
+        for t in node_types:
+            store = data[t]
+            n = counts.get(t) if store.num_nodes is None else int(store.num_nodes)
+            if n is None:
+                raise ValueError(f"data[{t!r}].num_nodes is None and cannot be inferred; accepted: node "
+                                 "type stores with node attributes or num_nodes set")
+            self.num_nodes[t] = n
+            self.node_attrs[t], _, self.node_other[t] = _split(store, f"data[{t!r}].{{}}".format, n, None)
+        for e in edge_types:
+            store, (src, _, dst) = data[e], e
+            edge = {}
+            if "edge_index" not in store and ADJ_T in store:  # PyG's to_csc: adj_t's CSR is the type's CSC
+                indptr, indices, edge[ADJ_T] = _common.read_adj_t(
+                    store.adj_t, self.num_nodes[src], self.num_nodes[dst], f"data[{e!r}].adj_t")
+                ei = torch.from_numpy(np.stack([indices, np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))]))
+            elif "edge_index" not in store:
+                raise NotImplementedError(f"data[{e!r}] has no edge_index nor adj_t (keys {list(store.keys())}); "
+                                          "accepted: edge types given as edge_index or adj_t, or the graph as "
+                                          "per-type tables (features, {edge type: TypedCSC}[, num_nodes])")
+            else:
+                ei = store.edge_index
+                ei = torch.from_numpy(ei) if isinstance(ei, np.ndarray) else ei
+            try:
+                csc = TypedCSC.from_edge_index(ei, self.num_nodes[src], self.num_nodes[dst])
+            except (TypeError, ValueError, IndexError) as err:
+                raise type(err)(f"data[{e!r}].edge_index: {err}") from None
+            _, attrs, other = _split(store, f"data[{e!r}].{{}}".format, None, int(ei.shape[1]))
+            self._edge_type(e, csc, {**edge, **attrs}, other)
+        self.graph_attrs = dict(data._global_store.items())
+
+    def _tables(self, t: str, n: int, items, where: str) -> None:
+        """Node type `t` of `n` nodes given as tables `items` (feature store or per-type tables)."""
+        self.num_nodes[t], self.node_attrs[t], self.node_other[t] = n, {}, {}
+        for key, value in items:
+            name = f"{where}[{t!r}][{key!r}]"
+            if isinstance(value, (torch.Tensor, np.ndarray, EncodedTable)) and getattr(value, "ndim", 1) > 0:
+                check_node_table(name, value, n)
+                self.node_attrs[t][key] = value if isinstance(value, EncodedTable) else _common.host_rows(value, name)
+            elif isinstance(value, (list, tuple)) and len(value) == n:
+                raise TypeError(f"{name} is a {type(value).__name__} of one entry per node; the "
+                                "loader gathers node attributes from tensors or numpy arrays only")
+            else:
+                raise TypeError(f"{name} is a {type(value).__name__}; accepted: a tensor, numpy array or "
+                                "EncodedTable with one row per node")
+
+    def _read_stores(self, stores) -> None:
+        """PyG's filter_custom_hetero_store: the feature store's node attributes, num_nodes where a type has one."""
+        for t, n in stores.num_nodes.items():
+            self._tables(t, n, stores.features.get(t, {}).items(), "feature_store")
+        self.num_nodes_set = {t for t in stores.num_nodes if stores.features.get(t)}
+        for e, csc in stores.csc.items():
+            self._edge_type(e, csc)
+
+    def _read_tables(self, features, graph, num_nodes=None) -> None:
+        if not isinstance(features, Mapping) or not all(isinstance(v, Mapping) for v in features.values()):
+            raise TypeError(f"data[0] (features) must map node types to {{attr: table}} dicts, got "
+                            f"{type(features).__name__}")
+        for e, csc in graph.items():
+            if not (isinstance(e, tuple) and len(e) == 3) or not isinstance(csc, TypedCSC):
+                raise TypeError(f"data[1] (graph) must map (src, rel, dst) edge types to TypedCSCs, got "
+                                f"{e!r}: {type(csc).__name__}")
+        counts: dict = {}
+        sources = [(t, int(v.shape[0]), f"features[{t!r}][{k!r}]") for t, attrs in features.items()
+                   for k, v in attrs.items() if getattr(v, "shape", None)]
+        sources += [(t, n, f"graph[{e!r}]") for e, csc in graph.items()
+                    for t, n in ((e[0], csc.num_src), (e[2], csc.num_dst))]
+        if num_nodes is not None:
+            if not isinstance(num_nodes, Mapping):
+                raise TypeError(f"data[2] (num_nodes) must map node types to counts, got {type(num_nodes).__name__}")
+            for t, n in num_nodes.items():
+                if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+                    raise ValueError(f"num_nodes[{t!r}]={n!r} is not accepted; use an int >= 0")
+                counts[t] = int(n)
+            self.num_nodes_set = set(counts)
+        for t, n, where in sources:
+            if t not in counts and num_nodes is not None:
+                raise ValueError(f"{where} names node type {t!r}, which num_nodes lacks; accepted: num_nodes "
+                                 f"naming every node type ({list(counts)})")
+            if counts.setdefault(t, n) != n:
+                raise ValueError(f"{where} gives node type {t!r} {n} nodes; elsewhere it has {counts[t]}: "
+                                 "accepted: one count per node type")
+        for t, n in counts.items():
+            self._tables(t, n, features.get(t, {}).items(), "features")
+        for e, csc in graph.items():
+            self._edge_type(e, csc)
+
+    def flat_tables(self) -> tuple[dict, dict]:
+        """Node and edge attribute tables under their flat names (pipeline.plans.node_name / edge_name)."""
+        nodes = {node_name(t, a): v for t, attrs in self.node_attrs.items() for a, v in attrs.items()}
+        edges = {edge_name(e, a): v for e, attrs in self.edge_attrs.items() for a, v in attrs.items()}
+        return nodes, edges
 
 
-def _check_attr(argname: str, value, num_nodes: int) -> None:
-    """A node attribute must be a CPU tensor, an EncodedTable or a FeatureSource with one row per node."""
-    _common.host_table(value, argname, num_nodes, accepted=(torch.Tensor, EncodedTable, FeatureSource),
-                       what="a tensor or an EncodedTable (or a FeatureSource: ibp_graph.pipeline.sources)")
+def _hetero_weights(graph: _HeteroGraph, weight_attr: Optional[str]) -> Optional[dict]:
+    """The edge weights `weight_attr` names, per edge type that has them (PyG's ``data.collect``), or None."""
+    if weight_attr is None:
+        return None
+    if not isinstance(weight_attr, str):
+        raise TypeError(f"weight_attr={weight_attr!r} is not accepted; use None or the name of an edge attribute")
+    out = {e: attrs[weight_attr] for e, attrs in graph.edge_attrs.items() if weight_attr in attrs}
+    if not out:
+        raise ValueError(f"weight_attr={weight_attr!r} is an attribute of no edge type (edge types "
+                         f"{graph.edge_types}); accepted: the name of an edge attribute with one weight per edge")
+    return out
+
+
+def _hetero_times(graph: _HeteroGraph, time_attr: Optional[str]):
+    """(node times per node type, edge times per edge type) of `time_attr`, as numpy arrays; one of
+    them None (PyG: a time attribute is node-level or edge-level), both None without `time_attr`."""
+    if time_attr is None:
+        return None, None
+    if not isinstance(time_attr, str):
+        raise TypeError(f"time_attr={time_attr!r} is not accepted; use None or an attribute name")
+
+    def arr(value, argname):
+        return _common.host_table(value, argname).numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+
+    nodes = {t: arr(a[time_attr], f"data[{t!r}].{time_attr}") for t, a in graph.node_attrs.items() if time_attr in a}
+    edges = {e: arr(a[time_attr], f"data[{e!r}].{time_attr}") for e, a in graph.edge_attrs.items() if time_attr in a}
+    if nodes and edges:
+        raise ValueError(f"time_attr={time_attr!r} holds both node-level and edge-level times; accepted: "
+                         "an attribute of node types or of edge types")
+    if not nodes and not edges:
+        raise ValueError(f"time_attr={time_attr!r} is neither a node-level nor an edge-level attribute of "
+                         "the graph")
+    return (nodes, None) if nodes else (None, edges)

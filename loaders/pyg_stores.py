@@ -1,22 +1,11 @@
-"""PyG's remote-backend input ``data=(FeatureStore, GraphStore)``, read into the loaders' graph form.
-
-PyG's NeighborLoader accepts a ``(feature_store, graph_store)`` pair in place of a
-``Data``/``HeteroData`` (torch_geometric.data.FeatureStore / GraphStore). The loaders
-here sample a CSC graph in their workers and gather features from tables, so
-:func:`read_stores` reads both stores **once, when the loader is built**:
-
-* every edge type's edges from the graph store, in the layout PyG's sampler reads
-  (``GraphStore.csc()``'s choice: CSC if stored, else COO, else CSR), into a CSC of our
-  own: a stored CSC is taken as it is (its edge ids are CSC positions, as PyG's), COO
-  and CSR are sorted by destination (stably; their edge ids are COO columns / CSR
-  positions, as PyG's ``perm``);
-* every node attribute of the feature store (``get_tensor`` with ``index=None``: the
-  whole tensor) as a CPU table; attributes of edge groups are left out, as PyG's
-  ``filter_custom_store`` leaves them out of batches.
-
-That costs one full read of each store (its features' bytes in this process's memory,
-and the graph's CSC arrays: 12 to 16 bytes per edge), once; batches then cost what a
-``Data``'s do. Node counts come from the edge attributes' ``size`` (as PyG's
+"""PyG's remote-backend input ``data=(FeatureStore, GraphStore)``, read once, when the loader is built, into
+the loaders' graph form: every edge type's edges in the layout PyG's sampler reads (``GraphStore.csc()``'s
+choice: CSC if stored, else COO, else CSR) as a CSC of our own (a stored CSC as it is, its edge ids CSC
+positions; COO and CSR sorted stably by destination, their edge ids COO columns / CSR positions, as PyG's
+``perm``), and every node attribute of the feature store (``get_tensor(index=None)``) as a CPU table;
+edge groups' attributes are left out, as PyG's ``filter_custom_store`` leaves them out of batches. That
+costs one full read of each store, once (the features' bytes, 12 to 16 bytes per edge); batches then cost
+what a ``Data``'s do. Node counts come from the edge attributes' ``size`` (as PyG's
 ``remote_backend_utils``), else from the feature tensors' rows.
 """
 from __future__ import annotations
@@ -29,7 +18,7 @@ import numpy as np
 import torch
 
 from ibp_graph.loaders import _common
-from ibp_graph.sampling.hetero import EdgeType, TypedCSC
+from ibp_graph.sampling.hetero import TypedCSC
 
 try:
     from torch_geometric.data import FeatureStore, GraphStore
