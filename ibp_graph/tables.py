@@ -6,7 +6,7 @@ import os
 import platform
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
 
 import torch
 
@@ -44,4 +44,19 @@ def write_json(path: str | os.PathLike, payload: dict) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(dict(payload, machine=machine()), indent=2))
+    return path
+
+
+def report_results(rows: Sequence[dict], columns: Sequence[tuple[str, str, str]], title: str,
+           out: Optional[str | os.PathLike], payload: dict, *, quiet: bool = False) -> Optional[Path]:
+    """A benchmark's closing: `title` and the rows' table printed (unless `quiet`), then `payload` with
+    ``results=rows`` written as JSON to `out` (none when `out` is empty), its path printed; that path."""
+    if not quiet:
+        print(f"\n{title}")
+        print(format_table(rows, columns))
+    if not out:
+        return None
+    path = write_json(out, dict(payload, results=rows))
+    if not quiet:
+        print(f"\nwrote {path}")
     return path

@@ -50,26 +50,17 @@
 
 __shared__ u8 ebp_sym[EBP_MAX_WARPS][32][EBP_CHUNK + 4];  // +4: lanes hit distinct banks
 
-// n bits (n <= 64) at bit p of a row seen as little-endian 32-bit words w[0..]; the word
-// index is clamped to qmax (the row's last word) so the three words read stay inside the
-// row plus 8 bytes.
-__device__ __forceinline__ u64 ebp_get(const u32* w, u32 qmax, u32 p, u32 n) {
-  u32 q = p >> 5;
-  q = q < qmax ? q : qmax;
-  const u32 r = p & 31u;
-  const u32 w0 = w[q], w1 = w[q + 1], w2 = w[q + 2];
-  const u64 v = ((u64)__funnelshift_r(w1, w2, r) << 32) | (u64)__funnelshift_r(w0, w1, r);
-  return v & ibp_lenmask64(n);
-}
+// Bit fields are read with ibp_extract64 (ibp_decode.cuh), its word index clamped to qmax,
+// the row's last word, so the three words read stay inside the row plus 8 bytes.
 
 // Elias-gamma code at bit *p (docs/format.md); 0 for an invalid code (more than 31 zeros).
 __device__ __forceinline__ u32 ebp_gamma(const u32* w, u32 qmax, u32* p) {
-  const u64 v = ebp_get(w, qmax, *p, 64);
+  const u64 v = ibp_extract64(w, *p, 64, qmax);
   if (v == 0ull) return 0u;
   const u32 z = (u32)(__ffsll((long long)v) - 1);
   if (z > 31u) return 0u;
   *p += 2u * z + 1u;
-  return (1u << z) | (u32)((v >> (z + 1u)) & ibp_lenmask64(z));
+  return (1u << z) | (u32)((v >> (z + 1u)) & ibp_lenmask<u64>(z));
 }
 
 template <int W>
@@ -132,20 +123,9 @@ __device__ __forceinline__ void ebp_decode_impl(
         if (starts != nullptr) {
           o0 = starts[i];
           len = lens[i];  // < 0: ebp_gather already reported this row
-        } else {
-          i64 o1;
-          if (off64) {
-            o0 = static_cast<const i64*>(offsets)[r];
-            o1 = static_cast<const i64*>(offsets)[r + 1];
-          } else {
-            o0 = static_cast<const int*>(offsets)[r];
-            o1 = static_cast<const int*>(offsets)[r + 1];
-          }
-          len = o1 - o0;
-          if (o0 < 0 || len <= 0 || len > (i64)row_nbytes || o1 > payload_nbytes) {
-            atomicMin(err + IBP_ERR_CORRUPT, (u64)r);
-            len = -1;
-          }
+        } else if (!ibp_row_range(offsets, off64, r, row_nbytes, payload_nbytes, &o0, &len)) {
+          atomicMin(err + IBP_ERR_CORRUPT, (u64)r);
+          len = -1;
         }
       }
       if (len > 0) {
@@ -161,7 +141,7 @@ __device__ __forceinline__ void ebp_decode_impl(
         if (!raw) {
           u32 p = sh;
           if (sparse) {
-            mode = (u32)ebp_get(w, qmax, p, 1);
+            mode = (u32)ibp_extract64(w, p, 1, qmax);
             p += 1u;
           }
           if (mode == 0u) {
@@ -206,7 +186,7 @@ __device__ __forceinline__ void ebp_decode_impl(
           if (mode == 0u) {
             tid = __ldg(&colinfo[k].tid);
           } else {
-            const u32 col = (u32)ebp_get(w, qmax, pos_start + k * IB, IB);
+            const u32 col = (u32)ibp_extract64(w, pos_start + k * IB, IB, qmax);
             if ((i64)col <= prev || col >= d) {
               ok = false;
               break;
@@ -214,7 +194,7 @@ __device__ __forceinline__ void ebp_decode_impl(
             prev = (i64)col;
             tid = __ldg(&colinfo[col].sparse_tid);
           }
-          const u32 e = __ldg(dlut + (u64)tid * 256u + (u32)ebp_get(w, qmax, pc, 8));
+          const u32 e = __ldg(dlut + (u64)tid * 256u + (u32)ibp_extract64(w, pc, 8, qmax));
           if (e == EBP_BAD) {
             ok = false;
             break;
@@ -239,7 +219,7 @@ __device__ __forceinline__ void ebp_decode_impl(
           if (c0 == 0u) {
             const u32 rsh = __shfl_sync(EBP_FULL, sh, rr);
             for (u32 j = lane; j < d; j += 32u)
-              ebp_store<W>(orow, j, ebp_get(rw, rq, rsh + j * (u32)W, (u32)W));
+              ebp_store<W>(orow, j, ibp_extract64(rw, rsh + j * (u32)W, (u32)W, rq));
           }
           continue;
         }
@@ -272,14 +252,14 @@ __device__ __forceinline__ void ebp_decode_impl(
               col = k;
               lw = c.low_bits;
               tid = c.tid;
-              lo = ebp_get(rw, rq, rlow + c.low_at, lw);
+              lo = ibp_extract64(rw, rlow + c.low_at, lw, rq);
             } else {
-              col = (u32)ebp_get(rw, rq, rpos + k * IB, IB);  // checked in phase 1
+              col = (u32)ibp_extract64(rw, rpos + k * IB, IB, rq);  // checked in phase 1
               lw = LS;
               tid = __ldg(&colinfo[col].sparse_tid);
-              lo = ebp_get(rw, rq, rlow + k * LS, LS);
+              lo = ibp_extract64(rw, rlow + k * LS, LS, rq);
             }
-            const u64 hi = esc ? ebp_get(rw, rq, resc + slot * ew, ew)
+            const u64 hi = esc ? ibp_extract64(rw, resc + slot * ew, ew, rq)
                                : __ldg(dict + (u64)tid * 256u + s);
             const u64 x = lw < 64u ? ((hi << lw) | lo) : lo;
             ebp_store<W>(orow, col, x);
@@ -331,16 +311,8 @@ extern "C" __global__ void __launch_bounds__(256) ebp_gather(
       }
       continue;
     }
-    i64 o0, o1;
-    if (off64) {
-      o0 = static_cast<const i64*>(offsets)[r];
-      o1 = static_cast<const i64*>(offsets)[r + 1];
-    } else {
-      o0 = static_cast<const int*>(offsets)[r];
-      o1 = static_cast<const int*>(offsets)[r + 1];
-    }
-    const i64 len = o1 - o0;
-    if (o0 < 0 || len <= 0 || len > (i64)row_nbytes || o1 > payload_nbytes) {
+    i64 o0, len;
+    if (!ibp_row_range(offsets, off64, r, (u32)row_nbytes, payload_nbytes, &o0, &len)) {
       if (lane == 0) {
         atomicMin(err + IBP_ERR_CORRUPT, (u64)r);
         lens[i] = -1;

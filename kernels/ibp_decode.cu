@@ -79,16 +79,8 @@ __device__ __forceinline__ void ibp_decode_impl(
         continue;
       }
     }
-    i64 o0, o1;
-    if (off64) {
-      o0 = static_cast<const i64*>(offsets)[r];
-      o1 = static_cast<const i64*>(offsets)[r + 1];
-    } else {
-      o0 = static_cast<const int*>(offsets)[r];
-      o1 = static_cast<const int*>(offsets)[r + 1];
-    }
-    const i64 len = o1 - o0;
-    if (o0 < 0 || len <= 0 || len > (i64)row_nbytes || o1 > payload_nbytes) {
+    i64 o0, len;
+    if (!ibp_row_range(offsets, off64, r, row_nbytes, payload_nbytes, &o0, &len)) {
       if (lane == 0) atomicMin(err + IBP_ERR_CORRUPT, (u64)r);
       continue;
     }
@@ -131,11 +123,11 @@ __device__ __forceinline__ void ibp_decode_impl(
         u64 x;
         if constexpr (W == 32) {
           u32 v = ibp_extract32(s32, p, w, qmax);
-          if (part) v = ibp_pdep32(v, ci, runs);
+          if (part) v = ibp_pdep<u32>(v, ci, runs);
           x = v;
         } else {
           u64 v = ibp_extract64(s32, p, w, qmax);
-          if (part) v = ibp_pdep64(v, ci, runs);
+          if (part) v = ibp_pdep<u64>(v, ci, runs);
           x = v;
         }
         ibp_store_word(orow, j, (u32)(W / 8), x, row_nbytes, unit);

@@ -18,12 +18,11 @@ typedef long long i64;
 #define IBP_ERR_INDEX 0   // smallest output position i whose index[i] is out of range
 #define IBP_ERR_CORRUPT 1 // smallest table row whose offsets or bit stream are inconsistent
 
-// The low n bits set (n in [0, 32] / [0, 64]; shifting by the word width is undefined).
-__device__ __forceinline__ u32 ibp_lenmask32(u32 n) {
-  return n >= 32u ? 0xffffffffu : ((1u << n) - 1u);
-}
-__device__ __forceinline__ u64 ibp_lenmask64(u32 n) {
-  return n >= 64u ? ~0ull : ((1ull << n) - 1ull);
+// The low n bits of a T (u32 or u64) set, n in [0, bits of T] (shifting by the word width
+// is undefined).
+template <class T>
+__device__ __forceinline__ T ibp_lenmask(u32 n) {
+  return n >= 8u * (u32)sizeof(T) ? ~(T)0 : (((T)1 << n) - (T)1);
 }
 
 // Copy the bytes [src, src + len) of global memory (device memory, or pinned host memory
@@ -73,7 +72,7 @@ __device__ __forceinline__ u32 ibp_extract32(const u32* s, u32 p, u32 n, u32 qma
   u32 q = p >> 5;
   q = q < qmax ? q : qmax;
   const u32 v = __funnelshift_r(s[q], s[q + 1], p & 31u);
-  return v & ibp_lenmask32(n);
+  return v & ibp_lenmask<u32>(n);
 }
 
 // The n low bits (n <= 64) at bit p: words q .. q + 2 (a 64-bit field at an odd bit offset
@@ -84,7 +83,26 @@ __device__ __forceinline__ u64 ibp_extract64(const u32* s, u32 p, u32 n, u32 qma
   const u32 r = p & 31u;
   const u32 w0 = s[q], w1 = s[q + 1], w2 = s[q + 2];
   const u64 v = ((u64)__funnelshift_r(w1, w2, r) << 32) | (u64)__funnelshift_r(w0, w1, r);
-  return v & ibp_lenmask64(n);
+  return v & ibp_lenmask<u64>(n);
+}
+
+// Table row r's compressed bytes, [*start, *start + *len) of the payload, from int32
+// (off64 == 0) or int64 offsets. False when the offsets are inconsistent: a negative start,
+// an empty row, a row longer than a raw one, or one past the payload's end (the caller
+// reports row r in IBP_ERR_CORRUPT).
+__device__ __forceinline__ bool ibp_row_range(const void* offsets, int off64, i64 r, u32 row_nbytes,
+                                              i64 payload_nbytes, i64* start, i64* len) {
+  i64 o0, o1;
+  if (off64) {
+    o0 = static_cast<const i64*>(offsets)[r];
+    o1 = static_cast<const i64*>(offsets)[r + 1];
+  } else {
+    o0 = static_cast<const int*>(offsets)[r];
+    o1 = static_cast<const int*>(offsets)[r + 1];
+  }
+  *start = o0;
+  *len = o1 - o0;
+  return o0 >= 0 && *len > 0 && *len <= (i64)row_nbytes && o1 <= payload_nbytes;
 }
 
 // Per-column decode table entry of the IBP decoder (16 bytes, one vector load). Declared
@@ -120,29 +138,19 @@ __device__ __forceinline__ IbpColumn ibp_load_column(const IbpColumn* p) {
   return c;
 }
 
-__device__ __forceinline__ u32 ibp_pdep32(u32 v, IbpColumn ci, const u32* runs) {
-  u32 x = ci.bitval_lo;
+// Scatter the compacted value v (T = u32 for W = 32, u64 for W = 64) to the column's free
+// bit positions, run by run, and OR in its bitval.
+template <class T>
+__device__ __forceinline__ T ibp_pdep(T v, IbpColumn ci, const u32* runs) {
+  T x = (T)ci.bitval_lo;
+  if constexpr (sizeof(T) == 8) x |= (T)ci.bitval_hi << 32;
   const u32 nr = (ci.widths >> 8) & 0xffu;
   if (nr) {
     const u32 r0 = ci.widths >> 16;
-    x |= (v & ibp_lenmask32((r0 >> 6) & 0x7fu)) << (r0 & 0x3fu);
+    x |= (v & ibp_lenmask<T>((r0 >> 6) & 0x7fu)) << (r0 & 0x3fu);
     for (u32 k = 1; k < nr; ++k) {
       const u32 rr = __ldg(runs + ci.runs_at + k - 1u);
-      x |= ((v >> (rr >> 16)) & ibp_lenmask32((rr >> 8) & 0xffu)) << (rr & 0xffu);
-    }
-  }
-  return x;
-}
-
-__device__ __forceinline__ u64 ibp_pdep64(u64 v, IbpColumn ci, const u32* runs) {
-  u64 x = ((u64)ci.bitval_hi << 32) | (u64)ci.bitval_lo;
-  const u32 nr = (ci.widths >> 8) & 0xffu;
-  if (nr) {
-    const u32 r0 = ci.widths >> 16;
-    x |= (v & ibp_lenmask64((r0 >> 6) & 0x7fu)) << (r0 & 0x3fu);
-    for (u32 k = 1; k < nr; ++k) {
-      const u32 rr = __ldg(runs + ci.runs_at + k - 1u);
-      x |= ((v >> (rr >> 16)) & ibp_lenmask64((rr >> 8) & 0xffu)) << (rr & 0xffu);
+      x |= ((v >> (rr >> 16)) & ibp_lenmask<T>((rr >> 8) & 0xffu)) << (rr & 0xffu);
     }
   }
   return x;

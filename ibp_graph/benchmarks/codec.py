@@ -17,7 +17,7 @@ from ..codec import EBPCodec, IBPCodec
 from ..layout.dtypes import as_row_bytes
 from ..layout.rows import condensed_row_bounds
 from ..data.synthetic import FAMILIES, make_family
-from ..tables import format_table, write_json
+from ..tables import report_results
 
 COLUMNS = [
     ("family", "family", "s"), ("shape", "row shape", "s"), ("dtype", "dtype", "s"),
@@ -116,15 +116,10 @@ def run(families: Sequence[str] = FAMILIES, *, mbytes: float = 64.0, repeat: int
                       f"EBP {rows[-1]['ebp_fraction']:.4f}", flush=True)
     finally:
         numba.set_num_threads(before)
-    if not quiet:
-        print(f"\nIBP and EBP codecs on the CPU, {threads} thread(s), ~{mbytes:g} MB per family, "
-              f"best of {repeat} (GB/s of raw rows)")
-        print(format_table(rows, COLUMNS))
-    if out:
-        path = write_json(out, {"benchmark": "codec", "threads": threads, "mbytes": mbytes,
-                                "repeat": repeat, "results": rows})
-        if not quiet:
-            print(f"\nwrote {path}")
+    title = (f"IBP and EBP codecs on the CPU, {threads} thread(s), ~{mbytes:g} MB per family, best of {repeat} "
+             "(GB/s of raw rows)")
+    report_results(rows, COLUMNS, title, out,
+                   {"benchmark": "codec", "threads": threads, "mbytes": mbytes, "repeat": repeat}, quiet=quiet)
     return rows
 
 

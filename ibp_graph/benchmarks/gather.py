@@ -20,7 +20,7 @@ import numba
 import torch
 
 from ..pipeline.grouping import gather_rows
-from ..tables import format_table, write_json
+from ..tables import report_results
 from .codec import best_time
 
 COLUMNS = [
@@ -79,15 +79,11 @@ def run(row_bytes: Sequence[int] = (8, 36, 128, 512, 2048, 3072), *, table_gb: f
     finally:
         numba.set_num_threads(before[0])
         torch.set_num_threads(before[1])
-    if not quiet:
-        print(f"\nRandom row gather from a {nbytes / 1e9:.2f} GB table, {threads} thread(s), "
-              f"best of {repeat} (GB/s of gathered rows)")
-        print(format_table(results, COLUMNS))
-    if out:
-        path = write_json(out, {"benchmark": "gather", "table_gb": nbytes / 1e9, "rows": rows,
-                                "threads": threads, "repeat": repeat, "results": results})
-        if not quiet:
-            print(f"\nwrote {path}")
+    title = (f"Random row gather from a {nbytes / 1e9:.2f} GB table, {threads} thread(s), best of {repeat} "
+             "(GB/s of gathered rows)")
+    report_results(results, COLUMNS, title, out,
+                   {"benchmark": "gather", "table_gb": nbytes / 1e9, "rows": rows, "threads": threads,
+                    "repeat": repeat}, quiet=quiet)
     return results
 
 

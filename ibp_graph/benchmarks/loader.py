@@ -14,7 +14,7 @@ import torch
 
 from ..data.store import EncodedTable
 from ..data.synthetic import make_family
-from ..tables import format_table, write_json
+from ..tables import format_table, report_results, write_json
 
 VARIANTS = ("identity", "ibp", "ibp-store", "auto-store")
 #: on a GPU also: features already resident in GPU memory (no transfer at all), the ceiling.
@@ -130,16 +130,12 @@ def run(*, num_nodes: int = 200_000, avg_degree: int = 15, batch_size: int = 512
     base = rows[0]["batches_per_s"]
     for r in rows:
         r["speedup"] = r["batches_per_s"] / base
-    if not quiet:
-        print(f"\nCompressedNeighborLoader, batch {batch_size}, fan-out {list(num_neighbors)}, "
-              f"{num_workers} worker(s), device {device}; worker stage times are per batch per worker")
-        print(format_table(rows, COLUMNS))
-    if out:
-        path = write_json(out, {"benchmark": "loader", "num_nodes": num_nodes, "avg_degree": avg_degree,
-                                "batch_size": batch_size, "num_neighbors": list(num_neighbors),
-                                "num_workers": num_workers, "device": device, "results": rows})
-        if not quiet:
-            print(f"\nwrote {path}")
+    title = (f"CompressedNeighborLoader, batch {batch_size}, fan-out {list(num_neighbors)}, {num_workers} "
+             f"worker(s), device {device}; worker stage times are per batch per worker")
+    report_results(rows, COLUMNS, title, out,
+                   {"benchmark": "loader", "num_nodes": num_nodes, "avg_degree": avg_degree,
+                    "batch_size": batch_size, "num_neighbors": list(num_neighbors), "num_workers": num_workers,
+                    "device": device}, quiet=quiet)
     return rows
 
 

@@ -38,7 +38,8 @@ from ..files import check_free, check_output, open_npy, replace_dir, save_npy, w
 from .prepared import (PreparedDataset, add_store, build_csc, encode_store, progress_bar,
                        write_prepared_meta)
 
-__all__ = ["GraphSpec", "generate", "ensure", "cache_dir", "embedding_rows", "check_spec_fields", "spec_key"]
+__all__ = ["GraphSpec", "generate", "ensure", "cache_dir", "embedding_rows", "check_spec_fields", "spec_field",
+           "spec_field_of", "spec_key"]
 
 PathLike = Union[str, os.PathLike]
 #: nodes per random stream of the node and edge generators (fixed: outputs are prefix-stable).
@@ -56,29 +57,35 @@ _CITE_SIGMA, _CITE_MAX = 0.8, 1000
 _FEATURE_VOCAB = 30_000
 
 
+def spec_field(default, lo, hi=None):
+    """A generator spec's dataclass field with its accepted range, ``[lo, hi]``, that `check_spec_fields`
+    checks (an int `lo`: an integer field, else a number; `hi` None: no upper bound)."""
+    return dataclasses.field(default=default, metadata={"range": (lo, hi)})
+
+
+def spec_field_of(spec_cls: type, name: str):
+    """A spec field with the default and accepted range of field `name` of generator spec `spec_cls` (for a
+    spec that shares that statistic: MagSpec's papers are a GraphSpec's nodes)."""
+    f = next(f for f in dataclasses.fields(spec_cls) if f.name == name)
+    return dataclasses.field(default=f.default, metadata=dict(f.metadata))
+
+
 @dataclass(frozen=True)
 class GraphSpec:
     """Size and statistics of a generated data set; the defaults are `make train`'s."""
 
-    num_nodes: int = 60_000
-    avg_citations: float = 10.0
-    num_classes: int = 172
-    dim: int = 128
-    labeled_fraction: float = 0.3
-    homophily: float = 0.7
-    topic_fraction: float = 0.2
-    degree_exponent: float = 2.5
-    seed: int = 0
+    num_nodes: int = spec_field(60_000, 2)
+    avg_citations: float = spec_field(10.0, 0.0)
+    num_classes: int = spec_field(172, 2, 32767)
+    dim: int = spec_field(128, 1)
+    labeled_fraction: float = spec_field(0.3, 0.0, 1.0)
+    homophily: float = spec_field(0.7, 0.0, 1.0)
+    topic_fraction: float = spec_field(0.2, 0.0, 1.0)
+    degree_exponent: float = spec_field(2.5, 1.5)
+    seed: int = spec_field(0, 0)
 
     def __post_init__(self) -> None:
-        checks = {
-            "num_nodes": (self.num_nodes, 2, None), "avg_citations": (self.avg_citations, 0.0, None),
-            "num_classes": (self.num_classes, 2, 32767), "dim": (self.dim, 1, None),
-            "labeled_fraction": (self.labeled_fraction, 0.0, 1.0), "homophily": (self.homophily, 0.0, 1.0),
-            "topic_fraction": (self.topic_fraction, 0.0, 1.0),
-            "degree_exponent": (self.degree_exponent, 1.5, None), "seed": (self.seed, 0, None),
-        }
-        check_spec_fields(self, checks)
+        check_spec_fields(self)
 
     @classmethod
     def papers100m(cls, **changes) -> "GraphSpec":
@@ -91,10 +98,14 @@ class GraphSpec:
         return spec_key(self)
 
 
-def check_spec_fields(spec, checks: dict) -> None:
+def check_spec_fields(spec, checks: Optional[dict] = None) -> None:
     """Check a generator spec's fields, ``{name: (value, lo, hi)}`` (an int `lo`: an integer field, else a
     number; `hi` None: no upper bound); a ValueError names the first bad one. Numbers are stored as floats
-    (3 and 3.0: one spec, one cache folder)."""
+    (3 and 3.0: one spec, one cache folder). Without `checks`: every field declared with `spec_field`, in
+    declaration order."""
+    if checks is None:
+        checks = {f.name: (getattr(spec, f.name), *f.metadata["range"])
+                  for f in dataclasses.fields(spec) if "range" in f.metadata}
     for name, (value, lo, hi) in checks.items():
         kind = (int,) if isinstance(lo, int) else (int, float)
         if isinstance(value, bool) or not isinstance(value, kind) \
@@ -175,6 +186,17 @@ class _Targets:
         idx = np.searchsorted(self.cum, pos, side="right")
         return self.order[np.minimum(idx, self.order.shape[0] - 1)]
 
+    def draw_for(self, rng: np.random.Generator, src: np.ndarray, src_classes: np.ndarray,
+                 homophily: float) -> np.ndarray:
+        """One target per source in `src`: with probability `homophily` one of the source's class
+        (`src_classes[src]`), else any; `rng` gives the class coin flips, then the quantiles."""
+        same = rng.random(src.shape[0]) < homophily
+        u = rng.random(src.shape[0])
+        dst = np.empty_like(src)
+        dst[same] = self.draw(u[same], src_classes[src[same]])
+        dst[~same] = self.draw(u[~same], None)
+        return dst
+
 
 def _edge_chunks(spec: GraphSpec, classes: np.ndarray, targets: _Targets) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Citations of every paper, chunk by chunk of citing papers (self-citations dropped)."""
@@ -187,11 +209,7 @@ def _edge_chunks(spec: GraphSpec, classes: np.ndarray, targets: _Targets) -> Ite
         if spec.avg_citations == 0:
             deg[:] = 0
         src = np.repeat(np.arange(lo, hi, dtype=np.int64), deg)
-        same = rng.random(src.shape[0]) < spec.homophily
-        u = rng.random(src.shape[0])
-        dst = np.empty_like(src)
-        dst[same] = targets.draw(u[same], classes[src[same]])
-        dst[~same] = targets.draw(u[~same], None)
+        dst = targets.draw_for(rng, src, classes, spec.homophily)
         keep = src != dst
         yield src[keep], dst[keep]
 

@@ -27,7 +27,7 @@ import json
 import os
 import re
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
 
@@ -38,7 +38,7 @@ from ..codec.auto import CodecSpec
 from ..files import read_json, replace_dir, work_dir, write_text
 from ..sampling.hetero import EdgeType, TypedCSC
 from . import checksums
-from .checksums import UnverifiedDataWarning, check_mode
+from .checksums import UnverifiedDataWarning
 from .prepared import (EdgeChunks, LabeledDataset, SPLITS, _load_npy, as_tensor, build_relation_arrays,
                        encode_store)
 
@@ -84,15 +84,9 @@ def load_relation(directory: PathLike, num_src: int, num_dst: int, num_edges: in
 class HeteroPreparedDataset(LabeledDataset):
     """A heterogeneous prepared folder, opened memory-mapped: node types, relations, labels and splits."""
 
-    directory: Path
-    meta: dict
     num_nodes_dict: dict[str, int]
     x_dict: dict[str, torch.Tensor]
     relations: dict[EdgeType, TypedCSC]
-    y: torch.Tensor
-    split: dict[str, torch.Tensor] = field(default_factory=dict)
-    verify: str = "sample"
-    _stores: dict = field(default_factory=dict, repr=False)
     format = FORMAT
     format_version = FORMAT_VERSION
 
@@ -189,17 +183,7 @@ class HeteroPreparedDataset(LabeledDataset):
         Arrays are copy-on-write memory maps unless mmap=False. A damaged or inconsistent
         file raises an error naming it.
         """
-        check_mode(verify)
-        d = Path(directory)
-        meta_path = d / "meta.json"
-        if not meta_path.is_file():
-            raise FileNotFoundError(
-                f"{d} is not a prepared data set (no meta.json); make one with "
-                "`ibp-graph prepare --dataset ogbn-mag --root DIR`, or it was interrupted: prepare again")
-        meta = read_json(meta_path, ValueError, ": prepare again")
-        if meta.get("format") != FORMAT or meta.get("version") != FORMAT_VERSION:
-            raise ValueError(f"{meta_path} has format {meta.get('format')!r} version {meta.get('version')!r}; "
-                             f"this reader reads {FORMAT!r} version {FORMAT_VERSION}: prepare again")
+        d, meta_path, meta = cls._read_meta(directory, verify, "ogbn-mag")
         num_nodes, edge_types = _check_meta(meta, meta_path)
         names = _array_names(meta)
         missing = [p for p in names if not (d / p).is_file()]

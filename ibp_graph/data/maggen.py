@@ -33,6 +33,7 @@ import numpy as np
 from ..codec.auto import CodecSpec, check_kind
 from ..files import check_free, check_output, replace_dir, save_npy, work_dir
 from . import graphgen
+from .graphgen import spec_field, spec_field_of
 from .hetero import HeteroPreparedDataset, add_stores, encode_stores, write_hetero_meta, write_relations
 
 __all__ = ["MagSpec", "NODE_TYPES", "EDGE_TYPES", "TARGET", "cache_dir", "ensure", "generate"]
@@ -53,33 +54,24 @@ class MagSpec:
     """Sizes and statistics of a generated ogbn-mag-like data set (ogbn-mag: 736 k papers, 1.1 M authors,
     8.7 k institutions, 60 k fields, 349 classes)."""
 
-    num_papers: int = 20_000
-    num_authors: int = 30_000
-    num_institutions: int = 400
-    num_fields: int = 2_000
-    avg_citations: float = 7.0
-    authors_per_paper: float = 3.0
-    fields_per_paper: float = 5.0
-    institutions_per_author: float = 1.0
-    num_classes: int = 349
-    dim: int = 128
-    homophily: float = 0.7
-    topic_fraction: float = 0.2
-    degree_exponent: float = 2.5
-    seed: int = 0
+    num_papers: int = spec_field(20_000, 2)
+    num_authors: int = spec_field(30_000, 1)
+    num_institutions: int = spec_field(400, 1)
+    num_fields: int = spec_field(2_000, 1)
+    avg_citations: float = spec_field(7.0, 0.0)
+    authors_per_paper: float = spec_field(3.0, 1.0)
+    fields_per_paper: float = spec_field(5.0, 0.0)
+    institutions_per_author: float = spec_field(1.0, 0.0)
+    num_classes: int = spec_field(349, 2, 32767)
+    # the papers' features and class signal: GraphSpec's defaults and ranges (`papers` passes them on)
+    dim: int = spec_field_of(graphgen.GraphSpec, "dim")
+    homophily: float = spec_field_of(graphgen.GraphSpec, "homophily")
+    topic_fraction: float = spec_field_of(graphgen.GraphSpec, "topic_fraction")
+    degree_exponent: float = spec_field_of(graphgen.GraphSpec, "degree_exponent")
+    seed: int = spec_field_of(graphgen.GraphSpec, "seed")
 
     def __post_init__(self) -> None:
-        checks = {
-            "num_papers": (self.num_papers, 2, None), "num_authors": (self.num_authors, 1, None),
-            "num_institutions": (self.num_institutions, 1, None), "num_fields": (self.num_fields, 1, None),
-            "avg_citations": (self.avg_citations, 0.0, None), "authors_per_paper": (self.authors_per_paper, 1.0, None),
-            "fields_per_paper": (self.fields_per_paper, 0.0, None),
-            "institutions_per_author": (self.institutions_per_author, 0.0, None),
-            "num_classes": (self.num_classes, 2, 32767), "dim": (self.dim, 1, None),
-            "homophily": (self.homophily, 0.0, 1.0), "topic_fraction": (self.topic_fraction, 0.0, 1.0),
-            "degree_exponent": (self.degree_exponent, 1.5, None), "seed": (self.seed, 0, None),
-        }
-        graphgen.check_spec_fields(self, checks)
+        graphgen.check_spec_fields(self)
 
     @property
     def num_nodes(self) -> dict[str, int]:
@@ -147,12 +139,7 @@ def _links(spec: MagSpec, purpose: int, src_classes: np.ndarray, targets: graphg
         rng = _rng(purpose, chunk, spec.seed)
         deg = 1 + rng.poisson(mean - 1.0, hi - lo) if at_least_one else rng.poisson(mean, hi - lo)
         src = np.repeat(np.arange(lo, hi, dtype=np.int64), deg)
-        same = rng.random(src.shape[0]) < spec.homophily
-        u = rng.random(src.shape[0])
-        dst = np.empty_like(src)
-        dst[same] = targets.draw(u[same], src_classes[src[same]])
-        dst[~same] = targets.draw(u[~same], None)
-        yield src, dst
+        yield src, targets.draw_for(rng, src, src_classes, spec.homophily)
 
 
 def _flip(chunks) -> Iterator[tuple[np.ndarray, np.ndarray]]:

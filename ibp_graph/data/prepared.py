@@ -28,7 +28,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Union
+from typing import ClassVar, Optional, Union
 
 import numba
 import numpy as np
@@ -71,12 +71,20 @@ def progress_bar(total: int, desc: str, enabled: bool, unit: str = "rows"):
                 dynamic_ncols=True, leave=False)
 
 
+@dataclass(frozen=True, eq=False)
 class LabeledDataset:
-    """What every prepared data set answers from its meta.json, labels and splits (``meta``, ``y``, ``split``);
-    `format` and `format_version` name the meta.json it reads."""
+    """What every prepared data set answers from its folder's meta.json, labels and splits (``meta``, ``y``,
+    ``split``), and how it opens its feature stores (`verify`); `format` and `format_version` name the meta.json
+    it reads."""
 
-    format: str = ""
-    format_version: int = 0
+    directory: Path
+    meta: dict
+    y: torch.Tensor = field(kw_only=True)
+    split: dict[str, torch.Tensor] = field(default_factory=dict, kw_only=True)
+    verify: str = field(default="sample", kw_only=True)
+    _stores: dict = field(default_factory=dict, repr=False, kw_only=True)  # the stores opened so far
+    format: ClassVar[str] = ""
+    format_version: ClassVar[int] = 0
 
     @property
     def name(self) -> str:
@@ -98,6 +106,22 @@ class LabeledDataset:
         return float((target == majority).float().mean()) if target.numel() else 0.0
 
     @classmethod
+    def _read_meta(cls, directory: PathLike, verify: str, dataset: str) -> tuple[Path, Path, dict]:
+        """(folder, its meta.json's path, meta.json) of a folder of this kind, `verify` checked first; an error
+        names what is wrong, and `ibp-graph prepare --dataset <dataset>` to make one."""
+        check_mode(verify)
+        meta_path = Path(directory) / "meta.json"
+        if not meta_path.is_file():
+            raise FileNotFoundError(f"{meta_path.parent} is not a prepared data set (no meta.json); make one with "
+                                    f"`ibp-graph prepare --dataset {dataset} --root DIR`, or it was interrupted: "
+                                    "prepare again")
+        meta = _read_json(meta_path)
+        if meta.get("format") != cls.format or meta.get("version") != cls.format_version:
+            raise ValueError(f"{meta_path} has format {meta.get('format')!r} version {meta.get('version')!r}; "
+                             f"this ibp-graph reads {cls.format!r} version {cls.format_version}: prepare again")
+        return meta_path.parent, meta_path, meta
+
+    @classmethod
     def is_complete(cls, directory: PathLike) -> bool:
         """Whether `directory` holds a finished preparation of this kind (its meta.json is written last)."""
         path = Path(directory) / "meta.json"
@@ -114,14 +138,8 @@ class LabeledDataset:
 class PreparedDataset(LabeledDataset):
     """A prepared folder, opened memory-mapped: graph, features, labels and splits."""
 
-    directory: Path
-    meta: dict
     graph: CSCGraph
     x: torch.Tensor
-    y: torch.Tensor
-    split: dict[str, torch.Tensor] = field(default_factory=dict)
-    verify: str = "sample"
-    _stores: dict = field(default_factory=dict, repr=False)
     format = FORMAT
     format_version = FORMAT_VERSION
 
@@ -176,17 +194,7 @@ class PreparedDataset(LabeledDataset):
         process's copy, never the files). A damaged file raises an error naming it; a
         folder prepared before checksums existed opens with an UnverifiedDataWarning.
         """
-        check_mode(verify)
-        d = Path(directory)
-        meta_path = d / "meta.json"
-        if not meta_path.is_file():
-            raise FileNotFoundError(
-                f"{d} is not a prepared data set (no meta.json); make one with "
-                "`ibp-graph prepare --dataset NAME --root DIR`, or it was interrupted: prepare again")
-        meta = _read_json(meta_path)
-        if meta.get("format") != FORMAT or meta.get("version") != FORMAT_VERSION:
-            raise ValueError(f"{meta_path} has format {meta.get('format')!r} version {meta.get('version')!r}; "
-                             f"this ibp-graph reads {FORMAT!r} version {FORMAT_VERSION}: prepare again")
+        d, meta_path, meta = cls._read_meta(directory, verify, "NAME")
         for key, kind in (("name", str), ("num_classes", int)):
             if not isinstance(meta.get(key), kind):
                 raise ValueError(f"{meta_path}: {key}={meta.get(key)!r} is not accepted; expected {kind.__name__}")

@@ -224,13 +224,7 @@ def pca_bow(
     return _generate(n_rows, dim, np.dtype(np.float32), fill)
 
 
-def tfidf(
-    n_rows: int,
-    dim: int = 500,
-    *,
-    seed: int = 0,
-    nnz: tuple[int, int] = (20, 80),
-) -> torch.Tensor:
+def tfidf(n_rows: int, dim: int = 500, *, seed: int = 0, nnz: tuple[int, int] = (20, 80)) -> torch.Tensor:
     """Sparse TF-IDF like PubMed: ``dim``-d float32, L2-normalised rows (``tfidf``).
 
     Recipe: the vocabulary is the ``dim`` columns (a curated vocabulary: Zipf-Mandelbrot
@@ -244,10 +238,7 @@ def tfidf(
     ``tf * idf`` scaled to unit L2 norm in float64, rounded to float32; every other entry
     is exactly 0.0.
     """
-    n_rows = _check_n_rows(n_rows)
-    seed = _check_seed(seed)
-    dim = _check_int("dim", dim, minimum=1)
-    lo, hi = _check_range("nnz", nnz, dim)
+    n_rows, seed, dim, lo, hi = _check_word_sets(n_rows, seed, dim, "nnz", nnz)
     def fill(out: np.ndarray, start: int, chunk: int) -> None:
         idf = _tfidf_idf(seed, dim, lo, hi)  # fitted on first use
         weights = idf * _distinct_prefix_counts(_TFIDF, seed, chunk, out.shape[0], dim, lo, hi,
@@ -258,25 +249,15 @@ def tfidf(
     return _generate(n_rows, dim, np.dtype(np.float32), fill)
 
 
-def binary_bow(
-    n_rows: int,
-    dim: int = 3000,
-    *,
-    seed: int = 0,
-    ones: tuple[int, int] = (20, 40),
-) -> torch.Tensor:
+def binary_bow(n_rows: int, dim: int = 3000, *, seed: int = 0, ones: tuple[int, int] = (20, 40)) -> torch.Tensor:
     """Binary bag of words like CiteSeer/Cora: ``dim``-d float32 of 0.0/1.0 (``binary_bow``).
 
-    Recipe: the vocabulary is the ``dim`` columns (a curated vocabulary: Zipf-Mandelbrot
-    frequencies ``p(r) ~ 1 / (r + 10)``, ranks mapped to columns by a seeded
-    permutation). A row holds ``m`` distinct words, ``m`` uniform in ``ones = (lo, hi)``
-    (default 20 to 40), the first ``m`` distinct words of a stream of draws with those
-    frequencies; their columns are 1.0, all others 0.0.
+    Recipe: the vocabulary is the ``dim`` columns with ``tfidf``'s frequencies (ranks mapped
+    to columns by this family's own seeded permutation). A row holds ``m`` distinct words,
+    ``m`` uniform in ``ones = (lo, hi)`` (default 20 to 40), the first ``m`` distinct words
+    of a stream of draws with those frequencies; their columns are 1.0, all others 0.0.
     """
-    n_rows = _check_n_rows(n_rows)
-    seed = _check_seed(seed)
-    dim = _check_int("dim", dim, minimum=1)
-    lo, hi = _check_range("ones", ones, dim)
+    n_rows, seed, dim, lo, hi = _check_word_sets(n_rows, seed, dim, "ones", ones)
     def fill(out: np.ndarray, start: int, chunk: int) -> None:
         columns = _column_permutation(_BINARY_BOW, seed, dim)
         rows, words = _distinct_prefix_words(_BINARY_BOW, seed, chunk, out.shape[0], dim, lo, hi)
@@ -631,6 +612,13 @@ def _check_range(arg: str, value: Any, dim: int) -> tuple[int, int]:
     if not 1 <= lo <= hi <= dim:
         raise ValueError(f"{arg}={value!r} is out of range; expected 1 <= lo <= hi <= dim={dim}")
     return lo, hi
+
+
+def _check_word_sets(n_rows: Any, seed: Any, dim: Any, arg: str, counts: Any) -> tuple[int, int, int, int, int]:
+    """n_rows, seed, dim and the (lo, hi) of `arg` (words per row) of a family whose rows are sets of distinct
+    column words (tfidf, binary_bow), checked in that order."""
+    n_rows, seed, dim = _check_n_rows(n_rows), _check_seed(seed), _check_int("dim", dim, minimum=1)
+    return (n_rows, seed, dim) + _check_range(arg, counts, dim)
 
 
 _FLOAT_DTYPES = {torch.float16: np.float16, torch.float32: np.float32, torch.float64: np.float64}

@@ -12,33 +12,21 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ibp_graph.codec import (
-    CodecMismatchError,
     CompressedTensor,
     CorruptPayloadError,
     EBPCodec,
     IBPCodec,
     IdentityCodec,
-    codec_from_state_dict,
 )
 from ibp_graph.codec.ebp.codes import ESC, LUT_BITS, MAX_DICT, build_code_tables
 from ibp_graph.codec.ebp.decode import decode_rows
 from ibp_graph.codec.ebp.huffman import huffman_lengths
-from ibp_graph.layout import bitstream
 from ibp_graph.layout.dtypes import as_row_bytes
 from ibp_graph.layout.rows import PAYLOAD_TAIL
 
-from tests.codec.test_ibp import DTYPES, SPECIAL_BITS, as_bytes, row_tensors
+from tests.codec.test_ibp import DTYPES, as_bytes, roundtrip, row_tensors, special_value_rows
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
-
-
-def roundtrip(codec, x):
-    ct = codec.encode(x)
-    assert ct.codec == "ebp" and ct.fingerprint == codec.fingerprint
-    y = codec.decode(ct)
-    assert y.dtype == x.dtype and tuple(y.shape) == tuple(x.shape)
-    assert as_bytes(y) == as_bytes(x)
-    return ct
 
 
 # --------------------------------------------------------------------------- reference encoder
@@ -109,6 +97,18 @@ def reference_rows(codec: EBPCodec, x: torch.Tensor) -> list[bytes]:
         assert t.t_esc[tid], "a value outside a table without escape"
         return codes[tid][255], True
 
+    def high_codes(elements):
+        """(table, value, low bits) of each element -> the codes of the values' high parts, and
+        the high parts that escape, in order."""
+        codes, escaped = [], []
+        for tid, v, lw in elements:
+            hi = v >> lw if lw < 64 else 0
+            c, e = code_of(tid, hi)
+            codes.append(c)
+            if e:
+                escaped.append(hi)
+        return codes, escaped
+
     def put_code(bw, code_len):
         code, ln = code_len
         for k in range(ln - 1, -1, -1):  # MSB of the canonical code first
@@ -124,14 +124,7 @@ def reference_rows(codec: EBPCodec, x: torch.Tensor) -> list[bytes]:
         for j in range(d):
             lw = int(t.col_lw[j])
             bw.put(xs[j] & ((1 << lw) - 1), lw)
-        escs, cds = [], []
-        for j in range(d):
-            lw = int(t.col_lw[j])
-            hi = xs[j] >> lw if lw < 64 else 0
-            c, e = code_of(int(t.col_tid[j]), hi)
-            cds.append(c)
-            if e:
-                escs.append(hi)
+        cds, escs = high_codes((int(t.col_tid[j]), xs[j], int(t.col_lw[j])) for j in range(d))
         bw.gamma(len(escs) + 1)
         for hi in escs:
             bw.put(hi, t.HE)
@@ -143,13 +136,7 @@ def reference_rows(codec: EBPCodec, x: torch.Tensor) -> list[bytes]:
             sw.put(1, 1)
             nz = [j for j in range(d) if xs[j] != int(t.col_default[j])]
             LS, HS = t.LS, W - t.LS
-            scodes, sesc = [], []
-            for j in nz:
-                hi = xs[j] >> LS if LS < 64 else 0
-                c, e = code_of(int(t.col_tids[j]), hi)
-                scodes.append(c)
-                if e:
-                    sesc.append(hi)
+            scodes, sesc = high_codes((int(t.col_tids[j]), xs[j], LS) for j in nz)
             sw.gamma(len(nz) + 1)
             sw.gamma(len(sesc) + 1)
             for j in nz:
@@ -273,20 +260,6 @@ def test_roundtrip_bit_exact_fitted_on_same_data(x, sparse):
     roundtrip(codec, x)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data(), dtype=st.sampled_from(DTYPES), sparse=st.sampled_from([None, True]))
-def test_roundtrip_bit_exact_on_data_the_codec_never_saw(data, dtype, sparse):
-    """A codec fitted on one group stays lossless on unrelated rows of the same shape."""
-    fit_on = data.draw(row_tensors(dtype=dtype))
-    other = data.draw(row_tensors(dtype=dtype))
-    per = max(1, fit_on[0:1].numel())
-    other = other.reshape((-1,) + tuple(fit_on.shape[1:])) if (
-        other.numel() and fit_on[0:1].numel() and other.numel() % per == 0
-    ) else torch.zeros((3,) + tuple(fit_on.shape[1:]), dtype=dtype)
-    codec = EBPCodec.fit(fit_on, sparse=sparse)
-    roundtrip(codec, other.contiguous())
-
-
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), dtype=st.sampled_from(DTYPES),
        shape=st.sampled_from([(1,), (2,), (3,), (7,), (8,), (9,), (33,), (2, 5), (70,)]),
@@ -313,15 +286,7 @@ def test_fitted_codec_matches_the_reference_encoder(x, sparse):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("sparse", [False, True])
 def test_every_dtype_all_special_values(dtype, sparse):
-    rng = np.random.default_rng(1)
-    x = torch.from_numpy(rng.normal(0, 1, (257, 9))).to(dtype) if dtype.is_floating_point \
-        else torch.from_numpy(rng.integers(0, 100, (257, 9))).to(dtype)
-    if dtype in SPECIAL_BITS:
-        item = x.element_size()
-        bits = x.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[item])
-        specials = torch.tensor(np.array(SPECIAL_BITS[dtype], dtype=np.uint64).astype(np.int64))
-        bits.view(-1)[: len(specials)] = specials.to(bits.dtype)
-        bits.view(-1)[100:100 + len(specials)] = specials.to(bits.dtype)
+    x = special_value_rows(dtype, starts=(0, 100))
     x[::3] = 0  # some rows of defaults
     roundtrip(EBPCodec.fit(x, sparse=sparse), x)
     # and specials the codec never saw
@@ -454,37 +419,6 @@ def test_fit_reads_only_the_sample_and_is_deterministic():
     roundtrip(a, x)
 
 
-def test_parallel_and_serial_kernels_agree(monkeypatch):
-    rng = np.random.default_rng(6)
-    x = torch.from_numpy(rng.normal(0, 0.1, (9000, 37)).astype(np.float32))
-    x[::3, 5:] = 0
-    codec = EBPCodec.fit(x)
-    monkeypatch.setattr(bitstream, "PARALLEL_MIN_ROWS", 1)
-    par = codec.encode(x)
-    monkeypatch.setattr(bitstream, "PARALLEL_MIN_ROWS", 10**9)
-    ser = codec.encode(x)
-    assert torch.equal(par.payload, ser.payload) and torch.equal(par.offsets, ser.offsets)
-    assert as_bytes(codec.decode(par)) == as_bytes(x)
-
-
-@pytest.mark.parametrize("shape", [(0, 5), (5, 0), (0,), (0, 0), (3, 0, 2)])
-def test_empty_tensors_work(shape):
-    x = torch.empty(shape)
-    ct = roundtrip(EBPCodec.fit(x), x)
-    assert ct.n_rows == shape[0]
-
-
-def test_index_select_gathers_without_decoding():
-    rng = np.random.default_rng(8)
-    x = torch.from_numpy(rng.normal(0, 0.1, (500, 24)).astype(np.float32))
-    x[::7] = torch.from_numpy(rng.integers(0, 2**32, (72, 24), dtype=np.uint32).view(np.float32))
-    codec = EBPCodec.fit(x)
-    ct = codec.encode(x)
-    rows = torch.tensor([3, 7, 7, 499, 0, 14, 250])
-    sub = ct.index_select(rows)
-    assert as_bytes(codec.decode(sub)) == as_bytes(x[rows])
-
-
 # --------------------------------------------------------------------------- corruption
 def test_corrupted_rows_raise_or_decode_never_crash():
     """Flipped bits anywhere in the payload: decoding raises CorruptPayloadError or returns
@@ -559,39 +493,7 @@ def test_a_corrupt_row_is_reported_alone_and_its_neighbours_decode(sparse):
         assert np.array_equal(out[good], as_row_bytes(x)[good]), f"row {r}"
 
 
-def test_serialized_roundtrip_and_corruption():
-    x = torch.randn(100, 10)
-    codec = EBPCodec.fit(x)
-    blob = codec.encode(x).to_bytes()
-    assert as_bytes(codec.decode(CompressedTensor.from_bytes(blob))) == as_bytes(x)
-    broken = bytearray(blob)
-    broken[len(blob) // 2] ^= 0x10
-    with pytest.raises(CorruptPayloadError, match="checksum"):
-        CompressedTensor.from_bytes(bytes(broken))
-
-
 # --------------------------------------------------------------------------- state
-def test_state_dict_and_blob_roundtrip():
-    x = torch.randn(300, 12, dtype=torch.float64)
-    x[::2] = 0
-    codec = EBPCodec.fit(x)
-    ct = codec.encode(x)
-    for again in (EBPCodec.from_state_dict(codec.state_dict()), EBPCodec.from_bytes(codec.to_bytes()),
-                  codec_from_state_dict(codec.state_dict())):
-        assert isinstance(again, EBPCodec) and again.fingerprint == codec.fingerprint
-        assert as_bytes(again.decode(ct)) == as_bytes(x)
-    fresh = EBPCodec.fit(torch.randn(10, 12, dtype=torch.float64) * 1e6)
-    fresh.load_state_dict(codec.state_dict())
-    assert as_bytes(fresh.decode(ct)) == as_bytes(x)
-    assert 0 < codec.state_nbytes < 100_000
-    old = codec.state_dict()
-    old["format_version"] = 0
-    with pytest.raises(CorruptPayloadError, match="format_version=0"):
-        EBPCodec.from_state_dict(old)
-    with pytest.raises(CorruptPayloadError, match="codec 'identity'"):
-        EBPCodec.from_state_dict(IdentityCodec.fit(x).state_dict())
-
-
 @pytest.mark.parametrize("edit,match", [
     (lambda s: s.__setitem__("t_len", s["t_len"] * 0 + 1), "prefix code"),
     (lambda s: s.__setitem__("col_tid", s["col_tid"] + 10**6), "col_tid"),
@@ -608,39 +510,10 @@ def test_malformed_state_refused(edit, match):
         EBPCodec.from_state_dict(state)
 
 
-def test_mismatched_codec_refused():
-    x = torch.randn(100, 8)
-    a = EBPCodec.fit(x)
-    b = EBPCodec.fit(x * 1000)
-    ct = a.encode(x)
-    with pytest.raises(CodecMismatchError, match="fingerprint"):
-        b.decode(ct)
-    with pytest.raises(CodecMismatchError, match="'ebp'"):
-        IBPCodec.fit(x).decode(ct)
-
-
-def test_bad_input_names_argument_value_and_accepted():
-    x = torch.randn(10, 4)
-    with pytest.raises(TypeError, match=r"dtype=torch.complex64 is not supported"):
-        EBPCodec.fit(torch.zeros(3, 2, dtype=torch.complex64))
-    with pytest.raises(ValueError, match="0-d"):
-        EBPCodec.fit(torch.tensor(1.0))
-    with pytest.raises(ValueError, match="not contiguous"):
-        EBPCodec.fit(torch.randn(4, 6).t())
+def test_bad_fit_options_named():
+    """EBP's own fit options (what both codecs refuse: tests/codec/test_row_codecs.py)."""
     with pytest.raises(ValueError, match="sparse='yes'"):
-        EBPCodec.fit(x, sparse="yes")
-    with pytest.raises(ValueError, match="sample_rows=0"):
-        EBPCodec.fit(x, sample_rows=0)
-    codec = EBPCodec.fit(x)
-    with pytest.raises(TypeError, match="dtype=torch.float64; this codec was fitted on torch.float32"):
-        codec.encode(x.double())
-    with pytest.raises(ValueError, match=r"rows have shape \(5,\); .* \(4,\)"):
-        codec.encode(torch.randn(3, 5))
-    ct = codec.encode(x)
-    with pytest.raises(TypeError, match="out has dtype=torch.float64"):
-        codec.decode(ct, out=torch.empty(10, 4, dtype=torch.float64))
-    out = torch.empty(10, 4)
-    assert codec.decode(ct, out=out) is out and torch.equal(out, x)
+        EBPCodec.fit(torch.randn(10, 4), sparse="yes")
 
 
 # --------------------------------------------------------------------------- fit_codec

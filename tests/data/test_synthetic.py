@@ -63,22 +63,15 @@ def test_family_names_and_order() -> None:
     assert FAMILIES == tuple(EXPECTED)
 
 
+@pytest.mark.parametrize("n_rows", [37, 0])
 @pytest.mark.parametrize("name", FAMILIES)
-def test_shape_dtype_and_layout(name: str) -> None:
+def test_shape_dtype_and_layout(name: str, n_rows: int) -> None:
     dim, dtype = EXPECTED[name]
-    x = make_family(name, 37)
-    assert x.shape == (37, dim)
+    x = make_family(name, n_rows)
+    assert x.shape == (n_rows, dim)
     assert x.dtype == dtype
     assert x.device.type == "cpu"
     assert x.is_contiguous()
-
-
-@pytest.mark.parametrize("name", FAMILIES)
-def test_zero_rows(name: str) -> None:
-    dim, dtype = EXPECTED[name]
-    x = make_family(name, 0)
-    assert x.shape == (0, dim)
-    assert x.dtype == dtype
 
 
 @pytest.mark.parametrize("name", FAMILIES)

@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
-
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,10 +23,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ibp_graph import gpu
-from ibp_graph.codec import IBPCodec
+from ibp_graph.codec import EBPCodec, IBPCodec
 from ibp_graph.gpu import abi
 from ibp_graph.gpu import compiler as cc
 from ibp_graph.gpu import ibp as D
+
+from tests.gpu.emulation import (Emulator, assert_bad_offsets_flagged, assert_bad_rows_not_written,
+                                 assert_decodes_exactly, compressed_rows, emulator_fixture, expect_rows,
+                                 new_seed, row_bytes)
 
 # --------------------------------------------------------------------------- data helpers
 # (also imported by tests/gpu/test_ibp_gpu.py)
@@ -40,19 +41,6 @@ DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int
 FLOAT_LAYOUT = {torch.float16: (16, 5), torch.bfloat16: (16, 8), torch.float32: (32, 8),
                 torch.float64: (64, 11)}
 _INT_VIEW = {16: torch.int16, 32: torch.int32, 64: torch.int64}
-
-
-def new_seed() -> int:
-    """A fresh seed per run (printed by the tests that use it, to replay a failure)."""
-    return int.from_bytes(os.urandom(4), "little")
-
-
-def row_bytes(t: torch.Tensor) -> np.ndarray:
-    """The bytes of a CPU tensor, flat (bit-exact comparison, NaNs included)."""
-    t = t.detach().cpu().contiguous().reshape(-1)
-    if t.dtype == torch.bool:
-        t = t.view(torch.uint8)
-    return t.view(torch.uint8).numpy().copy()
 
 
 def adversarial_rows(rng: np.random.Generator, n: int, row_shape: tuple, dtype: torch.dtype,
@@ -222,10 +210,11 @@ def test_launch_parameters_pack_exactly():
         abi.ParamBlock(("x", "float"))
 
 
-def test_host_checks_need_no_gpu():
+@pytest.mark.parametrize("codec_cls", [IBPCodec, EBPCodec])
+def test_host_checks_need_no_gpu(codec_cls):
     """Argument errors are raised before any GPU work, naming the argument."""
     x = torch.randn(20, 8)
-    codec = IBPCodec.fit(x)
+    codec = codec_cls.fit(x)
     ct = codec.encode(x)
     with pytest.raises(TypeError, match=r"ct must be a CompressedTensor"):
         gpu.decode(codec, ct.payload)
@@ -253,28 +242,23 @@ def test_bench_script_builds_tables(tmp_path):
 
 
 # --------------------------------------------------------------------------- decode tables
+def _free_bits(mask: int, W: int) -> list[int]:
+    """The positions of mask's zero bits (of W), ascending."""
+    return [b for b in range(W) if not (mask >> b) & 1]
+
+
 def py_pdep(c: int, mask: int, W: int) -> int:
     """Reference pdep: the low bits of c, in order, into the zero bits of mask."""
-    x, k = 0, 0
-    for b in range(W):
-        if not (mask >> b) & 1:
-            x |= ((c >> k) & 1) << b
-            k += 1
-    return x
+    return sum(((c >> k) & 1) << b for k, b in enumerate(_free_bits(mask, W)))
 
 
 def py_pext(x: int, mask: int, W: int) -> int:
     """Reference pext: the bits of x where mask is 0, compacted."""
-    c, k = 0, 0
-    for b in range(W):
-        if not (mask >> b) & 1:
-            c |= ((x >> b) & 1) << k
-            k += 1
-    return c
+    return sum(((x >> b) & 1) << k for k, b in enumerate(_free_bits(mask, W)))
 
 
 def table_pdep(v: int, col: np.ndarray, runs: np.ndarray, W: int) -> int:
-    """What the kernel computes from one column's table entry (ibp_pdep32/64)."""
+    """What the kernel computes from one column's table entry (ibp_pdep)."""
     x = int(col["bitval_lo"]) | (int(col["bitval_hi"]) << 32)
     z = int(col["widths"])
     nr = (z >> 8) & 0xFF
@@ -358,96 +342,11 @@ def test_launch_shape_helpers():
 
 
 # --------------------------------------------------------------------------- warp emulation
-SHIM = r"""
-// Host emulation of the CUDA features the ibp kernels use (tests only).
-#include <barrier>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <memory>
-#include <mutex>
-#include <vector>
-struct alignas(16) uint4 { unsigned x, y, z, w; };
-static inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return uint4{a, b, c, d}; }
-struct emu_dim3 { unsigned x, y, z; };
-thread_local emu_dim3 threadIdx;
-emu_dim3 blockIdx, blockDim, gridDim;
-#define __device__
-#define __global__
-#define __shared__
-#define __forceinline__ inline
-#define __launch_bounds__(n)
-template <class T> static inline T __ldg(const T* p) { return *p; }
-static inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned s) {
-  return (unsigned)((((unsigned long long)hi << 32) | lo) >> (s & 31u));
-}
-static std::mutex emu_atomic_mutex;
-static inline unsigned long long atomicMin(unsigned long long* a, unsigned long long v) {
-  std::lock_guard<std::mutex> g(emu_atomic_mutex);
-  unsigned long long old = *a;
-  if (v < old) *a = v;
-  return old;
-}
-// Every group of lanes a mask names syncs on its own barrier: a lane outside the group,
-// a mask that is not exactly the caller's group, or a missing lane (deadlock, caught by
-// the test's timeout) is an error, as it would be undefined behaviour on the GPU.
-static int emu_group = 32;
-static std::vector<std::unique_ptr<std::barrier<>>> emu_bars;
-static unsigned long long emu_slot[1024];
-static void emu_fail(const char* what) {
-  std::fprintf(stderr, "EMU ERROR: %s (thread %u)\n", what, threadIdx.x);
-  std::abort();
-}
-static void emu_sync(unsigned mask) {
-  const int g = __builtin_popcount(mask);
-  if (g != emu_group) emu_fail("mask does not name one group");
-  const unsigned lane = threadIdx.x & 31u;
-  if (!((mask >> lane) & 1u)) emu_fail("calling lane not in mask");
-  const unsigned gid = ((threadIdx.x & ~31u) + __builtin_ctz(mask)) / g;
-  if ((threadIdx.x / g) != gid) emu_fail("mask is not the caller's group");
-  emu_bars[gid]->arrive_and_wait();
-}
-static inline void __syncwarp(unsigned mask = 0xffffffffu) { emu_sync(mask); }
-template <class T> static T __shfl_up_sync(unsigned mask, T v, unsigned d, int width = 32) {
-  emu_slot[threadIdx.x] = (unsigned long long)v;
-  emu_sync(mask);
-  const unsigned l = threadIdx.x & 31u, seg = l & ~(unsigned)(width - 1);
-  T r = v;
-  if (l - seg >= d) {
-    if (!((mask >> (l - d)) & 1u)) emu_fail("shfl_up source lane not in mask");
-    r = (T)emu_slot[(threadIdx.x & ~31u) + l - d];
-  }
-  emu_sync(mask);
-  return r;
-}
-template <class T> static T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
-  emu_slot[threadIdx.x] = (unsigned long long)v;
-  emu_sync(mask);
-  const unsigned l = threadIdx.x & 31u, seg = l & ~(unsigned)(width - 1);
-  const unsigned s = seg + ((unsigned)src % (unsigned)width);
-  if (!((mask >> s) & 1u)) emu_fail("shfl source lane not in mask");
-  T r = (T)emu_slot[(threadIdx.x & ~31u) + s];
-  emu_sync(mask);
-  return r;
-}
-"""
-
 HARNESS = r"""
 #include "shim.h"
 #include "ibp_decode.cu"
-#include <fstream>
-#include <string>
-#include <thread>
+#include "harness.h"
 alignas(16) uint4 ibp_smem[1 << 16];  // 1 MiB of "shared memory"
-static std::vector<unsigned char> slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::vector<unsigned char>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
-template <class T> static T* exact(const std::vector<unsigned char>& v) {  // exact-size heap copy
-  T* p = (T*)std::aligned_alloc(16, (v.size() + 15) / 16 * 16 + 16);
-  if (!v.empty()) std::memcpy(p, v.data(), v.size());
-  return p;
-}
 typedef void (*decode_fn)(const u8*, const void*, int, const i64*, i64, i64, i64, const IbpColumn*,
                           const u32*, int, int, int, int, int, u8*, u64*);
 typedef void (*gather_fn)(const u8*, i64, i64, const i64*, i64, int, u8*, u64*);
@@ -459,23 +358,14 @@ int main(int argc, char** argv) {
       header_bits, store_unit, cap, out_shift, block, grid, lanes;
   pf >> kernel >> W >> G >> n_out >> n_rows >> payload_nbytes >> payload_shift >> off64 >> has_index
      >> n_words >> row_nbytes >> header_bits >> store_unit >> cap >> out_shift >> block >> grid >> lanes;
-  auto payload = slurp(dir + "/payload.bin");
-  // Payload: placed payload_shift bytes past a 16-byte boundary, inside an allocation that
-  // covers the aligned 16-byte blocks around it (what the kernel's block reads may touch).
-  long span = ((payload_shift + (long)payload.size() + 15) / 16) * 16;
-  unsigned char* praw = (unsigned char*)std::aligned_alloc(16, span + 16);
-  std::memset(praw, 0xCD, span + 16);
-  if (!payload.empty()) std::memcpy(praw + payload_shift, payload.data(), payload.size());
-  const u8* payload_p = praw + payload_shift;
+  const u8* payload_p = place_payload(slurp(dir + "/payload.bin"), payload_shift);
   auto offsets = exact<void>(slurp(dir + "/offsets.bin"));
   auto index_v = slurp(dir + "/index.bin");
   i64* index_p = has_index ? exact<i64>(index_v) : nullptr;
   auto cols = exact<IbpColumn>(slurp(dir + "/cols.bin"));
   auto runs = exact<u32>(slurp(dir + "/runs.bin"));
-  long out_bytes = n_out * row_nbytes;
-  unsigned char* oraw = (unsigned char*)std::malloc(out_bytes + out_shift + 1);
-  std::memset(oraw, 0xFF, out_bytes + out_shift + 1);  // poisoned output
-  u8* out = oraw + out_shift;
+  EmuOutput o = poisoned_output(n_out * row_nbytes, out_shift);
+  u8* out = o.data();
   u64 err[2] = {~0ull, ~0ull};
   decode_fn dfn = nullptr;
   gather_fn gfn = nullptr;
@@ -485,88 +375,20 @@ int main(int argc, char** argv) {
   GA(1) GA(2) GA(4) GA(8) GA(16)
   if (!dfn && !gfn) { std::fprintf(stderr, "unknown kernel %s\n", kernel.c_str()); return 2; }
   if (dfn && (block / G) * cap > (long)sizeof(ibp_smem)) { std::fprintf(stderr, "smem too small\n"); return 2; }
-  emu_group = (int)(dfn ? G : 32);
-  blockDim = {(unsigned)block, 1, 1};
-  gridDim = {(unsigned)grid, 1, 1};
-  for (long b = 0; b < grid; ++b) {
-    blockIdx = {(unsigned)b, 0, 0};
-    std::memset(ibp_smem, 0xA5, sizeof(ibp_smem));  // shared memory starts as garbage
-    emu_bars.clear();
-    for (long k = 0; k < block / emu_group; ++k) emu_bars.emplace_back(new std::barrier<>(emu_group));
-    std::vector<std::thread> ts;
-    for (long t = 0; t < block; ++t)
-      ts.emplace_back([&, t] {
-        threadIdx = {(unsigned)t, 0, 0};
-        if (dfn)
-          dfn(payload_p, offsets, (int)off64, index_p, n_out, n_rows, payload_nbytes, cols, runs,
-              (int)n_words, (int)row_nbytes, (int)header_bits, (int)store_unit, (int)cap, out, err);
-        else
-          gfn(payload_p, n_rows, row_nbytes, index_p, n_out, (int)lanes, out, err);
-      });
-    for (auto& t : ts) t.join();
-  }
-  if (oraw[out_bytes + out_shift] != 0xFF) { std::fprintf(stderr, "write past out\n"); return 3; }
-  for (long k = 0; k < out_shift; ++k)
-    if (oraw[k] != 0xFF) { std::fprintf(stderr, "write before out\n"); return 3; }
-  std::ofstream of(dir + "/out.bin", std::ios::binary);
-  of.write((const char*)out, out_bytes);
-  std::ofstream ef(dir + "/err.bin", std::ios::binary);
-  ef.write((const char*)err, sizeof(err));
-  return 0;
+  emu_launch(grid, block, (int)(dfn ? G : 32), ibp_smem, sizeof(ibp_smem), [&] {
+    if (dfn)
+      dfn(payload_p, offsets, (int)off64, index_p, n_out, n_rows, payload_nbytes, cols, runs,
+          (int)n_words, (int)row_nbytes, (int)header_bits, (int)store_unit, (int)cap, out, err);
+    else
+      gfn(payload_p, n_rows, row_nbytes, index_p, n_out, (int)lanes, out, err);
+  });
+  return emu_finish(dir, o, err);
 }
 """
 
 
-def build_emulator(tmp_path_factory, name: str, shim: str, harness: str, sources) -> Path:
-    """Compile kernel sources as host C++ with the warp emulation shim and a harness main()
-    (ASan + UBSan when the toolchain has them); the executable's path."""
-    cxx = shutil.which("g++") or shutil.which("clang++")
-    if cxx is None:
-        pytest.skip("no C++ compiler (g++/clang++) to build the warp emulation")
-    d = tmp_path_factory.mktemp(name)
-    (d / "shim.h").write_text(shim)
-    (d / "harness.cpp").write_text(harness)
-    for source in tuple(sources) + tuple(cc.header_names()):
-        (d / source).write_text(cc.read_source(source))
-    base = [cxx, "-std=c++20", "-O1", "-g", "-pthread", "-Wall", "-Wno-unknown-pragmas",
-            "-Wno-unused-function", "-I", str(d), str(d / "harness.cpp"), "-o", str(d / "harness")]
-    san = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
-    proc = subprocess.run(base[:1] + san + base[1:], capture_output=True, text=True)
-    if proc.returncode != 0:  # no sanitizer runtime: still run the logic checks
-        proc = subprocess.run(base, capture_output=True, text=True)
-    assert proc.returncode == 0, f"{', '.join(sources)} do not compile as host C++:\n{proc.stderr}"
-    return d / "harness"
-
-
-def run_harness(exe, d, params, arrays, timeout=300):
-    """One emulated launch: write the inputs to d, run, read (output bytes, error slots)."""
-    for name, arr in arrays.items():
-        np.ascontiguousarray(arr).tofile(os.path.join(d, name + ".bin"))
-    with open(os.path.join(d, "params.txt"), "w") as f:
-        f.write(" ".join(str(int(p)) if not isinstance(p, str) else p for p in params))
-    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0")
-    proc = subprocess.run([str(exe), str(d)], capture_output=True, text=True, timeout=timeout,
-                          env=env)
-    assert proc.returncode == 0, proc.stderr[-6000:]
-    out = np.fromfile(os.path.join(d, "out.bin"), dtype=np.uint8)
-    err = np.fromfile(os.path.join(d, "err.bin"), dtype=np.uint64)
-    return out, [None if e == np.uint64(2**64 - 1) else int(e) for e in err]
-
-
-@pytest.fixture(scope="module")
-def emulator(tmp_path_factory):
-    """The kernels compiled as host C++ with the warp emulation (ASan + UBSan when available)."""
-    return Emulator(build_emulator(tmp_path_factory, "emu", SHIM, HARNESS, abi.KERNEL_SOURCES))
-
-
-class Emulator:
-    """Runs one kernel launch on the host; returns the output bytes and the error slots."""
-
-    def __init__(self, exe):
-        self.exe = str(exe)
-
-    def _run(self, d, params, arrays):
-        return run_harness(self.exe, d, params, arrays)
+class IbpEmulator(Emulator):
+    """The IBP decode and raw gather kernels, launched as ibp_graph.gpu would launch them."""
 
     def decode(self, tmp, codec, ct, index=None, *, payload_shift=0, out_shift=0, block=64,
                grid=2):
@@ -580,9 +402,9 @@ class Emulator:
                   payload_shift, ct.offsets.dtype == torch.int64, index is not None, n_words, rb,
                   tabs.header_bits, D.store_unit(W // 8, rb, out_shift), D.stage_bytes(rb),
                   out_shift, block, grid, 0]
-        return self._run(str(tmp), params, {"payload": ct.payload.numpy(),
-                                            "offsets": ct.offsets.numpy(), "index": idx,
-                                            "cols": tabs.cols, "runs": tabs.runs})
+        return self.launch(str(tmp), params, {"payload": ct.payload.numpy(),
+                                              "offsets": ct.offsets.numpy(), "index": idx,
+                                              "cols": tabs.cols, "runs": tabs.runs})
 
     def gather(self, tmp, table: np.ndarray, index, *, table_shift=0, out_shift=0, block=64,
                grid=2):
@@ -594,16 +416,12 @@ class Emulator:
         idx = np.asarray(index, dtype=np.int64)
         params = [f"ibp_gather_v{vw}", 0, 0, len(idx), n_rows, table.size, table_shift, 0, 1, 0,
                   rb, 0, 0, 0, out_shift, block, grid, lanes]
-        return self._run(str(tmp), params, {"payload": table.reshape(-1), "offsets": np.zeros(1, np.int32),
-                                            "index": idx, "cols": np.zeros(1, abi.IBP_COLUMN),
-                                            "runs": np.zeros(1, np.uint32)})
+        return self.launch(str(tmp), params, {"payload": table.reshape(-1), "offsets": np.zeros(1, np.int32),
+                                              "index": idx, "cols": np.zeros(1, abi.IBP_COLUMN),
+                                              "runs": np.zeros(1, np.uint32)})
 
 
-def _expect(codec, ct, index=None) -> np.ndarray:
-    ref = codec.decode(ct)
-    if index is not None:
-        ref = ref[torch.as_tensor(np.asarray(index), dtype=torch.int64)]
-    return row_bytes(ref)
+emulator = emulator_fixture(IbpEmulator, "emu", HARNESS, abi.KERNEL_SOURCES)
 
 
 # Row shapes chosen to hit every group size (1..32 lanes) and rows that are not a whole
@@ -627,10 +445,8 @@ def test_emulated_decode_fitted(emulator, tmp_path, dtype, row_shape, W):
     x = adversarial_rows(rng, 37, row_shape, dtype)
     codec = IBPCodec.fit(x, word_bits=W)
     ct = codec.encode(x)
-    assert np.array_equal(_expect(codec, ct), row_bytes(x))
-    out, err = emulator.decode(tmp_path, codec, ct)
-    assert err == [None, None], f"seed={seed}"
-    assert np.array_equal(out, row_bytes(x)), f"seed={seed}"
+    assert np.array_equal(expect_rows(codec, ct), row_bytes(x))
+    assert_decodes_exactly(emulator.decode(tmp_path, codec, ct), x, f"seed={seed}")
 
 
 @pytest.mark.parametrize("kind", ["zero", "ones", "alt", "random", "mixed"])
@@ -642,9 +458,7 @@ def test_emulated_decode_crafted_masks(emulator, tmp_path, kind, W):
         codec = crafted_codec(rng, dtype, shape, W, kind)
         x = rows_for_codec(rng, codec, 29)
         ct = codec.encode(x)
-        out, err = emulator.decode(tmp_path, codec, ct)
-        assert err == [None, None], f"seed={seed} {dtype} {shape}"
-        assert np.array_equal(out, row_bytes(x)), f"seed={seed} {dtype} {shape}"
+        assert_decodes_exactly(emulator.decode(tmp_path, codec, ct), x, f"seed={seed} {dtype} {shape}")
 
 
 @settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
@@ -665,17 +479,12 @@ def test_emulated_fetch_any_alignment(emulator, tmp_path, data):
     oshift = data.draw(st.sampled_from([0, 1, 2, 4]), label="out shift")
     out, err = emulator.decode(tmp_path, codec, ct, index, payload_shift=pshift, out_shift=oshift)
     assert err == [None, None]
-    assert np.array_equal(out, _expect(codec, ct, index))
+    assert np.array_equal(out, expect_rows(codec, ct, index))
     bad = index.copy()
     bad[[5, 9]] = [ct.n_rows, -1]
     out, err = emulator.decode(tmp_path, codec, ct, bad, payload_shift=pshift, out_shift=oshift)
     assert err == [5, None]
-    rb = codec.row_nbytes
-    keep = np.ones(len(bad), bool)
-    keep[[5, 9]] = False
-    want = _expect(codec, ct, index).reshape(len(bad), rb)[keep]
-    assert np.array_equal(out.reshape(len(bad), rb)[keep], want)
-    assert (out.reshape(len(bad), rb)[~keep] == 0xFF).all(), "a bad index's row is not written"
+    assert_bad_rows_not_written(out, expect_rows(codec, ct, index), [5, 9], codec.row_nbytes)
 
 
 def test_emulated_decode_flags_corrupt_rows(emulator, tmp_path):
@@ -683,9 +492,7 @@ def test_emulated_decode_flags_corrupt_rows(emulator, tmp_path):
     x = adversarial_rows(rng, 16, (64,), torch.float32, raw_fraction=0.0)
     codec = IBPCodec.fit(x, word_bits=32)
     ct = codec.encode(x)
-    lengths = ct.row_lengths().numpy()
-    rows = np.flatnonzero(lengths < codec.row_nbytes)
-    assert len(rows) >= 3
+    rows = compressed_rows(codec, ct)
     # 1. a flipped participation bit changes the stream length: the row no longer adds up
     r = int(rows[1])
     payload = ct.payload.clone()
@@ -696,17 +503,8 @@ def test_emulated_decode_flags_corrupt_rows(emulator, tmp_path):
     bad = dataclasses.replace(ct, payload=payload)
     _, err = emulator.decode(tmp_path, codec, bad)
     assert err == [None, r]
-    # 2. offsets claiming more bytes than a raw row, or running backwards
-    offs = ct.offsets.clone()
-    r2 = int(rows[2])
-    offs[r2 + 1] = offs[r2] + codec.row_nbytes + 1
-    _, err = emulator.decode(tmp_path, codec, dataclasses.replace(ct, offsets=offs))
-    assert err[1] == r2
-    # 3. offsets past the end of the payload
-    offs = ct.offsets.clone()
-    offs[-1] = ct.payload.numel() + 64
-    _, err = emulator.decode(tmp_path, codec, dataclasses.replace(ct, offsets=offs))
-    assert err[1] is not None
+    # 2. offsets claiming more bytes than a raw row; 3. offsets past the end of the payload
+    assert_bad_offsets_flagged(lambda bad: emulator.decode(tmp_path, codec, bad), codec, ct, int(rows[2]))
 
 
 @pytest.mark.parametrize("row_nbytes,table_shift,out_shift",
