@@ -96,10 +96,25 @@ def setup_distributed(device_name: str = "auto") -> tuple[Dist, torch.device]:
     if world > 1 and not torch.distributed.is_initialized():
         if device.type == "cuda":
             torch.cuda.set_device(device)
+        _import_before_init()
         torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
     return Dist(rank, world, local), device
+
+
+def _import_before_init() -> None:
+    """Import torch.distributed.nn while no default process group exists, so that
+    destroy_process_group can free the group.
+
+    Its functions take ``group=group.WORLD`` as a default argument, evaluated on import, and
+    DistributedDataParallel's constructor imports it (through torch._dynamo). Imported after
+    init_process_group, those defaults keep the default group alive after destroy_process_group:
+    gloo's worker threads then live into interpreter shutdown, and one that drops the last
+    collective's tensors there waits for the GIL, is ended by Python, and aborts the process
+    ("terminate called without an active exception"). Imported before, the defaults are None.
+    """
+    import torch.distributed.nn  # noqa: F401
 
 
 #: largest generated data set a distributed run makes itself (bigger ones: `ibp-graph prepare` first).
