@@ -222,3 +222,10 @@ def test_missing_files_are_listed_with_where_ogb_publishes_them(tmp_path):
     assert ogb_link.URL in text
     assert isinstance(DamagedOGBFileError(d, "x"), ValueError)
     assert json.loads(json.dumps(ogb_link.required_files()))[-1] == "split/time/test.pt"
+
+
+def test_verify_checks_a_link_folder_and_its_store(citation, capsys):
+    _, ds = citation
+    assert cli(["verify", str(ds.directory)]) == 0
+    out = capsys.readouterr().out
+    assert f"{ds.directory} (link): ok" in out and "(store): ok" in out
