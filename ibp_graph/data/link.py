@@ -41,7 +41,7 @@ import torch
 from ..files import save_npy, write_text
 from ..sampling.graph import CSCGraph
 from . import checksums
-from .checksums import UnverifiedDataWarning, check_mode
+from .checksums import UnverifiedDataWarning
 from .prepared import HomogeneousFolder, PreparedFolder, SPLITS, _load_npy, as_tensor
 
 __all__ = ["LinkPreparedDataset", "FORMAT", "FORMAT_VERSION", "SPLIT_KEYS", "ARRAYS", "check_part", "check_split",
