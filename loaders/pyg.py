@@ -19,13 +19,14 @@ from ibp_graph.pipeline.batch import DecodedBatch, EncodedBatch
 from ibp_graph.pipeline.codec_setup import CODEC_NAMES, CodecSpec
 from ibp_graph.pipeline.features import check_features, plan_features
 from ibp_graph.pipeline.link_plans import LinkPlanner, edge_list, link_name
-from ibp_graph.pipeline.plans import INPUT_ID, SEED_TIME, HeteroPlanner, NeighborPlanner, edge_name, node_name
+from ibp_graph.pipeline.plans import (INPUT_ID, SEED_TIME, HeteroPlanner, NeighborPlanner, edge_name, node_name,
+                                      one_type)
 from ibp_graph.pipeline.producer import BatchProducer
 from ibp_graph.pipeline.requests import BatchRequest, BatchRequests, DrawnRequests
 from ibp_graph.pipeline.sources import FeatureSource
 from ibp_graph.pipeline.type_codecs import split_row_groups
 from ibp_graph.sampling.graph import CSCGraph, index_dtype, sorted_by_time
-from ibp_graph.sampling.hetero import EdgeType, HeteroNeighborSampler, TypedCSC
+from ibp_graph.sampling.hetero import EdgeType, HeteroNeighborSampler, HeteroSamplerOutput, TypedCSC
 from ibp_graph.sampling.links import NegativeSampling as LinkNegatives
 from ibp_graph.sampling.links import prepare_edge_label
 from ibp_graph.sampling.neighbor import SUBGRAPH_TYPES, NeighborSampler
@@ -711,15 +712,20 @@ class _PostSample:
     def __init__(self, bidirectional: bool, transform: Optional[Callable]):
         self.bidirectional, self.transform = bidirectional, transform
 
-    def __call__(self, out):
+    def __call__(self, out: HeteroSamplerOutput) -> HeteroSamplerOutput:
         fields = dict(node=out.node, row=out.row, col=out.col, edge=out.edge, batch=out.batch,
                       num_sampled_nodes=out.num_sampled_nodes, num_sampled_edges=out.num_sampled_edges)
-        pyg = (PyGHeteroSamplerOutput if isinstance(out.node, dict) else PyGSamplerOutput)(**fields)
+        homogeneous = list(out.node) == [None]  # a homogeneous graph's output, typed as its one type
+        if homogeneous:
+            fields = {k: None if v is None else v[None] for k, v in fields.items()}
+        pyg = (PyGSamplerOutput if homogeneous else PyGHeteroSamplerOutput)(**fields)
         if self.bidirectional:
             pyg = pyg.to_bidirectional(keep_orig_edges=False)
         if self.transform is not None:
             pyg = self.transform(pyg)
-        return type(out)(**{k: getattr(pyg, k) for k in fields})
+        if homogeneous:
+            return one_type(pyg)
+        return HeteroSamplerOutput(**{k: getattr(pyg, k) for k in fields})
 
 
 def _snapshot(data) -> Optional[tuple]:

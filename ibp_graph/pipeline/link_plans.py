@@ -31,8 +31,8 @@ def link_name(field: str) -> str:
 
 class LinkPlanner:
     """Link batches over the seed edges ``(src[i], dst[i])`` (with labels and times), sampled by `planner`'s
-    sampler and planned by `planner`; `edge_type` is None for a homogeneous sampler (``sample(seeds, ...)``),
-    an edge type for a heterogeneous one (``sample(None, {type: seeds}, ...)``). `node_time` gives the
+    typed sampler (``sample(None, seeds, ...)``: a tensor of a homogeneous graph's seeds, or ``{type: seeds}``)
+    and planned by `planner`; `edge_type` is None for a homogeneous graph. `node_time` gives the
     (src, dst) node times negatives must respect (node-level temporal sampling). A disjoint sample's
     ``batch`` is taken modulo the batch's positives (PyG: the example each subgraph belongs to);
     `post_sample` then maps the sampler output (PyG's bidirectional subgraph, transform_sampler_output)."""
@@ -67,13 +67,9 @@ class LinkPlanner:
     def sample(self, req: BatchRequest) -> tuple[LinkSeeds, Any]:
         link = self.seeds(req)
         times = {} if link.seed_time is None else {"seed_time": link.seed_time}
-        if self.edge_type is None:
-            out = self.sampler.sample(link.seeds, seed=req.seed, **times)
-        else:
-            out = self.sampler.sample(None, link.seeds, seed=req.seed, **times)
+        out = self.sampler.sample(None, link.seeds, seed=req.seed, **times)  # typed: the seeds of one or two types
         if out.batch is not None:  # PyG: out.batch % num_pos, the example a subgraph belongs to
-            out.batch = {t: b % link.num_pos for t, b in out.batch.items()} if isinstance(out.batch, dict) \
-                else out.batch % link.num_pos
+            out.batch = {t: b % link.num_pos for t, b in out.batch.items()}
         return link, (out if self.post_sample is None else self.post_sample(out))
 
     def plan(self, req: BatchRequest, sampled: tuple[LinkSeeds, Any]) -> tuple[BatchPlan, dict]:
