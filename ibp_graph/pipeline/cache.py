@@ -1,21 +1,15 @@
 """A compressed cache of hot feature rows in device memory: which nodes, where, and their lookup.
 
-A budget of device memory (``device_cache=``: bytes, or a fraction of the device's
-memory) holds the *compressed* rows of the nodes most likely to be sampled, so that the
-same budget holds ~1.2x (dense) to ~100x (bag-of-words) more rows than a raw cache.
-Nodes are ranked by how often the sampler can draw them (:func:`degree_hotness`: their
-appearances in the CSC graph's neighbour lists) or by counts of a warm-up epoch
-(:func:`count_hotness`). The budget pays for a slot map (4 bytes per node: the node's
-row in the cache, or -1) and the rows with their offsets; the hottest rows that fit are
-cached, in rank order.
-
-A batch's rows are split by the map into hits (decoded from the cache) and misses (from
-the zero-copy or worker path); ``pipeline.sources.CachedSource`` (the cache as a wrapper
-around a store's source) assembles them in sampled order.
-On a CUDA device the cache lives in device memory and hits decode with
-:func:`ibp_graph.gpu.fetch`; on the CPU the same object is the stand-in (the rows kept
-in a host tensor standing for device memory, hits decoded by the codec), so the index
-mapping runs in every test.
+A budget of device memory (``device_cache=``: bytes, or a fraction of the device's memory) holds the
+*compressed* rows of the nodes most likely to be sampled, so the same budget holds ~1.2x (dense) to
+~100x (bag-of-words) more rows than a raw cache. Nodes are ranked by how often the sampler can draw
+them (:func:`degree_hotness`: their appearances in the CSC graph's neighbour lists) or by counts of a
+warm-up epoch (:func:`count_hotness`). The budget pays for a slot map (4 bytes per node: the node's
+row in the cache, or -1) and the rows with their offsets; the hottest rows that fit are cached, in
+rank order. A batch's rows are split by the map into hits (decoded from the cache) and misses;
+``pipeline.sources.CachedSource`` (the cache as a wrapper around a store's source) assembles them.
+On a CUDA device hits decode with :func:`ibp_graph.gpu.fetch`; on the CPU the same object is the
+stand-in (rows in a host tensor, decoded by the codec), so the index mapping runs in every test.
 """
 from __future__ import annotations
 
@@ -27,6 +21,7 @@ import numpy as np
 import torch
 
 from ..data.store import EncodedTable
+from ..layout.rows import PAYLOAD_TAIL
 from ..layout.tensor import CompressedTensor
 
 #: bytes per node of the slot map (int32: a node's row in the cache, or -1).
@@ -47,13 +42,10 @@ def cache_budget(device_cache: Union[int, float], device: torch.device) -> int:
     """`device_cache=` as bytes on `device`; ValueError/TypeError naming the value and what is accepted."""
     if isinstance(device_cache, bool) or not isinstance(device_cache, (int, float)):
         raise TypeError(f"device_cache={device_cache!r} is not accepted; use {ACCEPTED}")
-    if isinstance(device_cache, int):
-        if device_cache < 0:
-            raise ValueError(f"device_cache={device_cache!r} is not accepted; use {ACCEPTED}")
-        return device_cache
-    if not 0.0 < device_cache <= 1.0:
+    bad = device_cache < 0 if isinstance(device_cache, int) else not 0.0 < device_cache <= 1.0
+    if bad:
         raise ValueError(f"device_cache={device_cache!r} is not accepted; use {ACCEPTED}")
-    return int(device_cache * device_memory(device))
+    return device_cache if isinstance(device_cache, int) else int(device_cache * device_memory(device))
 
 
 def degree_hotness(indices: np.ndarray, num_nodes: int) -> np.ndarray:
@@ -68,6 +60,24 @@ def count_hotness(n_ids: Iterable[torch.Tensor], num_nodes: int) -> np.ndarray:
     for n_id in n_ids:
         counts += np.bincount(n_id.detach().cpu().numpy(), minlength=num_nodes)[:num_nodes]
     return counts
+
+
+def row_bytes(ct: CompressedTensor, ids: torch.Tensor) -> torch.Tensor:
+    """Compressed bytes of rows `ids` of `ct` (offsets on the ids' device; a 0-d tensor there: no wait)."""
+    o = ct.offsets
+    if o is None:
+        return torch.tensor(ids.numel() * ct.row_nbytes, device=ids.device)
+    return (o[ids + 1].to(torch.int64) - o[ids].to(torch.int64)).sum()
+
+
+def decode_rows(codec, ct: CompressedTensor, ids: torch.Tensor, checks=None) -> torch.Tensor:
+    """Rows `ids` of `ct` decoded where `ids` are: by the fused gather + decode kernel on a GPU (`ct`'s
+    payload in device or page-locked host memory), by the codec on the CPU."""
+    if ids.device.type == "cuda":
+        from .. import gpu
+
+        return gpu.fetch(codec, ct, ids, checks=checks)
+    return codec.decode(ct.index_select(ids))
 
 
 @dataclass(frozen=True)
@@ -88,9 +98,7 @@ class Capacity:
 
     def as_dict(self) -> dict:
         """Plain values for JSON and stats."""
-        return {"budget_bytes": self.budget_bytes, "map_bytes": self.map_bytes,
-                "rows_bytes": self.rows_bytes, "rows": self.rows, "raw_rows": self.raw_rows,
-                "num_nodes": self.num_nodes, "fraction_of_nodes": self.rows / max(1, self.num_nodes)}
+        return {**self.__dict__, "fraction_of_nodes": self.rows / max(1, self.num_nodes)}
 
     def __str__(self) -> str:
         return (f"{self.rows:,} of {self.num_nodes:,} rows compressed in {self.budget_bytes / 1e6:.1f} MB "
@@ -100,25 +108,20 @@ class Capacity:
 class DeviceCache:
     """The compressed rows of one table's hottest nodes on `device`, and the node -> slot map."""
 
-    def __init__(self, table: EncodedTable, hotness: np.ndarray, budget: int, device: torch.device,
-                 argname: str = "device_cache"):
+    def __init__(self, table: EncodedTable, hotness: np.ndarray, budget: int, device: torch.device):
         n = table.n_rows
         hotness = np.asarray(hotness)
         if hotness.shape != (n,):
             raise ValueError(f"hotness has shape {hotness.shape}; accepted: one score per row ({n},)")
         map_bytes = n * SLOT_BYTES
         if 0 < budget < map_bytes:
-            raise ValueError(f"{argname}={budget} bytes cannot hold the slot map of {n:,} nodes "
+            raise ValueError(f"device_cache={budget} bytes cannot hold the slot map of {n:,} nodes "
                              f"({SLOT_BYTES} B per node = {map_bytes} bytes); accepted: 0 (no cache) or "
                              f">= {map_bytes} bytes")
-        self.table = table
-        self.device = torch.device(device)
+        self.table, self.device = table, torch.device(device)
         order = np.argsort(-hotness, kind="stable")
-        lengths = table.compressed.row_lengths().numpy()[order]
-        per_row = lengths + (0 if table.compressed.offsets is None else 8)  # offsets: int64 at worst
-        from ..layout.rows import PAYLOAD_TAIL
-
-        room = max(0, budget - map_bytes - PAYLOAD_TAIL - 16)
+        per_row = table.compressed.row_lengths().numpy()[order] + (0 if table.compressed.offsets is None else 8)
+        room = max(0, budget - map_bytes - PAYLOAD_TAIL - 16)  # offsets: int64 at worst
         k = int(np.searchsorted(np.cumsum(per_row), room, side="right")) if budget else 0
         hot = torch.from_numpy(np.ascontiguousarray(order[:k]).astype(np.int64))
         rows = table.index_select(hot)
@@ -131,7 +134,6 @@ class DeviceCache:
         self.hot_mask = slots >= 0  # host copy for workers: which rows they need not send
         self.rows: CompressedTensor = rows.to(self.device)
         self.slots = slots.to(self.device)
-        self._lengths = rows.row_lengths().to(self.device)
 
     @property
     def codec(self):
@@ -145,24 +147,19 @@ class DeviceCache:
         slot = self.slots[ids.to(self.device)]
         hit = slot >= 0
         hit_pos = hit.nonzero().reshape(-1)
-        miss_pos = (~hit).nonzero().reshape(-1)
-        return hit_pos, slot[hit_pos].to(torch.int64), miss_pos
+        return hit_pos, slot[hit_pos].to(torch.int64), (~hit).nonzero().reshape(-1)
 
     def hit_bytes(self, slots: torch.Tensor) -> torch.Tensor:
         """Compressed bytes of the cached rows `slots` (a 0-d tensor on the cache's device)."""
-        return self._lengths[slots].sum()
+        return row_bytes(self.rows, slots)
 
     def decode(self, slots: torch.Tensor, checks=None) -> torch.Tensor:
         """Rows `slots` of the cache, decoded on its device (the codec on the CPU stand-in)."""
-        if self.device.type == "cuda":
-            from .. import gpu
-
-            return gpu.fetch(self.codec, self.rows, slots, checks=checks)
-        return self.codec.decode(self.rows.index_select(slots))
+        return decode_rows(self.codec, self.rows, slots, checks)
 
     def __repr__(self) -> str:
         return f"DeviceCache({self.capacity}, codec={self.codec.name}, device={self.device})"
 
 
 __all__ = ["DeviceCache", "Capacity", "cache_budget", "degree_hotness", "count_hotness", "device_memory",
-           "SLOT_BYTES"]
+           "row_bytes", "decode_rows", "SLOT_BYTES"]

@@ -22,8 +22,8 @@ from typing import Any, Callable, Mapping, Optional, Union
 import numpy as np
 import torch
 
-from ..resources import available_memory as available_host_memory  # bytes of memory this process can use now
 from ..data.store import EncodedTable
+from ..resources import available_memory as available_host_memory  # bytes of memory this process can use now
 from .cache import DeviceCache, cache_budget, degree_hotness
 from .sources import CachedSource, FeatureSource, Serving, StoreSource, ZeroCopySource, as_source
 
@@ -49,13 +49,12 @@ def resolve_mode(features: str, device: torch.device, tables: Mapping[str, Any],
     "auto" picks zero_copy on CUDA when every table is an EncodedTable (or a source backed by one)
     and their bytes fit in half of the `available` host memory (default: MemAvailable), else worker.
     """
-    check_features(features)
-    if features != AUTO:
+    if check_features(features) != AUTO:
         return features
     if torch.device(device).type != "cuda" or not tables:
         return WORKER
-    stores = [t.store if isinstance(t, FeatureSource) else t for t in tables.values()]
-    if not all(isinstance(t, EncodedTable) for t in stores):
+    stores = [as_source(t).store for t in tables.values()]
+    if any(s is None for s in stores):
         return WORKER
     need = sum(t.nbytes for t in stores if not t.compressed.is_pinned())
     room = available_host_memory() if available is None else available
@@ -68,18 +67,15 @@ def feature_tables(node_attrs: Mapping[str, Any]) -> dict[str, Any]:
     return {k: t for k, t in node_attrs.items() if isinstance(t, (EncodedTable, FeatureSource)) or t.dim() >= 2}
 
 
-def as_store(name: str, table: Any, codec) -> EncodedTable:
+def as_store(table: Any, codec) -> EncodedTable:
     """`table` as a pre-encoded store: itself if it is one (or a source backed by one), else encoded
     once in memory with `codec` (a name, or a fitted codec used when it matches the table's dtype and
     row shape)."""
-    if isinstance(table, FeatureSource):
-        if table.store is not None:
-            return table.store
-        table = table.table
-    if isinstance(table, EncodedTable):
-        return table
-    if not isinstance(codec, str) and (codec.dtype != table.dtype
-                                       or tuple(codec.row_shape) != tuple(table.shape[1:])):
+    source = as_source(table)
+    if source.store is not None:
+        return source.store
+    table = source.table
+    if not isinstance(codec, str) and (codec.dtype != table.dtype or tuple(codec.row_shape) != tuple(table.shape[1:])):
         codec = "auto"
     return EncodedTable.encode(table.contiguous(), codec, progress=False)
 
@@ -112,7 +108,7 @@ class FeaturePlan:
     def describe(self) -> str:
         """One line for a loader's repr: the mode and each cache's capacity."""
         caches = "; ".join(f"{n}: {c.capacity}" for n, c in self.caches.items())
-        return f"{self.mode}" + (f", device_cache {caches}" if caches else "")
+        return self.mode + (f", device_cache {caches}" if caches else "")
 
 
 def plan_features(node_attrs: Mapping[str, Any], *, features: str, device_cache: Union[int, float],
@@ -129,18 +125,17 @@ def plan_features(node_attrs: Mapping[str, Any], *, features: str, device_cache:
     mode = resolve_mode(features, device, tables, available)
     sources = {n: as_source(t) for n, t in tables.items()}
     if mode == ZERO_COPY:
-        sources = {n: s if s.served else ZeroCopySource(as_store(n, s, codec)) for n, s in sources.items()}
+        sources = {n: s if s.served else ZeroCopySource(as_store(s, codec)) for n, s in sources.items()}
     uncached = [n for n, s in sources.items() if not isinstance(s, CachedSource)]
     if budget and uncached:
-        stores = {n: as_store(n, sources[n], codec) for n in uncached}
+        stores = {n: as_store(sources[n], codec) for n in uncached}
         hot = degree_hotness(indices() if callable(indices) else indices, next(iter(stores.values())).n_rows)
-        share = budget // len(stores)
         for n, store in stores.items():
             fallback = sources[n] if isinstance(sources[n], StoreSource) else StoreSource(store)
-            sources[n] = CachedSource(fallback, DeviceCache(store, hot, share, device))
+            sources[n] = CachedSource(fallback, DeviceCache(store, hot, budget // len(stores), device))
     served = {n: s for n, s in sources.items() if s.served}
     return FeaturePlan(mode, {**node_attrs, **sources}, Serving(served, device) if served else None)
 
 
-__all__ = ["FEATURE_MODES", "available_host_memory", "FeaturePlan", "plan_features", "resolve_mode", "check_features", "as_store",
-           "feature_tables", "codec_tables"]
+__all__ = ["FEATURE_MODES", "available_host_memory", "FeaturePlan", "plan_features", "resolve_mode", "check_features",
+           "as_store", "feature_tables", "codec_tables"]

@@ -227,7 +227,7 @@ def _bytes(t: torch.Tensor) -> torch.Tensor:
     return (t.reshape(t.shape[0], math.prod(t.shape[1:])) if t.dim() > 1 else t).view(torch.uint8)
 
 
-def _concat_bytes(key: GroupKey, members: list, items: list, count: int, empty) -> torch.Tensor:
+def _concat_bytes(key: GroupKey, members: list, tensors: list, count: int, empty) -> torch.Tensor:
     """A group of a dtype no codec has, written as uint8 rows of the codec's row width (torch
     lacks copy_/zero_ into some such dtypes, e.g. quantized ones; bytes are copied bit for bit).
     `count`: the group's elements (scalar groups) or rows."""
@@ -236,43 +236,52 @@ def _concat_bytes(key: GroupKey, members: list, items: list, count: int, empty) 
     total = count * per
     data = empty((-(-total // width), width), torch.uint8)
     flat = data.view(-1)
-    for m, (_, t) in zip(members, items):
+    for m, t in zip(members, tensors):
         src = _bytes(t.contiguous()).reshape(-1)
         flat[m.start * per:m.start * per + src.numel()].copy_(src)
     flat[total:].zero_()
     return data
 
 
+def write_group(key: GroupKey, items: list, empty: Callable[..., torch.Tensor] = _empty
+                ) -> tuple[GroupLayout, torch.Tensor]:
+    """Group `key` of `items` ((name, shape, a tensor or a function that writes the rows into the view
+    it is given) each) written once into ``empty(shape, dtype)`` (e.g. shared memory:
+    pipeline.transport.OutputBuffers.empty), padding zeroed, and its layout; a group of a dtype no
+    codec has takes tensors and is written as their bytes."""
+    members, pos = [], 0
+    for name, shape, _ in items:
+        members.append(Member(name, tuple(shape), pos))
+        pos += math.prod(shape) if key.scalar else shape[0]
+    layout = GroupLayout(key, tuple(members))
+    if key.as_bytes:
+        return layout, _concat_bytes(key, members, [t for _, _, t in items], pos, empty)
+    data = empty((-(-pos // SCALAR_BLOCK), SCALAR_BLOCK) if key.scalar else (pos,) + tuple(key.row_shape),
+                 key.torch_dtype)
+    flat = data.view(-1) if key.scalar else data
+    for m, (_, _, what) in zip(members, items):
+        out = flat[m.start:m.start + (math.prod(m.shape) if key.scalar else m.shape[0])]
+        if callable(what):
+            what(out)
+        else:
+            out.copy_(what.reshape(-1) if key.scalar else what)
+    if key.scalar:
+        flat[pos:].zero_()
+    return layout, data
+
+
+def one_tensor_group(key: GroupKey, name: str, t: torch.Tensor) -> tuple[GroupLayout, torch.Tensor]:
+    """The group of one contiguous row tensor: the tensor itself (its bytes, for a dtype no codec has)."""
+    return GroupLayout(key, (Member(name, tuple(t.shape), 0),)), _bytes(t) if key.as_bytes else t
+
+
 def group_tensors(tensors: Mapping[str, torch.Tensor], empty: Callable[..., torch.Tensor] = _empty
                   ) -> dict[GroupKey, tuple[GroupLayout, torch.Tensor]]:
-    """Concatenate the named tensors into one contiguous tensor per group, with its layout.
-
-    A group of one contiguous row tensor is that tensor; any other group is written once into
-    ``empty(shape, dtype)`` (e.g. shared memory: pipeline.transport.OutputBuffers.empty),
-    padding zeroed.
-    """
-    buckets: dict[GroupKey, list[tuple[str, torch.Tensor]]] = {}
+    """Concatenate the named tensors into one contiguous tensor per group, with its layout: a group
+    of one contiguous row tensor is that tensor; any other is written by write_group."""
+    buckets: dict[GroupKey, list] = {}
     for name, t in tensors.items():
-        buckets.setdefault(group_key(name, t), []).append((name, t))
-    out = {}
-    for key, items in buckets.items():
-        members, pos = [], 0
-        for name, t in items:
-            members.append(Member(name, tuple(t.shape), pos))
-            pos += t.numel() if key.scalar else t.shape[0]
-        first = items[0][1]
-        if not key.scalar and len(items) == 1 and first.is_contiguous():
-            data = _bytes(first) if key.as_bytes else first
-        elif key.as_bytes:
-            data = _concat_bytes(key, members, items, pos, empty)
-        else:
-            shape = (-(-pos // SCALAR_BLOCK), SCALAR_BLOCK) if key.scalar else (pos,) + tuple(first.shape[1:])
-            data = empty(shape, first.dtype)
-            flat = data.view(-1) if key.scalar else data
-            for m, (_, t) in zip(members, items):
-                n = t.numel() if key.scalar else t.shape[0]
-                flat[m.start:m.start + n].copy_(t.reshape(-1) if key.scalar else t)
-            if key.scalar:
-                flat[pos:].zero_()
-        out[key] = (GroupLayout(key, tuple(members)), data)
-    return out
+        buckets.setdefault(group_key(name, t), []).append((name, tuple(t.shape), t))
+    return {key: one_tensor_group(key, items[0][0], items[0][2])
+            if not key.scalar and len(items) == 1 and items[0][2].is_contiguous() else write_group(key, items, empty)
+            for key, items in buckets.items()}

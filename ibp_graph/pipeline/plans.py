@@ -1,11 +1,11 @@
-"""Batch plans of the neighbour samplers' outputs (pipeline.producer gathers and encodes them).
+"""Batch plans of the neighbour sampler's output (pipeline.producer gathers and encodes them).
 
-:class:`NeighborPlanner` plans a homogeneous batch of a ``NeighborSampler``,
-:class:`HeteroPlanner` a heterogeneous one of a ``HeteroNeighborSampler``, whose node and
-edge types' tensors get flat names (:func:`node_name`, :func:`edge_name`: ``"paper.x"``,
-``"author__writes__paper.e_id"``), so that rows of every type with the same dtype and row
-shape form one group (one codec), and all index tensors one element stream per dtype; a
-tensor named in `typed_groups` forms its own (TYPED) group, with its own codec.
+One planner, :class:`HeteroPlanner`, plans every batch: each node and edge type's tensors get flat
+names (:func:`node_name`, :func:`edge_name`: ``"paper.x"``, ``"author__writes__paper.e_id"``), so
+that rows of every type with the same dtype and row shape form one group (one codec), and all index
+tensors one element stream per dtype; a tensor named in `typed_groups` forms its own (TYPED) group.
+A homogeneous graph is its case of one node type and one edge type, both None: names without a
+prefix ("x", "edge_index"), a ``NeighborSampler``'s output (:func:`NeighborPlanner`).
 """
 from __future__ import annotations
 
@@ -13,26 +13,21 @@ from typing import Any, Callable, Mapping, Optional
 
 import torch
 
-from ..sampling.hetero import EdgeType, HeteroNeighborSampler, HeteroSamplerOutput
-from ..sampling.neighbor import NeighborSampler
+from ..sampling.hetero import EdgeType, HeteroSamplerOutput
 from .grouping import GroupKey
 from .producer import BatchPlan
 from .requests import BatchRequest
 
 
-def type_name(node_or_edge_type) -> str:
-    """A node type as is; an edge type ``(src, rel, dst)`` as PyG's ``"src__rel__dst"``."""
-    return "__".join(node_or_edge_type) if isinstance(node_or_edge_type, tuple) else node_or_edge_type
+def node_name(node_type: Optional[str], attr: str) -> str:
+    """The flat name of attribute `attr` of node type `node_type` in a batch ("paper.x"; "x" for None)."""
+    return attr if node_type is None else f"{node_type}.{attr}"
 
 
-def node_name(node_type: str, attr: str) -> str:
-    """The flat name of attribute `attr` of node type `node_type` in a batch ("paper.x")."""
-    return f"{node_type}.{attr}"
-
-
-def edge_name(edge_type: EdgeType, attr: str) -> str:
-    """The flat name of attribute `attr` of edge type `edge_type` in a batch ("author__writes__paper.e_id")."""
-    return f"{type_name(edge_type)}.{attr}"
+def edge_name(edge_type: Optional[EdgeType], attr: str) -> str:
+    """The flat name of attribute `attr` of edge type `edge_type` (PyG's "src__rel__dst") in a batch
+    ("author__writes__paper.e_id"; "e_id" for None)."""
+    return attr if edge_type is None else f"{'__'.join(edge_type)}.{attr}"
 
 
 #: the tensor of the seeds' ids in a batch (positions into the input nodes, or node ids).
@@ -41,138 +36,101 @@ INPUT_ID = "input_id"
 SEED_TIME = "seed_time"
 
 
-def _check_ids(input_ids: Optional[torch.Tensor], input_nodes: torch.Tensor) -> None:
-    if input_ids is not None and input_ids.shape != input_nodes.shape:
-        raise ValueError(f"input_ids has shape {tuple(input_ids.shape)}; accepted: one id per "
-                         f"input node, shape {tuple(input_nodes.shape)}")
+def _per_type(counts) -> Optional[dict]:
+    return None if counts is None else {k: list(v) for k, v in counts.items()}
 
 
-def _listed(counts) -> Optional[list]:
-    return None if counts is None else list(counts)
+class HeteroPlanner:
+    """A batch: every type's gathered attributes, ``n_id`` of every node type, ``edge_index`` (2 x E local
+    positions) and ``e_id`` of every edge type, ``input_id`` (``input_ids[positions]``, else the positions),
+    ``seed_time`` with `input_time`, and for disjoint sampling ``batch`` of every node type; an ``n_id`` or
+    ``e_id`` attribute of the graph's own is gathered instead (as PyG keeps it), other attributes named
+    like an index tensor give way to it. Its meta is ``{"num_seeds", "nodes_per_hop": {t: [...]},
+    "edges_per_hop": {e: [...]}}`` (None where the sampler gives no counts; a homogeneous graph's:
+    the one type's lists and ``"num_nodes"``, the sampled nodes). `post_sample`, when given, maps each
+    sampler output to the one the batch is built from (e.g. PyG's bidirectional subgraph); an edge type
+    whose ``edge`` it sets to None gets no ``e_id`` and no edge attributes."""
 
-
-class _Inputs:
-    """The input nodes a batch request picks its seeds from, their ids and times."""
-
-    def __init__(self, input_nodes: torch.Tensor, input_ids: Optional[torch.Tensor],
-                 input_time: Optional[torch.Tensor]):
-        _check_ids(input_ids, input_nodes)
-        self.input_nodes = input_nodes
-        self.input_ids = input_ids
-        self.input_time = input_time  # temporal sampling: each input node's time (the batch's seed_time)
-
-    def __len__(self) -> int:
-        return int(self.input_nodes.numel())
-
-    def seed_time(self, req: BatchRequest) -> Optional[torch.Tensor]:
-        return None if self.input_time is None else self.input_time[req.index]
-
-    def put_inputs(self, plan: BatchPlan, req: BatchRequest) -> None:
-        """``input_id`` (``input_ids[positions]``, else the positions) and ``seed_time`` (given times)."""
-        plan.put(INPUT_ID, req.index if self.input_ids is None else self.input_ids[req.index])
-        if self.input_time is not None:
-            plan.put(SEED_TIME, self.input_time[req.index])
-
-
-class NeighborPlanner(_Inputs):
-    """A homogeneous batch: the gathered node/edge attributes and ``n_id``, ``e_id``,
-    ``edge_index`` (local positions into the sampled nodes), ``input_id``, a disjoint batch's ``batch``
-    and ``seed_time``; an ``n_id`` or ``e_id`` attribute of the graph's own is gathered instead (as PyG
-    keeps it). Its meta is ``{"num_seeds", "num_nodes" (sampled), "nodes_per_hop", "edges_per_hop"}``.
-    `post_sample`, when given, maps each sampler output to the one the batch is built from."""
-
-    def __init__(self, sampler: NeighborSampler, input_nodes: torch.Tensor, node_attrs: Mapping[str, Any],
-                 edge_attrs: Mapping[str, torch.Tensor], input_ids: Optional[torch.Tensor] = None,
-                 input_time: Optional[torch.Tensor] = None, post_sample: Optional[Callable] = None):
-        super().__init__(input_nodes, input_ids, input_time)
-        self.sampler = sampler
-        self.node_attrs = dict(node_attrs)
-        self.edge_attrs = dict(edge_attrs)
-        self.post_sample = post_sample
-
-    def sample(self, req: BatchRequest):
-        seeds, seed_time = self.input_nodes[req.index], self.seed_time(req)
-        if seed_time is None:
-            out = self.sampler.sample(seeds, seed=req.seed)
-        else:
-            out = self.sampler.sample(seeds, seed=req.seed, seed_time=seed_time)
-        return out if self.post_sample is None else self.post_sample(out)
-
-    def plan(self, req: BatchRequest, out) -> tuple[BatchPlan, dict]:
-        plan = BatchPlan()
-        plan.put("edge_index", out.row, out.col, shape=(2, int(out.row.numel())))
-        if "n_id" not in self.node_attrs:
-            plan.put("n_id", out.node)
-        if "e_id" not in self.edge_attrs and out.edge is not None:
-            plan.put("e_id", out.edge)
-        if out.batch is not None:  # disjoint sampling: each node's seed position
-            plan.put("batch", out.batch)
-        self.put_inputs(plan, req)
-        for name, table in self.node_attrs.items():  # the index tensors above win over same-named ones
-            if name not in plan:
-                plan.gather(name, table, out.node)
-        for name, table in self.edge_attrs.items():
-            if name not in plan and out.edge is not None:
-                plan.gather(name, table, out.edge)
-        meta = {"num_seeds": int(req.index.numel()), "num_nodes": int(out.node.numel()),
-                "nodes_per_hop": _listed(out.num_sampled_nodes), "edges_per_hop": _listed(out.num_sampled_edges)}
-        return plan, meta
-
-
-class HeteroPlanner(_Inputs):
-    """A heterogeneous batch: every type's gathered attributes, ``n_id`` of every node type, ``e_id``
-    and ``edge_index`` (flattened to ``2 * E`` elements: rows then columns, local positions) of every
-    edge type, ``input_id``, ``seed_time`` with `input_time`, and for disjoint sampling ``batch`` of
-    every node type; an ``n_id`` or ``e_id`` attribute of the graph's own is gathered instead (as PyG
-    keeps it). Its meta is ``{"num_seeds", "nodes_per_hop": {t: [...]}, "edges_per_hop": {e: [...]}}``
-    (None where the sampler gives no counts). `post_sample`, when given, maps each sampler output to
-    the one the batch is built from (e.g. PyG's bidirectional subgraph); an edge type whose ``edge``
-    it sets to None gets no ``e_id`` and no edge attributes."""
-
-    def __init__(self, sampler: HeteroNeighborSampler, input_type: str, input_nodes: torch.Tensor,
-                 node_attrs: Mapping[str, Mapping[str, Any]], edge_attrs: Mapping[EdgeType, Mapping[str, torch.Tensor]],
+    def __init__(self, sampler, input_type: Optional[str], input_nodes: torch.Tensor,
+                 node_attrs: Mapping[Any, Mapping[str, Any]], edge_attrs: Mapping[Any, Mapping[str, torch.Tensor]],
                  input_ids: Optional[torch.Tensor] = None, input_time: Optional[torch.Tensor] = None,
                  typed_groups: Optional[Mapping[str, GroupKey]] = None,
                  post_sample: Optional[Callable[[HeteroSamplerOutput], HeteroSamplerOutput]] = None):
-        super().__init__(input_nodes, input_ids, input_time)
-        self.sampler = sampler
-        self.input_type = input_type
+        if input_ids is not None and input_ids.shape != input_nodes.shape:
+            raise ValueError(f"input_ids has shape {tuple(input_ids.shape)}; accepted: one id per "
+                             f"input node, shape {tuple(input_nodes.shape)}")
+        self.sampler, self.input_type, self.input_nodes = sampler, input_type, input_nodes
+        self.input_ids, self.input_time = input_ids, input_time  # input_time: each input node's seed_time
         self.node_attrs = {t: dict(a) for t, a in node_attrs.items()}
         self.edge_attrs = {e: dict(a) for e, a in edge_attrs.items()}
         self.typed_groups = dict(typed_groups or {})
         self.post_sample = post_sample
 
+    def __len__(self) -> int:
+        return int(self.input_nodes.numel())
+
     def sample(self, req: BatchRequest) -> HeteroSamplerOutput:
-        out = self.sampler.sample(self.input_type, self.input_nodes[req.index], seed=req.seed,
-                                  seed_time=self.seed_time(req))
+        seed_time = None if self.input_time is None else self.input_time[req.index]
+        out = self.sampler.sample(self.input_type, self.input_nodes[req.index], seed=req.seed, seed_time=seed_time)
         return out if self.post_sample is None else self.post_sample(out)
 
     def plan(self, req: BatchRequest, out: HeteroSamplerOutput) -> tuple[BatchPlan, dict]:
         plan, empty = BatchPlan(), torch.empty(0, dtype=torch.int64)
         nodes = {t: out.node.get(t, empty) for t in self.sampler.node_types}
         edges = {e: (out.edge or {}).get(e) for e in self.sampler.edge_types}
-        for t, attrs in self.node_attrs.items():
-            for attr, table in attrs.items():
-                plan.gather(node_name(t, attr), table, nodes[t], key=self.typed_groups.get(node_name(t, attr)))
-        for e, attrs in self.edge_attrs.items():
-            for attr, table in attrs.items() if edges[e] is not None else ():
-                plan.gather(edge_name(e, attr), table, edges[e], key=self.typed_groups.get(edge_name(e, attr)))
-        for t in self.sampler.node_types:
-            if node_name(t, "n_id") not in plan:
-                plan.put(node_name(t, "n_id"), nodes[t])
-            if out.batch is not None:  # disjoint sampling: each node's seed
-                plan.put(node_name(t, "batch"), out.batch.get(t, empty))
         for e in self.sampler.edge_types:
-            plan.put(edge_name(e, "edge_index"), out.row.get(e, empty), out.col.get(e, empty))
-            if edges[e] is not None and edge_name(e, "e_id") not in plan:
+            row, col = out.row.get(e, empty), out.col.get(e, empty)
+            plan.put(edge_name(e, "edge_index"), row, col, shape=(2, int(row.numel())))
+        for t in self.sampler.node_types:
+            if "n_id" not in self.node_attrs.get(t, ()):
+                plan.put(node_name(t, "n_id"), nodes[t])
+        for e in self.sampler.edge_types:
+            if edges[e] is not None and "e_id" not in self.edge_attrs.get(e, ()):
                 plan.put(edge_name(e, "e_id"), edges[e])
-        self.put_inputs(plan, req)
-        meta = {"num_seeds": int(req.index.numel()),
-                "nodes_per_hop": None if out.num_sampled_nodes is None else
-                {t: list(v) for t, v in out.num_sampled_nodes.items()},
-                "edges_per_hop": None if out.num_sampled_edges is None else
-                {e: list(v) for e, v in out.num_sampled_edges.items()}}
-        return plan, meta
+        for t in self.sampler.node_types if out.batch is not None else ():  # disjoint: each node's seed
+            plan.put(node_name(t, "batch"), out.batch.get(t, empty))
+        plan.put(INPUT_ID, req.index if self.input_ids is None else self.input_ids[req.index])
+        if self.input_time is not None:
+            plan.put(SEED_TIME, self.input_time[req.index])
+        for attrs, ids, name in ((self.node_attrs, nodes, node_name), (self.edge_attrs, edges, edge_name)):
+            for t, tables in attrs.items():
+                for attr, table in tables.items() if ids[t] is not None else ():
+                    if name(t, attr) not in plan:  # the index tensors above win over same-named attributes
+                        plan.gather(name(t, attr), table, ids[t], key=self.typed_groups.get(name(t, attr)))
+        nodes_per_hop, edges_per_hop = _per_type(out.num_sampled_nodes), _per_type(out.num_sampled_edges)
+        if self.input_type is None:  # a homogeneous graph: its one type's counts, as PyG's Data has them
+            one = lambda counts: None if counts is None else counts[None]  # noqa: E731
+            return plan, {"num_seeds": int(req.index.numel()), "num_nodes": int(nodes[None].numel()),
+                          "nodes_per_hop": one(nodes_per_hop), "edges_per_hop": one(edges_per_hop)}
+        return plan, {"num_seeds": int(req.index.numel()), "nodes_per_hop": nodes_per_hop,
+                      "edges_per_hop": edges_per_hop}
 
 
-__all__ = ["NeighborPlanner", "HeteroPlanner", "node_name", "edge_name", "type_name", "INPUT_ID", "SEED_TIME"]
+class _OneType:
+    """A ``NeighborSampler`` as a typed sampler of one node type and one edge type (both None); `post_sample`
+    maps its own output first."""
+
+    node_types = edge_types = (None,)
+
+    def __init__(self, sampler, post_sample: Optional[Callable]):
+        self.sampler, self.post_sample = sampler, post_sample
+
+    def sample(self, input_type: None, seeds: torch.Tensor, *, seed: int, seed_time) -> HeteroSamplerOutput:
+        out = self.sampler.sample(seeds, seed=seed, seed_time=seed_time)
+        out = out if self.post_sample is None else self.post_sample(out)
+        one = lambda v: None if v is None else {None: v}  # noqa: E731
+        return HeteroSamplerOutput(node={None: out.node}, row={None: out.row}, col={None: out.col},
+                                   edge={None: out.edge}, num_sampled_nodes=one(out.num_sampled_nodes),
+                                   num_sampled_edges=one(out.num_sampled_edges), batch=one(out.batch))
+
+
+def NeighborPlanner(sampler, input_nodes: torch.Tensor, node_attrs: Mapping[str, Any],
+                    edge_attrs: Mapping[str, torch.Tensor], input_ids: Optional[torch.Tensor] = None,
+                    input_time: Optional[torch.Tensor] = None, post_sample: Optional[Callable] = None) -> HeteroPlanner:
+    """The planner of a homogeneous graph's batches (a ``NeighborSampler``'s; `post_sample` maps its
+    output): tensors named as in PyG's Data ("x", "n_id", "edge_index", ...)."""
+    return HeteroPlanner(_OneType(sampler, post_sample), None, input_nodes, {None: node_attrs}, {None: edge_attrs},
+                         input_ids=input_ids, input_time=input_time)
+
+
+__all__ = ["NeighborPlanner", "HeteroPlanner", "node_name", "edge_name", "INPUT_ID", "SEED_TIME"]

@@ -1,24 +1,20 @@
 """The one batch producer of every front-end: a batch plan -> gather -> group -> encode, in a worker.
 
-A front-end turns its sampler's output into a :class:`BatchPlan`: which named tensors a
-batch holds, each the rows ``ids`` of a feature source (pipeline.sources: a tensor's raw
-rows, a pre-encoded store's compressed rows) or a tensor made already (``n_id``,
-``edge_index``), and into which group; the rows of a *served* source are recorded as
-:class:`~ibp_graph.pipeline.sources.Served` (the main process reads them) with the node ids
-they need and the rows the workers still read. :func:`produce` has every source read its rows
-straight into one buffer per row group (the 1-d columns and index tensors into one padded
-element stream per dtype, a store's compressed rows into its own group), encodes each raw
-group with its codec and returns the EncodedBatch. In a DataLoader worker the buffers
-are a slot of the producer's ``SlotRing`` (pipeline.transport; sized once, from the plan:
-:meth:`BatchPlan.nbytes`), so the hand-over copies nothing. ``copied_bytes`` counts the host
-bytes written into new buffers (gathers, stream copies, encode output, copies into the slot).
-
-:class:`BatchProducer` is the map-style dataset of the PyG front-ends (items: whole batches,
-from a `planner`'s ``sample`` and ``plan``); the DGL front-end calls :func:`produce` from its
-sampler. :class:`SampleOnly` runs only a planner's sampling (the rest in the main process).
+A front-end turns its sampler's output into a :class:`BatchPlan`: the named tensors of a batch, each
+the rows ``ids`` of a feature source (pipeline.sources) or a tensor made already (``n_id``,
+``edge_index``), and their groups; a *served* source's rows are recorded as ``Served`` (read by the
+main process) with the node ids they need and the rows the workers still read. :func:`produce` has
+each source read its rows straight into one buffer per row group (1-d columns and index tensors into
+one padded element stream per dtype, a store's compressed rows into its own group), encodes each raw
+group with its codec and returns the EncodedBatch. In a DataLoader worker the buffers are a slot of
+the producer's ``SlotRing`` (pipeline.transport; sized once, from :meth:`BatchPlan.nbytes`), so the
+hand-over copies nothing. ``copied_bytes`` counts the host bytes written into new buffers (gathers,
+stream copies, encode output, copies into the slot). :class:`BatchProducer` is the map-style dataset
+of the PyG front-end (items: whole batches, from a `planner`); the DGL front-end calls :func:`produce`.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import dataclass, replace
@@ -29,8 +25,8 @@ import torch
 from ..codec.base import Codec
 from ..layout import CompressedTensor
 from .batch import EncodedBatch
-from .grouping import (SCALAR_BLOCK, GroupKey, GroupLayout, Member, group_dtype_name, group_key, group_tensors,
-                       store_key, SCALARS)
+from .grouping import (SCALAR_BLOCK, SCALARS, GroupKey, GroupLayout, Member, group_dtype_name, group_key,
+                       one_tensor_group, store_key, write_group)
 from .sources import COMPRESSED, FeatureSource, Served, as_source
 from .transport import ALIGN, OutputBuffers, SlotRing
 
@@ -130,20 +126,22 @@ class BatchPlan:
         return total
 
 
-def _new_nbytes(t: torch.Tensor, sources) -> int:
-    """t's bytes when t is not a view of one of `sources` (it is a copy), else 0."""
-    start, end = t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()
-    within = any(s.data_ptr() <= start and end <= s.data_ptr() + s.numel() * s.element_size() for s in sources)
-    return 0 if within else t.numel() * t.element_size()
+def _new_nbytes(t: torch.Tensor, source: torch.Tensor) -> int:
+    """t's bytes when t is not a view of `source` (it is a copy), else 0."""
+    start, n = t.data_ptr(), t.numel() * t.element_size()
+    within = source.data_ptr() <= start and start + n <= source.data_ptr() + source.numel() * source.element_size()
+    return 0 if within else n
 
 
-def place(ct: CompressedTensor, buffers: OutputBuffers) -> CompressedTensor:
-    """`ct` with payload and offsets in `buffers` (copied only when they are not in shared memory)."""
+def place(ct: CompressedTensor, buffers: OutputBuffers) -> tuple[CompressedTensor, int]:
+    """`ct` with payload and offsets in `buffers` (copied only when they are not in shared memory),
+    and the bytes that copied."""
+    before = buffers.copied
     payload = buffers.place(ct.payload)
     offsets = None if ct.offsets is None else buffers.place(ct.offsets)
-    if payload is ct.payload and offsets is ct.offsets:
-        return ct
-    return replace(ct, payload=payload, offsets=offsets)
+    if payload is not ct.payload or offsets is not ct.offsets:
+        ct = replace(ct, payload=payload, offsets=offsets)
+    return ct, buffers.copied - before
 
 
 def _tensor(item: Planned) -> torch.Tensor:
@@ -155,41 +153,39 @@ def _tensor(item: Planned) -> torch.Tensor:
     return t.reshape(item.shape)
 
 
+def _writer(item: Planned):
+    """What writes `item` into its view of a group buffer: its source's rows read straight into it, its
+    one part (copied), or a function copying its parts in turn."""
+    if item.table is not None:
+        return lambda out: item.table.read(item.ids, out)
+    if len(item.parts) == 1:
+        return item.parts[0]
+
+    def copy_parts(out: torch.Tensor) -> None:  # parts of a flattened element stream
+        at = 0
+        for p in item.parts:
+            out[at:at + p.numel()].copy_(p.reshape(-1))
+            at += p.numel()
+    return copy_parts
+
+
 def _group(key: GroupKey, items: list[Planned], buffers: OutputBuffers
            ) -> tuple[GroupLayout, torch.Tensor, int]:
-    """Group `key`'s tensors written into one buffer of `buffers` (gathered straight into it, or
-    copied there; a stream's padding zeroed), its layout and the bytes written. A group of one
-    contiguous tensor made already is that tensor; a group of a dtype no codec has is written as
-    bytes by grouping.group_tensors."""
-    single = len(items) == 1 and items[0].table is None and len(items[0].parts) == 1
-    if key.as_bytes or (single and not key.scalar and items[0].parts[0].is_contiguous()):
-        tensors = {it.name: _tensor(it) for it in items}
-        layout, data = group_tensors(tensors, empty=buffers.empty)[group_key(items[0].name, tensors[items[0].name])]
-        made = sum(t.numel() * t.element_size() for it, t in zip(items, tensors.values()) if it.table is not None)
-        return layout, data, made + _new_nbytes(data, list(tensors.values()))
-    n = sum(it.numel if key.scalar else it.shape[0] for it in items)
-    data = buffers.empty((-(-n // SCALAR_BLOCK), SCALAR_BLOCK) if key.scalar else (n,) + key.row_shape,
-                         key.torch_dtype)
-    flat = data.view(-1) if key.scalar else data
-    members, pos = [], 0
-    for it in items:
-        size = it.numel if key.scalar else it.shape[0]
-        out = flat[pos:pos + size]
-        if it.table is not None:
-            it.table.read(it.ids, out)
-        else:
-            at = 0
-            for p in it.parts:
-                if key.scalar:
-                    out[at:at + p.numel()].copy_(p.reshape(-1))
-                else:
-                    out.copy_(p)
-                at += p.numel()
-        members.append(Member(it.name, it.shape, pos))
-        pos += size
-    if key.scalar:
-        flat[pos:].zero_()
-    return GroupLayout(key, tuple(members)), data, data.numel() * data.element_size()
+    """Group `key`'s tensors written into one buffer of `buffers` (grouping.write_group), its layout and
+    the bytes written. A group of one contiguous tensor made already is that tensor; a group of a dtype
+    no codec has is gathered in private memory first, then written as bytes."""
+    first = items[0]
+    if len(items) == 1 and first.table is None and len(first.parts) == 1 and not key.scalar \
+            and first.parts[0].is_contiguous():
+        return (*one_tensor_group(key, first.name, first.parts[0].reshape(first.shape)), 0)
+    made = 0
+    if key.as_bytes:
+        writers = [_tensor(it) for it in items]
+        made = sum(t.numel() * t.element_size() for it, t in zip(items, writers) if it.table is not None)
+    else:
+        writers = [_writer(it) for it in items]
+    layout, data = write_group(key, [(it.name, it.shape, w) for it, w in zip(items, writers)], buffers.empty)
+    return layout, data, made + data.numel() * data.element_size()
 
 
 def _stored(store: str, items: list[Planned], buffers: OutputBuffers
@@ -200,13 +196,10 @@ def _stored(store: str, items: list[Planned], buffers: OutputBuffers
     ids = torch.cat([it.ids for it in items]) if len(items) > 1 else items[0].ids
     ct = table.read(ids, buffers.empty)
     key = store_key(store, table.dtype, tuple(table.shape[1:]))
-    members, pos = [], 0
-    for it in items:
-        members.append(Member(it.name, it.shape, pos))
-        pos += it.shape[0]
-    before = buffers.copied
-    placed = place(ct, buffers)
-    return key, placed, GroupLayout(key, tuple(members)), ct.nbytes + buffers.copied - before
+    starts = itertools.accumulate((it.shape[0] for it in items), initial=0)
+    layout = GroupLayout(key, tuple(Member(it.name, it.shape, at) for it, at in zip(items, starts)))
+    placed, copied = place(ct, buffers)
+    return key, placed, layout, ct.nbytes + copied
 
 
 def encode_group(key: GroupKey, data: torch.Tensor, codecs: Mapping[GroupKey, Codec], buffers: OutputBuffers
@@ -217,10 +210,8 @@ def encode_group(key: GroupKey, data: torch.Tensor, codecs: Mapping[GroupKey, Co
     if codec is None:
         raise KeyError(f"no codec for group {str(key)!r}; codecs exist for {sorted(map(str, codecs))}")
     ct = codec.encode(data)
-    copied = _new_nbytes(ct.payload, [data]) + (0 if ct.offsets is None else _new_nbytes(ct.offsets, [data]))
-    before = buffers.copied
-    placed = place(ct, buffers)
-    return placed, copied + buffers.copied - before
+    placed, copied = place(ct, buffers)
+    return placed, copied + _new_nbytes(ct.payload, data) + (0 if ct.offsets is None else _new_nbytes(ct.offsets, data))
 
 
 def produce(plan: BatchPlan, codecs: Mapping[GroupKey, Codec], buffers: Optional[OutputBuffers] = None, *,
@@ -273,28 +264,18 @@ class BatchProducer(torch.utils.data.Dataset):
     writes its batch into a slot of `ring` (made here, in the main process, before the workers start)."""
 
     def __init__(self, planner: Planner, codecs: Mapping[GroupKey, Codec]):
-        self.planner = planner
-        self.codecs = dict(codecs)
-        self.ring = SlotRing()
+        self.planner, self.codecs, self.ring = planner, dict(codecs), SlotRing()
 
     def __len__(self) -> int:
         return len(self.planner)
 
     def __getitem__(self, req) -> EncodedBatch:
-        return self.encode(req)
-
-    def encode(self, req) -> EncodedBatch:
-        """The batch of `req`: sampled, planned, gathered and encoded."""
-        out, sample_seconds = self.sample(req)
+        t0 = time.perf_counter()
+        out = self.planner.sample(req)
+        sample_seconds = time.perf_counter() - t0
         plan, meta = self.planner.plan(req, out)
         return produce(plan, self.codecs, OutputBuffers.for_this_process(self.ring), meta=meta,
                        seconds={"sample": sample_seconds})
-
-    def sample(self, req) -> tuple[Any, float]:
-        """The planner's sampled output for `req`, and the seconds it took."""
-        t0 = time.perf_counter()
-        out = self.planner.sample(req)
-        return out, time.perf_counter() - t0
 
 
 __all__ = ["BatchPlan", "Planned", "Planner", "produce", "encode_group", "encode_tensors", "place", "BatchProducer"]

@@ -45,6 +45,15 @@ def distributed_place(rank: Optional[int], world_size: Optional[int]) -> tuple[i
     return rank, world_size
 
 
+def _check_batch_size(batch_size) -> None:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size={batch_size!r} is not accepted; use an int >= 1")
+
+
+def _num_batches(n: int, batch_size: int, drop_last: bool) -> int:
+    return n // batch_size if drop_last else -(-n // batch_size)
+
+
 class BatchRequests(torch.utils.data.Sampler):
     """Yields the BatchRequests of an epoch: shuffled (or not) input positions cut into batches.
 
@@ -63,17 +72,12 @@ class BatchRequests(torch.utils.data.Sampler):
     def __init__(self, num_inputs: int, batch_size: int, *, shuffle: bool, drop_last: bool,
                  generator: Optional[torch.Generator] = None, rank: Optional[int] = None,
                  world_size: Optional[int] = None):
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size={batch_size!r} is not accepted; use an int >= 1")
+        _check_batch_size(batch_size)
         if generator is not None and not isinstance(generator, torch.Generator):
             raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
         self.rank, self.world_size = distributed_place(rank, world_size)
-        self.num_inputs = num_inputs
-        self.batch_size = batch_size
-        self.shuffle = shuffle
-        self.drop_last = drop_last
-        self.generator = generator
-        self.epoch = 0
+        self.num_inputs, self.batch_size, self.shuffle, self.drop_last = num_inputs, batch_size, shuffle, drop_last
+        self.generator, self.epoch = generator, 0
 
     def set_epoch(self, epoch: int) -> None:
         """Distributed runs without a generator: reshuffle identically on every rank for this epoch."""
@@ -83,8 +87,7 @@ class BatchRequests(torch.utils.data.Sampler):
         return self.num_inputs // self.world_size if self.world_size > 1 else self.num_inputs
 
     def __len__(self) -> int:
-        n = self._per_rank()
-        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+        return _num_batches(self._per_rank(), self.batch_size, self.drop_last)
 
     def __iter__(self):
         g = self.generator
@@ -111,23 +114,17 @@ class DrawnRequests(torch.utils.data.Sampler):
                  drop_last: bool = False, generator: Optional[torch.Generator] = None):
         if (sampler is None) == (batch_sampler is None):
             raise ValueError("give exactly one of sampler= and batch_sampler=")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size={batch_size!r} is not accepted; use an int >= 1")
+        _check_batch_size(batch_size)
         for name, s in (("sampler", sampler), ("batch_sampler", batch_sampler)):
             if s is not None and not hasattr(s, "__iter__"):
                 raise TypeError(f"{name} must be an iterable torch Sampler, got {type(s).__name__}")
-        self.num_inputs = num_inputs
-        self.sampler = sampler
-        self.batch_sampler = batch_sampler
-        self.batch_size = batch_size
-        self.drop_last = drop_last
-        self.generator = generator
+        self.num_inputs, self.sampler, self.batch_sampler = num_inputs, sampler, batch_sampler
+        self.batch_size, self.drop_last, self.generator = batch_size, drop_last, generator
 
     def __len__(self) -> int:
         if self.batch_sampler is not None:
             return len(self.batch_sampler)
-        n = len(self.sampler)
-        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+        return _num_batches(len(self.sampler), self.batch_size, self.drop_last)
 
     def _batches(self):
         if self.batch_sampler is not None:

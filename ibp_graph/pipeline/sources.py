@@ -1,19 +1,17 @@
 """Where the rows of a feature table come from: one interface, for every front-end and mode.
 
 A :class:`FeatureSource` answers "these rows, into this buffer" (`read`) and says what it delivers:
-``RAW`` rows, or ``COMPRESSED`` rows (a CompressedTensor of its `codec`). The batch producer reads
-sources in the DataLoader workers; a *served* source is read by the main process, on the device,
-after the batch is decoded (`fetch`), from the node ids (and the rows the workers still read)
-that the batch carries. Implementations:
+``RAW`` rows, or ``COMPRESSED`` rows (a CompressedTensor of its `codec`). The producer reads sources in
+the DataLoader workers; a *served* source is read by the main process, on the device, after the batch
+is decoded (`fetch`), from the node ids (and the rows the workers still read) the batch carries:
 
 - :class:`TensorSource`: a tensor, or a view of a numpy array or np.memmap: raw rows;
-- :class:`StoreSource`: an ``EncodedTable``: compressed rows, each payload chunk verified against
-  its checksums before a row of it is read (``EncodedTable.verify_rows``);
+- :class:`StoreSource`: an ``EncodedTable``: compressed rows, each payload chunk verified against its
+  checksums before a row of it is read (``EncodedTable.verify_rows``);
 - :class:`ZeroCopySource` (served): a store in page-locked host memory, read by the fused gather +
-  decode kernel (:func:`ibp_graph.gpu.fetch`: only the rows' compressed bytes cross PCIe), or
-  gathered and decoded by the codec on the CPU stand-in;
-- :class:`CachedSource` (served): a DeviceCache (pipeline.cache) wrapping a store source: hits
-  decoded from device memory, misses from the wrapped source, assembled bit-exactly in order.
+  decode kernel (only the rows' compressed bytes cross PCIe), or gathered and decoded on the CPU;
+- :class:`CachedSource` (served): a DeviceCache (pipeline.cache) wrapping a store source: hits decoded
+  from device memory, misses from the wrapped source, assembled bit-exactly in order.
 
 ``features=``, ``device_cache=`` and DGL's ``node_stores=`` build them (pipeline.features); a user may
 pass a source object wherever a node table is accepted. A batch lists its served rows as
@@ -31,7 +29,7 @@ import torch
 from ..codec.base import Codec
 from ..data.store import EncodedTable
 from ..layout.tensor import CompressedTensor
-from .cache import DeviceCache
+from .cache import DeviceCache, decode_rows, row_bytes
 from .grouping import GroupKey, gather_rows, group_key
 
 #: what a source's `read` delivers.
@@ -49,7 +47,6 @@ class FeatureSource:
 
     delivers: str = RAW
     served: bool = False
-
     shape: tuple[int, ...]
     dtype: torch.dtype
     codec: Optional[Codec] = None  # the codec of COMPRESSED rows
@@ -70,15 +67,14 @@ class FeatureSource:
         given; COMPRESSED rows with their payload from ``into(shape, dtype)`` when given."""
         raise NotImplementedError
 
-    # ---- served sources (read by the main process) -------------------------------------------
     def worker_rows(self, ids: torch.Tensor) -> Optional[tuple["FeatureSource", torch.Tensor]]:
         """What the workers read for rows `ids` of a served source: (source, ids), or None."""
         return None
 
     def fetch(self, ids: torch.Tensor, sent: Optional[torch.Tensor], tally: "Tally", checks=None,
               name: str = "rows") -> torch.Tensor:
-        """Rows `ids` decoded on the serving device (`sent`: the rows the workers read, decoded; `name`:
-        the batch tensor they fill, for messages), their costs counted into `tally`."""
+        """A served source's rows `ids` decoded on the serving device (`sent`: the rows the workers read,
+        decoded; `name`: the batch tensor they fill, for messages), their costs counted into `tally`."""
         raise TypeError(f"{type(self).__name__} is not a served source (it is read in the workers)")
 
     def prepare(self, device: torch.device) -> None:
@@ -121,8 +117,7 @@ class StoreSource(FeatureSource):
     shape = property(lambda self: self._store.shape)
     dtype = property(lambda self: self._store.dtype)
     codec = property(lambda self: self._store.codec)
-    table = property(lambda self: self._store)
-    store = property(lambda self: self._store)
+    table = store = property(lambda self: self._store)
     max_row_nbytes = property(lambda self: self._store.compressed.row_nbytes)
 
     def read(self, ids: torch.Tensor, into: Optional[Callable[..., torch.Tensor]] = None) -> CompressedTensor:
@@ -158,15 +153,15 @@ class ZeroCopySource(StoreSource):
     def __init__(self, table: Union[EncodedTable, StoreSource]):
         super().__init__(table.store if isinstance(table, StoreSource) else table)
         self._device: Optional[torch.device] = None
-        self._pinned: Optional[CompressedTensor] = None  # what the fetch reads (pinned on CUDA)
+        self.pinned: Optional[CompressedTensor] = None  # what the fetch reads (page-locked on CUDA)
         self._registration = None  # kept alive while pinned in place
 
     def __getstate__(self) -> dict:  # a worker never fetches: the pinned copy stays here
-        return {**self.__dict__, "_device": None, "_pinned": None, "_registration": None}
+        return {**self.__dict__, "_device": None, "pinned": None, "_registration": None}
 
     def prepare(self, device: torch.device) -> None:
         device = torch.device(device)
-        if self._pinned is not None and self._device == device:
+        if self.pinned is not None and self._device == device:
             return
         self.release()
         ct = self._store.compressed
@@ -176,43 +171,25 @@ class ZeroCopySource(StoreSource):
             payload_ct = dataclasses.replace(ct, offsets=None) if ct.offsets is not None else ct
             pinned, self._registration = pin_table(payload_ct, "features='zero_copy': the store")
             offsets = None if ct.offsets is None else ct.offsets.to(device)
-            self._pinned = dataclasses.replace(pinned, offsets=offsets)
-        else:
-            self._pinned = ct
-        self._device = device
+            ct = dataclasses.replace(pinned, offsets=offsets)
+        self.pinned, self._device = ct, device
 
     def release(self) -> None:
         if self._registration is not None:
             self._registration.release()
             self._registration = None
-        self._pinned, self._device = None, None
-
-    def _row_bytes(self, ids: torch.Tensor) -> torch.Tensor:
-        """Compressed bytes of rows `ids` (a 0-d tensor on their device; no wait)."""
-        o = self._pinned.offsets
-        if o is None:
-            return torch.tensor(ids.numel() * self._store.compressed.row_nbytes, device=ids.device)
-        return (o[ids + 1].to(torch.int64) - o[ids].to(torch.int64)).sum()
-
-    @property
-    def pinned(self) -> Optional[CompressedTensor]:
-        """The compressed rows the fetch reads (page-locked on CUDA; None before prepare)."""
-        return self._pinned
+        self.pinned, self._device = None, None
 
     def fetch(self, ids: torch.Tensor, sent: Optional[torch.Tensor], tally: Tally, checks=None,
               name: str = "rows") -> torch.Tensor:
-        if self._pinned is None:
+        if self.pinned is None:
             raise RuntimeError("ZeroCopySource.fetch before prepare(device): the loader's Serving prepares it")
         guard = self._store.guard
         if guard is not None and not guard.done:
             self._store.verify_rows(ids)
         ids = ids.to(self._device)
-        tally.zero_copy_bytes = tally.zero_copy_bytes + self._row_bytes(ids)
-        if self._device.type == "cuda":
-            from .. import gpu
-
-            return gpu.fetch(self.codec, self._pinned, ids, checks=checks)
-        return self.codec.decode(self._pinned.index_select(ids))
+        tally.zero_copy_bytes = tally.zero_copy_bytes + row_bytes(self.pinned, ids)
+        return decode_rows(self.codec, self.pinned, ids, checks)
 
 
 class CachedSource(StoreSource):
@@ -228,13 +205,7 @@ class CachedSource(StoreSource):
         if cache.table is not fallback.store:
             raise ValueError("CachedSource: the cache holds rows of another table than its fallback's store")
         super().__init__(fallback.store)
-        self.fallback = fallback
-        self.cache = cache
-
-    def worker_rows(self, ids: torch.Tensor) -> Optional[tuple[FeatureSource, torch.Tensor]]:
-        if self.fallback.served:
-            return None
-        return self.fallback, ids[~self.cache.hot_mask[ids]]
+        self.fallback, self.cache = fallback, cache
 
     def prepare(self, device: torch.device) -> None:
         self.fallback.prepare(device)
@@ -242,18 +213,20 @@ class CachedSource(StoreSource):
     def release(self) -> None:
         self.fallback.release()
 
+    def worker_rows(self, ids: torch.Tensor) -> Optional[tuple[FeatureSource, torch.Tensor]]:
+        return None if self.fallback.served else (self.fallback, ids[~self.cache.hot_mask[ids]])
+
     def fetch(self, ids: torch.Tensor, sent: Optional[torch.Tensor], tally: Tally, checks=None,
               name: str = "rows") -> torch.Tensor:
         hit_pos, slots, miss_pos = self.cache.split(ids)
         hits = self.cache.decode(slots, checks)
         if self.fallback.served:
             misses = self.fallback.fetch(ids.to(self.cache.device)[miss_pos], None, tally, checks, name)
+        elif sent is None or sent.shape[0] != miss_pos.numel():
+            raise RuntimeError(f"the workers sent {0 if sent is None else sent.shape[0]} rows of {name!r} for "
+                               f"{miss_pos.numel()} cache misses: their cache map differs")
         else:
             misses = sent
-            if misses is None or misses.shape[0] != miss_pos.numel():
-                got = 0 if misses is None else misses.shape[0]
-                raise RuntimeError(f"the workers sent {got} rows of {name!r} for {miss_pos.numel()} cache misses: "
-                                   "their cache map differs")
         tally.hits = tally.hits + hit_pos.numel()
         tally.misses = tally.misses + miss_pos.numel()
         tally.cache_bytes = tally.cache_bytes + self.cache.hit_bytes(slots)
@@ -268,9 +241,7 @@ def as_source(table: Any) -> FeatureSource:
     TensorSource."""
     if isinstance(table, FeatureSource):
         return table
-    if isinstance(table, EncodedTable):
-        return StoreSource(table)
-    return TensorSource(table)
+    return StoreSource(table) if isinstance(table, EncodedTable) else TensorSource(table)
 
 
 def assemble(n: int, hit_pos: torch.Tensor, hits: torch.Tensor, miss_pos: torch.Tensor,
@@ -335,8 +306,7 @@ class Serving:
         them); `stored`: the batch's compressed groups (the workers' misses are counted from them).
         Call on the stream that decoded the batch."""
         self.prepare()
-        tally, sent_by = Tally(), set()
-        out = {}
+        tally, out = Tally(), {}
         for s in served:
             source = self.sources.get(s.source)
             if source is None:
@@ -344,8 +314,7 @@ class Serving:
                                f"{sorted(self.sources)}")
             out[s.name] = source.fetch(tensors[s.ids], tensors.get(s.name) if s.sent else None, tally, checks,
                                        s.name)
-            if s.sent:
-                sent_by.add(s.source)
+        sent_by = {s.source for s in served if s.sent}
         tally.worker_bytes = sum(ct.nbytes for k, ct in stored.items() if k.name in sent_by)
         for s in served:
             if s.own_ids:

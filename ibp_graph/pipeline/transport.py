@@ -1,39 +1,27 @@
 """Worker -> main process: each batch's outputs written straight into shared memory.
 
-torch's DataLoader hands a batch from a worker to the main process by pickling it: a tensor
-in private memory is first copied into a new shared-memory segment, a tensor already in
-shared memory travels as a handle. A worker therefore writes each batch's outputs (gathered
-rows, group buffers, encoded payloads) into `OutputBuffers`, and the hand-over copies
-nothing. The buffers come from, in this order:
+torch's DataLoader hands a batch from a worker to the main process by pickling it: a tensor in private
+memory is first copied into a new shared-memory segment, one in shared memory travels as a handle. So
+a worker writes each batch's outputs into `OutputBuffers`, and the hand-over copies nothing. They come
+from, in this order: a slot of a `SlotRing` (`slots` reusable segments per worker, grown, never
+shrunk, when a batch does not fit); a fresh shared segment per tensor when every slot of the worker
+is held (or its id is beyond the ring's), as torch's own hand-over would make; plain memory in the
+main process (``num_workers=0``). The main process (`SlotKeeper`, in the decode stage) keeps each
+slot's segment mapped and releases the slot when the batch is done with it: on a CUDA device once its
+host-to-device copy has completed (each segment page-locked once, cudaHostRegister, so the pin-memory
+thread copies nothing), on the CPU once no tensor of the batch is alive and nobody holds its storage
+object (``x.untyped_storage()``): a batch the user holds is never overwritten. Workers let go of their
+segments when they exit, so under either sharing strategy nothing stays in /dev/shm.
 
-- a slot of a `SlotRing`: `slots` reusable segments per worker, each grown (never shrunk)
-  by the worker when a batch does not fit. The worker claims a free slot for one batch;
-  the main process (`SlotKeeper`, in the decode stage) keeps each slot's segment mapped
-  and releases the slot when the batch is done with it: on a CUDA device once the batch's
-  host-to-device copy has completed (there the keeper page-locks each segment once,
-  cudaHostRegister, so the pin-memory thread finds the batch pinned and copies nothing),
-  on the CPU once no tensor of the batch is alive and nobody holds its storage object
-  (``x.untyped_storage()``): a batch the user holds is never overwritten. Workers let go of
-  their segments when they exit, so under either sharing strategy ("file_system" too)
-  nothing stays in /dev/shm after an epoch or once the loader is gone;
-- a fresh shared segment per tensor when every slot of the worker is held (or a worker
-  id beyond the ring's), as torch's own hand-over would have made;
-- plain memory in the main process (``num_workers=0``: nothing is handed over).
-
-A slot's state is four shared counters: claims, the claim's ticket and the claiming
-process's id (written by its worker) and releases (written by the main process); the slot is
-free when claims and releases are equal. Each counter has one writer, so no lock is needed.
-A ticket numbers a worker's claims in order (one more than the worker's highest), and a
-worker process's batches reach the decode stage in the order it wrote them. So when a batch
-with ticket T arrives, a slot claimed by the same process under a lower ticket and never
-seen by the keeper holds a batch that will never arrive: the DataLoader dropped it (an
-iterator abandoned mid-epoch; with persistent workers the next epoch drains it) or the
-worker raised before handing it over. So does a slot whose claiming process has exited
-(a worker of an abandoned iterator without persistent workers): releasing it is safe
-anyway, since only the process that owns a slot's segment writes into it again. A slot of
-another live process with the same worker id (a second iterator of the same loader) is
-left alone. The keeper releases such slots (`SlotKeeper.reclaimed` counts them), so
-abandoned epochs do not use up the ring.
+A slot's state is four shared counters, each with one writer (no lock): claims, the claim's ticket and
+the claiming process's id (its worker's), releases (the main process's); the slot is free when claims
+equal releases. A ticket numbers a worker's claims in order, and a worker process's batches reach the
+decode stage in the order it wrote them. So when a batch with ticket T arrives, a slot claimed by the
+same process under a lower ticket and never seen by the keeper holds a batch that will never arrive
+(the DataLoader dropped it, or the worker raised before handing it over), as does a slot whose claiming
+process has exited; releasing it is safe, since only the process owning a slot's segment writes into it
+again. A slot of another live process with the same worker id (a second iterator) is left alone. The
+keeper releases such slots (`SlotKeeper.reclaimed` counts them), so abandoned epochs do not use up the ring.
 """
 from __future__ import annotations
 
@@ -71,10 +59,6 @@ def _exited(pid: int) -> bool:
     return False
 
 
-def _nbytes(shape: Sequence[int], dtype: torch.dtype) -> int:
-    return math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
-
-
 def _aligned(nbytes: int) -> int:
     return -(-nbytes // ALIGN) * ALIGN
 
@@ -82,15 +66,13 @@ def _aligned(nbytes: int) -> int:
 def _view(storage: torch.UntypedStorage, byte_offset: int, shape: Sequence[int], dtype: torch.dtype
           ) -> torch.Tensor:
     """A contiguous tensor of `shape` over `storage` from `byte_offset` (aligned to the element)."""
-    item = torch.empty(0, dtype=dtype).element_size()
-    return torch.empty(0, dtype=dtype).set_(storage, byte_offset // item, tuple(shape))
+    return torch.empty(0, dtype=dtype).set_(storage, byte_offset // dtype.itemsize, tuple(shape))
 
 
 def shared_empty(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
     """An uninitialised CPU tensor in a new shared-memory segment: a DataLoader worker hands it
     to the main process as a handle, without copying it."""
-    storage = torch.UntypedStorage._new_shared(max(_nbytes(shape, dtype), 1))
-    return _view(storage, 0, shape, dtype)
+    return _view(torch.UntypedStorage._new_shared(max(math.prod(shape) * dtype.itemsize, 1)), 0, shape, dtype)
 
 
 def is_shared(t: torch.Tensor) -> bool:
@@ -138,13 +120,9 @@ class Slot:
         batch's process under a lower ticket or by a process that has exited. Claims are read
         before ticket and pid: a worker writes those first, so a slot claimed meanwhile shows
         its new, higher ticket."""
-        c = self.counters
-        out = []
+        c, out = self.counters, []
         for j in range(c.shape[0]):
-            if j == self.index or j in held:
-                continue
-            claims = int(c[j, CLAIMS])
-            if claims == int(c[j, RELEASES]):
+            if j == self.index or j in held or int(c[j, CLAIMS]) == int(c[j, RELEASES]):
                 continue
             pid = int(c[j, PID])
             if (pid == self.pid and int(c[j, TICKET]) < self.ticket) or (pid != self.pid and _exited(pid)):
@@ -164,8 +142,7 @@ class SlotRing:
         for name, value in (("slots", slots), ("max_workers", max_workers)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}={value!r} is not accepted; use an int >= 1")
-        self.slots = slots
-        self.max_workers = max_workers
+        self.slots, self.max_workers = slots, max_workers
         #: [worker, slot, (claims, releases, ticket, pid)], in shared memory.
         self.counters = torch.zeros((max_workers, slots, 4), dtype=torch.int64).share_memory_()
         self._segments: dict[int, torch.UntypedStorage] = {}  # this worker's slot segments
@@ -204,9 +181,7 @@ class SlotRing:
             self._segments[i] = segment
             self._drop_segments_at_exit()
         counters = self.counters[worker]
-        ticket = int(counters[:, TICKET].max()) + 1
-        seq = int(counters[i, CLAIMS]) + 1
-        pid = os.getpid()
+        ticket, seq, pid = int(counters[:, TICKET].max()) + 1, int(counters[i, CLAIMS]) + 1, os.getpid()
         counters[i, TICKET] = ticket  # before the claim: see Slot.dropped
         counters[i, PID] = pid
         counters[i, CLAIMS] = seq
@@ -222,13 +197,10 @@ class OutputBuffers:
     worker), else plain memory (in the main process). `copied` counts the bytes `place` copied."""
 
     def __init__(self, ring: Optional[SlotRing] = None, worker: Optional[int] = None):
-        self.ring = ring
-        self.worker = worker
+        self.ring, self.worker = ring, worker
         self.slot: Optional[Slot] = None
-        self.copied = 0
+        self.copied = self._used = self._wanted = 0
         self._segment: Optional[torch.UntypedStorage] = None
-        self._used = 0
-        self._wanted = 0
 
     @classmethod
     def for_this_process(cls, ring: Optional[SlotRing]) -> "OutputBuffers":
@@ -250,7 +222,7 @@ class OutputBuffers:
 
     def empty(self, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
         """An uninitialised contiguous tensor to write an output into."""
-        size = _aligned(_nbytes(shape, dtype))
+        size = _aligned(math.prod(shape) * dtype.itemsize)
         self._wanted += size
         if not self.shared:
             return torch.empty(tuple(shape), dtype=dtype)

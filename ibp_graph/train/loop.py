@@ -96,10 +96,25 @@ def setup_distributed(device_name: str = "auto") -> tuple[Dist, torch.device]:
     if world > 1 and not torch.distributed.is_initialized():
         if device.type == "cuda":
             torch.cuda.set_device(device)
+        _import_before_init()
         torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
     return Dist(rank, world, local), device
+
+
+def _import_before_init() -> None:
+    """Import torch.distributed.nn while no default process group exists, so that
+    destroy_process_group can free the group.
+
+    Its functions take ``group=group.WORLD`` as a default argument, evaluated on import, and
+    DistributedDataParallel's constructor imports it (through torch._dynamo). Imported after
+    init_process_group, those defaults keep the default group alive after destroy_process_group:
+    gloo's worker threads then live into interpreter shutdown, and one that drops the last
+    collective's tensors there waits for the GIL, is ended by Python, and aborts the process
+    ("terminate called without an active exception"). Imported before, the defaults are None.
+    """
+    import torch.distributed.nn  # noqa: F401
 
 
 #: largest generated data set a distributed run makes itself (bigger ones: `ibp-graph prepare` first).
@@ -265,6 +280,10 @@ def run(cfg: Config, *, baseline: bool = False) -> list[dict]:
     """Run the experiment once per codec in `cfg.loader.codecs` (and, with `baseline`, once with the
     framework's own uncompressed loader: codec "native"); return the results (rank 0 writes JSON)."""
     check_config(cfg)  # the whole config, before any data is generated or loaded
+    if cfg.task == "link":
+        from .link import run_link
+
+        return run_link(cfg, baseline=baseline, setup=setup_distributed, write=_write)
     front = frontends.get(cfg.loader.framework, hetero=cfg.data.name in HETERO_DATASETS)
     front.check(cfg)
     dist, device = setup_distributed(cfg.loader.device)
@@ -387,7 +406,8 @@ def _write(cfg: Config, codec: str, dist: Dist, result: dict) -> Path:
         path, k = d / f"{stem}.json", 1
         while path.exists():
             path, k = d / f"{stem}-{k}.json", k + 1
-        write_text(path, json.dumps(dict(result, machine=machine()), indent=2) + "\n")
+        write_text(path, json.dumps({"format": RUN_FORMAT, "version": 1, **result, "machine": machine()},
+                                    indent=2) + "\n")
     except OSError as e:  # filled up or made read-only during the run (check_config checked it before)
         raise ConfigError(f"output.dir={cfg.output.dir!r} is not accepted: the results of codec {codec} could "
                           f"not be written there ({e.strerror or e}); expected a writable folder with room for "

@@ -139,6 +139,9 @@ def _ddp_rank(rank: int, world_size: int, init_file: str, out_dir: str) -> None:
     import sys
 
     faulthandler.dump_traceback_later(150, exit=True, file=sys.stderr)  # a hang shows where it hangs
+    # imported before the group exists, so its functions' group=WORLD defaults do not keep the group
+    # alive past destroy_process_group (gloo threads at exit: ibp_graph.train.loop._import_before_init)
+    import torch.distributed.nn  # noqa: F401
     torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
                                          world_size=world_size, timeout=datetime.timedelta(seconds=120))
     data = graphs.homogeneous()

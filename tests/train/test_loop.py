@@ -96,14 +96,20 @@ def test_models_trim_layers_without_changing_seed_outputs(data_root, arch):
         NodeClassifier("mlp", 128, 32, 172, 2)
 
 
-def test_ddp_gloo_two_processes(data_root, tmp_path):
-    """torchrun, 2 CPU processes: each trains on half the seeds; rank 0 writes the summed result."""
+def _torchrun(program: list[str], data_root, out) -> subprocess.CompletedProcess:
+    """torchrun, 2 CPU processes, each running `program` with the tiny one-epoch config as --set pairs."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    sets = TINY + [f"data.root={data_root}", f"output.dir={tmp_path}", "train.epochs=1", "name=ddp"]
+    sets = TINY + [f"data.root={data_root}", f"output.dir={out}", "train.epochs=1", "name=ddp"]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           "-m", "ibp_graph.cli", "train"] + [a for s in sets for a in ("--set", s)]
+           *program] + [a for s in sets for a in ("--set", s)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+def test_ddp_gloo_two_processes(data_root, tmp_path):
+    """torchrun, 2 CPU processes: each trains on half the seeds; rank 0 writes the summed result."""
+    proc = _torchrun(["-m", "ibp_graph.cli", "train"], data_root, tmp_path)
     assert proc.stdout.count("epoch  1/1") == 1  # one rank prints
     (path,) = tmp_path.glob("ddp-*.json")  # one rank writes
     result = json.loads(path.read_text())
@@ -113,6 +119,41 @@ def test_ddp_gloo_two_processes(data_root, tmp_path):
     for epoch in result["epochs"]:
         assert epoch["train_seeds"] == (n_train // 2) * 2  # every rank an equal share, summed
         assert 0 < epoch["fraction"] < 1 and epoch["test_acc"] is not None
+
+
+RANK_THREADS = """\
+import json, os, sys
+import torch
+from ibp_graph.train.config import load_config
+from ibp_graph.train.loop import main_config, setup_distributed
+
+def threads():
+    return [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]
+
+cfg = load_config(None, [a for a in sys.argv[1:] if a != "--set"])
+setup_distributed(cfg.loader.device)  # the group main_config then trains with and tears down
+torch.distributed.barrier()
+own = open("/proc/self/comm").read().strip()
+group = sorted({t for t in threads() if t != own})  # gloo's: pt_gloo_runloop, gloo_tcp_loop
+rc = main_config(cfg)
+print(json.dumps({"rc": rc, "group": group, "after": sorted(set(threads()))}))
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="reads thread names from Linux's /proc")
+def test_ddp_teardown_ends_the_process_groups_threads(data_root, tmp_path):
+    """After a distributed run, none of the process group's threads is alive: one that lives into
+    interpreter shutdown can drop the last collective's tensors there, wait for the GIL, be ended
+    by Python and abort its rank ("terminate called without an active exception", now and then)."""
+    script = tmp_path / "rank_threads.py"
+    script.write_text(RANK_THREADS)
+    proc = _torchrun([str(script)], data_root, tmp_path)
+    ranks = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert len(ranks) == 2, proc.stdout[-3000:]
+    for rank in ranks:
+        assert rank["rc"] == 0 and rank["group"], rank  # the group had threads of its own
+        assert not set(rank["group"]) & set(rank["after"]), rank
+    assert "terminate called" not in proc.stderr
 
 
 def test_a_distributed_run_does_not_prepare_large_data_sets(tmp_path, monkeypatch):
