@@ -226,7 +226,9 @@ class LinkModel(torch.nn.Module):
         """Logits of the pairs (local node ids `pairs` = (sources, targets)) of the encoder's output on
         `inputs` (one call, so that DistributedDataParallel sees the whole step)."""
         h = self.encoder(*inputs)
-        return self.score(h[pairs[0]], h[pairs[1]])
+        # index_select, not h[pairs]: the gradient of advanced indexing with repeated ids is accumulated with
+        # atomic adds on several CPU threads (a different rounding each run); index_select's is not
+        return self.score(h.index_select(0, pairs[0]), h.index_select(0, pairs[1]))
 
     def score(self, h_src: torch.Tensor, h_dst: torch.Tensor) -> torch.Tensor:
         """Logits of the pairs (h_src[..., i], h_dst[..., i]): the last dimension is the embedding."""

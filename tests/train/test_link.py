@@ -1,22 +1,14 @@
 """Link prediction (`task: link`): OGB's ranking, the config's keys, the PyG loader factory's call, and the
-training loop end to end.
-
-The loop reads its training batches through the front-end's loader factory. Until
-``CompressedLinkNeighborLoader`` exists, the loop tests inject ``FullGraphLinkLoader``, a
-reference loader defined here (test-only): each batch is the whole graph with a slice of
-the training edges and uniform negatives, in PyG's ``LinkNeighborLoader`` batch fields
-(``x``, ``edge_index``, ``n_id``, ``edge_label_index``, ``edge_label``). Embeddings for the
-evaluation come from the real ``CompressedNeighborLoader``.
+training loop end to end, on CompressedLinkNeighborLoader (training) and CompressedNeighborLoader
+(embeddings for the evaluation), with torch's default CPU threads: a run is bit-reproducible.
 """
 import json
-import math
 
 import pytest
 import torch
 
 from ibp_graph.data import citegen
 from ibp_graph.data.link import LinkPreparedDataset
-from ibp_graph.pipeline.stats import LoaderStats
 from ibp_graph.train.config import ConfigError, load_config
 from ibp_graph.train import loop
 from ibp_graph.train.link import ogb_ranks, random_mrr, rank_metrics, run_link
@@ -150,71 +142,15 @@ def test_train_edge_ids_are_the_training_edges_positions_in_the_csc(data_root):
 
 
 # ---------------------------------------------------------------------------------------------
-# the loop, with a test-only reference link loader
-
-
-class FullGraphLinkLoader:
-    """Test-only reference for CompressedLinkNeighborLoader: every batch is the whole graph (n_id = all nodes)
-    with `batch_size` training edges and `ratio` uniform negatives per edge (both ends uniform, as PyG's binary
-    negatives), in LinkNeighborLoader's fields."""
-
-    def __init__(self, ds, batch_size, ratio, seed):
-        from torch_geometric.data import Data
-
-        from ibp_graph.data.hetero import edge_index
-        from ibp_graph.sampling.hetero import TypedCSC
-
-        g = ds.graph
-        csc = TypedCSC(g.indptr, g.indices, g.e_id, g.num_nodes)
-        self.data = Data(x=ds.x.clone(), edge_index=edge_index(csc), n_id=torch.arange(ds.num_nodes))
-        train = ds.split["train"]
-        self.pos = torch.stack([train["source_node"], train["target_node"]])
-        self.batch_size, self.ratio, self.seed, self.epoch = batch_size, ratio, seed, 0
-        self.stats, self.codecs = LoaderStats(), {}
-
-    def set_epoch(self, epoch):
-        self.epoch = epoch
-
-    def __len__(self):
-        return math.ceil(self.pos.shape[1] / self.batch_size)
-
-    def __iter__(self):
-        g = torch.Generator().manual_seed(self.seed * 1000 + self.epoch)
-        perm = torch.randperm(self.pos.shape[1], generator=g)
-        for lo in range(0, perm.numel(), self.batch_size):
-            pos = self.pos[:, perm[lo:lo + self.batch_size]]
-            k = int(pos.shape[1] * self.ratio)
-            neg = torch.randint(0, self.data.num_nodes, (2, k), generator=g)
-            batch = self.data.clone()
-            batch.edge_label_index = torch.cat([pos, neg], 1)
-            batch.edge_label = torch.cat([torch.ones(pos.shape[1]), torch.zeros(k)])
-            self.stats.batches += 1
-            yield batch
+# the loop
 
 
 def _run(cfg):
-    """`ibp-graph train`'s link run, with ReferenceFront as the loader factory."""
-    return run_link(cfg, setup=loop.setup_distributed, write=loop._write, front=ReferenceFront())
+    """`ibp-graph train`'s link run."""
+    return run_link(cfg, setup=loop.setup_distributed, write=loop._write)
 
 
-class ReferenceFront(LinkPyG):
-    """The PyG link front-end with the reference training loader injected through its loader factory."""
-
-    def make_train_loader(self, ds, graph, cfg, codec, *, device, rank=0, world_size=1):
-        return FullGraphLinkLoader(ds, cfg.loader.batch_size, cfg.link.neg_sampling_ratio, cfg.train.seed)
-
-
-@pytest.fixture
-def one_thread():
-    """torch's parallel CPU scatter adds a large batch's messages in a varying order (last-bit differences
-    between two runs of one codec); one thread makes runs comparable bit for bit."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def test_the_loop_learns_and_auto_and_identity_rank_identically(data_root, tmp_path, capsys, one_thread):
+def test_the_loop_learns_and_auto_and_identity_rank_identically(data_root, tmp_path, capsys):
     cfg = _cfg(data_root, tmp_path / "runs", "loader.codecs=[auto, identity]", "train.epochs=3", "name=tiny-link")
     auto, ident = _run(cfg)
     out = capsys.readouterr().out
@@ -222,6 +158,8 @@ def test_the_loop_learns_and_auto_and_identity_rank_identically(data_root, tmp_p
     for a, b in zip(auto["epochs"], ident["epochs"]):  # lossless features, same seeds: the same numbers
         assert a["loss"] == b["loss"] and a["valid_mrr"] == b["valid_mrr"] and a["test_hits@10"] == b["test_hits@10"]
         assert a["raw_bytes"] == b["raw_bytes"] > 0 and b["sent_bytes"] == b["raw_bytes"] > a["sent_bytes"]
+    (again,) = _run(_cfg(data_root, tmp_path / "again", "train.epochs=3", "name=tiny-link"))
+    assert [e["loss"] for e in again["epochs"]] == [e["loss"] for e in auto["epochs"]]  # reproducible, any threads
     final = auto["final"]
     assert final["random_mrr"] == pytest.approx(random_mrr(50))
     assert final["test_mrr"] > 4 * final["random_mrr"], final  # learnable: well above a random ranker
