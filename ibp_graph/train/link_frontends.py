@@ -96,6 +96,11 @@ class LinkDGL(DGL):
                              "expected a whole number (dgl's negative_sampler.Uniform(k) draws k per edge)")
         self.dgl  # noqa: B018 - raises ImportError saying where dgl runs
 
+    def prepare(self, ds):
+        """DGL's graph of the link folder, in CSC and COO: the edge-wise sampler's pair graphs are edge
+        subgraphs, which DGL builds from COO only."""
+        return super().prepare(ds).formats(["csc", "coo"])
+
     def make_train_loader(self, ds, graph: Any, cfg, codec: str, *, device: torch.device, rank: int = 0,
                           world_size: int = 1):
         """The training batches: the training edges' ids in `graph`, DGL's as_edge_prediction_sampler with

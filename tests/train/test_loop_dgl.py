@@ -45,3 +45,27 @@ def test_dgl_refuses_a_model_it_does_not_build_before_loading_data(tmp_path):
     assert r.returncode == 1
     assert "model.arch='gat' is not accepted with loader.framework='dgl'; use one of ['sage']" in r.stderr
     assert not (tmp_path / "data").exists()  # refused before any data was generated
+
+
+LINK = ["task=link", "data.name=synthetic-citation", "data.citation.num_nodes=2000", "data.citation.dim=32",
+        "data.citation.num_negatives=50", "data.citation.eval_fraction=0.15", "loader.batch_size=256",
+        "loader.eval_batch_size=1024", "loader.num_workers=1", "model.hidden=32", "output.progress=false",
+        "loader.device=cpu", "loader.framework=dgl", "train.epochs=2", "name=tinydgllink"]
+
+
+@pytest.mark.dgl
+def test_dgl_link_training_equals_dgls_own_loader_for_auto_and_identity(tmp_path):
+    sets = LINK + [f"data.root={tmp_path / 'data'}", f"output.dir={tmp_path / 'runs'}", "loader.codecs=[auto, identity]"]
+    cmd = [sys.executable, "-m", "ibp_graph.cli", "train", "--baseline"] + [a for s in sets for a in ("--set", s)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=dict(os.environ, DGLBACKEND="pytorch"))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    runs = {rec["codec"]: rec for rec in (json.loads(f.read_text()) for f in (tmp_path / "runs").glob("tinydgllink-*.json"))}
+    assert set(runs) == {"auto", "identity", "native"}  # native: DGL's own edge-prediction DataLoader
+    losses = {c: [e["loss"] for e in rec["epochs"]] for c, rec in runs.items()}
+    assert losses["auto"] == losses["identity"] == losses["native"], losses  # exactly: the same batches
+    assert [e["test_mrr"] for e in runs["auto"]["epochs"]] == [e["test_mrr"] for e in runs["native"]["epochs"]]
+    auto = runs["auto"]
+    assert auto["task"] == "link" and auto["framework"] == "dgl"
+    assert auto["epochs"][0]["sent_bytes"] < auto["epochs"][0]["raw_bytes"]  # features compressed
+    assert auto["epochs"][-1]["loss"] < auto["epochs"][0]["loss"]
+    assert auto["final"]["test_mrr"] > 1.5 * auto["final"]["random_mrr"]  # learns (2 tiny epochs)
