@@ -1,15 +1,11 @@
 """Which codec each group of a batch gets: fitted once in the main process, shared with workers.
 
-:func:`build_codecs` gives every group (GroupKey) one codec. Rows of several node (or edge) types
-with the same dtype and row shape form one group; when the types' rows differ (small integers vs
-dense floats), a codec fitted on the pooled rows keeps only the bits invariant in *every* type.
-:func:`split_row_groups` measures that per group with tables of two or more attributes: a sample of
-each table is cut into a fit half and an evaluation half; a codec fitted on the pooled fit halves
-and one fitted on each table's own (same `kind`) encode every evaluation half, their fractions
-(offsets included) weighted by the tables' row counts. Per-table codecs that send at least
-``SPLIT_GAIN`` fewer bytes split the group: each table becomes a TYPED group with its own codec,
-fitted as build_codecs fits a group. Tables too small to compress (``codec.auto.MIN_BYTES``) measure
-as identity, so they stay pooled.
+:func:`build_codecs` gives every group one codec. Several types' rows of one dtype and row shape
+share a group, whose pooled codec keeps only the bits invariant in *every* type; :func:`split_row_groups`
+measures the loss: each table's sample is halved (fit, evaluation); a pooled codec and per-table ones
+(same `kind`) fitted on the fit halves encode the evaluation halves, fractions weighted by row
+counts. Per-table codecs sending ``SPLIT_GAIN`` fewer bytes split the group into TYPED groups, each
+fitted as build_codecs fits a group; tables too small to compress (``codec.auto.MIN_BYTES``) stay pooled.
 """
 from __future__ import annotations
 

@@ -29,8 +29,7 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-#: reusable slots per worker: the batch the user holds, one the decode stage holds, the
-#: DataLoader's prefetched ones (2 per worker by default) and the one being written.
+#: slots per worker: the batch the user holds, the decode stage's, the prefetched 2, the one written.
 SLOTS_PER_WORKER = 5
 #: worker ids a ring has slots for (a worker beyond it uses fresh segments).
 MAX_WORKERS = 128
@@ -78,8 +77,7 @@ def use_count(storage: torch.UntypedStorage) -> int:
 
 
 def python_refs(storage: torch.UntypedStorage) -> int:
-    """References to `storage`'s Python object (torch keeps one per storage, so a user's
-    ``batch.x.untyped_storage()`` shows here, not in `use_count`)."""
+    """References to `storage`'s Python object (one per storage: a user's ``x.untyped_storage()`` shows here)."""
     return sys.getrefcount(storage)
 
 
