@@ -44,8 +44,10 @@ def _prepare(argv: Sequence[str]) -> int:
     p.add_argument("--dataset", required=True,
                    help="ogbn-papers100M, ogbn-products, ogbn-arxiv, ogbn-mag (OGB's raw files under --root), "
                         "mag240m (OGB-LSC's mag240m_kddcup2021 under --root), "
-                        "synthetic (the generated default data set) or synthetic-mag (the generated "
-                        "ogbn-mag-like one; sizes of both from --config/--set)")
+                        "ogbl-citation2 (OGB's raw files and split/time/*.pt under --root; link prediction), "
+                        "synthetic (the generated default data set), synthetic-mag (the generated "
+                        "ogbn-mag-like one) or synthetic-citation (the generated ogbl-citation2-like one); "
+                        "sizes of the generated ones from --config/--set")
     p.add_argument("--root", help="OGB: the folder holding OGB's data set folder (e.g. ROOT/ogbn_papers100M/raw); "
                                   "synthetic: the cache folder (default: the config's data.root, data_cache)")
     p.add_argument("--out", help="the prepared folder (default: <data set folder>/ibp_prepared; "
@@ -57,7 +59,8 @@ def _prepare(argv: Sequence[str]) -> int:
                    help="the feature store's codec (default auto: the smallest of ibp and ebp on a row "
                         "sample, identity when neither gains); the prepared folder records the choice")
     p.add_argument("--config",
-                   help="synthetic, synthetic-mag: take data.synthetic / data.mag from this experiment file")
+                   help="synthetic, synthetic-mag, synthetic-citation: take data.synthetic / data.mag / "
+                        "data.citation from this experiment file")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="synthetic, synthetic-mag: override a config key, e.g. data.synthetic.num_nodes=111059956")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -80,6 +83,22 @@ def _prepare(argv: Sequence[str]) -> int:
             data = load_config(a.config, a.set).data
             out = a.out or maggen.cache_dir(data.mag, a.root or data.root)
             maggen.generate(data.mag, out, store=not a.no_store, codec=a.codec, progress=not a.quiet)
+        elif a.dataset == "synthetic-citation":
+            from .data import citegen
+            from .train.config import load_config
+
+            data = load_config(a.config, a.set + ["task=link", "data.name=synthetic-citation"]).data
+            out = a.out or citegen.cache_dir(data.citation, a.root or data.root)
+            citegen.generate(data.citation, out, store=not a.no_store, codec=a.codec, progress=not a.quiet)
+        elif a.dataset == "ogbl-citation2":
+            from .data import ogb_link
+
+            if a.config or a.set:
+                p.error("--config and --set apply to the generated data sets only")
+            if not a.root:
+                p.error("--root is required for ogbl-citation2: the folder holding its data set folder")
+            ogb_link.prepare(a.root, a.out, undirected=not a.directed, store=not a.no_store, codec=a.codec,
+                             progress=not a.quiet)
         elif a.dataset in ("ogbn-mag", "mag240m"):
             from .data import ogb_mag
 

@@ -113,14 +113,20 @@ def warm_sampler(sampler: Union[NeighborSampler, HeteroNeighborSampler], seeds: 
         return
     first = None if seed_time is None else seed_time[:2]
     args = (seeds[:2],) if input_type is None else (input_type, seeds[:2])
+    warm(lambda: sampler.sample(*args, seed=0, seed_time=first), sampler, num_workers)
+
+
+def warm(sample: Callable[[], Any], sampler: Union[NeighborSampler, HeteroNeighborSampler], num_workers: int) -> None:
+    """Run `sample` (one small draw of `sampler`'s) with the kernels the batches will run: the serial ones
+    when DataLoader workers sample, else the main process's (warm_sampler's rule)."""
     if num_workers > 0 and sampler.parallel is None:
         sampler.parallel = False
         try:
-            sampler.sample(*args, seed=0, seed_time=first)
+            sample()
         finally:
             sampler.parallel = None
     else:
-        sampler.sample(*args, seed=0, seed_time=first)
+        sample()
 
 
 class Codecs:

@@ -83,15 +83,16 @@ SRC, DST, NODES, EDGES = "srcnodes", "dstnodes", "nodes", "edges"
 class _Slot:
     """Where one fetched feature goes: ``graphs[graph].<side>[type_].data[key]`` (DGL's public views)."""
 
-    graph: int  # index into the batch's list of graphs (blocks)
+    graph: int  # index into the batch's list of graphs (_graphs: pair graphs, then blocks)
     side: str   # SRC, DST, NODES or EDGES
     type_: Any  # node type, or canonical edge type
     key: str
+    where: str = ""  # the graph's place in DGL's batch: "blocks[0]", "pair_graph", "neg_pair_graph"
 
     @property
     def name(self) -> str:
         """The tensor's name inside the EncodedBatch (the slot's place, for messages)."""
-        return f"blocks[{self.graph}].{self.side}[{self.type_!r}].data[{self.key!r}]"
+        return f"{self.where}.{self.side}[{self.type_!r}].data[{self.key!r}]"
 
     def view(self, g):
         """The slot's data view (node or edge frame) on `g`, the batch's graph number `graph`."""
@@ -110,8 +111,9 @@ class _Detached:
 @dataclass(frozen=True)
 class _Meta:
     """The front-end's pass-through in an EncodedBatch: the slots and the detached columns (from the
-    worker) and, once in the main process, the sampler's (input_nodes, output_nodes, blocks) that
-    DGL moved to `device`."""
+    worker) and, once in the main process, the sampler's result that DGL moved to `device`
+    ((input_nodes, output_nodes, blocks), or an edge-wise sampler's (input_nodes, pair_graph,
+    [neg_pair_graph,] blocks))."""
 
     slots: tuple[_Slot, ...]
     detached: tuple[_Detached, ...] = ()
@@ -140,16 +142,27 @@ class _Encoded:
         return _Encoded(self.batch.pin_memory())
 
 
-def _graphs(out: Any) -> list:
-    """The sampled graphs of a sampler's (input_nodes, output_nodes, blocks-or-graph) result."""
-    if not (isinstance(out, tuple) and len(out) == 3):
-        raise TypeError(f"graph_sampler.sample returned {type(out).__name__}; CompressedDGLDataLoader "
-                        "handles node-wise samplers returning (input_nodes, output_nodes, blocks)")
-    graphs = out[2] if isinstance(out[2], (list, tuple)) else [out[2]]
-    if not all(isinstance(g, dgl.DGLGraph) for g in graphs):
-        raise TypeError("graph_sampler.sample returned (input_nodes, output_nodes, X) with X neither a "
-                        f"DGLGraph nor a list of them ({[type(g).__name__ for g in graphs]})")
-    return list(graphs)
+def _graphs(out: Any) -> list[tuple[str, Any]]:
+    """(place, graph) of the sampled graphs of a sampler's result, in DGL's order: a node-wise sampler's
+    (input_nodes, output_nodes, blocks-or-graph), or an edge-wise one's (input_nodes, pair_graph,
+    [neg_pair_graph,] blocks), as dgl.dataloading.EdgePredictionSampler returns them."""
+    if not (isinstance(out, tuple) and len(out) in (3, 4)):
+        raise TypeError(f"graph_sampler.sample returned {type(out).__name__}"
+                        f"{f' of {len(out)}' if isinstance(out, tuple) else ''}; CompressedDGLDataLoader "
+                        "handles node-wise samplers returning (input_nodes, output_nodes, blocks) and edge-wise "
+                        "ones returning (input_nodes, pair_graph, [neg_pair_graph,] blocks)")
+    pairs = [("pair_graph", out[1])] + ([("neg_pair_graph", out[2])] if len(out) == 4 else [])
+    if len(out) == 3 and not isinstance(out[1], dgl.DGLGraph):  # node-wise: out[1] is output_nodes
+        pairs = []
+    last = out[-1] if isinstance(out[-1], (list, tuple)) else [out[-1]]
+    named = pairs + [(f"blocks[{i}]" if isinstance(out[-1], (list, tuple)) else "blocks", g)
+                     for i, g in enumerate(last)]
+    bad = [f"{where}: {type(g).__name__}" for where, g in named if not isinstance(g, dgl.DGLGraph)]
+    if bad:
+        raise TypeError(f"graph_sampler.sample returned graphs that are not DGLGraphs ({', '.join(bad)}); "
+                        "accepted: (input_nodes, output_nodes, blocks) with blocks a DGLGraph or a list of "
+                        "them, or (input_nodes, pair_graph, [neg_pair_graph,] blocks)")
+    return named
 
 
 def _sides(g) -> list[tuple[str, str, Any]]:
@@ -207,9 +220,9 @@ class _CompressingSampler(_DGLSampler):
         out = self.sampler.sample(g, indices)
         t1 = time.perf_counter()
         plan, slots, detached = BatchPlan(), [], []
-        for i, sub in enumerate(_graphs(out)):
+        for i, (where, sub) in enumerate(_graphs(out)):
             for kind, side, type_ in _sides(sub):
-                slot = _Slot(i, side, type_, "")
+                slot = _Slot(i, side, type_, "", where)
                 slots.extend(self._take(g, sub, slot, kind, plan))
                 ptype = _parent_type(g, kind, type_)
                 if ptype is not None:
@@ -218,7 +231,7 @@ class _CompressingSampler(_DGLSampler):
                                     for key in _detach(_columns(sub, side, type_), parent))
         batch = produce(plan, self.codecs, OutputBuffers.for_this_process(self.ring),
                         meta=_Meta(tuple(slots), tuple(detached)), seconds={"sample": t1 - t0})
-        return out[0], out[1], out[2], _Encoded(batch)
+        return (*out, _Encoded(batch))
 
     def _take(self, g, sub, where: _Slot, kind: str, plan: BatchPlan) -> list[_Slot]:
         """Plan the rows of the LazyFeature columns of one of `sub`'s frames; their slots, in frame order.
@@ -267,9 +280,13 @@ class CompressedDGLDataLoader(_DGLDataLoader, _common.Codecs):
 
     Arguments up to `gpu_cache` are DGL's DataLoader's, in its order; remaining keyword arguments go to it
     (`num_workers`, `persistent_workers`, ...). With the same seeds (``numpy``, ``torch``, ``dgl.seed``) it
-    yields DGL's (input_nodes, output_nodes, blocks), bit for bit. The features loaded are the ones the
+    yields DGL's (input_nodes, output_nodes, blocks), bit for bit; given edge ids (``{etype: ids}`` on a
+    heterogeneous graph) and an edge-wise sampler (``dgl.dataloading.as_edge_prediction_sampler``, with or
+    without a ``negative_sampler``, any ``exclude``), DGL's (input_nodes, pair_graph, neg_pair_graph,
+    blocks), or (input_nodes, pair_graph, blocks) without negatives. The features loaded are the ones the
     sampler names, as for DGL (``NeighborSampler(fanouts, prefetch_node_feats=[...], prefetch_labels=[...])``,
-    per type on a heterogeneous graph: ``{"paper": ["feat"]}``), grouped by dtype and row shape across
+    per type on a heterogeneous graph: ``{"paper": ["feat"]}``; an edge-wise sampler's node-wise one's, and
+    its own ``prefetch_labels``, edge columns of the pair graph), grouped by dtype and row shape across
     types, one codec per group. Ours: `codec` (``"auto"``, the default: per group the smallest of IBP and
     EBP, or identity when neither gains; ``"ibp"``, ``"ebp"``, ``"identity"`` or a fitted codec object),
     `prefetch` (batches decoded ahead on a CUDA device), `node_stores` (node features served from
@@ -324,13 +341,14 @@ class CompressedDGLDataLoader(_DGLDataLoader, _common.Codecs):
         if not callable(getattr(graph_sampler, "sample", None)):
             raise TypeError(f"graph_sampler must be a dgl.dataloading sampler (with .sample), got "
                             f"{type(graph_sampler).__name__}")
-        if isinstance(graph_sampler, dgl.dataloading.EdgePredictionSampler):
-            raise NotImplementedError("graph_sampler is an edge-wise sampler (as_edge_prediction_sampler); "
-                                      "CompressedDGLDataLoader takes node-wise samplers returning "
-                                      "(input_nodes, output_nodes, blocks), e.g. NeighborSampler")
+        edge_wise = isinstance(graph_sampler, dgl.dataloading.EdgePredictionSampler)
         _common.check_batch_size(batch_size)
         _check_graph(graph)
-        _check_seeds(graph, indices)
+        if edge_wise:
+            _check_seed_edges(graph, indices)
+            _check_edge_sampler(graph, graph_sampler, indices)
+        else:
+            _check_seeds(graph, indices)
         stores = _node_stores(graph, node_stores)
         node_attrs, edge_attrs, typed = _features(graph, graph_sampler, stores)
         out_device = torch.device(device) if device is not None else torch.device("cpu")
@@ -375,25 +393,24 @@ class CompressedDGLDataLoader(_DGLDataLoader, _common.Codecs):
 
 
 def _with_graphs(batches: Iterator[tuple]) -> Iterator[EncodedBatch]:
-    """DGL's (input_nodes, output_nodes, blocks, _Encoded) -> the EncodedBatch, the three riding in its meta."""
-    for input_nodes, output_nodes, blocks, enc in batches:
-        yield replace(enc.batch, meta=replace(enc.batch.meta, sampled=(input_nodes, output_nodes, blocks)))
+    """DGL's (*sampled, _Encoded) -> the EncodedBatch, the sampler's result riding in its meta."""
+    for *sampled, enc in batches:
+        yield replace(enc.batch, meta=replace(enc.batch.meta, sampled=tuple(sampled)))
 
 
 def _fill(decoded: DecodedBatch, parent) -> tuple:
-    """DGL's (input_nodes, output_nodes, blocks): the decoded features put where DGL's prefetcher puts
-    them (in place of their placeholders, through DGL's views), the detached columns re-attached to
-    `parent`'s storage."""
+    """DGL's batch (the sampler's result: (input_nodes, output_nodes, blocks), or (input_nodes, pair_graph,
+    [neg_pair_graph,] blocks)): the decoded features put where DGL's prefetcher puts them (in place of
+    their placeholders, through DGL's views), the detached columns re-attached to `parent`'s storage."""
     meta: _Meta = decoded.meta
-    input_nodes, output_nodes, blocks = meta.sampled
-    graphs = blocks if isinstance(blocks, (list, tuple)) else [blocks]
+    graphs = [g for _, g in _graphs(meta.sampled)]
     for s in meta.slots:
         s.view(graphs[s.graph])[s.key] = decoded[s.name]
     for d in meta.detached:  # no public API for a column's storage (see _detach)
         s = d.slot
         column = _columns(graphs[s.graph], s.side, s.type_)[s.key]
         column.storage = _columns(parent, NODES if s.side != EDGES else EDGES, d.parent_type)[s.key].storage
-    return input_nodes, output_nodes, blocks
+    return meta.sampled
 
 
 def _sources(graph, typed: Mapping[tuple, str], attrs: Mapping[str, Any]) -> dict:
@@ -523,14 +540,94 @@ def _check_seeds(graph, indices) -> None:
     for t, ids in per_type.items():
         if t not in graph.ntypes:
             raise KeyError(f"indices names node type {t!r}; the graph has node types {graph.ntypes}")
-        ids = torch.as_tensor(ids)
-        if ids.dtype == torch.bool or ids.dtype.is_floating_point or ids.dim() != 1:
-            raise TypeError(f"indices[{t!r}] must be a 1-d tensor of node ids, got {ids.dtype} {tuple(ids.shape)}")
-        n = graph.num_nodes(t)
-        bad = first_outside(ids.numpy(), 0, n)
-        if bad >= 0:
-            name = "indices" if not isinstance(indices, Mapping) else f"indices[{t!r}]"
-            raise IndexError(f"{name} contains node {int(ids[bad])} at position {bad}, outside [0, {n})")
+        name = "indices" if not isinstance(indices, Mapping) else f"indices[{t!r}]"
+        _check_in_range(_id_tensor(ids, name, "node ids"), graph.num_nodes(t), name, "node")
+
+
+def _id_tensor(value: Any, argname: str, what: str) -> torch.Tensor:
+    """`value` as a 1-d integer tensor (TypeError naming `argname` otherwise)."""
+    ids = torch.as_tensor(value)
+    if ids.dtype == torch.bool or ids.dtype.is_floating_point or ids.is_complex() or ids.dim() != 1:
+        raise TypeError(f"{argname} must be a 1-d tensor of {what}, got {ids.dtype} {tuple(ids.shape)}")
+    return ids
+
+
+def _check_in_range(ids: torch.Tensor, n: int, argname: str, what: str) -> None:
+    bad = first_outside(ids.numpy(), 0, n)
+    if bad >= 0:
+        raise IndexError(f"{argname} contains {what} {int(ids[bad])} at position {bad}, outside [0, {n})")
+
+
+def _check_seed_edges(graph, indices) -> None:
+    """An edge-wise sampler's seeds: edge ids in range, per edge type ({etype: ids}, the relation name
+    or the canonical triple, as DGL takes them; a tensor only for a graph with one edge type)."""
+    if not isinstance(indices, Mapping):
+        if len(graph.canonical_etypes) != 1:
+            raise ValueError(f"indices is a tensor of edge ids, but the graph has {len(graph.canonical_etypes)} "
+                             f"edge types ({graph.canonical_etypes}); an edge-wise sampler takes "
+                             "{edge type: edge ids} there, e.g. indices={" + f"{graph.canonical_etypes[0]!r}: ids" + "}")
+        per_type = {graph.canonical_etypes[0]: ("indices", indices)}
+    else:
+        per_type = {_edge_type(graph, t, "indices"): (f"indices[{t!r}]", ids) for t, ids in indices.items()}
+    for etype, (argname, ids) in per_type.items():
+        _check_in_range(_id_tensor(ids, argname, "edge ids"), graph.num_edges(etype), argname, "edge")
+
+
+#: what dgl.dataloading.as_edge_prediction_sampler's `exclude` takes (and tensors, callables)
+EXCLUDE = (None, "self", "reverse_id", "reverse_types")
+
+
+def _check_edge_sampler(graph, sampler, indices) -> None:
+    """The arguments of an edge-wise sampler (as_edge_prediction_sampler) that DGL reads only in the
+    workers, per batch: its negative sampler, `exclude` and the reverse edges it names."""
+    neg = sampler.negative_sampler
+    if neg is not None and not callable(neg):
+        raise TypeError(f"graph_sampler.negative_sampler={neg!r} is not callable; accepted: None or a callable "
+                        "(g, eids) -> (src, dst), e.g. dgl.dataloading.negative_sampler.Uniform(5)")
+    exclude, typed = sampler.exclude, isinstance(indices, Mapping)
+    if callable(exclude) or torch.is_tensor(exclude) or (
+            isinstance(exclude, Mapping) and all(torch.is_tensor(v) for v in exclude.values())):
+        return
+    if not isinstance(exclude, (str, type(None))) or exclude not in EXCLUDE:
+        raise ValueError(f"graph_sampler.exclude={exclude!r} is not accepted; use one of {EXCLUDE}, a callable "
+                         "(seed edges) -> edge ids to exclude, or edge ids (a tensor, or a dict per edge type)")
+    if exclude == "reverse_id":
+        rev = sampler.reverse_eids
+        if typed != isinstance(rev, Mapping) or rev is None:
+            raise TypeError(f"graph_sampler.reverse_eids is {type(rev).__name__}; with exclude='reverse_id' and "
+                            + ("indices per edge type, DGL needs {canonical edge type: reverse edge ids}"
+                               if typed else "one tensor of edge ids, DGL needs one tensor: edge i's reverse id"))
+        per_type = ({graph.canonical_etypes[0]: rev} if not typed else rev)
+        for t in ([_edge_type(graph, t, "indices") for t in indices] if typed else per_type):
+            if t not in per_type:  # DGL looks reverse_eids up by the canonical type of the seeds
+                raise KeyError(f"graph_sampler.reverse_eids has no entry for edge type {t!r} of indices; its keys "
+                               f"are {list(per_type)}: DGL looks them up by the canonical edge type")
+            argname = f"graph_sampler.reverse_eids[{t!r}]" if typed else "graph_sampler.reverse_eids"
+            ids, n = _id_tensor(per_type[t], argname, "edge ids"), graph.num_edges(t)
+            if ids.numel() != n:
+                raise ValueError(f"{argname} has {ids.numel()} entries; accepted: one reverse edge id per edge "
+                                 f"({n})")
+            _check_in_range(ids, n, argname, "edge id")
+    elif exclude == "reverse_types":
+        rev = sampler.reverse_etypes
+        if not typed or not isinstance(rev, Mapping):
+            raise TypeError("exclude='reverse_types' takes indices per edge type and graph_sampler.reverse_etypes "
+                            f"{{edge type: its reverse edge type}}; got indices {type(indices).__name__} and "
+                            f"reverse_etypes {type(rev).__name__}")
+        for k, v in rev.items():
+            _edge_type(graph, k, "graph_sampler.reverse_etypes")
+            _edge_type(graph, v, f"graph_sampler.reverse_etypes[{k!r}]")
+
+
+def _prefetched(sampler) -> list[tuple[str, Any, str]]:
+    """(argument name, value, NODE or EDGE) of what `sampler` marks lazy: a BlockSampler's
+    prefetch_node_feats, prefetch_labels (nodes of the last block) and prefetch_edge_feats; an edge-wise
+    sampler's are its node-wise sampler's plus its own prefetch_labels (edges of the pair graph)."""
+    if isinstance(sampler, dgl.dataloading.EdgePredictionSampler):
+        return ([(f"graph_sampler.sampler.{a}", v, k) for a, v, k in _prefetched(sampler.sampler)]
+                + [("graph_sampler.prefetch_labels", sampler.prefetch_labels, EDGE)])
+    return [(f"graph_sampler.{arg}", getattr(sampler, arg, None), kind) for arg, kind in
+            (("prefetch_node_feats", NODE), ("prefetch_labels", NODE), ("prefetch_edge_feats", EDGE))]
 
 
 def _features(graph, sampler, stores: Mapping) -> tuple[dict, dict, dict]:
@@ -538,8 +635,8 @@ def _features(graph, sampler, stores: Mapping) -> tuple[dict, dict, dict]:
     and edge tables (by qualified name, for the codecs), and the qualified name of each node table by
     (type, name)."""
     wanted: dict = {NODE: {}, EDGE: {}}
-    for arg, kind in (("prefetch_node_feats", NODE), ("prefetch_labels", NODE), ("prefetch_edge_feats", EDGE)):
-        for t, names in _per_type(graph, getattr(sampler, arg, None), f"graph_sampler.{arg}", kind).items():
+    for argname, value, kind in _prefetched(sampler):
+        for t, names in _per_type(graph, value, argname, kind).items():
             wanted[kind].setdefault(t, []).extend(names)
     unused = sorted(f"{t}/{n}" for t, n in stores if n not in wanted[NODE].get(t, []))
     if unused:

@@ -18,28 +18,205 @@ from ibp_graph.loaders.pyg_stores import is_hetero_input, is_store_pair, read_st
 from ibp_graph.pipeline.batch import DecodedBatch, EncodedBatch
 from ibp_graph.pipeline.codec_setup import CODEC_NAMES, CodecSpec, split_row_groups
 from ibp_graph.pipeline.features import check_features, plan_features
-from ibp_graph.pipeline.plans import INPUT_ID, SEED_TIME, HeteroPlanner, NeighborPlanner, edge_name, node_name
+from ibp_graph.pipeline.link_plans import LinkPlanner, edge_list, link_name
+from ibp_graph.pipeline.plans import (INPUT_ID, SEED_TIME, HeteroPlanner, NeighborPlanner, edge_name, node_name,
+                                      one_type)
 from ibp_graph.pipeline.producer import BatchProducer
 from ibp_graph.pipeline.requests import BatchRequest, BatchRequests, DrawnRequests
 from ibp_graph.pipeline.sources import FeatureSource
 from ibp_graph.sampling.graph import CSCGraph, index_dtype, sorted_by_time
-from ibp_graph.sampling.hetero import EdgeType, HeteroNeighborSampler, TypedCSC
+from ibp_graph.sampling.hetero import EdgeType, HeteroNeighborSampler, HeteroSamplerOutput, TypedCSC
+from ibp_graph.sampling.links import NegativeSampling as LinkNegatives
+from ibp_graph.sampling.links import prepare_edge_label
 from ibp_graph.sampling.neighbor import SUBGRAPH_TYPES, NeighborSampler
 
 try:
     from torch_geometric.data import Data, HeteroData
-    from torch_geometric.loader import NeighborLoader
+    from torch_geometric.loader import LinkNeighborLoader, NeighborLoader
     from torch_geometric.loader.base import DataLoaderIterator
     from torch_geometric.loader.utils import infer_filter_per_worker
     from torch_geometric.sampler import HeteroSamplerOutput as PyGHeteroSamplerOutput
-    from torch_geometric.sampler import NodeSamplerInput
+    from torch_geometric.sampler import EdgeSamplerInput, NegativeSampling, NodeSamplerInput
     from torch_geometric.sampler import SamplerOutput as PyGSamplerOutput
     from torch_geometric.sampler.base import NumNeighbors
 except ImportError as e:  # pragma: no cover - exercised only without torch_geometric
     raise ImportError("ibp_graph.loaders.pyg needs torch_geometric: pip install 'ibp-graph[pyg]'") from e
 
 
-class CompressedNeighborLoader(NeighborLoader, _common.Codecs):
+#: the arguments both loaders take and hand to _SampledLoader._setup as they are.
+_SHARED = ("data", "num_neighbors", "replace", "subgraph_type", "disjoint", "temporal_strategy", "time_attr",
+           "weight_attr", "transform", "transform_sampler_output", "filter_per_worker", "directed", "codec", "device",
+           "prefetch", "features", "device_cache", "kwargs")
+
+
+class _SampledLoader(_common.Codecs):
+    """What the node and link loaders share (PyG's NodeLoader and LinkLoader share it likewise): the graph's
+    kind, its sampler, codecs, producer, requests and decode stage, built from the arguments both take;
+    iteration, collate_fn/filter_fn, reading `self.data` again each epoch, pickling. A loader differs in its
+    inputs: its `_planner()` (the batch plans of its seeds), `_finish_kind(batch)` (the kind's batch plus
+    its own fields) and `_warm(num_workers)` (one small draw of its batches' kernels)."""
+
+    def _refuse_neighbor_sampler(self, neighbor_sampler) -> None:
+        _common.start()
+        if neighbor_sampler is not None:
+            raise NotImplementedError(
+                f"{type(self).__name__} does not support neighbor_sampler={neighbor_sampler!r}: sampling and "
+                "gathering happen together in the workers, with the loader's own sampler (accepted: "
+                "neighbor_sampler=None)")
+
+    def _setup(self, *, data, num_neighbors, replace, subgraph_type, disjoint, temporal_strategy, time_attr,
+               weight_attr, transform, transform_sampler_output, filter_per_worker, directed, codec, device,
+               prefetch, features, device_cache, kwargs: dict) -> int:
+        """The checks, fields, kind and sampler both loaders make from their shared arguments; `kwargs`
+        (DataLoader's) lose what PyG's loaders drop; returns the batch size."""
+        subgraph_type = _subgraph_type(subgraph_type, directed)
+        if not isinstance(disjoint, bool):
+            raise TypeError(f"disjoint={disjoint!r} is not accepted; use a bool")
+        if disjoint and subgraph_type == "induced":
+            raise ValueError("disjoint=True with subgraph_type='induced' is not accepted (nor by PyG); "
+                             "use one of them")
+        if filter_per_worker not in (None, True, False):
+            raise ValueError(f"filter_per_worker={filter_per_worker!r} is not accepted; use None, True or False")
+        if is_store_pair(data) and weight_attr is not None:
+            raise NotImplementedError(
+                f"weight_attr={weight_attr!r} with (FeatureStore, GraphStore) data is not supported (nor by PyG): "
+                "the feature store's edge groups are not read; accepted: None, or the graph as a Data or HeteroData")
+        kwargs.pop("dataset", None)  # as PyG's NodeLoader and LinkLoader (PyTorch Lightning passes them)
+        kwargs.pop("collate_fn", None)
+        if kwargs.get("custom_cls") is not None:
+            raise NotImplementedError(f"custom_cls={kwargs['custom_cls']!r} is not supported: it is for remote "
+                                      "(FeatureStore, GraphStore) backends; accepted: None")
+        kwargs.pop("custom_cls", None)
+        self.input_id = kwargs.pop("input_id", None)
+        batch_size = _common.check_batch_size(kwargs.pop("batch_size", 1))
+        # the loaders' fields, which PyG's helpers read
+        self.data, self.transform = data, transform
+        self.transform_sampler_output = transform_sampler_output
+        self.filter_per_worker = infer_filter_per_worker(data) if filter_per_worker is None else filter_per_worker
+        self.custom_cls, self.subgraph_type = None, subgraph_type
+        self.device, self._prefetch, self._codec_spec = _common.loader_device(device), prefetch, codec
+        self._hetero = hetero = isinstance(data, HeteroData) or is_hetero_input(data)
+        check_features(features)
+        if hetero:
+            _common.refuse_served(features, device_cache, "a HeteroData")
+        self._kind = kind = (_Hetero if hetero else _Homo)(self, data, time_attr, weight_attr)
+        self._sampler = kind.sampler(num_neighbors, replace=replace, subgraph_type=subgraph_type,
+                                     disjoint=disjoint, temporal_strategy=temporal_strategy)
+        bidirectional = hetero and subgraph_type == "bidirectional"  # the homogeneous sampler makes its own
+        self._post_sample = _PostSample(bidirectional, transform_sampler_output) \
+            if bidirectional or transform_sampler_output is not None else None
+        self._feature_options = dict(features=features, device_cache=device_cache)
+        return batch_size
+
+    def _start(self, num_inputs: int, batch_size: int, rank, world_size, kwargs: dict) -> None:
+        """Codecs, producer, the epoch's requests over `num_inputs` inputs, decode stage, warm-up, then
+        DataLoader's __init__ (not PyG's loaders', which build PyG's sampler input and need pyg-lib)."""
+        self._codecs = self._with_own_codecs(self._kind.codecs(**self._feature_options))
+        self._producer = producer = BatchProducer(self._planner(), self._codecs)
+        self.requests = _requests(num_inputs, batch_size, shuffle=kwargs.pop("shuffle", False),
+                                  drop_last=kwargs.pop("drop_last", False), generator=kwargs.pop("generator", None),
+                                  rank=rank, world_size=world_size, sampler=kwargs.pop("sampler", None),
+                                  batch_sampler=kwargs.pop("batch_sampler", None))
+        self._stage, self.stats = _common.decode_stage(self._codecs, self.device, self._prefetch, self.features)
+        self._warm(kwargs.get("num_workers", 0))
+        self._seen = _snapshot(self.data)
+        kwargs.setdefault("pin_memory", self.device.type == "cuda")
+        if kwargs.get("num_workers", 0) == 0 and not kwargs.get("persistent_workers"):
+            kwargs.pop("persistent_workers", None)
+        DataLoader.__init__(self, producer, batch_size=None, sampler=self.requests,
+                            collate_fn=self.collate_fn, **kwargs)
+
+    def _own_tables(self) -> dict:
+        """1-d samples of the tensors the loader's batches carry besides the graph's (their groups need codecs)."""
+        return {}
+
+    def _with_own_codecs(self, codecs: dict) -> dict:
+        """`codecs` (the kind's), with codecs for the groups only the loader's own tensors form."""
+        own = self._own_tables()
+        if not own:
+            return codecs
+        extra = _common.setup_codecs({}, own, num_nodes=1, num_edges=1, codec=self._codec_spec, device=self.device)
+        return {**{k: c for k, c in extra.items() if k not in codecs}, **codecs}
+
+    def set_epoch(self, epoch: int) -> None:
+        """Distributed runs: a new shuffle of the inputs, the same on every rank."""
+        self.requests.set_epoch(epoch)
+
+    def collate_fn(self, index: Union[torch.Tensor, List[int], BatchRequest, EncodedBatch]) -> Any:
+        """PyG's: the batch of these input positions, sampled, gathered and encoded (with the
+        loader's own seed for a BatchRequest, else one drawn from torch's RNG), finished into a
+        Data by filter_fn when filter_per_worker; a batch the loader's workers produced passes."""
+        if isinstance(index, EncodedBatch):
+            return index
+        if not isinstance(index, BatchRequest):
+            index = BatchRequest(index=torch.as_tensor(index, dtype=torch.int64).reshape(-1),
+                                 seed=int(torch.randint(0, 2**62, (1,))))
+        out = self.dataset[index]
+        return self.filter_fn(out) if self.filter_per_worker else out
+
+    def filter_fn(self, out: EncodedBatch) -> Union[Data, HeteroData]:
+        """PyG's: an encoded batch decoded on `device` and made the loader's Data or HeteroData."""
+        if self.device.type == "cuda" and torch.utils.data.get_worker_info() is not None:
+            raise RuntimeError(
+                f"{type(self).__name__}.filter_fn runs in a DataLoader worker (e.g. ZipLoader with "
+                f"filter_per_worker=True and num_workers > 0) but device={str(self.device)!r} cannot decode in a "
+                "forked worker; accepted: filter_per_worker=False (decode in the main process) or device='cpu'")
+        if self._stage is None:  # unpickled in a worker process
+            self._stage = _common.decode_stage(self._codecs, self.device, self._prefetch, self.features)[0]
+        return self._finish(next(iter(self._stage(iter([out])))))
+
+    def _get_iterator(self):
+        # torch's iterator of encoded batches (decoding follows in __iter__); PyG's wrapper around
+        # it when filter_per_worker is False, as NodeLoader (the batches are the same either way)
+        it = DataLoader._get_iterator(self)
+        return it if self.filter_per_worker else DataLoaderIterator(it, _identity)
+
+    def __iter__(self) -> Iterator[Union[Data, HeteroData]]:
+        self._read_data_again()
+        it = DataLoader.__iter__(self)
+        batches = _common.name_worker_deaths(it, type(self).__name__, "sampling, gathering or encoding",
+                                             lambda: _common.worker_processes(getattr(it, "iterator", it)))
+        for batch in self._stage(batches):
+            yield self._finish(batch)
+
+    def _read_data_again(self) -> None:
+        """PyG reads `self.data` at every batch: an attribute deleted, replaced or added since the last
+        epoch (by name and object identity, a cheap check) is read again, as the constructor reads it
+        (codecs set up for new groups), and a deleted one leaves the batches. Persistent workers that
+        have started keep their copy (as PyG's), and so does this loader then."""
+        seen = _snapshot(self.data)
+        if seen == self._seen or seen is None or getattr(self, "_iterator", None) is not None:
+            return
+        codecs = self._with_own_codecs(self._kind.read_again(self.data))
+        self._codecs = {k: self._codecs.get(k, c) for k, c in codecs.items()}  # unchanged groups keep theirs
+        self._producer.codecs = dict(self._codecs)
+        self._producer.planner = self._planner()
+        self._stage, self.stats = _common.decode_stage(self._codecs, self.device, self._prefetch, self.features,
+                                                       stats=self.stats)
+        self._seen = seen
+
+    def _finish(self, batch: DecodedBatch) -> Union[Data, HeteroData]:
+        """The batch as PyG's filter_fn makes it for the graph kind, then `transform`."""
+        data = self._finish_kind(batch)
+        return self.transform(data) if self.transform is not None else data
+
+    def __getstate__(self) -> dict:
+        # what a spawned worker needs (collate_fn is a method: pickling it pickles the loader);
+        # the decode stage (a CUDA stream) and a live iterator stay here
+        return {**self.__dict__, "_stage": None, "_iterator": None}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"  # PyG's NodeLoader / LinkLoader repr
+
+    def describe(self) -> str:
+        """What this loader samples and how it sends each group (fan-outs, codecs, device, features)."""
+        features = "worker" if self.features is None else self.features.describe()
+        return (f"{type(self).__name__}({'' if self.input_type is None else f'input_type={self.input_type!r}, '}"
+                f"num_neighbors={self._sampler.num_neighbors}, batches={len(self)}, "
+                f"codecs={ {k: c.name for k, c in self.codecs.items()} }, device={self.device}, features={features})")
+
+
+class CompressedNeighborLoader(_SampledLoader, NeighborLoader):
     """Drop-in for torch_geometric.loader.NeighborLoader that sends compressed rows to the device.
 
     A subclass of PyG's NeighborLoader (its helpers accept it: ``BasicGNN.inference``, ``ZipLoader``,
@@ -121,49 +298,15 @@ class CompressedNeighborLoader(NeighborLoader, _common.Codecs):
         device_cache: Union[int, float] = 0,
         **kwargs: Any,
     ):
-        _common.start()
-        if neighbor_sampler is not None:
-            raise NotImplementedError(
-                f"CompressedNeighborLoader does not support neighbor_sampler={neighbor_sampler!r}: sampling and "
-                "gathering happen together in the workers, with the loader's own sampler (accepted: "
-                "neighbor_sampler=None)")
+        self._refuse_neighbor_sampler(neighbor_sampler)
         if input_time is not None and time_attr is None:
             raise ValueError("input_time is given but time_attr is None (as in PyG); accepted: input_time with "
                              "time_attr naming a node- or edge-level time attribute")
-        subgraph_type = _subgraph_type(subgraph_type, directed)
-        if not isinstance(disjoint, bool):
-            raise TypeError(f"disjoint={disjoint!r} is not accepted; use a bool")
-        if disjoint and subgraph_type == "induced":
-            raise ValueError("disjoint=True with subgraph_type='induced' is not accepted (nor by PyG); "
-                             "use one of them")
-        if filter_per_worker not in (None, True, False):
-            raise ValueError(f"filter_per_worker={filter_per_worker!r} is not accepted; use None, True or False")
-        if is_store_pair(data) and weight_attr is not None:
-            raise NotImplementedError(
-                f"weight_attr={weight_attr!r} with (FeatureStore, GraphStore) data is not supported (nor by PyG): "
-                "the feature store's edge groups are not read; accepted: None, or the graph as a Data or HeteroData")
-        kwargs.pop("dataset", None)  # as PyG's NodeLoader (PyTorch Lightning passes them)
-        kwargs.pop("collate_fn", None)
-        if kwargs.get("custom_cls") is not None:
-            raise NotImplementedError(f"custom_cls={kwargs['custom_cls']!r} is not supported: it is for remote "
-                                      "(FeatureStore, GraphStore) backends; accepted: None")
-        kwargs.pop("custom_cls", None)
-        input_id = kwargs.pop("input_id", None)
-        batch_size = _common.check_batch_size(kwargs.pop("batch_size", 1))
-        # NodeLoader's fields, which PyG's helpers read
-        self.data, self.input_nodes, self.transform = data, input_nodes, transform
-        self.transform_sampler_output = transform_sampler_output
-        self.filter_per_worker = infer_filter_per_worker(data) if filter_per_worker is None else filter_per_worker
-        self.custom_cls, self.input_id, self.subgraph_type = None, input_id, subgraph_type
-        self.device, self._prefetch, self._codec_spec = _common.loader_device(device), prefetch, codec
-        hetero = isinstance(data, HeteroData) or is_hetero_input(data)
-        check_features(features)
-        if hetero:
-            _common.refuse_served(features, device_cache, "a HeteroData")
-        self._kind = kind = (_Hetero if hetero else _Homo)(self, data, time_attr, weight_attr)
-        self.node_sampler = kind.sampler(num_neighbors, replace=replace, subgraph_type=subgraph_type,
-                                         disjoint=disjoint, temporal_strategy=temporal_strategy)
-        self.input_type, seeds, mask = kind.seeds(input_nodes)
+        self.input_nodes = input_nodes
+        batch_size = self._setup(**{name: value for name, value in locals().items() if name in _SHARED})
+        self.node_sampler = self._sampler
+        self.input_type, seeds, mask = self._kind.seeds(input_nodes)
+        input_id = self.input_id
         if input_id is not None:
             input_id = torch.as_tensor(input_id)
             if input_id.shape != seeds.shape:
@@ -174,102 +317,161 @@ class CompressedNeighborLoader(NeighborLoader, _common.Codecs):
         self.input_time = _input_time(input_time, seeds)
         self.input_data = NodeSamplerInput(input_id=input_id, node=seeds, time=self.input_time,
                                            input_type=self.input_type)
-        bidirectional = hetero and subgraph_type == "bidirectional"  # the homogeneous sampler makes its own
-        self._post_sample = _PostSample(bidirectional, transform_sampler_output) \
-            if bidirectional or transform_sampler_output is not None else None
-        self._codecs = kind.codecs(features=features, device_cache=device_cache)
-        self._producer = producer = BatchProducer(kind.planner(), self._codecs)
-        self.requests = _requests(seeds.numel(), batch_size, shuffle=kwargs.pop("shuffle", False),
-                                  drop_last=kwargs.pop("drop_last", False), generator=kwargs.pop("generator", None),
-                                  rank=rank, world_size=world_size, sampler=kwargs.pop("sampler", None),
-                                  batch_sampler=kwargs.pop("batch_sampler", None))
-        self._stage, self.stats = _common.decode_stage(self._codecs, self.device, prefetch, self.features)
-        _common.warm_sampler(self.node_sampler, seeds, kwargs.get("num_workers", 0), seed_time=self.input_time,
+        self._start(seeds.numel(), batch_size, rank, world_size, kwargs)
+
+    def _planner(self):
+        """The batch plans of the input nodes; a temporal heterogeneous sampler's seeds need times: given, or
+        their node type's."""
+        kind, t = self._kind, self.input_type
+        if self._hetero and self._sampler.temporal and self.input_time is None and t not in kind.timed:
+            raise ValueError(f"time_attr={kind.time_attr!r} gives {t!r} nodes no time; accepted: input_time with "
+                             "the seeds' times")
+        return kind.planner(self.input_data.node, self.input_data.input_id, self.input_time, t)
+
+    def _warm(self, num_workers: int) -> None:
+        _common.warm_sampler(self._sampler, self.input_data.node, num_workers, seed_time=self.input_time,
                              input_type=self.input_type)
-        self._seen = _snapshot(data)
-        kwargs.setdefault("pin_memory", self.device.type == "cuda")
-        if kwargs.get("num_workers", 0) == 0 and not kwargs.get("persistent_workers"):
-            kwargs.pop("persistent_workers", None)
-        # DataLoader's, not NodeLoader's __init__ (which builds PyG's sampler input and needs pyg-lib)
-        DataLoader.__init__(self, producer, batch_size=None, sampler=self.requests,
-                            collate_fn=self.collate_fn, **kwargs)
 
-    def set_epoch(self, epoch: int) -> None:
-        """Distributed runs: a new shuffle of the input nodes, the same on every rank."""
-        self.requests.set_epoch(epoch)
+    def _finish_kind(self, batch: DecodedBatch) -> Union[Data, HeteroData]:
+        return self._kind.to_batch(batch)
 
-    def collate_fn(self, index: Union[torch.Tensor, List[int], BatchRequest, EncodedBatch]) -> Any:
-        """PyG's: the batch of these input positions, sampled, gathered and encoded (with the
-        loader's own seed for a BatchRequest, else one drawn from torch's RNG), finished into a
-        Data by filter_fn when filter_per_worker; a batch the loader's workers produced passes."""
-        if isinstance(index, EncodedBatch):
-            return index
-        if not isinstance(index, BatchRequest):
-            index = BatchRequest(index=torch.as_tensor(index, dtype=torch.int64).reshape(-1),
-                                 seed=int(torch.randint(0, 2**62, (1,))))
-        out = self.dataset[index]
-        return self.filter_fn(out) if self.filter_per_worker else out
 
-    def filter_fn(self, out: EncodedBatch) -> Union[Data, HeteroData]:
-        """PyG's: an encoded batch decoded on `device` and made NeighborLoader's Data or HeteroData."""
-        if self.device.type == "cuda" and torch.utils.data.get_worker_info() is not None:
-            raise RuntimeError(
-                "CompressedNeighborLoader.filter_fn runs in a DataLoader worker (e.g. ZipLoader with "
-                f"filter_per_worker=True and num_workers > 0) but device={str(self.device)!r} cannot decode in a "
-                "forked worker; accepted: filter_per_worker=False (decode in the main process) or device='cpu'")
-        if self._stage is None:  # unpickled in a worker process
-            self._stage = _common.decode_stage(self._codecs, self.device, self._prefetch, self.features)[0]
-        return self._finish(next(iter(self._stage(iter([out])))))
+class CompressedLinkNeighborLoader(_SampledLoader, LinkNeighborLoader):
+    """Drop-in for torch_geometric.loader.LinkNeighborLoader that sends compressed rows to the device.
 
-    def _get_iterator(self):
-        # torch's iterator of encoded batches (decoding follows in __iter__); PyG's wrapper around
-        # it when filter_per_worker is False, as NodeLoader (the batches are the same either way)
-        it = DataLoader._get_iterator(self)
-        return it if self.filter_per_worker else DataLoaderIterator(it, _identity)
+    A subclass of PyG's LinkNeighborLoader built without pyg-lib, on the node loader's data path
+    (CompressedNeighborLoader: the same `data` forms, sampler, codecs, workers and decode stage): batches are
+    seed edges, positions into `edge_label_index`, cut and shuffled as the node loader's input nodes; each
+    batch's negatives are drawn in the workers from the batch's sampling seed (sampling.links: same seed, same
+    batch, any `num_workers`), its seed nodes sampled (pipeline.link_plans) and its rows gathered, compressed
+    and decoded on `device` as a node batch's.
 
-    def __iter__(self) -> Iterator[Union[Data, HeteroData]]:
-        self._read_data_again()
-        it = DataLoader.__iter__(self)
-        batches = _common.name_worker_deaths(it, "CompressedNeighborLoader", "sampling, gathering or encoding",
-                                             lambda: _common.worker_processes(getattr(it, "iterator", it)))
-        for batch in self._stage(batches):
-            yield self._finish(batch)
+    Arguments up to `directed` are LinkNeighborLoader's, in its order, with PyG's semantics: `edge_label_index`
+    (a ``[2, E]`` tensor of (source, destination) ids, None: the graph's edges; heterogeneous: an edge type, or
+    ``(edge type, None | [2, E] tensor)``), `edge_label` (with binary negatives shifted by one when its least
+    label is 0: 0 is the negatives' label), `edge_label_time` (with `time_attr`, both or neither, as PyG:
+    temporal sampling, disjoint), `neg_sampling` (None, "binary", "triplet", PyG's or our NegativeSampling
+    with `amount` and per-endpoint weights) or `neg_sampling_ratio` (binary negatives), and the neighbour
+    sampling options of CompressedNeighborLoader. Batches carry PyG's fields: the sampled subgraph as the
+    node loader gives it (``n_id``, ``e_id``, ``batch`` for disjoint sampling, ``num_sampled_nodes`` /
+    ``num_sampled_edges``, per type for a HeteroData), ``input_id`` (the seed edges' positions, or the given
+    `input_id`), and ``edge_label_index`` (local ids), ``edge_label``, ``edge_label_time`` (binary or no
+    negatives) or ``src_index``, ``dst_pos_index``, ``dst_neg_index``, ``seed_time`` (triplet; on the
+    endpoints' node types for a HeteroData). `codec`, `device`, `prefetch`, `features`, `device_cache`,
+    `rank` and `world_size` are ours, as in CompressedNeighborLoader; the rest go to DataLoader.
+    """
 
-    def _read_data_again(self) -> None:
-        """PyG reads `self.data` at every batch: an attribute deleted, replaced or added since the last
-        epoch (by name and object identity, a cheap check) is read again, as the constructor reads it
-        (codecs set up for new groups), and a deleted one leaves the batches. Persistent workers that
-        have started keep their copy (as PyG's), and so does this loader then."""
-        seen = _snapshot(self.data)
-        if seen == self._seen or seen is None or getattr(self, "_iterator", None) is not None:
-            return
-        codecs = self._kind.read_again(self.data)
-        self._codecs = {k: self._codecs.get(k, c) for k, c in codecs.items()}  # unchanged groups keep theirs
-        self._producer.codecs = dict(self._codecs)
-        self._producer.planner = self._kind.planner()
-        self._stage, self.stats = _common.decode_stage(self._codecs, self.device, self._prefetch, self.features,
-                                                       stats=self.stats)
-        self._seen = seen
+    def __init__(
+        self,
+        data: Union[Data, HeteroData, Any],
+        num_neighbors: Union[List[int], Any],
+        edge_label_index: Any = None,
+        edge_label: Optional[torch.Tensor] = None,
+        edge_label_time: Optional[torch.Tensor] = None,
+        replace: bool = False,
+        subgraph_type: str = "directional",
+        disjoint: bool = False,
+        temporal_strategy: str = "uniform",
+        neg_sampling: Any = None,
+        neg_sampling_ratio: Optional[Union[int, float]] = None,
+        time_attr: Optional[str] = None,
+        weight_attr: Optional[str] = None,
+        transform: Optional[Callable] = None,
+        transform_sampler_output: Optional[Callable] = None,
+        is_sorted: bool = False,
+        filter_per_worker: Optional[bool] = None,
+        neighbor_sampler: Optional[Any] = None,
+        directed: bool = True,
+        *,
+        codec: CodecSpec = "auto",
+        device: Union[str, torch.device, None] = None,
+        prefetch: int = 2,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        features: str = "auto",
+        device_cache: Union[int, float] = 0,
+        **kwargs: Any,
+    ):
+        self._refuse_neighbor_sampler(neighbor_sampler)
+        if (edge_label_time is not None) != (time_attr is not None):
+            raise ValueError(f"edge_label_time is {'set' if edge_label_time is not None else 'None'} but time_attr "
+                             f"is {time_attr!r} (as in PyG); accepted: both (temporal sampling) or neither")
+        if neg_sampling_ratio is not None and neg_sampling_ratio != 0.0:  # PyG's deprecated form of binary
+            neg_sampling = LinkNegatives("binary", neg_sampling_ratio)
+        neg = LinkNegatives.cast(neg_sampling)
+        self.edge_label_index = edge_label_index
+        batch_size = self._setup(**{name: value for name, value in locals().items() if name in _SHARED})
+        self.link_sampler = self._sampler
+        self.input_type, src, dst = self._kind.seed_edges(edge_label_index)
+        num_edges = int(src.numel())
+        label = prepare_edge_label(edge_label, neg)
+        if label is not None and (label.dim() == 0 or label.shape[0] != num_edges):
+            raise ValueError(f"edge_label has shape {tuple(label.shape)}; accepted: one label per seed edge, "
+                             f"shape ({num_edges}, ...)")
+        if edge_label_time is not None:
+            edge_label_time = torch.as_tensor(edge_label_time)
+            if edge_label_time.shape != (num_edges,):
+                raise ValueError(f"edge_label_time has shape {tuple(edge_label_time.shape)}; accepted: one time per "
+                                 f"seed edge, shape ({num_edges},)")
+        input_id = None if self.input_id is None else torch.as_tensor(self.input_id)
+        if input_id is not None and input_id.shape[:1] != (num_edges,):
+            raise ValueError(f"input_id has shape {tuple(input_id.shape)}; accepted: one id per seed edge, shape "
+                             f"({num_edges},)")
+        self._neg, self.input_time = neg, None
+        self.neg_sampling = None if neg is None else NegativeSampling(  # PyG's record, which its helpers read
+            neg.mode, neg.amount, *(None if w is None else torch.from_numpy(w.copy())
+                                    for w in (neg.src_weight, neg.dst_weight)))
+        self.input_data = EdgeSamplerInput(input_id=input_id, row=src, col=dst, label=label, time=edge_label_time,
+                                           input_type=self.input_type)
+        self._start(num_edges, batch_size, rank, world_size, kwargs)
 
-    def _finish(self, batch: DecodedBatch) -> Union[Data, HeteroData]:
-        """The batch as PyG's filter_fn makes it for the graph kind, then `transform`."""
+    def _planner(self) -> LinkPlanner:
+        """The link batches of the seed edges, planned by the kind's planner."""
+        kind, inputs, edge_type = self._kind, self.input_data, self.input_type
+        types = (None, None) if edge_type is None else (edge_type[0], edge_type[-1])
+        inner = kind.planner(inputs.row, inputs.input_id, None, types[0])
+        num_src, num_dst = kind.node_counts(edge_type)
+        node_time = kind.node_times(edge_type) if self._neg is not None else (None, None)
+        return LinkPlanner(inner, inputs.row, inputs.col, num_src_nodes=num_src, num_dst_nodes=num_dst,
+                           edge_type=edge_type, edge_label=inputs.label, edge_label_time=inputs.time,
+                           neg_sampling=self._neg, node_time=node_time, post_sample=self._post_sample)
+
+    def _own_tables(self) -> dict:
+        """The labels (binary: with a negative's zero) and times the link fields carry, flattened."""
+        label, time, neg = self.input_data.label, self.input_data.time, self._neg
+        if neg is not None and neg.is_binary:
+            label = torch.ones(1) if label is None else label
+            label = torch.cat([label.reshape(-1), label.new_zeros(1)])
+        own = {} if label is None else {link_name("edge_label"): label.reshape(-1)}
+        return own if time is None else {**own, link_name("edge_label_time"): time.reshape(-1)}
+
+    def _warm(self, num_workers: int) -> None:
+        n, planner = int(self.input_data.row.numel()), self._producer.planner
+        if n:
+            _common.warm(lambda: planner.sample(BatchRequest(index=torch.arange(min(2, n)), seed=0)), self._sampler,
+                         num_workers)
+
+    def _finish_kind(self, batch: DecodedBatch) -> Union[Data, HeteroData]:
+        """The kind's batch of the sampled subgraph, with LinkLoader's fields (its filter_fn)."""
+        link = {f: batch.pop(link_name(f)).view(shape) for f, shape in batch.meta["link"].items()}
         data = self._kind.to_batch(batch)
-        return self.transform(data) if self.transform is not None else data
-
-    def __getstate__(self) -> dict:
-        # what a spawned worker needs (collate_fn is a method: pickling it pickles the loader);
-        # the decode stage (a CUDA stream) and a live iterator stay here
-        return {**self.__dict__, "_stage": None, "_iterator": None}
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}()"  # PyG's NodeLoader repr
-
-    def describe(self) -> str:
-        """What this loader samples and how it sends each group (fan-outs, codecs, device, features)."""
-        features = "worker" if self.features is None else self.features.describe()
-        return (f"{type(self).__name__}({'' if self.input_type is None else f'input_type={self.input_type!r}, '}"
-                f"num_neighbors={self.node_sampler.num_neighbors}, batches={len(self)}, "
-                f"codecs={ {k: c.name for k, c in self.codecs.items()} }, device={self.device}, features={features})")
+        edge_type, triplet = self.input_type, self._neg is not None and self._neg.is_triplet
+        store = data if edge_type is None else data[edge_type]
+        del store.batch_size  # LinkLoader's batches have none
+        if not triplet:
+            store.edge_label_index = link["edge_label_index"]
+            store.edge_label = link.get("edge_label")
+            store.edge_label_time = link.get("edge_label_time")
+            return data
+        src, dst = (data, data) if edge_type is None else (data[edge_type[0]], data[edge_type[-1]])
+        src.src_index = link["src_index"]
+        dst.dst_pos_index = link["dst_pos_index"]
+        dst.dst_neg_index = link["dst_neg_index"]
+        src.seed_time = dst.seed_time = link.get("edge_label_time")
+        for key in ("edge_label_index", "edge_label_time"):  # PyG's sanity removals
+            if key in store:
+                del store[key]
+        return data
 
 
 class _Homo:
@@ -295,6 +497,24 @@ class _Homo:
             raise NotImplementedError(f"input_nodes={input_nodes!r}: heterogeneous node types are not supported")
         return (None,) + _node_ids(input_nodes, self.graph.num_nodes, "input_nodes", "node", "the graph")
 
+    def seed_edges(self, edge_label_index) -> tuple[None, torch.Tensor, torch.Tensor]:
+        """LinkLoader's seed edges: `edge_label_index` ([2, E], or ``(edge type, None | [2, E])`` as PyG takes for
+        remote stores), None: the graph's edges; (None, sources, destinations)."""
+        if isinstance(edge_label_index, (tuple, list)) and len(edge_label_index) == 2 and \
+                isinstance(edge_label_index[0], (tuple, str)):
+            edge_label_index = edge_label_index[1]
+        n = self.graph.num_nodes
+        if edge_label_index is None:
+            edge_label_index = edge_list(self.graph.indptr, self.graph.indices, self.graph.e_id)
+        return (None,) + _edge_ids(edge_label_index, n, n, "edge_label_index", "the graph")
+
+    def node_counts(self, edge_type: None) -> tuple[int, int]:
+        return self.graph.num_nodes, self.graph.num_nodes
+
+    def node_times(self, edge_type: None) -> tuple:
+        """Node-level times of the sources and destinations (negatives must exist at their positive's time)."""
+        return self.times[0], self.times[0]
+
     def codecs(self, **feature_options) -> dict:
         """The feature plan of the node attributes (set on the loader) and the codecs of the batches."""
         self.feature_options = feature_options
@@ -313,11 +533,12 @@ class _Homo:
         self.set_num_nodes = "num_nodes" in data
         return self.codecs(**self.feature_options)
 
-    def planner(self) -> NeighborPlanner:
+    def planner(self, inputs: torch.Tensor, input_ids: Optional[torch.Tensor], input_time: Optional[torch.Tensor],
+                input_type: None = None) -> NeighborPlanner:
+        """The batch plans of seeds picked from `inputs` (their ids, times)."""
         loader = self.loader
-        return NeighborPlanner(loader.node_sampler, loader.input_data.node, loader.features.node_attrs,
-                               self.edge_attrs, input_ids=loader.input_data.input_id, input_time=loader.input_time,
-                               post_sample=loader._post_sample)
+        return NeighborPlanner(loader._sampler, inputs, loader.features.node_attrs, self.edge_attrs,
+                               input_ids=input_ids, input_time=input_time, post_sample=loader._post_sample)
 
     def to_batch(self, batch: DecodedBatch) -> Data:
         """NeighborLoader's Data: the named tensors, and its fields from the batch's meta."""
@@ -379,6 +600,44 @@ class _Hetero:
         return (input_type,) + _node_ids(nodes, self.graph.num_nodes[input_type], "input_nodes[1]",
                                          f"{input_type!r} node", f"node type {input_type!r}")
 
+    def seed_edges(self, edge_label_index) -> tuple[EdgeType, torch.Tensor, torch.Tensor]:
+        """LinkLoader's seed edges: an edge type (all its edges) or ``(edge type, None | [2, E])``; (edge type,
+        sources, destinations)."""
+        if isinstance(edge_label_index, (tuple, list)) and len(edge_label_index) in (2, 3) and \
+                all(isinstance(t, str) for t in edge_label_index):
+            edge_type, index = edge_label_index, None
+        elif isinstance(edge_label_index, (tuple, list)) and len(edge_label_index) == 2 and \
+                isinstance(edge_label_index[0], (tuple, list)):
+            edge_type, index = edge_label_index
+        else:
+            raise ValueError(f"edge_label_index={edge_label_index!r} is not accepted for a heterogeneous graph; use "
+                             f"an edge type (one of {self.graph.edge_types}) or (edge type, None | [2, E] tensor)")
+        edge_type = self._edge_type(edge_type)
+        src, _, dst = edge_type
+        if index is None:
+            csc = self.graph.csc[edge_type]
+            index = edge_list(csc.indptr, csc.indices, csc.e_id)
+        return (edge_type,) + _edge_ids(index, self.graph.num_nodes[src], self.graph.num_nodes[dst],
+                                        "edge_label_index[1]", f"edge type {edge_type!r}")
+
+    def _edge_type(self, edge_type) -> EdgeType:
+        """PyG's canonical edge type: (src, rel, dst) as given, or (src, dst) when one relation joins them."""
+        types = self.graph.edge_types
+        edge_type = tuple(edge_type)
+        found = [e for e in types if e == edge_type or len(edge_type) == 2 and (e[0], e[-1]) == edge_type]
+        if len(found) != 1:
+            raise ValueError(f"edge_label_index names edge type {edge_type!r}, which the graph does not have "
+                             f"{'once' if found else ''}; its edge types: {types}")
+        return found[0]
+
+    def node_counts(self, edge_type: EdgeType) -> tuple[int, int]:
+        return self.graph.num_nodes[edge_type[0]], self.graph.num_nodes[edge_type[-1]]
+
+    def node_times(self, edge_type: EdgeType) -> tuple:
+        """Node-level times of the source and destination types (negatives must exist at their positive's time)."""
+        times = self.graph.node_time or {}
+        return times.get(edge_type[0]), times.get(edge_type[-1])
+
     def codecs(self, **feature_options) -> dict:
         """One codec per group, warmed up (_common.setup_codecs); row groups shared by several types are split
         per type where that pays (`split_report`)."""
@@ -399,16 +658,12 @@ class _Hetero:
         self.graph = _HeteroGraph(data, counts=self.graph.num_nodes)
         return self.codecs()
 
-    def planner(self) -> HeteroPlanner:
-        """The batch plans; a temporal sampler's seeds need times: given, or their node type's."""
+    def planner(self, inputs: torch.Tensor, input_ids: Optional[torch.Tensor], input_time: Optional[torch.Tensor],
+                input_type: str) -> HeteroPlanner:
+        """The batch plans of seeds of `input_type` picked from `inputs` (their ids, times)."""
         loader, g = self.loader, self.graph
-        t = loader.input_type
-        if loader.node_sampler.temporal and loader.input_time is None and t not in self.timed:
-            raise ValueError(f"time_attr={self.time_attr!r} gives {t!r} nodes no time; accepted: input_time with "
-                             "the seeds' times")
-        return HeteroPlanner(loader.node_sampler, loader.input_type, loader.input_data.node, g.node_attrs,
-                             g.edge_attrs, input_ids=loader.input_data.input_id, input_time=loader.input_time,
-                             typed_groups=self.typed, post_sample=loader._post_sample)
+        return HeteroPlanner(loader._sampler, input_type, inputs, g.node_attrs, g.edge_attrs, input_ids=input_ids,
+                             input_time=input_time, typed_groups=self.typed, post_sample=loader._post_sample)
 
     def to_batch(self, batch: DecodedBatch) -> HeteroData:
         """NeighborLoader's HeteroData: every type's named tensors, and its fields from the batch's meta."""
@@ -456,15 +711,20 @@ class _PostSample:
     def __init__(self, bidirectional: bool, transform: Optional[Callable]):
         self.bidirectional, self.transform = bidirectional, transform
 
-    def __call__(self, out):
+    def __call__(self, out: HeteroSamplerOutput) -> HeteroSamplerOutput:
         fields = dict(node=out.node, row=out.row, col=out.col, edge=out.edge, batch=out.batch,
                       num_sampled_nodes=out.num_sampled_nodes, num_sampled_edges=out.num_sampled_edges)
-        pyg = (PyGHeteroSamplerOutput if isinstance(out.node, dict) else PyGSamplerOutput)(**fields)
+        homogeneous = list(out.node) == [None]  # a homogeneous graph's output, typed as its one type
+        if homogeneous:
+            fields = {k: None if v is None else v[None] for k, v in fields.items()}
+        pyg = (PyGSamplerOutput if homogeneous else PyGHeteroSamplerOutput)(**fields)
         if self.bidirectional:
             pyg = pyg.to_bidirectional(keep_orig_edges=False)
         if self.transform is not None:
             pyg = self.transform(pyg)
-        return type(out)(**{k: getattr(pyg, k) for k in fields})
+        if homogeneous:
+            return one_type(pyg)
+        return HeteroSamplerOutput(**{k: getattr(pyg, k) for k in fields})
 
 
 def _snapshot(data) -> Optional[tuple]:
@@ -532,6 +792,24 @@ def _node_ids(nodes, n: int, name: str, node: str, where: str) -> tuple[torch.Te
         bad = int(t.min()) if int(t.min()) < 0 else int(t.max())
         raise IndexError(f"{name} contains {node} {bad}, outside [0, {n})")
     return t, False
+
+
+def _edge_ids(edges, num_src: int, num_dst: int, name: str, where: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Seed edges `edges` ([2, E] source and destination ids below `num_src` / `num_dst`) as two int64 tensors;
+    errors name the argument `name` and the graph as `where`."""
+    t = edges if isinstance(edges, torch.Tensor) else torch.as_tensor(np.asarray(edges))
+    if t.dtype == torch.bool or t.dtype.is_floating_point or t.dtype.is_complex:
+        raise TypeError(f"{name} has dtype {t.dtype}; accepted: an integer [2, num_edges] tensor of (source, "
+                        "destination) node ids")
+    if t.dim() != 2 or t.shape[0] != 2:
+        raise ValueError(f"{name} has shape {tuple(t.shape)}; accepted: [2, num_edges] (source, destination) ids")
+    t = t.to(torch.int64)
+    for row, (end, n) in enumerate((("source", num_src), ("destination", num_dst))):
+        ids = t[row]
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= n):
+            bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+            raise IndexError(f"{name}[{row}] contains {end} node {bad}, outside [0, {n}) of {where}")
+    return t[0].contiguous(), t[1].contiguous()
 
 
 def _input_time(input_time, seeds: torch.Tensor) -> Optional[torch.Tensor]:

@@ -144,6 +144,9 @@ def run(*, num_nodes: int = 200_000, avg_degree: int = 15, batch_size: int = 512
 #: CompressedDGLDataLoader with DGL's sampler: codec identity, auto, and auto from a pre-encoded
 #: store (`node_stores`).
 DGL_VARIANTS = ("dgl-DataLoader", "pyg-identity", "dgl-identity", "dgl-auto", "dgl-auto-store")
+#: `run_dgl`'s tasks: node batches (NeighborSampler), or link batches (as_edge_prediction_sampler over
+#: it: seed edges, one uniform negative per edge, the seed edges excluded); no PyG loader for the latter.
+TASKS = ("node", "link")
 
 
 def _have_pyg() -> bool:
@@ -155,8 +158,9 @@ def _have_pyg() -> bool:
 
 
 def _dgl_loaders(g, x, y, edge_index, *, variants, workers: int, batch_size: int,
-                 num_neighbors: Sequence[int]) -> dict:
-    """{variant: (loader, use)} on one graph, seeds and fan-out; `use` checks a batch's features."""
+                 num_neighbors: Sequence[int], task: str = "node") -> dict:
+    """{variant: (loader, use)} on one graph, seeds and fan-out (seed nodes, or seed edges with `task`
+    "link"); `use` checks a batch's features."""
     import dgl
 
     from ..data.store import EncodedTable
@@ -180,13 +184,18 @@ def _dgl_loaders(g, x, y, edge_index, *, variants, workers: int, batch_size: int
         # PyG lists fan-outs from the seeds outwards, DGL from the input layer to the seeds
         sampler = dgl.dataloading.NeighborSampler(list(reversed(num_neighbors)),
                                                   prefetch_node_feats=["x"], prefetch_labels=["y"])
+        seeds = torch.arange(num_nodes)
+        if task == "link":
+            sampler = dgl.dataloading.as_edge_prediction_sampler(
+                sampler, exclude="self", negative_sampler=dgl.dataloading.negative_sampler.Uniform(1))
+            seeds = torch.arange(g.num_edges())
         cls = dgl.dataloading.DataLoader if variant == "dgl-DataLoader" else CompressedDGLDataLoader
         kw = {} if variant == "dgl-DataLoader" else {"codec": variant.split("-")[1]}
         if variant == "dgl-auto-store":
             kw["node_stores"] = {"x": EncodedTable.encode(x, "auto", progress=False)}
-        loader = cls(g, torch.arange(num_nodes), sampler, batch_size=batch_size, shuffle=True,
+        loader = cls(g, seeds, sampler, batch_size=batch_size, shuffle=True,
                      num_workers=workers, persistent_workers=workers > 0, **kw)
-        out[variant] = (loader, lambda b, v=variant: b[2][0].srcdata["x"].shape[0] == b[0].shape[0] or _undelivered(v))
+        out[variant] = (loader, lambda b, v=variant: b[-1][0].srcdata["x"].shape[0] == b[0].shape[0] or _undelivered(v))
     return out
 
 
@@ -196,18 +205,24 @@ def _undelivered(variant: str):
 
 def run_dgl(*, num_nodes: int = 200_000, avg_degree: int = 15, batch_size: int = 512,
             num_neighbors: Sequence[int] = (10, 5), batches: int = 30,
-            num_workers: Union[int, Sequence[int]] = 1, rounds: int = 1, quiet: bool = False) -> list[dict]:
+            num_workers: Union[int, Sequence[int]] = 1, rounds: int = 1, task: str = "node",
+            quiet: bool = False) -> list[dict]:
     """DGL's own DataLoader against our loaders (DGL_VARIANTS) on `run`'s graph and features, the
     same seeds and fan-out, for each worker count, CPU only, all in this one process (ratios
-    comparable on a shared machine); needs dgl (DGLBACKEND=pytorch).
+    comparable on a shared machine); needs dgl (DGLBACKEND=pytorch). `task` (TASKS): node batches,
+    or link batches (edge-wise sampling with negatives; no PyG row).
 
     Each of `rounds` times `batches` batches of every loader in turn (after draining what its
     workers queued ahead), so that a machine's changing load hits all loaders alike; a row gives
     the median and best batches/s over the rounds, its median's ratio to DGL's DataLoader, CPU
-    ms per batch (main process and workers) and the host bytes our loaders copy per batch."""
+    ms per batch (main process and workers), the feature bytes per batch our loaders send and
+    gather (raw: what DGL's DataLoader moves) and the host bytes they copy."""
     import statistics
 
     import dgl
+
+    if task not in TASKS:
+        raise ValueError(f"task={task!r} is not accepted; use one of {TASKS}")
 
     counts = [num_workers] if isinstance(num_workers, int) else list(num_workers)
     x = make_family("embedding_f32", num_nodes)
@@ -215,13 +230,13 @@ def run_dgl(*, num_nodes: int = 200_000, avg_degree: int = 15, batch_size: int =
     edge_index = power_law_graph(num_nodes, avg_degree)
     g = dgl.graph((edge_index[0], edge_index[1]), num_nodes=num_nodes)
     g.ndata["x"], g.ndata["y"] = x, y
-    variants = [v for v in DGL_VARIANTS if v != "pyg-identity" or _have_pyg()]
-    if not quiet and "pyg-identity" not in variants:
+    variants = [v for v in DGL_VARIANTS if v != "pyg-identity" or (_have_pyg() and task == "node")]
+    if not quiet and "pyg-identity" not in variants and task == "node":
         print("  (torch_geometric does not import here: no CompressedNeighborLoader row)", flush=True)
     rows = []
     for workers in counts:
         loaders = _dgl_loaders(g, x, y, edge_index, variants=variants, workers=workers, batch_size=batch_size,
-                               num_neighbors=num_neighbors)
+                               num_neighbors=num_neighbors, task=task)
         rates: dict[str, list[float]] = {v: [] for v in loaders}
         cpu: dict[str, list[float]] = {v: [] for v in loaders}
         taken = dict.fromkeys(loaders, batches)
@@ -235,7 +250,11 @@ def run_dgl(*, num_nodes: int = 200_000, avg_degree: int = 15, batch_size: int =
                     print(f"  {variant}, {workers} worker(s): {n / wall:.2f} batches/s", flush=True)
         for variant, (loader, _) in loaders.items():
             stats = getattr(loader, "stats", None)
-            rows.append({"variant": variant, "num_workers": workers, "batches": taken[variant], "rounds": rounds,
+            per = max(stats.batches, 1) if stats else 1
+            rows.append({"variant": variant, "task": task, "num_workers": workers, "batches": taken[variant],
+                         "rounds": rounds,
+                         "mb_per_batch": stats.total_sent_bytes / per / 1e6 if stats else float("nan"),
+                         "raw_mb_per_batch": stats.total_raw_bytes / per / 1e6 if stats else float("nan"),
                          "batches_per_s": statistics.median(rates[variant]),
                          "best_batches_per_s": max(rates[variant]),
                          "cpu_ms_per_batch": statistics.median(cpu[variant]),
@@ -245,13 +264,15 @@ def run_dgl(*, num_nodes: int = 200_000, avg_degree: int = 15, batch_size: int =
         dgl_row = next(d for d in rows if d["num_workers"] == r["num_workers"] and d["variant"] == DGL_VARIANTS[0])
         r["vs_dgl"] = r["batches_per_s"] / dgl_row["batches_per_s"]
     if not quiet:
-        print(f"\nDGL DataLoader vs ours, batch {batch_size}, fan-out {list(num_neighbors)}, {num_nodes:,} nodes, "
+        print(f"\nDGL DataLoader vs ours, {task} batches of {batch_size}, fan-out {list(num_neighbors)}, "
+              f"{num_nodes:,} nodes, "
               f"cpu, median of {rounds} round(s); CPU ms/batch: main process and workers together; "
               "MB copied/batch: host bytes our loaders copy per batch")
         print(format_table(rows, [("variant", "variant", "s"), ("num_workers", "workers", "d"),
                                   ("batches_per_s", "batches/s", ".2f"), ("best_batches_per_s", "best", ".2f"),
                                   ("vs_dgl", "vs DGL DataLoader", ".3f"),
                                   ("cpu_ms_per_batch", "CPU ms/batch", ".0f"),
+                                  ("mb_per_batch", "MB sent/batch", ".2f"), ("raw_mb_per_batch", "MB raw/batch", ".2f"),
                                   ("copied_mb_per_batch", "MB copied/batch", ".2f")]))
     return rows
 
@@ -438,6 +459,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--dgl", action="store_true",
                    help="instead: DGL's own DataLoader vs our loaders (identity; DGL's: also auto and an auto "
                         "store) (needs dgl)")
+    p.add_argument("--task", choices=TASKS, default="node",
+                   help="with --dgl: node batches, or link batches (as_edge_prediction_sampler, one negative "
+                        "per seed edge)")
     p.add_argument("--first-batch", action="store_true",
                    help="instead: seconds from CompressedNeighborLoader(...) to its first batch, cold and "
                         "warm numba cache (fresh processes)")
@@ -460,9 +484,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if a.dgl:
         rows = run_dgl(num_nodes=a.num_nodes, avg_degree=a.avg_degree, batch_size=a.batch_size,
                        num_neighbors=a.num_neighbors, batches=a.batches, num_workers=a.num_workers,
-                       rounds=a.rounds)
-        _write(a.out, "dgl", {"num_nodes": a.num_nodes, "avg_degree": a.avg_degree, "batch_size": a.batch_size,
-                              "num_neighbors": a.num_neighbors, "rounds": a.rounds, "results": rows})
+                       rounds=a.rounds, task=a.task)
+        _write(a.out, "dgl" if a.task == "node" else "dgl_link",
+               {"task": a.task, "num_nodes": a.num_nodes, "avg_degree": a.avg_degree, "batch_size": a.batch_size,
+                "num_neighbors": a.num_neighbors, "rounds": a.rounds, "results": rows})
         return 0
     run(num_nodes=a.num_nodes, avg_degree=a.avg_degree, batch_size=a.batch_size,
         num_neighbors=a.num_neighbors, batches=a.batches, num_workers=a.num_workers[0],

@@ -31,7 +31,8 @@ from .prepared import (PreparedDataset, SPLITS, build_csc, encode_store, progres
                        write_prepared_meta)
 
 __all__ = ["OGBSpec", "OGB_DATASETS", "MissingOGBFilesError", "DamagedOGBFileError", "prepare", "check_files",
-           "dataset_dir", "find_dataset_dir", "check_present", "with_copy_source", "required_files", "default_prepared_dir"]
+           "dataset_dir", "find_dataset_dir", "check_present", "with_copy_source", "required_files", "default_prepared_dir",
+           "write_rows"]
 
 PathLike = Union[str, os.PathLike]
 _URL = "http://snap.stanford.edu/ogb/data/nodeproppred/"
@@ -283,6 +284,25 @@ def _labels_to_int(block: np.ndarray, num_classes: int, where: str) -> np.ndarra
     return out
 
 
+def write_rows(path: Path, blocks: Iterator[np.ndarray], shape: tuple, dtype, *, progress: bool, what: str) -> None:
+    """Row blocks of a feature file into a new memory-mapped `path` of `shape`; a ValueError naming `what`
+    when the file has another number of rows than the graph has nodes."""
+    x = open_npy(path, dtype, shape)
+    pos = 0
+    bar = progress_bar(shape[0], "features", progress)
+    for block in blocks:
+        if pos + block.shape[0] > shape[0] or block.shape[1:] != shape[1:]:
+            raise ValueError(f"{what}: the feature file has more than {shape[0]} rows or rows of shape "
+                             f"{block.shape[1:]}; the graph has {shape[0]} nodes of {shape[1:]} features")
+        x[pos:pos + block.shape[0]] = block
+        pos += block.shape[0]
+        bar.update(block.shape[0])
+    bar.close()
+    if pos != shape[0]:
+        raise ValueError(f"{what}: the feature file has {pos} rows; the graph has {shape[0]} nodes")
+    del x
+
+
 # ---------------------------------------------------------------------------------------------
 # prepare
 
@@ -346,17 +366,7 @@ def prepare(name: str, root: PathLike, out: Optional[PathLike] = None, *, undire
             # ---- features
             if len(feat_shape) != 2 or feat_shape[0] != num_nodes:
                 raise ValueError(f"{name}: node features have shape {feat_shape}; expected ({num_nodes}, dim)")
-            x = open_npy(tmp / "x.npy", feat_dtype, tuple(feat_shape))
-            pos = 0
-            bar = progress_bar(num_nodes, "features", progress)
-            for block in feat_rows():
-                x[pos:pos + block.shape[0]] = block
-                pos += block.shape[0]
-                bar.update(block.shape[0])
-            bar.close()
-            if pos != num_nodes:
-                raise ValueError(f"{name}: the feature file has {pos} rows; the graph has {num_nodes} nodes")
-            del x
+            write_rows(tmp / "x.npy", feat_rows(), tuple(feat_shape), feat_dtype, progress=progress, what=name)
 
             # ---- labels
             y = open_npy(tmp / "y.npy", np.int64, (num_nodes,))

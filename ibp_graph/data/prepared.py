@@ -43,7 +43,7 @@ from ..jit_cache import install as _install_kernel_cache
 
 _install_kernel_cache()  # numba caches this module's kernels per environment (ibp_graph.jit_cache)
 
-__all__ = ["PreparedDataset", "LabeledDataset", "SPLITS", "build_csc", "build_relation_arrays", "write_prepared_meta",
+__all__ = ["PreparedDataset", "PreparedFolder", "HomogeneousFolder", "LabeledDataset", "SPLITS", "build_csc", "build_relation_arrays", "write_prepared_meta",
            "encode_store", "add_store", "as_tensor", "progress_bar", "FORMAT", "FORMAT_VERSION"]
 
 PathLike = Union[str, os.PathLike]
@@ -72,15 +72,12 @@ def progress_bar(total: int, desc: str, enabled: bool, unit: str = "rows"):
 
 
 @dataclass(frozen=True, eq=False)
-class LabeledDataset:
-    """What every prepared data set answers from its folder's meta.json, labels and splits (``meta``, ``y``,
-    ``split``), and how it opens its feature stores (`verify`); `format` and `format_version` name the meta.json
-    it reads."""
+class PreparedFolder:
+    """What every prepared folder answers from its meta.json (``meta``), and how it opens its feature stores
+    (`verify`); `format` and `format_version` name the meta.json it reads."""
 
     directory: Path
     meta: dict
-    y: torch.Tensor = field(kw_only=True)
-    split: dict[str, torch.Tensor] = field(default_factory=dict, kw_only=True)
     verify: str = field(default="sample", kw_only=True)
     _stores: dict = field(default_factory=dict, repr=False, kw_only=True)  # the stores opened so far
     format: ClassVar[str] = ""
@@ -88,8 +85,46 @@ class LabeledDataset:
 
     @property
     def name(self) -> str:
-        """The data set's name (e.g. "ogbn-papers100M", "synthetic", "ogbn-mag")."""
+        """The data set's name (e.g. "ogbn-papers100M", "synthetic", "ogbn-mag", "ogbl-citation2")."""
         return self.meta["name"]
+
+    @classmethod
+    def is_complete(cls, directory: PathLike) -> bool:
+        """Whether `directory` holds a finished preparation of this kind (its meta.json is written last)."""
+        path = Path(directory) / "meta.json"
+        if not path.is_file():
+            return False
+        try:
+            meta = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return False
+        return isinstance(meta, dict) and meta.get("format") == cls.format and meta.get("version") == cls.format_version
+
+    @classmethod
+    def _read_meta(cls, directory: PathLike, verify: str, dataset: str) -> tuple[Path, Path, dict]:
+        """(folder, its meta.json's path, meta.json) of a folder of this kind, `verify` checked first; an error
+        names what is wrong: missing (FileNotFoundError: an interrupted or no preparation, and
+        `ibp-graph prepare --dataset <dataset>` to make one), unreadable, or of another format or version
+        than this kind's (ValueError)."""
+        check_mode(verify)
+        meta_path = Path(directory) / "meta.json"
+        if not meta_path.is_file():
+            raise FileNotFoundError(f"{meta_path.parent} is not a prepared data set (no meta.json); make one with "
+                                    f"`ibp-graph prepare --dataset {dataset} --root DIR`, or it was interrupted: "
+                                    "prepare again")
+        meta = _read_json(meta_path)
+        if meta.get("format") != cls.format or meta.get("version") != cls.format_version:
+            raise ValueError(f"{meta_path} has format {meta.get('format')!r} version {meta.get('version')!r}; "
+                             f"this ibp-graph reads {cls.format!r} version {cls.format_version}: prepare again")
+        return meta_path.parent, meta_path, meta
+
+
+@dataclass(frozen=True, eq=False)
+class LabeledDataset(PreparedFolder):
+    """What every node-classification data set answers from its labels and splits (``y``, ``split``)."""
+
+    y: torch.Tensor = field(kw_only=True)
+    split: dict[str, torch.Tensor] = field(default_factory=dict, kw_only=True)
 
     @property
     def num_classes(self) -> int:
@@ -105,47 +140,15 @@ class LabeledDataset:
         target = self.y[self.split[split]]
         return float((target == majority).float().mean()) if target.numel() else 0.0
 
-    @classmethod
-    def _read_meta(cls, directory: PathLike, verify: str, dataset: str) -> tuple[Path, Path, dict]:
-        """(folder, its meta.json's path, meta.json) of a folder of this kind, `verify` checked first; an error
-        names what is wrong, and `ibp-graph prepare --dataset <dataset>` to make one."""
-        check_mode(verify)
-        meta_path = Path(directory) / "meta.json"
-        if not meta_path.is_file():
-            raise FileNotFoundError(f"{meta_path.parent} is not a prepared data set (no meta.json); make one with "
-                                    f"`ibp-graph prepare --dataset {dataset} --root DIR`, or it was interrupted: "
-                                    "prepare again")
-        meta = _read_json(meta_path)
-        if meta.get("format") != cls.format or meta.get("version") != cls.format_version:
-            raise ValueError(f"{meta_path} has format {meta.get('format')!r} version {meta.get('version')!r}; "
-                             f"this ibp-graph reads {cls.format!r} version {cls.format_version}: prepare again")
-        return meta_path.parent, meta_path, meta
 
-    @classmethod
-    def is_complete(cls, directory: PathLike) -> bool:
-        """Whether `directory` holds a finished preparation of this kind (its meta.json is written last)."""
-        path = Path(directory) / "meta.json"
-        if not path.is_file():
-            return False
-        try:
-            meta = json.loads(path.read_text())
-        except (OSError, ValueError):
-            return False
-        return isinstance(meta, dict) and meta.get("format") == cls.format and meta.get("version") == cls.format_version
-
-
-@dataclass(frozen=True, eq=False)
-class PreparedDataset(LabeledDataset):
-    """A prepared folder, opened memory-mapped: graph, features, labels and splits."""
-
-    graph: CSCGraph
-    x: torch.Tensor
-    format = FORMAT
-    format_version = FORMAT_VERSION
+class HomogeneousFolder:
+    """What a prepared folder of one graph and one feature table answers: its sizes and the table's pre-encoded
+    store (store/x); from the fields of the dataclass it is mixed into (``directory``, ``graph``, ``verify``,
+    ``_stores``)."""
 
     @property
     def num_nodes(self) -> int:
-        """Nodes of the graph (rows of x and y)."""
+        """Nodes of the graph (rows of x)."""
         return self.graph.num_nodes
 
     @property
@@ -179,6 +182,16 @@ class PreparedDataset(LabeledDataset):
         if not self.has_store():
             return None
         return json.loads((self.store_dir / "meta.json").read_text())["codec"]
+
+
+@dataclass(frozen=True, eq=False)
+class PreparedDataset(LabeledDataset, HomogeneousFolder):
+    """A prepared folder, opened memory-mapped: graph, features, labels and splits."""
+
+    graph: CSCGraph
+    x: torch.Tensor
+    format = FORMAT
+    format_version = FORMAT_VERSION
 
     def __repr__(self) -> str:
         sizes = ", ".join(f"{k}={v.numel():,}" for k, v in self.split.items())
@@ -273,18 +286,20 @@ def encode_store(directory: PathLike, codec: CodecSpec = "auto", *, progress: bo
     return {"store_codec": table.codec.name, "store_fraction": table.fraction, "store_bytes": table.nbytes}
 
 
-def add_store(directory: PathLike, codec: CodecSpec = "auto", *, progress: bool = True) -> dict:
+def add_store(directory: PathLike, codec: CodecSpec = "auto", *, progress: bool = True,
+              kind: Optional[type] = None) -> dict:
     """Give a prepared folder without a feature store (``prepare --no-store``) one; nothing else is redone.
 
     The store is encoded in a work folder and moved into place, then meta.json gains
     its entries; a store another process finished meanwhile is kept (that process
-    records it). Returns meta.json's content.
+    records it). `kind`: the folder's class (default PreparedDataset; any PreparedFolder with
+    an x.npy). Returns meta.json's content.
     """
     d = Path(directory)
     store_dir = d / "store" / "x"
     if (store_dir / "meta.json").is_file():
         return _read_json(d / "meta.json")
-    if not PreparedDataset.is_complete(d):
+    if not (kind or PreparedDataset).is_complete(d):
         raise FileNotFoundError(f"{d} is not a finished prepared data set (no valid meta.json): prepare it first")
     store_dir.parent.mkdir(exist_ok=True)
     with work_dir(store_dir) as tmp:

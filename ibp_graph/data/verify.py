@@ -17,6 +17,7 @@ from typing import Union
 from ..layout.errors import CodecError
 from . import checksums
 from .hetero import HeteroPreparedDataset
+from .link import ARRAYS as LINK_ARRAYS, LinkPreparedDataset
 from .prepared import ARRAYS, PreparedDataset
 from .store import EncodedTable, store_files
 
@@ -30,15 +31,15 @@ class FolderReport:
     """The outcome for one folder: ok, or the error that names what is wrong."""
 
     directory: Path
-    kind: str        # "store", "prepared" or "hetero" (a heterogeneous prepared folder)
+    kind: str        # "store", "prepared", "link" or "hetero" (a heterogeneous prepared folder)
     ok: bool
     message: str
     unverified: bool = False  # not ok because the folder has no checksums (nothing found damaged)
 
 
 def kind_of(directory: PathLike) -> str:
-    """"store" (EncodedTable.save layout), "prepared" (a prepared data set), "hetero" (a heterogeneous one), or a
-    ValueError naming what it is not."""
+    """"store" (EncodedTable.save layout), "prepared" (a prepared data set), "link" (a link-prediction one),
+    "hetero" (a heterogeneous one), or a ValueError naming what it is not."""
     d = Path(directory)
     if not d.is_dir():
         raise ValueError(f"{d} is {'a file' if d.exists() else 'missing'}; expected a feature store or a prepared "
@@ -46,7 +47,7 @@ def kind_of(directory: PathLike) -> str:
     if (d / "payload.bin").is_file() and (d / "meta.json").is_file():
         return "store"
     if (d / "meta.json").is_file() and (d / "graph").is_dir():
-        return "prepared"
+        return "link" if (d / "link").is_dir() else "prepared"
     if (d / "meta.json").is_file() and (d / "edges").is_dir():
         return "hetero"
     raise ValueError(f"{d} is neither a feature store (payload.bin, meta.json) nor a prepared folder (meta.json, "
@@ -64,7 +65,7 @@ def _folders(directory: PathLike) -> list[tuple[Path, str]]:
     d = Path(directory)
     kind = kind_of(d)
     todo = [(d, kind)]
-    if kind == "prepared" and (d / "store" / "x" / "meta.json").is_file():
+    if kind in ("prepared", "link") and (d / "store" / "x" / "meta.json").is_file():
         todo.append((d / "store" / "x", "store"))
     if kind == "hetero":
         todo += [(p.parent, "store") for p in sorted(d.glob("nodes/*/store/meta.json"))]
@@ -83,6 +84,8 @@ def check_folder(directory: PathLike, mode: str = "full") -> list[FolderReport]:
                     EncodedTable.load(folder, verify=mode)
                 elif k == "hetero":
                     HeteroPreparedDataset.load(folder, verify=mode)
+                elif k == "link":
+                    LinkPreparedDataset.load(folder, verify=mode)
                 else:
                     PreparedDataset.load(folder, verify=mode)
             m = checksums.read_manifest(folder)  # the load checked that it is complete
@@ -110,7 +113,7 @@ def record_checksums(directory: PathLike) -> list[Path]:
         if k == "hetero":
             raise ValueError(f"{folder} is a heterogeneous prepared folder without {checksums.MANIFEST}; every "
                              "one is written with it: prepare it again")
-        names = ARRAYS if k == "prepared" else store_files(folder)
+        names = {"prepared": ARRAYS, "link": LINK_ARRAYS}.get(k) or store_files(folder)
         written.append(checksums.write_manifest(folder, names))
     if not written:
         raise ValueError(f"{directory} already has {checksums.MANIFEST}; run `ibp-graph verify {directory}` to "

@@ -105,28 +105,36 @@ class HeteroPlanner:
 
 
 class _OneType:
-    """A ``NeighborSampler`` as a typed sampler of one node and one edge type (None); `post_sample` maps its output."""
+    """A ``NeighborSampler`` as a typed sampler of one node type and one edge type (both None)."""
 
     node_types = edge_types = (None,)
 
-    def __init__(self, sampler, post_sample: Optional[Callable]):
-        self.sampler, self.post_sample = sampler, post_sample
+    def __init__(self, sampler):
+        self.sampler = sampler
 
-    def sample(self, input_type: None, seeds: torch.Tensor, *, seed: int, seed_time) -> HeteroSamplerOutput:
-        out = self.sampler.sample(seeds, seed=seed, seed_time=seed_time)
-        out = out if self.post_sample is None else self.post_sample(out)
-        one = lambda v: None if v is None else {None: v}  # noqa: E731
-        return HeteroSamplerOutput(node={None: out.node}, row={None: out.row}, col={None: out.col},
-                                   edge={None: out.edge}, num_sampled_nodes=one(out.num_sampled_nodes),
-                                   num_sampled_edges=one(out.num_sampled_edges), batch=one(out.batch))
+    @property
+    def disjoint(self) -> bool:
+        return self.sampler.disjoint
+
+    def sample(self, input_type: None, seeds: torch.Tensor, *, seed: int, seed_time=None) -> HeteroSamplerOutput:
+        return one_type(self.sampler.sample(seeds, seed=seed, seed_time=seed_time))
+
+
+def one_type(out) -> HeteroSamplerOutput:
+    """A homogeneous sampler output as the typed output of its one node and edge type (None)."""
+    one = lambda v: None if v is None else {None: v}  # noqa: E731
+    return HeteroSamplerOutput(node={None: out.node}, row={None: out.row}, col={None: out.col},
+                               edge={None: out.edge}, num_sampled_nodes=one(out.num_sampled_nodes),
+                               num_sampled_edges=one(out.num_sampled_edges), batch=one(out.batch))
 
 
 def NeighborPlanner(sampler, input_nodes: torch.Tensor, node_attrs: Mapping[str, Any],
                     edge_attrs: Mapping[str, torch.Tensor], input_ids: Optional[torch.Tensor] = None,
                     input_time: Optional[torch.Tensor] = None, post_sample: Optional[Callable] = None) -> HeteroPlanner:
-    """The planner of a homogeneous graph's batches (a ``NeighborSampler``'s), named as in PyG's Data."""
-    return HeteroPlanner(_OneType(sampler, post_sample), None, input_nodes, {None: node_attrs}, {None: edge_attrs},
-                         input_ids=input_ids, input_time=input_time)
+    """The planner of a homogeneous graph's batches (a ``NeighborSampler``'s; `post_sample` maps its
+    output, typed as one type: :func:`one_type`), named as in PyG's Data ("x", "n_id", "edge_index")."""
+    return HeteroPlanner(_OneType(sampler), None, input_nodes, {None: node_attrs}, {None: edge_attrs},
+                         input_ids=input_ids, input_time=input_time, post_sample=post_sample)
 
 
-__all__ = ["NeighborPlanner", "HeteroPlanner", "node_name", "edge_name", "INPUT_ID", "SEED_TIME"]
+__all__ = ["NeighborPlanner", "HeteroPlanner", "one_type", "node_name", "edge_name", "INPUT_ID", "SEED_TIME"]

@@ -8,7 +8,9 @@ one :class:`HeteroSamplerOutput` is that of pyg-lib's ``hetero_neighbor_sample``
 ``csc=True``, directed, non-disjoint (PyG's NeighborLoader on a ``HeteroData``):
 
 * Seeds are nodes of one type, the input type; ``node[input_type]`` starts with them,
-  exactly as given (duplicates kept). Every other type starts empty. Each frontier
+  exactly as given (duplicates kept). Every other type starts empty (seeds of several
+  types, ``input_type=None``: each type starts with its own, as pyg-lib's ``seed_dict``;
+  disjoint seed positions run on across the types in the dict's order). Each frontier
   position is sampled on its own (a seed given twice is sampled twice, independently);
   a sampled node equal to a repeated seed maps to the seed's *first* position.
 * Hop ``h`` visits the edge types in the order given. For edge type ``(s, r, d)`` it
@@ -352,28 +354,38 @@ class HeteroNeighborSampler:
             return np.where(drawable > 0, k, 0).astype(np.int64)
         return np.where(deg <= k, deg, np.minimum(drawable, k))  # a fan-out >= the in-degree takes them all
 
-    def sample(self, input_type: str, seeds: Union[torch.Tensor, np.ndarray], *,
-               seed: int, seed_time: Union[torch.Tensor, np.ndarray, None] = None) -> HeteroSamplerOutput:
+    def sample(self, input_type: Optional[str], seeds: Union[torch.Tensor, np.ndarray, Mapping[str, torch.Tensor]],
+               *, seed: int, seed_time: Union[torch.Tensor, np.ndarray, Mapping[str, torch.Tensor], None] = None
+               ) -> HeteroSamplerOutput:
         """Sample the multi-hop in-neighbourhood of `seeds` (nodes of `input_type`); same `seed`, same output.
 
         Temporal sampling takes each seed's time from `seed_time` (one per seed), else from
-        `node_time` of the input type.
+        `node_time` of the input type. With ``input_type=None``, `seeds` (and `seed_time`) map
+        node types to their seeds (times), as pyg-lib's ``seed_dict`` (PyG's link sampling of
+        an edge type between two node types): each type's ``node`` starts with its seeds, and a
+        disjoint sample numbers the seeds across the types in the mapping's order (the second
+        type's first seed follows the first type's last), as pyg-lib does.
         """
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
             raise TypeError(f"seed must be an int, got {seed!r}")
-        seeds_np = readonly(self.check_seeds(input_type, seeds))
-        times = self._seed_times(input_type, seeds_np, seed_time) if self.temporal else None
+        given = self._typed_seeds(input_type, seeds, seed_time)
+        times = np.concatenate([self._seed_times(t, s, st) for t, (s, st) in given.items()]) \
+            if self.temporal else None
         empty = readonly(np.empty(0, dtype=np.int64))
+        num_seeds = sum(s.shape[0] for s, _ in given.values())
         # disjoint: a node's key is (its seed's position) * (nodes of its type) + its id
         width = {t: max(1, n) for t, n in self.num_nodes.items()}
-        if self.disjoint and seeds_np.shape[0] * max(width.values()) >= 1 << 62:
-            raise ValueError(f"disjoint sampling of {seeds_np.shape[0]} seeds at once in a graph of "
+        if self.disjoint and num_seeds * max(width.values()) >= 1 << 62:
+            raise ValueError(f"disjoint sampling of {num_seeds} seeds at once in a graph of "
                              f"{max(width.values())} nodes of one type overflows its node keys; "
                              "accepted: fewer seeds per batch")
         # per node type: the nodes new at the last hop (the frontier) and their seeds' positions, every
         # part of node[t] and batch[t], the id table (table, shift, entries) and how many nodes it holds
-        frontier = {t: seeds_np if t == input_type else empty for t in self.node_types}
-        frontier_batch = {t: np.arange(f.shape[0], dtype=np.int64) for t, f in frontier.items()}
+        frontier = {t: given[t][0] if t in given else empty for t in self.node_types}
+        first, offset = 0, {}
+        for t, (s, _) in given.items():  # seed positions run on across the seed types, in their order
+            offset[t], first = first, first + s.shape[0]
+        frontier_batch = {t: np.arange(f.shape[0], dtype=np.int64) + offset.get(t, 0) for t, f in frontier.items()}
         nodes = {t: [f] for t, f in frontier.items()}
         batch = {t: [b] for t, b in frontier_batch.items()}
         tables = {t: table_put_seeds(readonly(frontier_batch[t] * width[t] + f) if self.disjoint else f)
@@ -431,6 +443,19 @@ class HeteroNeighborSampler:
             num_sampled_nodes={t: [int(p.shape[0]) for p in nodes[t]] for t in self.node_types},
             num_sampled_edges={e: [int(part[0].shape[0]) for part in sampled[e]] for e in self.edge_types},
             batch={t: cat(batch[t]) for t in self.node_types} if self.disjoint else None)
+
+    def _typed_seeds(self, input_type: Optional[str], seeds, seed_time) -> Dict[str, Tuple[np.ndarray, object]]:
+        """{node type: (checked seeds, their given times or None)}: of `input_type`, or of every type `seeds` maps."""
+        if input_type is not None:
+            return {input_type: (readonly(self.check_seeds(input_type, seeds)), seed_time)}
+        if not isinstance(seeds, Mapping) or not seeds:
+            raise TypeError(f"seeds with input_type=None must map node types to seed ids, got {type(seeds).__name__}; "
+                            "accepted: a non-empty {node type: ids} dict, or input_type naming the seeds' type")
+        if seed_time is not None and (not isinstance(seed_time, Mapping) or set(seed_time) != set(seeds)):
+            raise ValueError(f"seed_time with input_type=None must map the seeds' node types {list(seeds)} to their "
+                             f"times, got {list(seed_time) if isinstance(seed_time, Mapping) else type(seed_time).__name__}")
+        return {t: (readonly(self.check_seeds(t, s)), None if seed_time is None else seed_time[t])
+                for t, s in seeds.items()}
 
     def _seed_times(self, input_type: str, seeds: np.ndarray, seed_time) -> np.ndarray:
         if seed_time is not None:  # compared exactly with the graph's times, whatever their dtypes

@@ -23,19 +23,26 @@ from typing import Any, Optional, Sequence, Union
 import yaml
 
 from ..codec.auto import KINDS
+from ..data.citegen import CitationSpec
 from ..data.graphgen import GraphSpec
 from ..data.maggen import MagSpec
+from .models import DECODERS
 
-__all__ = ["Config", "DataConfig", "LoaderConfig", "ModelConfig", "TrainConfig", "OutputConfig",
+__all__ = ["Config", "DataConfig", "LoaderConfig", "ModelConfig", "TrainConfig", "OutputConfig", "LinkConfig",
            "ConfigError", "load_config", "check_config", "from_dict", "apply_overrides", "to_dict", "DATASETS",
-           "HETERO_DATASETS", "FRAMEWORKS"]
+           "HETERO_DATASETS", "LINK_DATASETS", "TASKS", "DECODERS", "FRAMEWORKS"]
 
 #: front-ends `loader.framework` accepts: the loader and model of PyG or of DGL.
 FRAMEWORKS = ("pyg", "dgl")
 #: data sets `data.name` accepts.
-DATASETS = ("synthetic", "ogbn-papers100M", "ogbn-products", "ogbn-arxiv", "synthetic-mag", "ogbn-mag", "mag240m")
+DATASETS = ("synthetic", "ogbn-papers100M", "ogbn-products", "ogbn-arxiv", "synthetic-mag", "ogbn-mag", "mag240m",
+            "synthetic-citation", "ogbl-citation2")
 #: the heterogeneous ones (papers, authors, institutions, fields; papers labeled): trained with a heterogeneous model.
 HETERO_DATASETS = ("synthetic-mag", "ogbn-mag", "mag240m")
+#: the link-prediction ones (directed citations, ogbl-citation2's split): `task: link`.
+LINK_DATASETS = ("synthetic-citation", "ogbl-citation2")
+#: what `task` accepts: node classification or link prediction.
+TASKS = ("node", "link")
 
 
 _FLOAT_TEXT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
@@ -82,13 +89,16 @@ class DataConfig:
     mag: MagSpec = field(default_factory=MagSpec, metadata={
         "help": "the generated ogbn-mag-like heterogeneous data set (name: synthetic-mag); sizes checked "
                 "as for data.synthetic"})
+    citation: CitationSpec = field(default_factory=CitationSpec, metadata={
+        "help": "the generated ogbl-citation2-like link data set (name: synthetic-citation); sizes checked "
+                "as for data.synthetic"})
 
 
 @dataclass
 class LoaderConfig:
     """Loader settings: the front-end (CompressedNeighborLoader or CompressedDGLDataLoader) and its batches."""
 
-    batch_size: int = _num(1024, "seed nodes per training batch", 1, MAX_COUNT)
+    batch_size: int = _num(1024, "seed nodes (task link: positive edges) per training batch", 1, MAX_COUNT)
     eval_batch_size: int = _num(2048, "seed nodes per evaluation batch", 1, MAX_COUNT)
     num_neighbors: list[int] = field(default_factory=lambda: [10, 5], metadata={
         "help": "neighbours sampled per hop, each in [1, 2**31 - 1] or -1 (all); also the number of GNN layers"})
@@ -126,6 +136,20 @@ class TrainConfig:
 
 
 @dataclass
+class LinkConfig:
+    """Link prediction (`task: link`): the decoder, the training negatives and the evaluation."""
+
+    decoder: str = _choice("dot", DECODERS, "score of an edge: dot (of the two ends' embeddings) or mlp (an MLP "
+                           "on their element-wise product, as OGB's citation2 examples)")
+    neg_sampling_ratio: float = _num(1.0, "negatives per positive training edge (PyG's binary neg_sampling_ratio)",
+                                     0.0, 1000.0, min_open=True)
+    hits_k: list[int] = field(default_factory=lambda: [1, 3, 10], metadata={
+        "help": "the K of each Hits@K reported beside MRR (OGB's ogbl-citation2 evaluator: 1, 3, 10), each >= 1"})
+    max_eval_edges: Optional[int] = _num(None, "cap on the valid/test edges ranked (quick runs; null: all)",
+                                         1, MAX_COUNT)
+
+
+@dataclass
 class OutputConfig:
     """Where results go."""
 
@@ -143,6 +167,8 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
+    task: str = _choice("node", TASKS, "node (classification) or link (prediction, on the LINK_DATASETS)")
+    link: LinkConfig = field(default_factory=LinkConfig)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -280,6 +306,7 @@ def check_config(cfg: Config) -> Config:
     if not _DEVICE.match(lc.device):
         raise ConfigError(f"loader.device={lc.device!r} is not accepted; expected auto, cpu, cuda or cuda:N")
     m = cfg.model
+    _check_task(cfg)
     if cfg.data.name in HETERO_DATASETS:
         if lc.framework != "pyg":
             raise ConfigError(f"loader.framework={lc.framework!r} is not accepted with data.name="
@@ -297,6 +324,26 @@ def check_config(cfg: Config) -> Config:
     _check_generated_size(cfg.data)
     _check_output_dir(cfg.output.dir, len(lc.codecs))
     return cfg
+
+
+def _check_task(cfg: Config) -> None:
+    """`task` and `data.name` agree; a link run's model is GraphSAGE and its Hits@K are distinct Ks >= 1."""
+    if cfg.task == "link":
+        if cfg.data.name not in LINK_DATASETS:
+            raise ConfigError(f"data.name={cfg.data.name!r} is not accepted with task='link'; expected one of "
+                              f"{list(LINK_DATASETS)}")
+        if cfg.model.arch != "sage":
+            raise ConfigError(f"model.arch={cfg.model.arch!r} is not accepted with task='link'; expected 'sage' "
+                              "(the GraphSAGE encoder of the link model)")
+        ks = cfg.link.hits_k
+        for i, k in enumerate(ks):
+            if k < 1 or k > MAX_COUNT:
+                raise ConfigError(f"link.hits_k[{i}]={k!r} is not accepted; expected an integer in [1, {MAX_COUNT}]")
+        if len(set(ks)) != len(ks):
+            raise ConfigError(f"link.hits_k={ks!r} is not accepted; expected distinct values")
+    elif cfg.data.name in LINK_DATASETS:
+        raise ConfigError(f"data.name={cfg.data.name!r} is a link-prediction data set; expected task='link' with it "
+                          f"(task={cfg.task!r})")
 
 
 def _existing(path: Path) -> Path:
@@ -357,6 +404,17 @@ def _generated_needs(data: DataConfig) -> Optional[tuple[str, int, int]]:
             m.num_authors * m.institutions_per_author
         return ("data.mag", GEN_NODE_BYTES * sum(m.num_nodes.values()),
                 4 * m.num_papers * m.dim + 8 * math.ceil(links))
+    if data.name == "synthetic-citation":
+        from ..data import citegen
+        from ..data.link import LinkPreparedDataset
+
+        c = data.citation
+        if LinkPreparedDataset.is_complete(citegen.cache_dir(c, data.root)):
+            return None
+        edges = math.ceil(c.num_nodes * c.avg_citations)
+        # per node: community, fitness, cumulative sums and ranks; per citation: its draws and the pair keys
+        return ("data.citation", GEN_NODE_BYTES * c.num_nodes + 64 * edges,
+                4 * c.num_nodes * c.dim + 32 * edges)
     return None
 
 
@@ -368,7 +426,8 @@ def _check_generated_size(data: DataConfig) -> None:
     from ..resources import available_memory
 
     key, memory, disk = needs
-    spec = dataclasses.asdict(data.synthetic if key == "data.synthetic" else data.mag)
+    spec = dataclasses.asdict({"data.synthetic": data.synthetic, "data.mag": data.mag,
+                               "data.citation": data.citation}[key])
     sizes = ", ".join(f"{k}={v}" for k, v in spec.items() if k.startswith("num_") or k in ("dim", "avg_citations"))
     available = available_memory()
     if memory > available:

@@ -169,7 +169,7 @@ class DGL:
                              f"({type(e).__name__}: {e}); use loader.device=cpu or a CUDA build of dgl") from None
 
     def prepare(self, ds: PreparedDataset):
-        """The prepared data set as a DGL graph (CSC only) with ndata "feat" and "label".
+        """The prepared data set as a DGL graph (CSC only) with ndata "feat" and "label" (no label: a link folder).
 
         The feature table stays memory-mapped (not copied); DGL wants one id type for the whole
         graph, so int32 indices are widened to int64 (a copy).
@@ -184,7 +184,8 @@ class DGL:
         g = dgl.graph(("csc", (as_tensor(csc.indptr), as_tensor(indices), torch.tensor([], dtype=torch.int64))),
                       num_nodes=ds.num_nodes).formats("csc")  # only CSC: workers would build COO and CSR too
         g.ndata["feat"] = ds.x
-        g.ndata["label"] = ds.y  # int64, -1 for unlabeled nodes (the splits hold labeled nodes only)
+        if isinstance(ds, PreparedDataset):  # a link folder (task link) has no labels
+            g.ndata["label"] = ds.y  # int64, -1 for unlabeled nodes (the splits hold labeled nodes only)
         return g
 
     def from_store(self, ds: PreparedDataset, codec: str, use_store: bool) -> bool:

@@ -280,6 +280,10 @@ def run(cfg: Config, *, baseline: bool = False) -> list[dict]:
     """Run the experiment once per codec in `cfg.loader.codecs` (and, with `baseline`, once with the
     framework's own uncompressed loader: codec "native"); return the results (rank 0 writes JSON)."""
     check_config(cfg)  # the whole config, before any data is generated or loaded
+    if cfg.task == "link":
+        from .link import run_link
+
+        return run_link(cfg, baseline=baseline, setup=setup_distributed, write=_write)
     front = frontends.get(cfg.loader.framework, hetero=cfg.data.name in HETERO_DATASETS)
     front.check(cfg)
     dist, device = setup_distributed(cfg.loader.device)
@@ -402,7 +406,8 @@ def _write(cfg: Config, codec: str, dist: Dist, result: dict) -> Path:
         path, k = d / f"{stem}.json", 1
         while path.exists():
             path, k = d / f"{stem}-{k}.json", k + 1
-        write_text(path, json.dumps(dict(result, machine=machine()), indent=2) + "\n")
+        write_text(path, json.dumps({"format": RUN_FORMAT, "version": 1, **result, "machine": machine()},
+                                    indent=2) + "\n")
     except OSError as e:  # filled up or made read-only during the run (check_config checked it before)
         raise ConfigError(f"output.dir={cfg.output.dir!r} is not accepted: the results of codec {codec} could "
                           f"not be written there ({e.strerror or e}); expected a writable folder with room for "

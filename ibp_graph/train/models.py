@@ -8,6 +8,8 @@ from typing import Optional, Sequence
 import torch
 
 ARCHS = ("sage", "gcn", "gat")
+#: the link model's decoders: the dot product of the two ends' embeddings, or an MLP on their product.
+DECODERS = ("dot", "mlp")
 #: architectures of each framework's model (loader.framework -> model.arch).
 FRAMEWORK_ARCHS = {"pyg": ARCHS, "dgl": ("sage",)}
 
@@ -204,3 +206,39 @@ def build_model(cfg, in_channels: int, num_classes: int, num_layers: int,
     if stats is not None:
         model.set_feature_stats(*stats)
     return model
+
+
+class LinkModel(torch.nn.Module):
+    """Link prediction: a GNN encoder (node embeddings: a NodeClassifier or BlockSAGE whose outputs are
+    `hidden` wide) and a decoder scoring (source, target) pairs, as logits."""
+
+    def __init__(self, encoder: torch.nn.Module, hidden: int, decoder: str = "dot", *, dropout: float = 0.5):
+        super().__init__()
+        if decoder not in DECODERS:
+            raise ValueError(f"decoder={decoder!r} is not accepted; use one of {list(DECODERS)}")
+        self.encoder = encoder
+        self.decoder = decoder
+        # OGB's citation2 LinkPredictor: an MLP on the ends' element-wise product
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(hidden, hidden), torch.nn.ReLU(), torch.nn.Dropout(dropout),
+                                       torch.nn.Linear(hidden, 1)) if decoder == "mlp" else None
+
+    def forward(self, pairs: tuple[torch.Tensor, torch.Tensor], *inputs) -> torch.Tensor:
+        """Logits of the pairs (local node ids `pairs` = (sources, targets)) of the encoder's output on
+        `inputs` (one call, so that DistributedDataParallel sees the whole step)."""
+        h = self.encoder(*inputs)
+        return self.score(h[pairs[0]], h[pairs[1]])
+
+    def score(self, h_src: torch.Tensor, h_dst: torch.Tensor) -> torch.Tensor:
+        """Logits of the pairs (h_src[..., i], h_dst[..., i]): the last dimension is the embedding."""
+        if self.mlp is None:
+            return (h_src * h_dst).sum(-1)
+        return self.mlp(h_src * h_dst).squeeze(-1)
+
+
+def build_link_model(cfg, link_cfg, in_channels: int, num_layers: int,
+                     stats: Optional[tuple[torch.Tensor, torch.Tensor]] = None, *,
+                     framework: str = "pyg") -> LinkModel:
+    """The link model a ModelConfig and LinkConfig describe: `framework`'s GraphSAGE with `cfg.hidden` outputs
+    (inputs standardised with `stats`), then `link_cfg.decoder`."""
+    encoder = build_model(cfg, in_channels, cfg.hidden, num_layers, stats, framework=framework)
+    return LinkModel(encoder, cfg.hidden, link_cfg.decoder, dropout=cfg.dropout)

@@ -67,3 +67,25 @@ def test_verify_cost_times_a_store_verified_on_read_against_one_opened_unverifie
     assert r["steady_ratio"] > 0 and r["first_round_ratio"] > 0 and r["check_us_per_batch"] > 0
     assert set(r["first_batch_s"]) == {"verify-on-read", "verify-none"} and r["large_store_mb"] > 1
     assert "verify-on-read vs verify-none" in capsys.readouterr().out
+
+
+@pytest.mark.dgl
+@pytest.mark.filterwarnings("ignore:Dataloader CPU affinity")
+def test_dgl_loader_benchmark_times_link_batches_against_dgls_edge_prediction_loader(capsys):
+    from ibp_graph.benchmarks.loader import DGL_VARIANTS, run_dgl
+
+    rows = run_dgl(num_nodes=3000, avg_degree=6, batch_size=64, num_neighbors=(5, 3), batches=3,
+                   num_workers=[1, 2], rounds=1, task="link")
+    ours = [v for v in DGL_VARIANTS[1:] if v != "pyg-identity"]  # PyG has no link row
+    assert [(r["variant"], r["num_workers"]) for r in rows] == [
+        (v, w) for w in (1, 2) for v in (DGL_VARIANTS[0], *ours)]
+    assert all(r["task"] == "link" and r["batches"] == 3 and r["batches_per_s"] > 0 for r in rows)
+    by = {(r["variant"], r["num_workers"]): r for r in rows}
+    for w in (1, 2):
+        identity, auto = by["dgl-identity", w], by["dgl-auto", w]
+        assert identity["mb_per_batch"] == identity["raw_mb_per_batch"] > 0  # identity sends what it gathers
+        assert auto["mb_per_batch"] < auto["raw_mb_per_batch"]
+    text = capsys.readouterr().out
+    assert "link batches of 64" in text and "MB sent/batch" in text
+    with pytest.raises(ValueError, match=r"task='edge' is not accepted; use one of \('node', 'link'\)"):
+        run_dgl(num_nodes=100, task="edge")

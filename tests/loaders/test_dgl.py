@@ -253,8 +253,6 @@ def test_unsupported_options_raise_naming_them(graph):
         L(graph, idx, sampler(), gpu_cache={"node": {"feat": 10}})
     with pytest.raises(NotImplementedError, match="collate_fn"):
         L(graph, idx, sampler(), collate_fn=lambda b: b)
-    with pytest.raises(NotImplementedError, match="edge-wise sampler"):
-        L(graph, idx, dgl.dataloading.as_edge_prediction_sampler(sampler()))
     for bad in (0, -1, 2.5, True):
         with pytest.raises(ValueError, match=rf"batch_size={bad!r} is not accepted; use an int >= 1"):
             L(graph, idx, sampler(), batch_size=bad)

@@ -476,3 +476,28 @@ def test_a_fan_out_far_above_every_in_degree_takes_whole_neighbourhoods_and_an_u
         sampler.sample("paper", torch.arange(30), seed=0)
     with pytest.raises(ValueError, match=r"num_neighbors\[0\] must be an int >= -1 and <= 9223372036854775807"):
         make_sampler(num_nodes, ei, [2 ** 63])
+
+
+def _two_type_sampler(**kw):
+    g = torch.Generator().manual_seed(0)
+    ab = torch.stack([torch.randint(0, 30, (200,), generator=g), torch.randint(0, 20, (200,), generator=g)])
+    graphs = {("a", "to", "b"): TypedCSC.from_edge_index(ab, 30, 20),
+              ("b", "to", "a"): TypedCSC.from_edge_index(ab.flip(0), 20, 30)}
+    return HeteroNeighborSampler({"a": 30, "b": 20}, graphs, [3, 2], **kw)
+
+
+@pytest.mark.parametrize("disjoint", [False, True])
+def test_seeds_of_several_types_start_their_types_and_one_type_keeps_its_stream(disjoint):
+    sampler = _two_type_sampler(disjoint=disjoint)
+    a, b = torch.tensor([1, 2, 3]), torch.tensor([4, 5])
+    one, alone = sampler.sample(None, {"a": a}, seed=5), sampler.sample("a", a, seed=5)
+    for t in ("a", "b"):  # a dict of one type is the single-type call
+        assert torch.equal(one.node[t], alone.node[t])
+    out = sampler.sample(None, {"a": a, "b": b}, seed=5)
+    assert torch.equal(out.node["a"][:3], a) and torch.equal(out.node["b"][:2], b)
+    assert out.num_sampled_nodes["a"][0] == 3 and out.num_sampled_nodes["b"][0] == 2
+    if disjoint:  # pyg-lib numbers the seeds across the types of seed_dict, in its order
+        assert torch.equal(out.batch["a"][:3], torch.arange(3)) and torch.equal(out.batch["b"][:2], torch.arange(3, 5))
+        assert (out.batch["a"] < 5).all() and (out.batch["b"] < 5).all()
+    with pytest.raises(TypeError, match="seeds with input_type=None must map node types"):
+        sampler.sample(None, a, seed=5)

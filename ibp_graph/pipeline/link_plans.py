@@ -1,0 +1,96 @@
+"""Batch plans of link batches (PyG's LinkNeighborLoader): a node planner's plan of the sampled subgraph, plus
+the batch's link fields.
+
+:class:`LinkPlanner` wraps a node planner (``NeighborPlanner`` or ``HeteroPlanner``; it uses only its
+``sampler`` and ``plan(req, out)``): a request's positions pick seed edges, ``sampling.links.link_seeds``
+draws the negatives and lays out the seed nodes, the planner's sampler samples from them with the
+request's seed, and the plan is the inner planner's (``input_id``: the edges' positions, or the given ids)
+with the link fields put on it, flattened to 1-d (each joins its dtype's element stream, whatever the
+batch's size), their shapes in the meta's ``"link"`` entry.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import numpy as np
+import torch
+
+from ..sampling.hetero import EdgeType
+from ..sampling.links import LinkSeeds, NegativeSampling, link_seeds
+from .producer import BatchPlan
+from .requests import BatchRequest
+
+#: the link fields a batch may carry (PyG's LinkLoader), in the order they are put.
+LINK_FIELDS = ("edge_label_index", "edge_label", "edge_label_time", "src_index", "dst_pos_index", "dst_neg_index")
+
+
+def link_name(field: str) -> str:
+    """The name a link field travels under in a batch plan (apart from the graph's own attributes)."""
+    return f"link:{field}"
+
+
+class LinkPlanner:
+    """Link batches over the seed edges ``(src[i], dst[i])`` (with labels and times), sampled by `planner`'s
+    typed sampler (``sample(None, seeds, ...)``: a tensor of a homogeneous graph's seeds, or ``{type: seeds}``)
+    and planned by `planner`; `edge_type` is None for a homogeneous graph. `node_time` gives the
+    (src, dst) node times negatives must respect (node-level temporal sampling). A disjoint sample's
+    ``batch`` is taken modulo the batch's positives (PyG: the example each subgraph belongs to);
+    `post_sample` then maps the sampler output (PyG's bidirectional subgraph, transform_sampler_output)."""
+
+    def __init__(self, planner: Any, src: torch.Tensor, dst: torch.Tensor, *, num_src_nodes: int,
+                 num_dst_nodes: int, edge_type: Optional[EdgeType] = None, edge_label: Optional[torch.Tensor] = None,
+                 edge_label_time: Optional[torch.Tensor] = None, neg_sampling: Optional[NegativeSampling] = None,
+                 node_time: tuple = (None, None), post_sample: Optional[Callable] = None):
+        self.planner, self.src, self.dst = planner, src, dst
+        self.num_src_nodes, self.num_dst_nodes, self.edge_type = num_src_nodes, num_dst_nodes, edge_type
+        self.edge_label, self.edge_label_time, self.neg_sampling = edge_label, edge_label_time, neg_sampling
+        self.node_time, self.post_sample = node_time, post_sample
+
+    @property
+    def sampler(self):
+        """The inner planner's neighbour sampler."""
+        return self.planner.sampler
+
+    def __len__(self) -> int:
+        return int(self.src.numel())
+
+    def seeds(self, req: BatchRequest) -> LinkSeeds:
+        """The negatives, sampler seeds and link fields of `req`'s seed edges."""
+        index = req.index
+        return link_seeds(self.src[index], self.dst[index], num_src_nodes=self.num_src_nodes,
+                          num_dst_nodes=self.num_dst_nodes, seed=req.seed, neg_sampling=self.neg_sampling,
+                          edge_label=None if self.edge_label is None else self.edge_label[index],
+                          edge_label_time=None if self.edge_label_time is None else self.edge_label_time[index],
+                          disjoint=bool(self.sampler.disjoint), edge_type=self.edge_type,
+                          src_node_time=self.node_time[0], dst_node_time=self.node_time[1])
+
+    def sample(self, req: BatchRequest) -> tuple[LinkSeeds, Any]:
+        link = self.seeds(req)
+        times = {} if link.seed_time is None else {"seed_time": link.seed_time}
+        out = self.sampler.sample(None, link.seeds, seed=req.seed, **times)  # typed: the seeds of one or two types
+        if out.batch is not None:  # PyG: out.batch % num_pos, the example a subgraph belongs to
+            out.batch = {t: b % link.num_pos for t, b in out.batch.items()}
+        return link, (out if self.post_sample is None else self.post_sample(out))
+
+    def plan(self, req: BatchRequest, sampled: tuple[LinkSeeds, Any]) -> tuple[BatchPlan, dict]:
+        link, out = sampled
+        plan, meta = self.planner.plan(req, out)
+        shapes = {}
+        for field in LINK_FIELDS:
+            value = getattr(link, field)
+            if value is not None:
+                plan.put(link_name(field), value.contiguous().reshape(-1))
+                shapes[field] = tuple(value.shape)
+        return plan, {**meta, "link": shapes}
+
+
+def edge_list(indptr: np.ndarray, indices: np.ndarray, e_id: np.ndarray) -> torch.Tensor:
+    """The ``[2, E]`` edge_index (column ``e_id[k]``: the k-th CSC edge) of a CSC graph."""
+    num_edges = int(indices.shape[0])
+    out = np.empty((2, num_edges), dtype=np.int64)
+    out[0, e_id] = indices
+    out[1, e_id] = np.repeat(np.arange(len(indptr) - 1, dtype=np.int64), np.diff(indptr))
+    return torch.from_numpy(out)
+
+
+__all__ = ["LINK_FIELDS", "LinkPlanner", "edge_list", "link_name"]
