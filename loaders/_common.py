@@ -91,7 +91,7 @@ def setup_codecs(node_attrs: Mapping[str, Any], edge_attrs: Mapping[str, Any], *
                  num_edges: int, codec: CodecSpec, device: torch.device,
                  refine: Optional[Callable[[dict], tuple]] = None) -> Any:
     """One codec per group (pipeline.codec_setup.build_codecs), warmed up for `device`. `refine`, when
-    given, maps the codecs to (codecs, ...) (e.g. per-type codecs: pipeline.type_codecs); its whole
+    given, maps the codecs to (codecs, ...) (e.g. per-type codecs: codec_setup.split_row_groups); its whole
     answer is returned, with the codecs it gives warmed up."""
     codecs = build_codecs(node_attrs, edge_attrs, num_nodes=num_nodes, num_edges=num_edges, codec=codec)
     out = (codecs,) if refine is None else refine(codecs)

@@ -16,7 +16,7 @@ from ibp_graph.loaders import _common
 from ibp_graph.loaders._common import ADJ_T
 from ibp_graph.loaders.pyg_stores import is_hetero_input, is_store_pair, read_stores
 from ibp_graph.pipeline.batch import DecodedBatch, EncodedBatch
-from ibp_graph.pipeline.codec_setup import CODEC_NAMES, CodecSpec
+from ibp_graph.pipeline.codec_setup import CODEC_NAMES, CodecSpec, split_row_groups
 from ibp_graph.pipeline.features import check_features, plan_features
 from ibp_graph.pipeline.link_plans import LinkPlanner, edge_list, link_name
 from ibp_graph.pipeline.plans import (INPUT_ID, SEED_TIME, HeteroPlanner, NeighborPlanner, edge_name, node_name,
@@ -24,7 +24,6 @@ from ibp_graph.pipeline.plans import (INPUT_ID, SEED_TIME, HeteroPlanner, Neighb
 from ibp_graph.pipeline.producer import BatchProducer
 from ibp_graph.pipeline.requests import BatchRequest, BatchRequests, DrawnRequests
 from ibp_graph.pipeline.sources import FeatureSource
-from ibp_graph.pipeline.type_codecs import split_row_groups
 from ibp_graph.sampling.graph import CSCGraph, index_dtype, sorted_by_time
 from ibp_graph.sampling.hetero import EdgeType, HeteroNeighborSampler, HeteroSamplerOutput, TypedCSC
 from ibp_graph.sampling.links import NegativeSampling as LinkNegatives

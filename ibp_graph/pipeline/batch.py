@@ -1,8 +1,5 @@
-"""The batch as it crosses the pipeline: encoded in a worker, decoded in the main process.
-
-Both forms are framework-neutral: named tensors in groups, and ``meta``, an opaque
-pass-through that the front-end fills in (PyG's per-hop counts, DGL's graphs and
-slots) and reads back; the pipeline never looks inside it.
+"""The batch as it crosses the pipeline, encoded in a worker and decoded in the main process: named
+tensors in groups, and ``meta``, the front-end's opaque pass-through (PyG's per-hop counts, DGL's graphs).
 """
 from __future__ import annotations
 
@@ -24,28 +21,23 @@ class EncodedBatch:
     layouts: dict[GroupKey, GroupLayout]
     meta: Any = None
     seconds: dict[str, float] = field(default_factory=dict)
-    #: host bytes written into new buffers for this batch, in the worker and when pinning
-    #: (LoaderStats.copied_bytes).
-    copied_bytes: int = 0
-    #: the ring slot (pipeline.transport) the groups were written into; None outside a ring.
-    slot: Optional[Slot] = None
-    #: rows the main process serves after decoding (pipeline.sources.Served records).
-    served: tuple = ()
+    copied_bytes: int = 0  #: host bytes written into new buffers for it, in the worker and when pinning
+    slot: Optional[Slot] = None  #: the ring slot (pipeline.transport) it was written into
+    served: tuple = ()  #: rows the main process serves after decoding (pipeline.sources.Served)
 
     def _tensors(self):
         return [t for ct in self.groups.values() for t in (ct.payload, ct.offsets) if t is not None]
 
     def __getstate__(self) -> dict:
-        # pickled = handed from a worker to the main process: torch copies every tensor not in
-        # shared memory into a new segment on the way; those bytes count as copied
+        # pickled = handed over: torch copies every tensor not in shared memory; those bytes count
         state = dict(self.__dict__)
         state["copied_bytes"] = self.copied_bytes + sum(
             t.numel() * t.element_size() for t in self._tensors() if not is_shared(t))
         return state
 
     def pin_memory(self) -> "EncodedBatch":
-        """Every group in page-locked memory (called by the DataLoader's pin-memory thread): a
-        group already there (a registered ring slot) stays; the bytes copied are counted."""
+        """Every group in page-locked memory (the pin-memory thread), counting the bytes copied (a
+        registered ring slot's are none)."""
         copied = sum(t.numel() * t.element_size() for t in self._tensors() if not t.is_pinned())
         return replace(self, groups={k: ct.pin_memory() for k, ct in self.groups.items()},
                        copied_bytes=self.copied_bytes + copied)

@@ -1,15 +1,11 @@
 """A compressed cache of hot feature rows in device memory: which nodes, where, and their lookup.
 
-A budget of device memory (``device_cache=``: bytes, or a fraction of the device's memory) holds the
-*compressed* rows of the nodes most likely to be sampled, so the same budget holds ~1.2x (dense) to
-~100x (bag-of-words) more rows than a raw cache. Nodes are ranked by how often the sampler can draw
-them (:func:`degree_hotness`: their appearances in the CSC graph's neighbour lists) or by counts of a
-warm-up epoch (:func:`count_hotness`). The budget pays for a slot map (4 bytes per node: the node's
-row in the cache, or -1) and the rows with their offsets; the hottest rows that fit are cached, in
-rank order. A batch's rows are split by the map into hits (decoded from the cache) and misses;
-``pipeline.sources.CachedSource`` (the cache as a wrapper around a store's source) assembles them.
-On a CUDA device hits decode with :func:`ibp_graph.gpu.fetch`; on the CPU the same object is the
-stand-in (rows in a host tensor, decoded by the codec), so the index mapping runs in every test.
+A budget (``device_cache=``: bytes, or a fraction of the device's memory) holds the *compressed* rows
+of the nodes most likely sampled (~1.2x (dense) to ~100x (bag-of-words) the rows of a raw cache),
+ranked by :func:`degree_hotness` or a warm-up epoch's :func:`count_hotness`. It pays for a slot map
+(SLOT_BYTES per node: its cache row, or -1) and the hottest rows that fit, with their offsets. A
+batch's ids split into hits and misses (sources.CachedSource assembles them). Hits decode with
+:func:`ibp_graph.gpu.fetch` on CUDA; on the CPU the same object, decoded by the codec, is the stand-in.
 """
 from __future__ import annotations
 
@@ -49,8 +45,7 @@ def cache_budget(device_cache: Union[int, float], device: torch.device) -> int:
 
 
 def degree_hotness(indices: np.ndarray, num_nodes: int) -> np.ndarray:
-    """How often each node can be drawn as a neighbour: its appearances in a CSC graph's
-    ``indices`` (its out-degree; the in-degree of an undirected graph)."""
+    """How often each node can be drawn as a neighbour: its appearances in a CSC graph's ``indices``."""
     return np.bincount(np.asarray(indices), minlength=num_nodes)[:num_nodes]
 
 
@@ -71,8 +66,8 @@ def row_bytes(ct: CompressedTensor, ids: torch.Tensor) -> torch.Tensor:
 
 
 def decode_rows(codec, ct: CompressedTensor, ids: torch.Tensor, checks=None) -> torch.Tensor:
-    """Rows `ids` of `ct` decoded where `ids` are: by the fused gather + decode kernel on a GPU (`ct`'s
-    payload in device or page-locked host memory), by the codec on the CPU."""
+    """Rows `ids` of `ct` decoded where `ids` are: the fused gather + decode kernel on a GPU (payload in
+    device or page-locked host memory), the codec on the CPU."""
     if ids.device.type == "cuda":
         from .. import gpu
 
@@ -141,9 +136,8 @@ class DeviceCache:
         return self.table.codec
 
     def split(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(hit positions, their cache slots, miss positions) of `ids`, all int64 on the cache's device.
-
-        On a GPU this waits for `ids` (the number of hits sizes the launches)."""
+        """(hit positions, their cache slots, miss positions) of `ids`, int64 on the cache's device (on a
+        GPU this waits for `ids`: the number of hits sizes the launches)."""
         slot = self.slots[ids.to(self.device)]
         hit = slot >= 0
         hit_pos = hit.nonzero().reshape(-1)

@@ -1,15 +1,12 @@
 """Main side: copy each encoded batch to the device and decode it, `prefetch` batches ahead.
 
-On a CUDA device the copy (from pinned memory) and the decode kernels (``ibp_graph.gpu``)
-run on a side stream, so they overlap the training step running on the current stream;
-each yielded tensor is handed over with an event wait and `record_stream`. Without a
-GPU the same stage decodes on the CPU (``codec.decode``). Either way a corrupt group
-raises before its batch is handed out, and the batch's `meta` passes through untouched.
-With `features` (pipeline.sources.Serving: zero-copy stores, device caches) the stage then
-reads the rows of the batch's served sources in the main process, on the same stream.
-A batch written into a ring slot (pipeline.transport) has its slot released here: on a
-CUDA device once its copy has completed (the slot's segment page-locked on first use), on
-the CPU once no tensor of the batch is alive.
+On CUDA the copy (from pinned memory) and the decode kernels (``ibp_graph.gpu``) run on a side
+stream, overlapping the training step on the current stream; each yielded tensor is handed over
+with an event wait and `record_stream`. Without a GPU the stage decodes on the CPU
+(``codec.decode``). Either way a corrupt group raises before its batch is handed out and `meta`
+passes through untouched; then the batch's served rows are read (`features`: pipeline.sources.Serving)
+on the same stream, and its ring slot (pipeline.transport) is released: on CUDA once its copy has
+completed, on the CPU once no tensor of the batch is alive.
 """
 from __future__ import annotations
 
@@ -21,8 +18,8 @@ import torch
 
 from ..codec.base import Codec
 from .batch import DecodedBatch, EncodedBatch
-from .sources import Serving
 from .grouping import GroupKey
+from .sources import Serving
 from .stats import LoaderStats
 from .transport import SlotKeeper, register_pinned
 
@@ -34,9 +31,7 @@ class DecodeStage:
                  stats: Optional[LoaderStats] = None, features: Optional[Serving] = None):
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
             raise ValueError(f"prefetch={prefetch!r} is not accepted; use an int >= 0 (batches in flight)")
-        self.codecs = dict(codecs)
-        self.device = torch.device(device)
-        self.prefetch = prefetch
+        self.codecs, self.device, self.prefetch = dict(codecs), torch.device(device), prefetch
         self.stats = stats if stats is not None else LoaderStats()
         self.features = features
         self._stream = None
@@ -59,61 +54,46 @@ class DecodeStage:
             self.stats.add_time(stage, sec)
         self.stats.add_copied(batch.copied_bytes)
 
-    @staticmethod
-    def _split(batch: EncodedBatch, decoded: Mapping[GroupKey, torch.Tensor]) -> DecodedBatch:
-        tensors = {}
+    def _decoded(self, batch: EncodedBatch, decoded: Mapping[GroupKey, torch.Tensor], checks=None):
+        """The batch's named tensors, with its served rows filled in; their Tally (None: none served)."""
+        out = DecodedBatch({}, batch.meta)
         for key, t in decoded.items():
-            tensors.update(batch.layouts[key].split(t))
-        return DecodedBatch(tensors, batch.meta)
-
-    def _fetch(self, batch: EncodedBatch, out: DecodedBatch, checks=None):
-        """The rows of the batch's served sources, put into `out`; their Tally (None: none served)."""
+            out.update(batch.layouts[key].split(t))
         if not batch.served:
-            return None
+            return out, None
         if self.features is None:
             raise RuntimeError(f"the batch has rows to serve ({[s.name for s in batch.served]}) but this "
                                "decode stage serves no sources")
-        return self.features.fill(batch.served, out, batch.groups, checks)
+        return out, self.features.fill(batch.served, out, batch.groups, checks)
 
-    def _count_fetched(self, tally) -> None:
-        if tally is not None:
-            self.stats.add_tiers(**tally.counts())
-
-    # ---- CPU ------------------------------------------------------------------
     def _cpu(self, batches: Iterator[EncodedBatch]) -> Iterator[DecodedBatch]:
         for batch in batches:
             self._count(batch)
             t = time.perf_counter()
-            decoded = {k: self._codec(k).decode(ct) for k, ct in batch.groups.items()}
-            out = self._split(batch, decoded)
-            self._count_fetched(self._fetch(batch, out))
+            out, tally = self._decoded(batch, {k: self._codec(k).decode(ct) for k, ct in batch.groups.items()})
+            if tally is not None:
+                self.stats.add_tiers(**tally.counts())
             self.stats.add_time("decode", time.perf_counter() - t)
             yield out
 
-    # ---- CUDA -----------------------------------------------------------------
     def _launch(self, batch: EncodedBatch):
-        """Queue copy + decode of one batch on the side stream; return what finishing needs.
-
-        Nothing here waits for the GPU: the decoders' error checks are collected
-        (gpu.PendingChecks) and read in _finish, once the batch is done anyway, so the host
-        can queue the next batches while this one copies and decodes.
-        """
+        """Queue copy + decode of one batch on the side stream, without waiting for the GPU: the
+        decoders' error checks (gpu.PendingChecks) are read in _finish, once the batch is done anyway."""
         from .. import gpu
 
         checks = gpu.PendingChecks()
-        start, copied, done = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+        events = start, copied, done = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
         with torch.cuda.stream(self._stream):
             start.record()
             on_device = {k: ct.to(self.device, non_blocking=True) for k, ct in batch.groups.items()}
             copied.record()
-            decoded = {k: gpu.decode(self._codec(k), ct, checks=checks) for k, ct in on_device.items()}
-            out = self._split(batch, decoded)
-            fetched = self._fetch(batch, out, checks)
+            out, tally = self._decoded(batch, {k: gpu.decode(self._codec(k), ct, checks=checks)
+                                               for k, ct in on_device.items()}, checks)
             done.record()
-        return batch, out, fetched, (start, copied, done), checks
+        return batch, out, tally, events, checks
 
     def _finish(self, item) -> DecodedBatch:
-        batch, out, fetched, (start, copied, done), checks = item
+        batch, out, tally, (start, copied, done), checks = item
         current = torch.cuda.current_stream(self.device)
         current.wait_event(done)
         for t in out.values():
@@ -123,7 +103,8 @@ class DecodeStage:
         checks.raise_first()  # a corrupt group raises here, before its batch is handed out
         self.stats.add_time("copy", start.elapsed_time(copied) / 1e3)
         self.stats.add_time("decode", copied.elapsed_time(done) / 1e3)
-        self._count_fetched(fetched)
+        if tally is not None:
+            self.stats.add_tiers(**tally.counts())
         return out
 
     def _cuda(self, batches: Iterator[EncodedBatch]) -> Iterator[DecodedBatch]:

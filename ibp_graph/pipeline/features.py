@@ -1,18 +1,11 @@
-"""Where a batch's node features are read: ``features=`` and ``device_cache=`` build the feature sources.
+"""``features=`` and ``device_cache=``: builders of a loader's feature sources (pipeline.sources).
 
-Each node feature table becomes a FeatureSource (pipeline.sources):
-
-- ``"worker"``: read by the workers (a tensor's raw rows, encoded there, or a store's compressed
-  rows) and sent through shared memory;
-- ``"zero_copy"``: a ZeroCopySource: the workers send the node ids only and the main process
-  fetches the rows from the pinned store (a raw tensor is encoded into one once, in memory, with
-  the loader's `codec`; PinError when it cannot be pinned); on the CPU stand-in it gathers and
-  decodes them there, so tests cover it;
-- ``"auto"`` (default): zero-copy on a CUDA device when every feature table is already a
-  store and the stores fit in pinned memory (at most half the host's available RAM), else worker.
-
-With ``device_cache=`` (pipeline.cache) each source is wrapped in a CachedSource (hot rows decoded
-from device memory, misses from the source). A table given as a source object is used as it is.
+Each node feature table becomes a FeatureSource, by mode: ``"worker"`` (read by the workers: a
+tensor's raw rows, encoded there, or a store's compressed rows); ``"zero_copy"`` (a ZeroCopySource:
+the workers send node ids only; a raw tensor is encoded into a store once, in memory, with the
+loader's `codec`; PinError when it cannot be pinned); ``"auto"`` (default: zero-copy on CUDA when
+every feature table is a store and they fit in half the available host memory, else worker).
+``device_cache=`` wraps each in a CachedSource (pipeline.cache). A source object given stays as it is.
 """
 from __future__ import annotations
 
@@ -44,11 +37,8 @@ def check_features(features: Any) -> str:
 
 def resolve_mode(features: str, device: torch.device, tables: Mapping[str, Any],
                  available: Optional[int] = None) -> str:
-    """"worker" or "zero_copy" for `features` on `device`, given the feature `tables` (name -> table).
-
-    "auto" picks zero_copy on CUDA when every table is an EncodedTable (or a source backed by one)
-    and their bytes fit in half of the `available` host memory (default: MemAvailable), else worker.
-    """
+    """"worker" or "zero_copy" for `features` on `device`, given the feature `tables` (name -> table)
+    and the `available` host memory (default: MemAvailable) for "auto"."""
     if check_features(features) != AUTO:
         return features
     if torch.device(device).type != "cuda" or not tables:
@@ -62,15 +52,14 @@ def resolve_mode(features: str, device: torch.device, tables: Mapping[str, Any],
 
 
 def feature_tables(node_attrs: Mapping[str, Any]) -> dict[str, Any]:
-    """The node attributes that are feature tables (rows of 2-d and up, stores, or source objects);
-    labels and other 1-d attributes stay with the workers."""
+    """The node attributes that are feature tables (2-d and up, stores, sources); 1-d ones (labels)
+    stay with the workers."""
     return {k: t for k, t in node_attrs.items() if isinstance(t, (EncodedTable, FeatureSource)) or t.dim() >= 2}
 
 
 def as_store(table: Any, codec) -> EncodedTable:
-    """`table` as a pre-encoded store: itself if it is one (or a source backed by one), else encoded
-    once in memory with `codec` (a name, or a fitted codec used when it matches the table's dtype and
-    row shape)."""
+    """`table` as a pre-encoded store: its own (a store, or a source backed by one), else encoded once
+    in memory with `codec` (a name, or a fitted codec, used when it matches dtype and row shape)."""
     source = as_source(table)
     if source.store is not None:
         return source.store
@@ -81,14 +70,13 @@ def as_store(table: Any, codec) -> EncodedTable:
 
 
 def codec_tables(node_attrs: Mapping[str, Any]) -> dict:
-    """Node attributes as the codec set-up reads them: a source as its table (a tensor, or a store
-    whose codec its rows keep), anything else as it is."""
+    """Node attributes as the codec set-up reads them: a source as its `table`, anything else as it is."""
     return {n: t.table if isinstance(t, FeatureSource) else t for n, t in node_attrs.items()}
 
 
 @dataclass
 class FeaturePlan:
-    """A loader's feature set-up: the mode, every node attribute as the batch plans read it (feature
+    """A loader's feature set-up: the mode, the node attributes as the batch plans read them (feature
     tables as FeatureSources), and the sources the main process serves."""
 
     mode: str
@@ -102,7 +90,7 @@ class FeaturePlan:
 
     @property
     def codec_attrs(self) -> dict:
-        """Every attribute a codec is set up for, as the codec set-up reads it (codec_tables)."""
+        """The node attributes as the codec set-up reads them (codec_tables)."""
         return codec_tables(self.node_attrs)
 
     def describe(self) -> str:
@@ -114,10 +102,8 @@ class FeaturePlan:
 def plan_features(node_attrs: Mapping[str, Any], *, features: str, device_cache: Union[int, float],
                   device: torch.device, indices: Union[np.ndarray, Callable[[], np.ndarray]], codec: Any = "auto",
                   available: Optional[int] = None) -> FeaturePlan:
-    """Each node feature table as a FeatureSource: the mode (resolve_mode) makes them ZeroCopySources
-    or leaves them read by the workers, a cache wraps each in a CachedSource; a source object given
-    stays. `indices`: the CSC graph's neighbour lists, or a function returning them (read only for a
-    cache, which ranks nodes by their appearances there)."""
+    """The FeaturePlan of `node_attrs`. `indices`: the CSC graph's neighbour lists, or a function
+    returning them (read only for a cache, which ranks nodes by their appearances there)."""
     check_features(features)
     device = torch.device(device)
     budget = cache_budget(device_cache, device)

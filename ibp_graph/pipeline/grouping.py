@@ -1,14 +1,11 @@
 """Group a batch's tensors so that each group is encoded as one tensor, and split them back.
 
-Row tensors (2-d and up: node features) are grouped by dtype and trailing shape and
-concatenated along rows. One-dimensional tensors (labels, node and edge ids) and
-``edge_index`` are flattened into one element stream per dtype and cut into rows of
-``SCALAR_BLOCK`` elements, so a row codec sees rows long enough to pay for its header.
-Rows of a pre-encoded table (an attribute served from a store) form a group of their own.
-A group of a dtype no codec has (complex, uint16/32/64, float8, ...: any dtype outside
-``layout.dtypes.SUPPORTED_DTYPES``) travels as the bytes of its rows (uint8 rows, the
-codec sees those) and is viewed back as its dtype when split: bit for bit.
-A group is named by a :class:`GroupKey`; ``str(key)`` is its readable name.
+Row tensors (2-d and up) are grouped by dtype and trailing shape, concatenated along rows; 1-d
+tensors and ``edge_index`` are flattened into one element stream per dtype, cut into rows of
+``SCALAR_BLOCK`` elements (long enough to pay for a row codec's header); a pre-encoded table's rows
+form a group of their own. A group of a dtype no codec has (outside ``layout.dtypes.SUPPORTED_DTYPES``:
+complex, uint16/32/64, float8, ...) travels as uint8 rows of its bytes, viewed back when split: bit
+for bit. A :class:`GroupKey` names a group; ``str(key)`` is its readable name.
 """
 from __future__ import annotations
 
@@ -27,8 +24,7 @@ from ..layout.rows import gather_fixed_rows
 SCALAR_BLOCK = 64
 
 #: group kinds: a flattened element stream, rows of a feature table, rows of a pre-encoded table,
-#: rows of one named attribute with a codec of its own (a heterogeneous graph's node or edge type
-#: whose rows differ from the other types' of the same dtype and row shape).
+#: rows of one named attribute with a codec of its own (codec_setup.split_row_groups).
 SCALARS, ROWS, STORE, TYPED = "scalars", "rows", "store", "typed"
 KINDS = (SCALARS, ROWS, STORE, TYPED)
 #: kinds whose key names the one attribute the group holds.
@@ -37,12 +33,12 @@ NAMED_KINDS = (STORE, TYPED)
 
 @dataclass(frozen=True)
 class GroupKey:
-    """Which group a tensor belongs to: dtype, row shape, kind (and the attribute, for a store)."""
+    """Which group a tensor belongs to: dtype, row shape, kind (and the attribute, for NAMED_KINDS)."""
 
     dtype: str
     row_shape: tuple[int, ...]
     kind: str
-    name: Optional[str] = None  # the attribute a STORE or TYPED group holds; None otherwise
+    name: Optional[str] = None
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -77,22 +73,15 @@ class GroupKey:
     @property
     def torch_dtype(self) -> torch.dtype:
         """The group's torch dtype."""
-        if self.as_bytes:
-            dtype = getattr(torch, self.dtype, None)
-            if not isinstance(dtype, torch.dtype):
-                return dtype_from_name(self.dtype)  # raises, naming the accepted names
-            return dtype
-        return dtype_from_name(self.dtype)
+        dtype = getattr(torch, self.dtype, None) if self.as_bytes else None
+        return dtype if isinstance(dtype, torch.dtype) else dtype_from_name(self.dtype)  # raises, naming names
 
     def __str__(self) -> str:
         """A readable, stable name ("float32[128]", "int64[*]", "x@store", "float32[128]@paper.x")."""
         if self.kind == STORE:
             return f"{self.name}@store"
-        if self.kind == TYPED:
-            return f"{self.dtype}[{','.join(map(str, self.row_shape))}]@{self.name}"
-        if self.scalar:
-            return f"{self.dtype}[*]"
-        return f"{self.dtype}[{','.join(map(str, self.row_shape))}]"
+        rows = f"{self.dtype}[{'*' if self.scalar else ','.join(map(str, self.row_shape))}]"
+        return f"{rows}@{self.name}" if self.kind == TYPED else rows
 
 
 @dataclass(frozen=True)
@@ -113,20 +102,14 @@ class GroupLayout:
 
     def split(self, decoded: torch.Tensor) -> dict[str, torch.Tensor]:
         """Named views of a decoded group tensor (no copies)."""
-        out = {}
         if self.key.as_bytes:  # uint8 rows: the group's own dtype and row shape again
             decoded = decoded.view(self.key.torch_dtype)
             if not self.key.scalar:
                 decoded = decoded.reshape((decoded.shape[0],) + tuple(self.key.row_shape))
         if self.key.scalar:
             flat = decoded.reshape(-1)
-            for m in self.members:
-                n = math.prod(m.shape)
-                out[m.name] = flat[m.start:m.start + n].view(m.shape)
-        else:
-            for m in self.members:
-                out[m.name] = decoded[m.start:m.start + m.shape[0]]
-        return out
+            return {m.name: flat[m.start:m.start + math.prod(m.shape)].view(m.shape) for m in self.members}
+        return {m.name: decoded[m.start:m.start + m.shape[0]] for m in self.members}
 
 
 #: an integer dtype of each element size, to gather rows of dtypes torch has no index_select for.
@@ -143,8 +126,7 @@ def _has_index_select(dtype: torch.dtype) -> bool:
 
 
 def _byte_rows(t: torch.Tensor) -> Optional[np.ndarray]:
-    """A CPU tensor's rows as a 2-d uint8 numpy view (no copy), or None where there is no such
-    view (not contiguous, quantized, on a device)."""
+    """A CPU tensor's rows as a 2-d uint8 numpy view (no copy), or None (not contiguous, quantized, on a device)."""
     if t.device.type != "cpu" or t.dim() == 0 or not t.is_contiguous() or t.is_quantized:
         return None
     try:
@@ -154,12 +136,10 @@ def _byte_rows(t: torch.Tensor) -> Optional[np.ndarray]:
 
 
 def gather_rows(table: torch.Tensor, index: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """``table[index]`` along the rows, for any dtype, into `out` when given (contiguous, of
-    the result's shape and dtype), bit for bit. A contiguous CPU table's rows are copied as
-    bytes by layout.rows.gather_fixed_rows (prefetching: 1.5x index_select on 512 B rows);
-    otherwise index_select, or for a dtype torch has none for (uint16/32/64, bits, sub-byte
-    ints) the same bytes gathered through a same-width integer view. An index outside
-    [0, len(table)) raises IndexError."""
+    """``table[index]`` along the rows, any dtype, bit for bit, into `out` when given (contiguous, of the
+    result's shape and dtype); an index outside [0, len(table)) raises IndexError. A contiguous CPU
+    table's rows are copied as bytes (layout.rows.gather_fixed_rows: 1.5x index_select on 512 B rows);
+    otherwise index_select, through a same-width integer view for a dtype torch has none for."""
     src = _byte_rows(table)
     if src is not None and src.shape[1] and index.dtype == torch.int64 and index.dim() == 1 \
             and index.device.type == "cpu":
@@ -204,7 +184,7 @@ def group_key(name: str, tensor: torch.Tensor) -> GroupKey:
 
 
 def store_key(name: str, dtype: torch.dtype, row_shape: tuple[int, ...]) -> GroupKey:
-    """The key of attribute `name` served from a pre-encoded table of `dtype` rows of `row_shape`."""
+    """The key of attribute `name` served from a pre-encoded table (`dtype` rows of `row_shape`)."""
     return GroupKey(dtype_name(dtype), tuple(row_shape), STORE, name)
 
 
@@ -228,9 +208,8 @@ def _bytes(t: torch.Tensor) -> torch.Tensor:
 
 
 def _concat_bytes(key: GroupKey, members: list, tensors: list, count: int, empty) -> torch.Tensor:
-    """A group of a dtype no codec has, written as uint8 rows of the codec's row width (torch
-    lacks copy_/zero_ into some such dtypes, e.g. quantized ones; bytes are copied bit for bit).
-    `count`: the group's elements (scalar groups) or rows."""
+    """A group of a dtype no codec has as uint8 rows of the codec's row width (torch lacks copy_/zero_
+    into some such dtypes, e.g. quantized); `count`: its elements (scalar groups) or rows."""
     width = key.codec_row_shape[0]
     per = itemsize(key.torch_dtype) if key.scalar else width  # bytes per element / per row
     total = count * per
@@ -245,10 +224,9 @@ def _concat_bytes(key: GroupKey, members: list, tensors: list, count: int, empty
 
 def write_group(key: GroupKey, items: list, empty: Callable[..., torch.Tensor] = _empty
                 ) -> tuple[GroupLayout, torch.Tensor]:
-    """Group `key` of `items` ((name, shape, a tensor or a function that writes the rows into the view
-    it is given) each) written once into ``empty(shape, dtype)`` (e.g. shared memory:
-    pipeline.transport.OutputBuffers.empty), padding zeroed, and its layout; a group of a dtype no
-    codec has takes tensors and is written as their bytes."""
+    """Group `key` of `items` ((name, shape, a tensor or a function writing the rows into the view it
+    gets) each) written once into ``empty(shape, dtype)`` (e.g. OutputBuffers.empty), padding zeroed,
+    and its layout; a group of a dtype no codec has takes tensors, written as their bytes."""
     members, pos = [], 0
     for name, shape, _ in items:
         members.append(Member(name, tuple(shape), pos))
@@ -277,8 +255,7 @@ def one_tensor_group(key: GroupKey, name: str, t: torch.Tensor) -> tuple[GroupLa
 
 def group_tensors(tensors: Mapping[str, torch.Tensor], empty: Callable[..., torch.Tensor] = _empty
                   ) -> dict[GroupKey, tuple[GroupLayout, torch.Tensor]]:
-    """Concatenate the named tensors into one contiguous tensor per group, with its layout: a group
-    of one contiguous row tensor is that tensor; any other is written by write_group."""
+    """The named tensors as one contiguous tensor per group, with its layout (one_tensor_group, write_group)."""
     buckets: dict[GroupKey, list] = {}
     for name, t in tensors.items():
         buckets.setdefault(group_key(name, t), []).append((name, tuple(t.shape), t))

@@ -1,11 +1,10 @@
 """Batch plans of the neighbour sampler's output (pipeline.producer gathers and encodes them).
 
-One planner, :class:`HeteroPlanner`, plans every batch: each node and edge type's tensors get flat
-names (:func:`node_name`, :func:`edge_name`: ``"paper.x"``, ``"author__writes__paper.e_id"``), so
-that rows of every type with the same dtype and row shape form one group (one codec), and all index
-tensors one element stream per dtype; a tensor named in `typed_groups` forms its own (TYPED) group.
-A homogeneous graph is its case of one node type and one edge type, both None: names without a
-prefix ("x", "edge_index"), a ``NeighborSampler``'s output (:func:`NeighborPlanner`).
+:class:`HeteroPlanner` plans every batch, giving each type's tensors flat names (:func:`node_name`,
+:func:`edge_name`: ``"paper.x"``, ``"author__writes__paper.e_id"``), so rows of every type with the
+same dtype and row shape form one group (one codec; a name in `typed_groups`: its own TYPED group).
+A homogeneous graph is the case of one node and one edge type, both None (names "x", "edge_index"):
+:func:`NeighborPlanner`.
 """
 from __future__ import annotations
 
@@ -25,8 +24,8 @@ def node_name(node_type: Optional[str], attr: str) -> str:
 
 
 def edge_name(edge_type: Optional[EdgeType], attr: str) -> str:
-    """The flat name of attribute `attr` of edge type `edge_type` (PyG's "src__rel__dst") in a batch
-    ("author__writes__paper.e_id"; "e_id" for None)."""
+    """The flat name of attribute `attr` of edge type `edge_type` in a batch ("author__writes__paper.e_id";
+    "e_id" for None)."""
     return attr if edge_type is None else f"{'__'.join(edge_type)}.{attr}"
 
 
@@ -41,15 +40,14 @@ def _per_type(counts) -> Optional[dict]:
 
 
 class HeteroPlanner:
-    """A batch: every type's gathered attributes, ``n_id`` of every node type, ``edge_index`` (2 x E local
-    positions) and ``e_id`` of every edge type, ``input_id`` (``input_ids[positions]``, else the positions),
-    ``seed_time`` with `input_time`, and for disjoint sampling ``batch`` of every node type; an ``n_id`` or
-    ``e_id`` attribute of the graph's own is gathered instead (as PyG keeps it), other attributes named
-    like an index tensor give way to it. Its meta is ``{"num_seeds", "nodes_per_hop": {t: [...]},
-    "edges_per_hop": {e: [...]}}`` (None where the sampler gives no counts; a homogeneous graph's:
-    the one type's lists and ``"num_nodes"``, the sampled nodes). `post_sample`, when given, maps each
-    sampler output to the one the batch is built from (e.g. PyG's bidirectional subgraph); an edge type
-    whose ``edge`` it sets to None gets no ``e_id`` and no edge attributes."""
+    """A batch: every type's gathered attributes, ``n_id`` per node type, ``edge_index`` (2 x E local
+    positions) and ``e_id`` per edge type, ``input_id`` (``input_ids[positions]``, else the positions),
+    ``seed_time`` with `input_time`, ``batch`` per node type for disjoint sampling; the graph's own
+    ``n_id``/``e_id`` attribute is gathered instead (as PyG keeps it), other attributes named like an
+    index tensor give way. Meta: ``{"num_seeds", "nodes_per_hop": {t: [...]}, "edges_per_hop": {e: [...]}}``
+    (None without counts; homogeneous: the one type's lists, and ``"num_nodes"`` sampled). `post_sample`
+    maps each sampler output first (e.g. PyG's bidirectional subgraph); an edge type whose ``edge`` it
+    sets to None gets no ``e_id`` and no edge attributes."""
 
     def __init__(self, sampler, input_type: Optional[str], input_nodes: torch.Tensor,
                  node_attrs: Mapping[Any, Mapping[str, Any]], edge_attrs: Mapping[Any, Mapping[str, torch.Tensor]],
@@ -134,7 +132,7 @@ def NeighborPlanner(sampler, input_nodes: torch.Tensor, node_attrs: Mapping[str,
                     edge_attrs: Mapping[str, torch.Tensor], input_ids: Optional[torch.Tensor] = None,
                     input_time: Optional[torch.Tensor] = None, post_sample: Optional[Callable] = None) -> HeteroPlanner:
     """The planner of a homogeneous graph's batches (a ``NeighborSampler``'s; `post_sample` maps its
-    output, typed as one type: :func:`one_type`): tensors named as in PyG's Data ("x", "n_id", "edge_index", ...)."""
+    output, typed as one type: :func:`one_type`), named as in PyG's Data ("x", "n_id", "edge_index")."""
     return HeteroPlanner(_OneType(sampler), None, input_nodes, {None: node_attrs}, {None: edge_attrs},
                          input_ids=input_ids, input_time=input_time, post_sample=post_sample)
 

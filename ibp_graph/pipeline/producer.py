@@ -1,16 +1,13 @@
 """The one batch producer of every front-end: a batch plan -> gather -> group -> encode, in a worker.
 
-A front-end turns its sampler's output into a :class:`BatchPlan`: the named tensors of a batch, each
-the rows ``ids`` of a feature source (pipeline.sources) or a tensor made already (``n_id``,
-``edge_index``), and their groups; a *served* source's rows are recorded as ``Served`` (read by the
-main process) with the node ids they need and the rows the workers still read. :func:`produce` has
-each source read its rows straight into one buffer per row group (1-d columns and index tensors into
-one padded element stream per dtype, a store's compressed rows into its own group), encodes each raw
-group with its codec and returns the EncodedBatch. In a DataLoader worker the buffers are a slot of
-the producer's ``SlotRing`` (pipeline.transport; sized once, from :meth:`BatchPlan.nbytes`), so the
-hand-over copies nothing. ``copied_bytes`` counts the host bytes written into new buffers (gathers,
-stream copies, encode output, copies into the slot). :class:`BatchProducer` is the map-style dataset
-of the PyG front-end (items: whole batches, from a `planner`); the DGL front-end calls :func:`produce`.
+A front-end turns its sampler's output into a :class:`BatchPlan`: named tensors, each the rows ``ids``
+of a feature source (pipeline.sources) or a tensor made already; a served source's rows become
+``Served`` records (read by the main process). :func:`produce` has each source read its rows straight
+into one buffer per group (pipeline.grouping; a store's compressed rows into a group of their own),
+encodes each raw group with its codec, and returns the EncodedBatch. The buffers are `OutputBuffers`:
+in a worker, a ring slot sized from :meth:`BatchPlan.nbytes`, so the hand-over copies nothing.
+``copied_bytes`` counts host bytes written into new buffers (gathers, streams, encode output, copies
+into the slot). :class:`BatchProducer` is the PyG front-end's dataset; the DGL one calls produce.
 """
 from __future__ import annotations
 
@@ -71,10 +68,9 @@ class BatchPlan:
 
     def gather(self, name: str, table: Any, ids: torch.Tensor, *, key: Optional[GroupKey] = None,
                store: Optional[str] = None) -> None:
-        """Tensor `name`: rows `ids` of `table` (a FeatureSource, or what pipeline.sources.as_source
-        takes), which goes by the name `store` (default: `name`): a store's compressed rows join its
-        own group, raw rows group `key` (default: by dtype and row shape), a served source's rows are
-        recorded for the main process, with the rows the workers still read for it."""
+        """Tensor `name`: rows `ids` of `table` (a FeatureSource, or what as_source takes), named `store`
+        (default: `name`): compressed rows join the store's group, raw rows group `key` (default: by
+        dtype and row shape), a served source's rows are recorded, with what the workers still read."""
         source, store = as_source(table), store or name
         if source.served:
             sent = source.worker_rows(ids)
@@ -105,18 +101,15 @@ class BatchPlan:
         part's own shape, else 1-d). 1-d tensors and ``edge_index`` join their dtype's stream."""
         if shape is None:
             shape = tuple(parts[0].shape) if len(parts) == 1 else (sum(int(p.numel()) for p in parts),)
-        if len(parts) == 1 and len(shape) > 1 and name != "edge_index":
-            key = group_key(name, parts[0])
-        else:
-            key = GroupKey(group_dtype_name(parts[0].dtype), (), SCALARS)
+        key = group_key(name, parts[0]) if len(parts) == 1 and len(shape) > 1 else \
+            GroupKey(group_dtype_name(parts[0].dtype), (), SCALARS)  # group_key: edge_index joins the stream
         self._add(key, Planned(name, tuple(shape), parts=tuple(parts)))
         if len(parts) == 1:
             self._made.setdefault(id(parts[0]), name)
 
     def nbytes(self) -> int:
-        """The bytes the gathered batch takes (stored rows at their widest, each allocation
-        aligned), for a ring slot; encoded output beyond it goes to fresh segments once, then
-        the worker's slots grow to hold it."""
+        """Bytes the gathered batch takes (stored rows at their widest, allocations aligned), for a ring
+        slot; encoded output beyond it goes to fresh segments once, then the slots grow to hold it."""
         total = 0
         for key, items in self.groups.items():
             n = sum(it.numel for it in items)
@@ -134,8 +127,7 @@ def _new_nbytes(t: torch.Tensor, source: torch.Tensor) -> int:
 
 
 def place(ct: CompressedTensor, buffers: OutputBuffers) -> tuple[CompressedTensor, int]:
-    """`ct` with payload and offsets in `buffers` (copied only when they are not in shared memory),
-    and the bytes that copied."""
+    """`ct` with payload and offsets in `buffers` (copied only when not in shared memory), and the bytes copied."""
     before = buffers.copied
     payload = buffers.place(ct.payload)
     offsets = None if ct.offsets is None else buffers.place(ct.offsets)
@@ -144,22 +136,16 @@ def place(ct: CompressedTensor, buffers: OutputBuffers) -> tuple[CompressedTenso
     return ct, buffers.copied - before
 
 
-def _tensor(item: Planned) -> torch.Tensor:
-    """An item made whole in private memory (rows of a dtype no codec has are gathered there: torch's
-    out= is not safe for all of them, index_select into a quantized out crashes)."""
+def _writer(item: Planned, whole: bool):
+    """What write_group writes `item` with: its source's rows read straight into its view, its one part,
+    or a function copying its parts in turn; `whole` (a dtype no codec has): the item made in private
+    memory (torch's out= is not safe for every such dtype: index_select into a quantized out crashes)."""
     if item.table is not None:
-        return item.table.read(item.ids)
-    t = item.parts[0] if len(item.parts) == 1 else torch.cat([p.reshape(-1) for p in item.parts])
-    return t.reshape(item.shape)
-
-
-def _writer(item: Planned):
-    """What writes `item` into its view of a group buffer: its source's rows read straight into it, its
-    one part (copied), or a function copying its parts in turn."""
-    if item.table is not None:
-        return lambda out: item.table.read(item.ids, out)
+        return item.table.read(item.ids) if whole else lambda out: item.table.read(item.ids, out)
     if len(item.parts) == 1:
-        return item.parts[0]
+        return item.parts[0].reshape(item.shape) if whole else item.parts[0]
+    if whole:
+        return torch.cat([p.reshape(-1) for p in item.parts]).reshape(item.shape)
 
     def copy_parts(out: torch.Tensor) -> None:  # parts of a flattened element stream
         at = 0
@@ -171,27 +157,22 @@ def _writer(item: Planned):
 
 def _group(key: GroupKey, items: list[Planned], buffers: OutputBuffers
            ) -> tuple[GroupLayout, torch.Tensor, int]:
-    """Group `key`'s tensors written into one buffer of `buffers` (grouping.write_group), its layout and
-    the bytes written. A group of one contiguous tensor made already is that tensor; a group of a dtype
-    no codec has is gathered in private memory first, then written as bytes."""
+    """Group `key` written into one buffer of `buffers`, its layout and the bytes written; a group of
+    one contiguous tensor made already is that tensor."""
     first = items[0]
     if len(items) == 1 and first.table is None and len(first.parts) == 1 and not key.scalar \
             and first.parts[0].is_contiguous():
         return (*one_tensor_group(key, first.name, first.parts[0].reshape(first.shape)), 0)
-    made = 0
-    if key.as_bytes:
-        writers = [_tensor(it) for it in items]
-        made = sum(t.numel() * t.element_size() for it, t in zip(items, writers) if it.table is not None)
-    else:
-        writers = [_writer(it) for it in items]
+    writers = [_writer(it, key.as_bytes) for it in items]
+    made = sum(w.numel() * w.element_size() for it, w in zip(items, writers) if key.as_bytes and it.table is not None)
     layout, data = write_group(key, [(it.name, it.shape, w) for it, w in zip(items, writers)], buffers.empty)
     return layout, data, made + data.numel() * data.element_size()
 
 
 def _stored(store: str, items: list[Planned], buffers: OutputBuffers
             ) -> tuple[GroupKey, CompressedTensor, GroupLayout, int]:
-    """A store's compressed rows of every item, read at once into `buffers`: key, group, layout,
-    bytes written (the gather, and the offsets' copy into a slot)."""
+    """A store's compressed rows of every item read at once into `buffers`: key, group, layout, bytes
+    written (the gather, and the offsets' copy into a slot)."""
     table = items[0].table
     ids = torch.cat([it.ids for it in items]) if len(items) > 1 else items[0].ids
     ct = table.read(ids, buffers.empty)
@@ -204,8 +185,8 @@ def _stored(store: str, items: list[Planned], buffers: OutputBuffers
 
 def encode_group(key: GroupKey, data: torch.Tensor, codecs: Mapping[GroupKey, Codec], buffers: OutputBuffers
                  ) -> tuple[CompressedTensor, int]:
-    """Group `key`'s `data` encoded with its codec and placed in `buffers`, and the host bytes that
-    wrote (encode output that is not a view of `data`, and its copy into `buffers`)."""
+    """Group `key`'s `data` encoded and placed in `buffers`, and the host bytes written (encode output
+    that is not a view of `data`, and its copy into `buffers`)."""
     codec = codecs.get(key)
     if codec is None:
         raise KeyError(f"no codec for group {str(key)!r}; codecs exist for {sorted(map(str, codecs))}")
@@ -216,9 +197,8 @@ def encode_group(key: GroupKey, data: torch.Tensor, codecs: Mapping[GroupKey, Co
 
 def produce(plan: BatchPlan, codecs: Mapping[GroupKey, Codec], buffers: Optional[OutputBuffers] = None, *,
             meta: Any = None, seconds: Optional[dict] = None) -> EncodedBatch:
-    """The planned batch, gathered and encoded into `buffers` (``OutputBuffers.for_this_process(ring)``:
-    a ring slot in a DataLoader worker; default: plain memory), its slot claimed for the plan's size;
-    `seconds` (the front-end's, e.g. "sample") gains "gather" and "encode"."""
+    """The planned batch gathered and encoded into `buffers` (default: plain memory; a worker's:
+    ``OutputBuffers.for_this_process(ring)``); `seconds` (e.g. "sample") gains "gather" and "encode"."""
     buffers = buffers if buffers is not None else OutputBuffers()
     buffers.reserve(plan.nbytes())
     t0 = time.perf_counter()
@@ -252,16 +232,13 @@ class Planner(Protocol):
     """A front-end's half of a batch: its sampling, and the plan of the batch from the sampled output."""
 
     def __len__(self) -> int: ...
-
     def sample(self, req: Any) -> Any: ...
-
     def plan(self, req: Any, sampled: Any) -> tuple[BatchPlan, Any]: ...
 
 
 class BatchProducer(torch.utils.data.Dataset):
-    """Produces EncodedBatches: the `planner` samples and plans each batch, :func:`produce` gathers
-    and encodes it. Items are whole batches (the DataLoader hands a worker a request); a worker
-    writes its batch into a slot of `ring` (made here, in the main process, before the workers start)."""
+    """EncodedBatches, one per request: the `planner` samples and plans, :func:`produce` gathers and
+    encodes, in a worker into a slot of `ring` (made here, before the workers start)."""
 
     def __init__(self, planner: Planner, codecs: Mapping[GroupKey, Codec]):
         self.planner, self.codecs, self.ring = planner, dict(codecs), SlotRing()

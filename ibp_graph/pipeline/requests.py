@@ -27,11 +27,9 @@ def batch_seeds(base_seed: int, n_batches: int) -> np.ndarray:
 
 
 def distributed_place(rank: Optional[int], world_size: Optional[int]) -> tuple[int, int]:
-    """(rank, world size): the ones given, else (0, 1): every seed, whatever torch.distributed says.
-
-    As PyG's NeighborLoader, the loader splits nothing unless asked: DDP scripts that give
-    each rank its own seeds (PyG's examples do) would otherwise have them split again.
-    """
+    """(rank, world size): the ones given, else (0, 1), whatever torch.distributed says: as PyG's
+    NeighborLoader, nothing is split unless asked (DDP scripts giving each rank its own seeds would
+    otherwise have them split again)."""
     if rank is None and world_size is None:
         return 0, 1
     if rank is None or world_size is None:
@@ -50,23 +48,21 @@ def _check_batch_size(batch_size) -> None:
         raise ValueError(f"batch_size={batch_size!r} is not accepted; use an int >= 1")
 
 
-def _num_batches(n: int, batch_size: int, drop_last: bool) -> int:
-    return n // batch_size if drop_last else -(-n // batch_size)
+def _requests(batches: list, base: int):
+    """BatchRequests of the index tensors `batches`, their seeds from `base`."""
+    for index, seed in zip(batches, batch_seeds(base, len(batches))):
+        yield BatchRequest(index=index, seed=int(seed))
 
 
 class BatchRequests(torch.utils.data.Sampler):
     """Yields the BatchRequests of an epoch: shuffled (or not) input positions cut into batches.
 
-    The order and the epoch's base sampling seed come from `generator`, or from torch's
-    global RNG when it is None, drawn in the main process when iteration starts: so
-    `torch.manual_seed` makes a whole run reproducible, whatever the codec.
-
-    With ``world_size > 1`` each rank takes every world_size-th position of the epoch's
-    order (an equal share; the remainder is dropped), so every rank must draw the same
-    order: from `generator` when given (seeded alike on every rank), else from a generator
-    seeded by the epoch only (`set_epoch`), like torch's DistributedSampler. Each rank
-    samples with its own seeds. `rank` and `world_size` default to 0 and 1 (no split, as
-    PyG's NeighborLoader), also inside an initialised torch.distributed process group.
+    The order and the epoch's base sampling seed come from `generator` (else torch's global RNG),
+    drawn in the main process when iteration starts: `torch.manual_seed` makes a run reproducible.
+    With ``world_size > 1`` each rank takes every world_size-th position of the epoch's order (an
+    equal share; the remainder is dropped) and samples with its own seeds; every rank draws the same
+    order: from `generator` (seeded alike on every rank), else from the epoch (`set_epoch`), like
+    torch's DistributedSampler. `rank` and `world_size`: see distributed_place.
     """
 
     def __init__(self, num_inputs: int, batch_size: int, *, shuffle: bool, drop_last: bool,
@@ -87,7 +83,8 @@ class BatchRequests(torch.utils.data.Sampler):
         return self.num_inputs // self.world_size if self.world_size > 1 else self.num_inputs
 
     def __len__(self) -> int:
-        return _num_batches(self._per_rank(), self.batch_size, self.drop_last)
+        n = self._per_rank()
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def __iter__(self):
         g = self.generator
@@ -98,17 +95,13 @@ class BatchRequests(torch.utils.data.Sampler):
         if self.world_size > 1:
             order = order[self.rank:self._per_rank() * self.world_size:self.world_size]
             base += self.rank
-        n = len(self)
-        seeds = batch_seeds(base, n)
-        for k in range(n):
-            yield BatchRequest(index=order[k * self.batch_size:(k + 1) * self.batch_size], seed=int(seeds[k]))
+        yield from _requests([order[k * self.batch_size:(k + 1) * self.batch_size] for k in range(len(self))], base)
 
 
 class DrawnRequests(torch.utils.data.Sampler):
-    """BatchRequests whose input positions come from a user's torch Sampler (batches of
-    `batch_size`, the last one kept unless `drop_last`) or batch sampler (its lists as they
-    are), as PyG's NodeLoader uses `sampler=` / `batch_sampler=`; one sampling seed per batch,
-    from `generator` or torch's global RNG, drawn when iteration starts."""
+    """BatchRequests whose input positions come from a user's torch Sampler (cut by torch's BatchSampler)
+    or batch sampler, as PyG's NodeLoader uses `sampler=` / `batch_sampler=`; one sampling seed per
+    batch, from `generator` or torch's global RNG, drawn when iteration starts."""
 
     def __init__(self, num_inputs: int, *, sampler=None, batch_sampler=None, batch_size: int = 1,
                  drop_last: bool = False, generator: Optional[torch.Generator] = None):
@@ -118,34 +111,19 @@ class DrawnRequests(torch.utils.data.Sampler):
         for name, s in (("sampler", sampler), ("batch_sampler", batch_sampler)):
             if s is not None and not hasattr(s, "__iter__"):
                 raise TypeError(f"{name} must be an iterable torch Sampler, got {type(s).__name__}")
-        self.num_inputs, self.sampler, self.batch_sampler = num_inputs, sampler, batch_sampler
-        self.batch_size, self.drop_last, self.generator = batch_size, drop_last, generator
+        self.num_inputs, self.sampler, self.generator = num_inputs, sampler, generator
+        self.batch_sampler = batch_sampler if batch_sampler is not None else \
+            torch.utils.data.BatchSampler(sampler, batch_size, bool(drop_last))
 
     def __len__(self) -> int:
-        if self.batch_sampler is not None:
-            return len(self.batch_sampler)
-        return _num_batches(len(self.sampler), self.batch_size, self.drop_last)
-
-    def _batches(self):
-        if self.batch_sampler is not None:
-            yield from self.batch_sampler
-            return
-        batch = []
-        for pos in self.sampler:
-            batch.append(int(pos))
-            if len(batch) == self.batch_size:
-                yield batch
-                batch = []
-        if batch and not self.drop_last:
-            yield batch
+        return len(self.batch_sampler)
 
     def __iter__(self):
         base = int(torch.randint(0, 2**62, (1,), generator=self.generator))
-        batches = [torch.as_tensor(b, dtype=torch.int64).reshape(-1) for b in self._batches()]
+        batches = [torch.as_tensor(b, dtype=torch.int64).reshape(-1) for b in self.batch_sampler]
         for index in batches:
             bad = index[(index < 0) | (index >= self.num_inputs)]
             if bad.numel():
                 raise IndexError(f"the sampler drew input position {int(bad[0])}; accepted: positions in "
                                  f"[0, {self.num_inputs}) of the loader's input nodes")
-        for index, seed in zip(batches, batch_seeds(base, len(batches))):
-            yield BatchRequest(index=index, seed=int(seed))
+        yield from _requests(batches, base)

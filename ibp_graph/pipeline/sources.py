@@ -1,9 +1,9 @@
 """Where the rows of a feature table come from: one interface, for every front-end and mode.
 
 A :class:`FeatureSource` answers "these rows, into this buffer" (`read`) and says what it delivers:
-``RAW`` rows, or ``COMPRESSED`` rows (a CompressedTensor of its `codec`). The producer reads sources in
-the DataLoader workers; a *served* source is read by the main process, on the device, after the batch
-is decoded (`fetch`), from the node ids (and the rows the workers still read) the batch carries:
+``RAW`` rows, or ``COMPRESSED`` rows (a CompressedTensor of its `codec`). The workers read sources; a
+*served* source is read by the main process on the device after the batch is decoded (`fetch`), from
+the node ids (and the rows the workers still read: `worker_rows`) the batch carries:
 
 - :class:`TensorSource`: a tensor, or a view of a numpy array or np.memmap: raw rows;
 - :class:`StoreSource`: an ``EncodedTable``: compressed rows, each payload chunk verified against its
@@ -15,7 +15,7 @@ is decoded (`fetch`), from the node ids (and the rows the workers still read) th
 
 ``features=``, ``device_cache=`` and DGL's ``node_stores=`` build them (pipeline.features); a user may
 pass a source object wherever a node table is accepted. A batch lists its served rows as
-:class:`Served` records (``EncodedBatch.served``), which the loader's :class:`Serving` reads.
+:class:`Served` records (``EncodedBatch.served``), which the loader's :class:`Serving` fills in.
 """
 from __future__ import annotations
 
@@ -31,19 +31,16 @@ from ..data.store import EncodedTable
 from ..layout.tensor import CompressedTensor
 from .cache import DeviceCache, decode_rows, row_bytes
 from .grouping import GroupKey, gather_rows, group_key
+from .stats import Tally
 
 #: what a source's `read` delivers.
 RAW, COMPRESSED = "raw", "compressed"
 
 
 class FeatureSource:
-    """Rows of one feature table: `read(ids, into)`; what it delivers (RAW or COMPRESSED, `codec`).
-
-    Subclasses set `delivers`, `shape`, `dtype` and `table` (what the codec set-up reads: a tensor of
-    raw rows, or an EncodedTable whose codec its compressed rows keep) and implement `read`; a
-    *served* source is read by the main process with `fetch`, and `worker_rows` says what the
-    workers still read for it.
-    """
+    """Rows of one feature table. Subclasses set `delivers`, `shape`, `dtype` and `table` (what the
+    codec set-up reads: raw rows, or an EncodedTable whose codec the compressed rows keep) and
+    implement `read`; a served one implements `fetch`."""
 
     delivers: str = RAW
     served: bool = False
@@ -63,18 +60,18 @@ class FeatureSource:
         return group_key(name, torch.empty((0,) + tuple(self.shape[1:]), dtype=self.dtype))
 
     def read(self, ids: torch.Tensor, into: Any = None) -> Union[torch.Tensor, CompressedTensor]:
-        """Rows `ids`, in that order: RAW rows written into `into` (a tensor of their shape) when
-        given; COMPRESSED rows with their payload from ``into(shape, dtype)`` when given."""
+        """Rows `ids`, in order: RAW rows written into `into` (a tensor of their shape) when given;
+        COMPRESSED rows with their payload from ``into(shape, dtype)`` when given."""
         raise NotImplementedError
 
     def worker_rows(self, ids: torch.Tensor) -> Optional[tuple["FeatureSource", torch.Tensor]]:
         """What the workers read for rows `ids` of a served source: (source, ids), or None."""
         return None
 
-    def fetch(self, ids: torch.Tensor, sent: Optional[torch.Tensor], tally: "Tally", checks=None,
+    def fetch(self, ids: torch.Tensor, sent: Optional[torch.Tensor], tally: Tally, checks=None,
               name: str = "rows") -> torch.Tensor:
-        """A served source's rows `ids` decoded on the serving device (`sent`: the rows the workers read,
-        decoded; `name`: the batch tensor they fill, for messages), their costs counted into `tally`."""
+        """A served source's rows `ids` decoded on the serving device (`sent`: the rows the workers
+        read, decoded; `name`: the batch tensor they fill, for messages), counted into `tally`."""
         raise TypeError(f"{type(self).__name__} is not a served source (it is read in the workers)")
 
     def prepare(self, device: torch.device) -> None:
@@ -127,26 +124,9 @@ class StoreSource(FeatureSource):
         return f"{type(self).__name__}({self._store!r})"
 
 
-@dataclass
-class Tally:
-    """What one batch's served rows cost, per tier (0-d tensors on the serving device: no wait)."""
-
-    hits: Any = 0
-    misses: Any = 0
-    cache_bytes: Any = 0
-    zero_copy_bytes: Any = 0
-    worker_bytes: int = 0  # compressed rows the workers sent for the caches' misses
-
-    def counts(self) -> dict[str, int]:
-        """The tallies as ints (LoaderStats.add_tiers' keywords)."""
-        return {"hits": int(self.hits), "misses": int(self.misses), "cache_bytes": int(self.cache_bytes),
-                "zero_copy_bytes": int(self.zero_copy_bytes), "worker": int(self.worker_bytes)}
-
-
 class ZeroCopySource(StoreSource):
-    """A store served by the main process: rows `ids` fetched from page-locked host memory and decoded
-    on the device (fused gather + decode), or gathered and decoded on the CPU stand-in; the store's
-    chunks the ids need are verified on the host first (until all are)."""
+    """A served store: rows fetched from page-locked host memory and decoded on the device (fused gather
+    + decode), or gathered and decoded on the CPU; the chunks the ids need are verified first."""
 
     served = True
 
@@ -168,10 +148,9 @@ class ZeroCopySource(StoreSource):
         if device.type == "cuda":
             from ..gpu.pinned import pin_table
 
-            payload_ct = dataclasses.replace(ct, offsets=None) if ct.offsets is not None else ct
-            pinned, self._registration = pin_table(payload_ct, "features='zero_copy': the store")
-            offsets = None if ct.offsets is None else ct.offsets.to(device)
-            ct = dataclasses.replace(pinned, offsets=offsets)
+            pinned, self._registration = pin_table(dataclasses.replace(ct, offsets=None),
+                                                   "features='zero_copy': the store")
+            ct = dataclasses.replace(pinned, offsets=None if ct.offsets is None else ct.offsets.to(device))
         self.pinned, self._device = ct, device
 
     def release(self) -> None:
@@ -237,8 +216,7 @@ class CachedSource(StoreSource):
 
 
 def as_source(table: Any) -> FeatureSource:
-    """`table` as a FeatureSource: a source as it is, an EncodedTable as a StoreSource, a tensor as a
-    TensorSource."""
+    """`table` as a FeatureSource: a source as it is, an EncodedTable as a StoreSource, a tensor as a TensorSource."""
     if isinstance(table, FeatureSource):
         return table
     return StoreSource(table) if isinstance(table, EncodedTable) else TensorSource(table)
@@ -255,18 +233,17 @@ def assemble(n: int, hit_pos: torch.Tensor, hits: torch.Tensor, miss_pos: torch.
     # rows seen as whole integer words: a copy of bits, never of values (NaN payloads, -0.0 kept)
     as_bytes = lambda t: t.reshape(-1).view(torch.uint8).view(word).reshape(t.shape[0], -1)  # noqa: E731
     dst = as_bytes(out)
-    if hits.shape[0]:
-        dst.index_copy_(0, hit_pos.to(out.device), as_bytes(hits))
-    if misses.shape[0]:
-        dst.index_copy_(0, miss_pos.to(out.device), as_bytes(misses.to(out.device)))
+    for pos, rows in ((hit_pos, hits), (miss_pos, misses)):
+        if rows.shape[0]:
+            dst.index_copy_(0, pos.to(out.device), as_bytes(rows.to(out.device)))
     return out
 
 
 @dataclass(frozen=True)
 class Served:
-    """Rows of a served source in a batch: tensor `name` gets rows `ids` (the batch tensor holding the
-    node ids) of source `source`; `sent`: the workers sent the rows they read at `name`; `own_ids`:
-    the ids tensor was put only for this (dropped once served)."""
+    """Rows of served source `source` in a batch: tensor `name` gets rows `ids` (the batch tensor of the
+    node ids); `sent`: the workers sent the rows they read at `name`; `own_ids`: the ids tensor was put
+    only for this (dropped once served)."""
 
     name: str
     source: str

@@ -1,15 +1,36 @@
-"""Bytes and stage times of a loader: per group raw vs sent bytes, seconds per pipeline stage."""
+"""Bytes and stage times of a loader: per group raw vs sent bytes, seconds per stage, served rows per tier."""
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..tables import format_table
 
 #: pipeline stages in data-flow order; worker stages first.
 STAGES = ("sample", "gather", "encode", "copy", "decode")
-#: where feature rows served by the main process came from (pipeline.features): compressed bytes per tier.
+#: where feature rows served by the main process came from (pipeline.sources): compressed bytes per tier.
 TIERS = ("device_cache", "zero_copy", "worker")
+
+
+@dataclass
+class Tally:
+    """One batch's served rows (LoaderStats.add_tiers' keywords), 0-d tensors on the serving device
+    until `counts()` (no wait); `worker_bytes`: compressed bytes the workers sent for the caches' misses."""
+
+    hits: Any = 0
+    misses: Any = 0
+    cache_bytes: Any = 0
+    zero_copy_bytes: Any = 0
+    worker_bytes: int = 0
+
+    def counts(self) -> dict[str, int]:
+        """The tallies as ints, keyed as add_tiers takes them."""
+        return {"worker" if k == "worker_bytes" else k: int(v) for k, v in vars(self).items()}
+
+
+def _dd(kind):
+    return field(default_factory=lambda: defaultdict(kind))
 
 
 @dataclass
@@ -17,9 +38,9 @@ class LoaderStats:
     """Running totals over the batches a loader has produced (reset with reset())."""
 
     batches: int = 0
-    raw_bytes: dict = field(default_factory=lambda: defaultdict(int))
-    sent_bytes: dict = field(default_factory=lambda: defaultdict(int))
-    seconds: dict = field(default_factory=lambda: defaultdict(float))
+    raw_bytes: dict = _dd(int)
+    sent_bytes: dict = _dd(int)
+    seconds: dict = _dd(float)
     #: host bytes the workers wrote into new buffers (gathers, group concatenation, encode output).
     copied_bytes: int = 0
     #: the codec of each group, by the group's printed name ("ibp", "identity (fallback: ...)").
@@ -28,15 +49,15 @@ class LoaderStats:
     cache_hits: int = 0
     cache_misses: int = 0
     #: compressed bytes of the main-process-served feature rows, per tier (TIERS).
-    tier_bytes: dict = field(default_factory=lambda: {t: 0 for t in TIERS})
-    #: the device caches' capacity (Capacity.as_dict() per attribute), set by the loader; not reset.
+    tier_bytes: dict = field(default_factory=lambda: dict.fromkeys(TIERS, 0))
+    #: set by the loader, not reset: the device caches' capacity (Capacity.as_dict() per attribute),
+    #: and what it says about its batches as a whole (e.g. that nothing is compressed).
     cache: dict = field(default_factory=dict)
-    #: what the loader says about its batches as a whole (e.g. that nothing is compressed); not reset.
     note: str = ""
 
     def add_tiers(self, hits: int, misses: int, cache_bytes: int, zero_copy_bytes: int, *,
                   worker: int = 0) -> None:
-        """Count one batch's served feature rows: cache hits and misses, compressed bytes per tier."""
+        """Count one batch's served feature rows (Tally.counts())."""
         self.cache_hits += int(hits)
         self.cache_misses += int(misses)
         for tier, n in zip(TIERS, (cache_bytes, zero_copy_bytes, worker)):
@@ -44,7 +65,7 @@ class LoaderStats:
 
     @property
     def serves_features(self) -> bool:
-        """Whether feature rows were served by the main process (zero-copy, device cache) or a cache is set."""
+        """Whether feature rows were served by the main process or a cache is set."""
         return bool(self.cache or self.cache_hits or self.cache_misses or any(self.tier_bytes.values()))
 
     @property
@@ -77,13 +98,8 @@ class LoaderStats:
 
     def reset(self) -> None:
         """Forget everything counted so far."""
-        self.batches = 0
-        self.raw_bytes.clear()
-        self.sent_bytes.clear()
-        self.seconds.clear()
-        self.copied_bytes = 0
-        self.cache_hits = self.cache_misses = 0
-        self.tier_bytes = {t: 0 for t in TIERS}
+        keep = {"codecs": self.codecs, "cache": self.cache, "note": self.note}
+        self.__init__(**keep)
 
     @property
     def total_raw_bytes(self) -> int:
@@ -117,30 +133,22 @@ class LoaderStats:
 
     def table(self) -> str:
         """Two tables: bytes per group, and seconds per stage."""
-        rows = [{"group": k, "raw_mb": self.raw_bytes[k] / 1e6, "sent_mb": self.sent_bytes[k] / 1e6,
-                 "fraction": self.sent_bytes[k] / self.raw_bytes[k] if self.raw_bytes[k] else 1.0,
-                 "codec": self.codecs.get(k, "")}
-                for k in sorted(self.raw_bytes)]
-        rows.append({"group": "total", "raw_mb": self.total_raw_bytes / 1e6,
-                     "sent_mb": self.total_sent_bytes / 1e6, "fraction": self.fraction, "codec": ""})
-        columns = [("group", "group", "s"), ("raw_mb", "raw MB", ".2f"),
-                   ("sent_mb", "sent MB", ".2f"), ("fraction", "fraction", ".4f")]
-        bytes_t = format_table(rows, columns + ([("codec", "codec", "s")] if self.codecs else []))
-        n = max(self.batches, 1)
-        times = [{"stage": s, "total": self.seconds.get(s, 0.0), "per_batch": self.seconds.get(s, 0.0) / n * 1e3}
+        rows = [(k, self.raw_bytes[k], self.sent_bytes[k], self.codecs.get(k, "")) for k in sorted(self.raw_bytes)]
+        rows = [{"group": k, "raw": raw / 1e6, "sent": sent / 1e6, "fraction": sent / raw if raw else 1.0, "codec": c}
+                for k, raw, sent, c in rows + [("total", self.total_raw_bytes, self.total_sent_bytes, "")]]
+        columns = [("group", "group", "s"), ("raw", "raw MB", ".2f"), ("sent", "sent MB", ".2f"),
+                   ("fraction", "fraction", ".4f")] + ([("codec", "codec", "s")] if self.codecs else [])
+        times = [{"stage": s, "total": self.seconds.get(s, 0.0), "ms": self.seconds.get(s, 0.0) / max(self.batches, 1) * 1e3}
                  for s in STAGES]
-        time_t = format_table(times, [("stage", "stage", "s"), ("total", "seconds", ".3f"),
-                                      ("per_batch", "ms/batch", ".2f")])
-        copied = f"host bytes copied in workers: {self.copied_bytes_per_batch / 1e6:.2f} MB/batch"
-        tiers = ""
+        lines = [self.note] if self.note else []
+        lines += [f"{self.batches} batches", format_table(rows, columns),
+                  f"host bytes copied in workers: {self.copied_bytes_per_batch / 1e6:.2f} MB/batch"]
         if self.serves_features:
-            tiers = ("\nfeature rows served by the main process, MB: " + ", ".join(
-                f"{t} {self.tier_bytes[t] / 1e6:.2f}" for t in TIERS) +
-                f"; device cache hit rate {self.hit_rate:.4f}" +
-                "".join(f"\ndevice cache {k}: {c['rows']:,} rows compressed ({c['raw_rows']:,} raw) "
-                        f"in {c['budget_bytes'] / 1e6:.1f} MB" for k, c in self.cache.items()))
-        note = f"{self.note}\n" if self.note else ""
-        return f"{note}{self.batches} batches\n{bytes_t}\n{copied}{tiers}\n\n{time_t}"
+            lines.append("feature rows served by the main process, MB: " + ", ".join(
+                f"{t} {self.tier_bytes[t] / 1e6:.2f}" for t in TIERS) + f"; device cache hit rate {self.hit_rate:.4f}")
+            lines += [f"device cache {k}: {c['rows']:,} rows compressed ({c['raw_rows']:,} raw) in "
+                      f"{c['budget_bytes'] / 1e6:.1f} MB" for k, c in self.cache.items()]
+        times = format_table(times, [("stage", "stage", "s"), ("total", "seconds", ".3f"), ("ms", "ms/batch", ".2f")])
+        return "\n".join(lines) + "\n\n" + times
 
-    def __str__(self) -> str:
-        return self.table()
+    __str__ = table

@@ -1,27 +1,20 @@
 """Worker -> main process: each batch's outputs written straight into shared memory.
 
-torch's DataLoader hands a batch from a worker to the main process by pickling it: a tensor in private
-memory is first copied into a new shared-memory segment, one in shared memory travels as a handle. So
-a worker writes each batch's outputs into `OutputBuffers`, and the hand-over copies nothing. They come
-from, in this order: a slot of a `SlotRing` (`slots` reusable segments per worker, grown, never
-shrunk, when a batch does not fit); a fresh shared segment per tensor when every slot of the worker
-is held (or its id is beyond the ring's), as torch's own hand-over would make; plain memory in the
-main process (``num_workers=0``). The main process (`SlotKeeper`, in the decode stage) keeps each
-slot's segment mapped and releases the slot when the batch is done with it: on a CUDA device once its
-host-to-device copy has completed (each segment page-locked once, cudaHostRegister, so the pin-memory
-thread copies nothing), on the CPU once no tensor of the batch is alive and nobody holds its storage
-object (``x.untyped_storage()``): a batch the user holds is never overwritten. Workers let go of their
-segments when they exit, so under either sharing strategy nothing stays in /dev/shm.
+torch's DataLoader pickles a worker's batch: a tensor in private memory is copied into a new shared
+segment, one in shared memory travels as a handle. So a worker writes its outputs into `OutputBuffers`:
+a slot of a `SlotRing` (`slots` reusable segments per worker, grown, never shrunk), else fresh shared
+segments (every slot held, or a worker id beyond the ring), else plain memory (``num_workers=0``).
+The main process's `SlotKeeper` keeps each slot's segment mapped and releases the slot: on CUDA once
+its host-to-device copy completed (the segment page-locked once, cudaHostRegister), on the CPU once no
+tensor of the batch is alive and nobody holds its storage object (a batch the user holds is never
+overwritten). Workers let go of their segments at exit, so nothing stays in /dev/shm.
 
-A slot's state is four shared counters, each with one writer (no lock): claims, the claim's ticket and
-the claiming process's id (its worker's), releases (the main process's); the slot is free when claims
-equal releases. A ticket numbers a worker's claims in order, and a worker process's batches reach the
-decode stage in the order it wrote them. So when a batch with ticket T arrives, a slot claimed by the
-same process under a lower ticket and never seen by the keeper holds a batch that will never arrive
-(the DataLoader dropped it, or the worker raised before handing it over), as does a slot whose claiming
-process has exited; releasing it is safe, since only the process owning a slot's segment writes into it
-again. A slot of another live process with the same worker id (a second iterator) is left alone. The
-keeper releases such slots (`SlotKeeper.reclaimed` counts them), so abandoned epochs do not use up the ring.
+A slot's state is four shared counters with one writer each (no lock): claims, ticket and pid (the
+worker's), releases (the main process's); free when claims equal releases. Tickets number a worker's
+claims, whose batches arrive in that order: when ticket T arrives, a slot the same process claimed
+under a lower ticket and the keeper never saw, or one of an exited process, holds a batch that will
+never arrive (dropped by the DataLoader, or its worker raised); the keeper releases it (`reclaimed`).
+A slot of another live process with the same worker id (a second iterator) is left alone.
 """
 from __future__ import annotations
 
@@ -36,8 +29,7 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-#: reusable slots per worker: the batch the user holds, one the decode stage holds, the
-#: DataLoader's prefetched ones (2 per worker by default) and the one being written.
+#: slots per worker: the batch the user holds, the decode stage's, the prefetched 2, the one written.
 SLOTS_PER_WORKER = 5
 #: worker ids a ring has slots for (a worker beyond it uses fresh segments).
 MAX_WORKERS = 128
@@ -45,11 +37,12 @@ MAX_WORKERS = 128
 ALIGN = 64
 #: a slot is (re)allocated at this multiple of the largest batch its worker has written.
 GROWTH = 1.25
+#: columns of a slot's shared counters.
+CLAIMS, RELEASES, TICKET, PID = 0, 1, 2, 3
 
 
 def _exited(pid: int) -> bool:
-    """Whether process `pid` is gone (an unreaped child, or a pid in use again, counts as alive:
-    its slot is then left claimed, never freed too early)."""
+    """Whether process `pid` is gone (an unreaped child or a reused pid counts as alive: never freed early)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -65,13 +58,11 @@ def _aligned(nbytes: int) -> int:
 
 def _view(storage: torch.UntypedStorage, byte_offset: int, shape: Sequence[int], dtype: torch.dtype
           ) -> torch.Tensor:
-    """A contiguous tensor of `shape` over `storage` from `byte_offset` (aligned to the element)."""
     return torch.empty(0, dtype=dtype).set_(storage, byte_offset // dtype.itemsize, tuple(shape))
 
 
 def shared_empty(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
-    """An uninitialised CPU tensor in a new shared-memory segment: a DataLoader worker hands it
-    to the main process as a handle, without copying it."""
+    """An uninitialised CPU tensor in a new shared-memory segment (handed over without a copy)."""
     return _view(torch.UntypedStorage._new_shared(max(math.prod(shape) * dtype.itemsize, 1)), 0, shape, dtype)
 
 
@@ -86,21 +77,14 @@ def use_count(storage: torch.UntypedStorage) -> int:
 
 
 def python_refs(storage: torch.UntypedStorage) -> int:
-    """References to `storage`'s Python object. torch keeps one Python object per storage, so a
-    ``batch.x.untyped_storage()`` the user keeps is the keeper's own object: it shows here, not in
-    `use_count`."""
+    """References to `storage`'s Python object (one per storage: a user's ``x.untyped_storage()`` shows here)."""
     return sys.getrefcount(storage)
-
-
-#: columns of a slot's shared counters.
-CLAIMS, RELEASES, TICKET, PID = 0, 1, 2, 3
 
 
 @dataclass(eq=False)
 class Slot:
-    """A claimed ring slot, as it travels with its batch: the worker's slot `index`, the claim's
-    sequence number, ticket and process id, the shared counters of all the worker's slots (a
-    row per slot: claims, releases, ticket, pid) and the slot's segment."""
+    """A claimed ring slot, travelling with its batch: worker, slot `index`, the claim's seq, ticket
+    and pid, the worker's shared counters (a row per slot) and the slot's segment."""
 
     worker: int
     index: int
@@ -115,11 +99,9 @@ class Slot:
         self.counters[self.index, RELEASES] = self.seq
 
     def dropped(self, held: set) -> list[int]:
-        """The worker's other slots whose batches will never arrive: claimed (not released),
-        not in `held` (slot indices whose batches the keeper has), and either claimed by this
-        batch's process under a lower ticket or by a process that has exited. Claims are read
-        before ticket and pid: a worker writes those first, so a slot claimed meanwhile shows
-        its new, higher ticket."""
+        """The worker's other claimed slots, not in `held` (indices the keeper has), whose batches will
+        never arrive: this process's under a lower ticket, or an exited process's. Claims are read
+        before ticket and pid, which a worker writes first (a slot claimed meanwhile shows a higher ticket)."""
         c, out = self.counters, []
         for j in range(c.shape[0]):
             if j == self.index or j in held or int(c[j, CLAIMS]) == int(c[j, RELEASES]):
@@ -130,13 +112,13 @@ class Slot:
         return out
 
     def release_dropped(self, j: int) -> None:
-        """Free slot `j` of this worker (one `dropped` named): its batch will never arrive."""
+        """Free slot `j` of this worker (one `dropped` named)."""
         self.counters[j, RELEASES] = self.counters[j, CLAIMS]
 
 
 class SlotRing:
-    """Reusable shared-memory slots for batch outputs, `slots` per worker, created by the main
-    process before the workers start (they inherit it with the dataset)."""
+    """`slots` reusable shared-memory slots per worker, made in the main process before the workers
+    start (they inherit it with the dataset)."""
 
     def __init__(self, slots: int = SLOTS_PER_WORKER, max_workers: int = MAX_WORKERS):
         for name, value in (("slots", slots), ("max_workers", max_workers)):
@@ -148,15 +130,12 @@ class SlotRing:
         self._segments: dict[int, torch.UntypedStorage] = {}  # this worker's slot segments
         self._largest = 0  # the largest batch this worker has written, in bytes
 
-    def __getstate__(self) -> dict:
-        # a spawned worker gets the counters; its segments are its own
+    def __getstate__(self) -> dict:  # a spawned worker gets the counters; its segments are its own
         return {**self.__dict__, "_segments": {}, "_largest": 0, "_exit_hook": None}
 
     def _drop_segments_at_exit(self) -> None:
-        """In a worker: let go of its slot segments when the process exits. A DataLoader worker ends
-        without running finalizers, and under the "file_system" sharing strategy a segment's file in
-        /dev/shm is removed only once every process that mapped it has let go of it, so without this
-        each epoch's workers left their slots in /dev/shm for as long as the main process ran."""
+        # a DataLoader worker ends without finalizers, and under the "file_system" strategy a segment's
+        # /dev/shm file goes only once every process let go of it: without this, slots stayed there
         if getattr(self, "_exit_hook", None) is None:
             self._exit_hook = multiprocessing.util.Finalize(self, self._segments.clear, exitpriority=100)
 
@@ -168,17 +147,13 @@ class SlotRing:
     def claim(self, worker: int, nbytes: int) -> Optional[tuple[Slot, torch.UntypedStorage]]:
         """A free slot of `worker` with room for `nbytes` (grown if needed), claimed for one batch;
         None when all are held or `worker` is beyond the ring."""
-        if not 0 <= worker < self.max_workers:
-            return None
-        free = self.free(worker)
+        free = self.free(worker) if 0 <= worker < self.max_workers else None
         if not free:
             return None
         i = free[0]
-        segment = self._segments.get(i)
-        need = max(nbytes, self._largest)
+        segment, need = self._segments.get(i), max(nbytes, self._largest)
         if segment is None or segment.nbytes() < need:
-            segment = torch.UntypedStorage._new_shared(_aligned(max(int(need * GROWTH), ALIGN)))
-            self._segments[i] = segment
+            segment = self._segments[i] = torch.UntypedStorage._new_shared(_aligned(max(int(need * GROWTH), ALIGN)))
             self._drop_segments_at_exit()
         counters = self.counters[worker]
         ticket, seq, pid = int(counters[:, TICKET].max()) + 1, int(counters[i, CLAIMS]) + 1, os.getpid()
@@ -214,7 +189,7 @@ class OutputBuffers:
         return self.worker is not None
 
     def reserve(self, nbytes: int) -> None:
-        """Claim a ring slot with room for `nbytes` for this batch (call before the first empty())."""
+        """Claim a ring slot with room for `nbytes` for this batch (before the first empty())."""
         if self.shared and self.ring is not None and self.slot is None:
             got = self.ring.claim(self.worker, nbytes)
             if got is not None:
@@ -227,14 +202,13 @@ class OutputBuffers:
         if not self.shared:
             return torch.empty(tuple(shape), dtype=dtype)
         if self._segment is not None and self._used + size <= self._segment.nbytes():
-            t = _view(self._segment, self._used, shape, dtype)
             self._used += size
-            return t
+            return _view(self._segment, self._used - size, shape, dtype)
         return shared_empty(shape, dtype)
 
     def place(self, t: torch.Tensor) -> torch.Tensor:
-        """`t` where the hand-over copies nothing: `t` itself when it is in shared memory already
-        (or nothing is handed over), else a copy in these buffers (counted in `copied`)."""
+        """`t` where the hand-over copies nothing: itself when shared already (or nothing is handed
+        over), else a copy in these buffers (counted in `copied`)."""
         if not self.shared or is_shared(t):
             return t
         out = self.empty(t.shape, t.dtype)
@@ -260,33 +234,32 @@ def register_pinned(storage: torch.UntypedStorage) -> Callable[[], None]:
 
 
 class SlotKeeper:
-    """Main process: keeps each ring slot's segment mapped (page-locked with `register`, e.g.
-    `register_pinned` on a CUDA device) and releases a batch's slot when it is done with it.
-
-    `adopt(batch)` is called for every batch as it arrives. With `release_on_copy`, the
-    caller calls `release(batch)` once the batch's host memory has been copied (CUDA: after
-    the copy's event); otherwise a slot is released once no tensor of its batch is alive,
-    checked whenever a batch arrives (`collect`).
-    """
+    """Main process: keeps each slot's segment mapped (page-locked by `register`, e.g. register_pinned)
+    and releases it: with `release_on_copy` when the caller calls `release(batch)` (CUDA: after the
+    copy's event), else once no tensor of its batch is alive (checked as batches arrive: `collect`).
+    `adopt(batch)` is called for every batch as it arrives."""
 
     def __init__(self, *, register: Optional[Callable[[torch.UntypedStorage], Callable[[], None]]] = None,
                  release_on_copy: bool = False):
-        self.register = register
-        self.release_on_copy = release_on_copy
+        self.register, self.release_on_copy = register, release_on_copy
         self._mapped: dict[tuple[int, int], torch.UntypedStorage] = {}
         probe = {0: torch.UntypedStorage(1)}
-        #: python_refs of a mapped segment that nothing but `_mapped` holds (calibrated: it is
-        #: Python's count for an object one dict holds)
+        #: python_refs of a segment only `_mapped` holds (Python's count for an object one dict holds)
         self._sole_refs = python_refs(probe[0])
         self._undo: dict[tuple[int, int], Callable[[], None]] = {}
         self._held: list[Slot] = []
-        #: slots released because their batches never arrived (dropped by the DataLoader).
-        self.reclaimed = 0
+        self.reclaimed = 0  #: slots released because their batches never arrived
         # unregister page-locked segments when the keeper goes, before they are unmapped
         self._finalizer = weakref.finalize(self, _undo_all, self._undo)
 
+    def _unmap(self, key: tuple[int, int]) -> None:
+        undo = self._undo.pop(key, None)
+        if undo is not None:
+            undo()
+        self._mapped.pop(key, None)
+
     def adopt(self, batch) -> None:
-        """Take note of the slot `batch` travels in (if any); release slots whose batches are gone."""
+        """Note the slot `batch` travels in (if any); release slots whose batches are gone."""
         if not self.release_on_copy:
             self.collect()
         slot = getattr(batch, "slot", None)
@@ -296,9 +269,7 @@ class SlotKeeper:
         segment, slot.storage = slot.storage, None  # the keeper's reference is the only extra one
         old = self._mapped.get(key)
         if old is None or old.data_ptr() != segment.data_ptr():  # a new slot, or one its worker grew
-            undo = self._undo.pop(key, None)
-            if undo is not None:
-                undo()
+            self._unmap(key)
             self._mapped[key] = segment
             del segment
             if self.register is not None:
@@ -308,8 +279,7 @@ class SlotKeeper:
                     warnings.warn(f"page-locking a {self._mapped[key].nbytes()}-byte batch slot failed ({e}); "
                                   "batches are copied into pinned memory instead (pin_memory)")
                     self.register = None
-        held = {s.index for s in self._held if s.worker == slot.worker}
-        for j in slot.dropped(held):
+        for j in slot.dropped({s.index for s in self._held if s.worker == slot.worker}):
             slot.release_dropped(j)
             self.reclaimed += 1
         self._held.append(slot)
@@ -322,34 +292,28 @@ class SlotKeeper:
             slot.release()
 
     def collect(self) -> int:
-        """Release the held slots no tensor uses any more; how many were released."""
-        keep, released = [], 0
+        """Release the held slots no tensor (and no user holding the storage object) uses; how many."""
+        keep = []
         for slot in self._held:
             key = (slot.worker, slot.index)
-            # no tensor over the segment but the keeper's object, and no user holding that object
             if use_count(self._mapped[key]) <= 1 and python_refs(self._mapped[key]) <= self._sole_refs:
                 slot.release()
-                released += 1
             else:
                 keep.append(slot)
-        self._held = keep
+        released, self._held = len(self._held) - len(keep), keep
         return released
 
     def unmap_idle(self) -> None:
-        """Forget the segments of slots no batch holds (an epoch ended: its workers may be gone);
-        a slot used again is mapped (and page-locked) again when its next batch arrives."""
+        """Forget the segments of slots no batch holds (an epoch ended: its workers may be gone); a
+        slot used again is mapped (and page-locked) again when its next batch arrives."""
         if not self.release_on_copy:
             self.collect()
         held = {(s.worker, s.index) for s in self._held}
         for key in [k for k in self._mapped if k not in held]:
-            undo = self._undo.pop(key, None)
-            if undo is not None:
-                undo()
-            del self._mapped[key]
+            self._unmap(key)
 
     def release_all(self) -> None:
-        """Release every held slot (with `release_on_copy`, once no copy from them is pending:
-        an epoch closed before its queued batches were finished)."""
+        """Release every held slot (with `release_on_copy`: once no copy from them is pending)."""
         for slot in self._held:
             slot.release()
         self._held = []

@@ -2,9 +2,8 @@
 import pytest
 import torch
 
-from ibp_graph.pipeline.codec_setup import build_codecs
+from ibp_graph.pipeline.codec_setup import build_codecs, split_row_groups
 from ibp_graph.pipeline.grouping import ROWS, TYPED, GroupKey, typed_key
-from ibp_graph.pipeline.type_codecs import split_row_groups
 
 
 def test_typed_key_names_its_attribute():
