@@ -135,7 +135,10 @@ class _SampledLoader(_common.Codecs):
         own = self._own_tables()
         if not own:
             return codecs
-        extra = _common.setup_codecs({}, own, num_nodes=1, num_edges=1, codec=self._codec_spec, device=self.device)
+        # a codec object serves the graph's group it matches; these groups get "auto", as build_codecs gives
+        # every group a codec object does not match
+        spec = self._codec_spec if isinstance(self._codec_spec, str) else "auto"
+        extra = _common.setup_codecs({}, own, num_nodes=1, num_edges=1, codec=spec, device=self.device)
         return {**{k: c for k, c in extra.items() if k not in codecs}, **codecs}
 
     def set_epoch(self, epoch: int) -> None:

@@ -326,3 +326,27 @@ def test_heterogeneous_errors_name_the_edge_type():
         link_loader(data, edge_label_index=torch.zeros(2, 3, dtype=torch.long))
     with pytest.raises(IndexError, match=r"destination node 150, outside \[0, 150\)"):
         link_loader(data, edge_label_index=(BUYS, torch.tensor([[0], [150]])))
+
+
+def test_a_link_batch_sends_its_features_as_a_node_batch_of_the_same_nodes_does():
+    """Issue 21: the features of both endpoints and of the negatives travel as node batches' do, one group per
+    dtype and row shape with its codec, so a link batch costs what a node batch of the same sampled nodes
+    costs: the group's bytes are the codec's encoding of exactly the rows x[n_id], in either loader."""
+    from ibp_graph.codec.auto import fit_codec
+    from ibp_graph.loaders.pyg import CompressedNeighborLoader
+
+    g = torch.Generator().manual_seed(5)
+    data = make_data()
+    data.x = torch.randn(data.num_nodes, 16, generator=g).half().float()  # compressible rows
+    codec = fit_codec(data.x, "ibp")
+    group = "float32[16]"
+    edges = data.edge_index[:, :BATCH]
+    link = link_loader(data, edge_label_index=edges, neg_sampling="binary", codec=codec)
+    (lbatch,) = list(link)
+    node = CompressedNeighborLoader(data, [3, 2], input_nodes=lbatch.n_id[:2 * BATCH], batch_size=2 * BATCH,
+                                    device="cpu", codec=codec)
+    (nbatch,) = list(node)
+    for loader, batch in ((link, lbatch), (node, nbatch)):
+        assert torch.equal(batch.x, data.x[batch.n_id])
+        assert loader.stats.sent_bytes[group] == codec.encode(data.x[batch.n_id]).nbytes < loader.stats.raw_bytes[group]
+        assert loader.stats.raw_bytes[group] == batch.n_id.numel() * 16 * 4

@@ -47,7 +47,7 @@ def test_numpy_and_memmap_features_are_gathered_without_a_copy(tmp_path, num_wor
     loader = CompressedNeighborLoader(data, [4, 2], batch_size=100, shuffle=True, num_workers=num_workers,
                                       device="cpu")
     # the loader's table (its feature source's tensor) is a view of the file's mapping, not a copy of it
-    table = loader.dataset.planner.node_attrs["x"].tensor
+    table = loader.dataset.planner.node_attrs[None]["x"].tensor  # the one node type (None)
     assert isinstance(table, torch.Tensor) and table.data_ptr() == x.ctypes.data
     n = 0
     for batch in loader:
