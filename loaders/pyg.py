@@ -451,7 +451,8 @@ class CompressedLinkNeighborLoader(_SampledLoader, LinkNeighborLoader):
     def _warm(self, num_workers: int) -> None:
         n, planner = int(self.input_data.row.numel()), self._producer.planner
         if n:
-            _common.warm(lambda: planner.sample(BatchRequest(index=torch.arange(min(2, n)), seed=0)), self._sampler,
+            # draw, not sample: transform_sampler_output runs on the batches only (as PyG)
+            _common.warm(lambda: planner.draw(BatchRequest(index=torch.arange(min(2, n)), seed=0)), self._sampler,
                          num_workers)
 
     def _finish_kind(self, batch: DecodedBatch) -> Union[Data, HeteroData]:

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ..sampling.hetero import EdgeType
-from ..sampling.links import LinkSeeds, NegativeSampling, link_seeds
+from ..sampling.links import LinkSeeds, NegativeSampling, NodeTimes, link_seeds
 from .producer import BatchPlan
 from .requests import BatchRequest
 
@@ -44,7 +44,10 @@ class LinkPlanner:
         self.planner, self.src, self.dst = planner, src, dst
         self.num_src_nodes, self.num_dst_nodes, self.edge_type = num_src_nodes, num_dst_nodes, edge_type
         self.edge_label, self.edge_label_time, self.neg_sampling = edge_label, edge_label_time, neg_sampling
-        self.node_time, self.post_sample = node_time, post_sample
+        # checked once here, not at every batch (link_seeds takes NodeTimes as they are)
+        self.node_time = tuple(None if t is None else NodeTimes.check(f"{end}_node_time", t, n)
+                               for t, end, n in zip(node_time, ("src", "dst"), (num_src_nodes, num_dst_nodes)))
+        self.post_sample = post_sample
 
     @property
     def sampler(self):
@@ -64,12 +67,17 @@ class LinkPlanner:
                           disjoint=bool(self.sampler.disjoint), edge_type=self.edge_type,
                           src_node_time=self.node_time[0], dst_node_time=self.node_time[1])
 
-    def sample(self, req: BatchRequest) -> tuple[LinkSeeds, Any]:
+    def draw(self, req: BatchRequest) -> tuple[LinkSeeds, Any]:
+        """`req`'s link seeds and the sampler's output (PyG's edge_sample), before `post_sample`."""
         link = self.seeds(req)
         times = {} if link.seed_time is None else {"seed_time": link.seed_time}
         out = self.sampler.sample(None, link.seeds, seed=req.seed, **times)  # typed: the seeds of one or two types
         if out.batch is not None:  # PyG: out.batch % num_pos, the example a subgraph belongs to
             out.batch = {t: b % link.num_pos for t, b in out.batch.items()}
+        return link, out
+
+    def sample(self, req: BatchRequest) -> tuple[LinkSeeds, Any]:
+        link, out = self.draw(req)
         return link, (out if self.post_sample is None else self.post_sample(out))
 
     def plan(self, req: BatchRequest, sampled: tuple[LinkSeeds, Any]) -> tuple[BatchPlan, dict]:
@@ -85,12 +93,26 @@ class LinkPlanner:
 
 
 def edge_list(indptr: np.ndarray, indices: np.ndarray, e_id: np.ndarray) -> torch.Tensor:
-    """The ``[2, E]`` edge_index (column ``e_id[k]``: the k-th CSC edge) of a CSC graph."""
+    """The ``[2, E]`` edge_index of a CSC graph's edges in edge-id order: column ``e_id[k]`` is the k-th CSC edge
+    when the ids are 0..E-1 (a graph's edge_index), else the edges sorted by id (stable: CSC order among equal
+    ids), e.g. a prepared graph whose ids number the edges of a larger one."""
     num_edges = int(indices.shape[0])
+    dst = np.repeat(np.arange(len(indptr) - 1, dtype=np.int64), np.diff(indptr))
+    e_id = np.asarray(e_id)
+    if num_edges and (int(e_id.min()) < 0 or int(e_id.max()) >= num_edges or not _covers(e_id, num_edges)):
+        order = np.argsort(e_id, kind="stable")
+        return torch.from_numpy(np.stack([indices[order].astype(np.int64), dst[order]]))
     out = np.empty((2, num_edges), dtype=np.int64)
     out[0, e_id] = indices
-    out[1, e_id] = np.repeat(np.arange(len(indptr) - 1, dtype=np.int64), np.diff(indptr))
+    out[1, e_id] = dst
     return torch.from_numpy(out)
+
+
+def _covers(ids: np.ndarray, n: int) -> bool:
+    """Whether `ids` (all in [0, n), n of them) are a permutation of 0..n-1."""
+    seen = np.zeros(n, dtype=bool)
+    seen[ids] = True
+    return bool(seen.all())
 
 
 __all__ = ["LINK_FIELDS", "LinkPlanner", "edge_list", "link_name"]

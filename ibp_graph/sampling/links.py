@@ -50,7 +50,7 @@ from .kernels import _GOLDEN, _draw, _draw_unit, _mix64, hop_key, readonly
 
 _install_kernel_cache()  # numba caches this module's kernels per environment (ibp_graph.jit_cache)
 
-__all__ = ["LinkSeeds", "NEGATIVE_MODES", "NegativeSampling", "link_seeds", "prepare_edge_label",
+__all__ = ["LinkSeeds", "NEGATIVE_MODES", "NegativeSampling", "NodeTimes", "link_seeds", "prepare_edge_label",
            "sample_negatives"]
 
 #: PyG's negative-sampling modes.
@@ -260,6 +260,26 @@ def sample_negatives(neg: NegativeSampling, endpoint: str, count: int, num_nodes
 # Seeds and link fields.
 
 @dataclass(frozen=True, eq=False)
+class NodeTimes:
+    """One endpoint's node times, checked once (``check_time``: int64 or float64, no NaN, one per node), for the
+    callers of :func:`link_seeds` that make many batches: it takes them as they are instead of checking the
+    whole array at every batch."""
+
+    #: the times, read-only
+    array: np.ndarray
+
+    @classmethod
+    def check(cls, name: str, value: Union["NodeTimes", ArrayLike], count: int) -> "NodeTimes":
+        """`value` (times, or NodeTimes) checked as `name`: one time per node of `count`."""
+        if isinstance(value, cls):
+            if value.array.shape != (count,):
+                raise ValueError(f"{name} has shape {value.array.shape}; accepted: one time per node, "
+                                 f"shape ({count},)")
+            return value
+        return cls(readonly(check_time(name, value, count)))
+
+
+@dataclass(frozen=True, eq=False)
 class LinkSeeds:
     """One link batch before neighbour sampling: the sampler's seeds and the batch's link fields (PyG's layout).
 
@@ -323,8 +343,8 @@ def _unique(ids: np.ndarray) -> Tuple[Tensor, Tensor]:
 def link_seeds(src: ArrayLike, dst: ArrayLike, *, num_src_nodes: int, num_dst_nodes: int, seed: int,
                neg_sampling: Any = None, edge_label: Optional[ArrayLike] = None,
                edge_label_time: Optional[ArrayLike] = None, disjoint: bool = False,
-               edge_type: Optional[EdgeType] = None, src_node_time: Optional[ArrayLike] = None,
-               dst_node_time: Optional[ArrayLike] = None) -> LinkSeeds:
+               edge_type: Optional[EdgeType] = None, src_node_time: Union[None, ArrayLike, NodeTimes] = None,
+               dst_node_time: Union[None, ArrayLike, NodeTimes] = None) -> LinkSeeds:
     """The negatives, neighbour-sampler seeds and link fields of one batch of seed edges (PyG's ``edge_sample``).
 
     `src`, `dst`: the positives' endpoints (global ids below `num_src_nodes` / `num_dst_nodes`). `seed`: the
@@ -332,7 +352,7 @@ def link_seeds(src: ArrayLike, dst: ArrayLike, *, num_src_nodes: int, num_dst_no
     label per positive (already through :func:`prepare_edge_label`). `edge_label_time`: one time per positive
     (temporal sampling; needs ``disjoint=True``, as PyG). `edge_type`: ``(src, rel, dst)`` of a heterogeneous
     graph, None for a homogeneous one. `src_node_time` / `dst_node_time`: node times of node-level temporal
-    sampling (negatives then exist at their positive's time).
+    sampling (negatives then exist at their positive's time), as arrays or :class:`NodeTimes` (checked once).
     """
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"seed must be an int, got {seed!r}")
@@ -374,7 +394,7 @@ def link_seeds(src: ArrayLike, dst: ArrayLike, *, num_src_nodes: int, num_dst_no
     node_time = {}
     for endpoint, value, count in (("src", src_node_time, num_src_nodes), ("dst", dst_node_time, num_dst_nodes)):
         if value is not None:
-            node_time[endpoint] = check_time(f"{endpoint}_node_time", value, count)
+            node_time[endpoint] = NodeTimes.check(f"{endpoint}_node_time", value, count).array
     if node_time and neg is not None and time_np is None:
         raise ValueError("src_node_time/dst_node_time are given without edge_label_time; accepted: "
                          "edge_label_time (negatives must exist at their positive's time)")

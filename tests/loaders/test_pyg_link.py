@@ -350,3 +350,341 @@ def test_a_link_batch_sends_its_features_as_a_node_batch_of_the_same_nodes_does(
         assert torch.equal(batch.x, data.x[batch.n_id])
         assert loader.stats.sent_bytes[group] == codec.encode(data.x[batch.n_id]).nbytes < loader.stats.raw_bytes[group]
         assert loader.stats.raw_bytes[group] == batch.n_id.numel() * 16 * 4
+
+
+# -- PyG's LinkNeighborLoader options on link batches (issue 21) ------------------------------------------
+
+def same_batch(a, b, skip=()):
+    assert sorted(a.keys()) == sorted(b.keys())
+    for store_a, store_b in zip(a.stores, b.stores):
+        for key, value in store_a.items():
+            if key in skip:
+                continue
+            other = store_b[key]
+            assert (torch.equal(value, other) if isinstance(value, torch.Tensor) else value == other), key
+
+
+def seeded(loader, seed=5):
+    torch.manual_seed(seed)
+    return list(loader)
+
+
+@pytest.mark.parametrize("disjoint", [False, True])
+def test_transform_sampler_output_is_applied_to_pygs_sampler_output_after_the_modulo(disjoint):
+    from torch_geometric.sampler import SamplerOutput
+
+    data = make_data()
+    seen = []
+
+    def every_other_edge(out):  # drops edges; records the batch vector it sees
+        assert isinstance(out, SamplerOutput)
+        seen.append(None if out.batch is None else out.batch.clone())
+        out.row, out.col, out.edge = out.row[::2], out.col[::2], out.edge[::2]
+        return out
+
+    kw = dict(neg_sampling="binary", disjoint=disjoint)
+    ref = seeded(link_loader(data, **kw))
+    got = seeded(link_loader(data, transform_sampler_output=every_other_edge, **kw))
+    assert len(seen) == len(got) == len(ref)
+    for a, b, batch_seen in zip(got, ref, seen):
+        assert torch.equal(a.edge_index, b.edge_index[:, ::2]) and torch.equal(a.e_id, b.e_id[::2])
+        assert torch.equal(a.edge_attr, data.edge_attr[a.e_id]) and torch.equal(a.w, data.w[a.e_id])
+        same_batch(a, b, skip=("edge_index", "e_id", "edge_attr", "w"))
+        if disjoint:  # PyG's batch % num_pos happens before the transform
+            assert torch.equal(batch_seen, a.batch) and int(batch_seen.max()) < a.input_id.numel()
+        else:
+            assert batch_seen is None
+
+    def reversed_nodes(out):  # a new `node`: the batch's n_id and rows follow it, as PyG's filter_data
+        out.node = out.node.flip(0)
+        return out
+
+    for a, b in zip(seeded(link_loader(data, transform_sampler_output=reversed_nodes, **kw)), ref):
+        assert torch.equal(a.n_id, b.n_id.flip(0)) and torch.equal(a.x, data.x[a.n_id])
+
+
+def test_transform_sampler_output_on_a_heterogeneous_link_batch():
+    from torch_geometric.sampler import HeteroSamplerOutput
+
+    data = make_hetero()
+
+    def drop_cites(out):
+        assert isinstance(out, HeteroSamplerOutput)
+        out.row[CITES], out.col[CITES], out.edge[CITES] = (v[:0] for v in (out.row[CITES], out.col[CITES],
+                                                                           out.edge[CITES]))
+        return out
+
+    kw = dict(edge_label_index=(BUYS, None), neg_sampling="binary")
+    ref = seeded(link_loader(data, **kw))
+    got = seeded(link_loader(data, transform_sampler_output=drop_cites, **kw))
+    assert len(got) == len(ref) == 40
+    for a, b in zip(got, ref):
+        assert a[CITES].edge_index.shape == (2, 0) and a[CITES].e_id.numel() == 0
+        assert b[CITES].edge_index.size(1) > 0 or b["paper"].n_id.numel() == 0
+        for e in data.edge_types:
+            if e != CITES:
+                assert torch.equal(a[e].edge_index, b[e].edge_index) and torch.equal(a[e].e_id, b[e].e_id)
+        for key in ("edge_label_index", "edge_label", "input_id"):
+            assert torch.equal(a[BUYS][key], b[BUYS][key])
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_filter_per_worker_either_way_gives_the_same_link_batches(num_workers):
+    data = make_data()
+    kw = dict(neg_sampling="binary", shuffle=True, num_workers=num_workers)
+    a = seeded(link_loader(data, filter_per_worker=True, **kw))
+    b = seeded(link_loader(data, filter_per_worker=False, **kw))
+    assert len(a) == len(b) == 75
+    for x, y in zip(a, b):
+        same_batch(x, y)
+
+
+@pytest.mark.parametrize("filter_per_worker", [True, False])
+def test_calling_the_link_loader_samples_those_seed_edges(filter_per_worker):
+    from ibp_graph.pipeline.batch import EncodedBatch
+
+    data = make_data()
+    loader = link_loader(data, neg_sampling="binary", filter_per_worker=filter_per_worker)
+    torch.manual_seed(5)
+    batch = loader([3, 0, 7])
+    assert isinstance(batch, Data) and batch.input_id.tolist() == [3, 0, 7]
+    assert torch.equal(batch.n_id[batch.edge_label_index[:, :3]], data.edge_index[:, [3, 0, 7]])
+    check_subgraph(batch, data.x)
+    torch.manual_seed(5)
+    out = loader.collate_fn(torch.tensor([3, 0, 7]))
+    assert isinstance(out, Data if filter_per_worker else EncodedBatch)  # PyG's split of the work
+    same_batch(out if filter_per_worker else loader.filter_fn(out), batch)
+
+
+@pytest.mark.parametrize("filter_per_worker", [True, False])
+def test_zip_loader_zips_link_batches(filter_per_worker):
+    from torch_geometric.loader import ZipLoader
+
+    data = make_data()
+    first = link_loader(data, num_neighbors=[-1], neg_sampling="triplet")
+    second = link_loader(data, num_neighbors=[-1], edge_label_index=data.edge_index[:, 500:])
+    zipped = ZipLoader([first, second], batch_size=BATCH, filter_per_worker=filter_per_worker)
+    assert len(zipped) == 50
+    n = 0
+    for a, b in zipped:
+        assert torch.equal(a.n_id[a.src_index], data.edge_index[0, a.input_id])
+        assert torch.equal(b.n_id[b.edge_label_index], data.edge_index[:, 500 + b.input_id])
+        check_subgraph(a, data.x)
+        check_subgraph(b, data.x)
+        n += 1
+    assert n == 50
+
+
+def _bidirectional(out):
+    return out.to_bidirectional(keep_orig_edges=False)
+
+
+@pytest.mark.parametrize("disjoint", [False, True])
+def test_bidirectional_link_batches_are_pygs_conversion_of_the_sampled_edges(disjoint):
+    data = make_data()
+    kw = dict(neg_sampling="binary", disjoint=disjoint)
+    got = seeded(link_loader(data, subgraph_type="bidirectional", **kw))
+    want = seeded(link_loader(data, transform_sampler_output=_bidirectional, **kw))  # PyG's conversion
+    for a, b in zip(got, want):
+        assert "num_sampled_nodes" not in a and "num_sampled_edges" not in a  # as PyG's
+        assert torch.equal(a.n_id, b.n_id) and torch.equal(a.edge_label_index, b.edge_label_index)
+        assert torch.equal(a.edge_index, b.edge_index)  # coalesced, sorted by (destination, source)
+        # a pair sampled both ways keeps 'any' of its ids (PyG's coalesce(reduce='any')): one of the pair's edges
+        assert torch.equal(data.edge_index[:, a.e_id].sort(0).values, a.n_id[a.edge_index].sort(0).values)
+        assert torch.equal(a.x, data.x[a.n_id]) and torch.equal(a.edge_attr, data.edge_attr[a.e_id])
+
+
+def test_bidirectional_heterogeneous_link_batches_are_pygs_conversion():
+    data = make_hetero()
+    kw = dict(edge_label_index=(BUYS, None), neg_sampling="binary")
+    got = seeded(link_loader(data, subgraph_type="bidirectional", **kw))
+    want = seeded(link_loader(data, transform_sampler_output=_bidirectional, **kw))
+    assert len(got) == len(want) == 40
+    for a, b in zip(got, want):
+        same_batch(a, b)
+        assert torch.equal(a[BUYS].edge_label_index, b[BUYS].edge_label_index)
+
+
+@pytest.mark.parametrize("how", ["subgraph_type", "directed"])
+def test_induced_link_batches_hold_every_edge_among_the_sampled_nodes(how):
+    import contextlib
+
+    data = make_data()
+    kwargs = {"subgraph_type": "induced"} if how == "subgraph_type" else {"directed": False}
+    with pytest.warns(DeprecationWarning, match="directed=False") if how == "directed" else contextlib.nullcontext():
+        loader = link_loader(data, neg_sampling="binary", **kwargs)
+    ref = seeded(link_loader(data, neg_sampling="binary"))
+    edges = data.edge_index.t().tolist()
+    for a, b in zip(seeded(loader), ref):
+        assert torch.equal(a.n_id, b.n_id) and torch.equal(a.edge_label_index, b.edge_label_index)
+        nodes = set(a.n_id.tolist())
+        assert sorted(map(list, a.n_id[a.edge_index].t().tolist())) == sorted(
+            e for e in edges if e[0] in nodes and e[1] in nodes)
+        assert torch.equal(data.edge_index[:, a.e_id], a.n_id[a.edge_index])
+        assert torch.equal(a.edge_attr, data.edge_attr[a.e_id])
+    with pytest.raises(ValueError, match="disjoint=True with subgraph_type='induced' is not accepted"):
+        link_loader(data, subgraph_type="induced", disjoint=True)
+
+
+def test_induced_heterogeneous_link_batches():
+    data = make_hetero()
+    kw = dict(edge_label_index=(BUYS, None), neg_sampling="binary")
+    ref = seeded(link_loader(data, **kw))
+    got = seeded(link_loader(data, subgraph_type="induced", **kw))
+    for a, b in zip(got, ref):
+        for t in data.node_types:
+            assert torch.equal(a[t].n_id, b[t].n_id)
+        for e in data.edge_types:
+            src, _, dst = e
+            s, d = set(a[src].n_id.tolist()), set(a[dst].n_id.tolist())
+            want = sorted(x for x in data[e].edge_index.t().tolist() if x[0] in s and x[1] in d)
+            ei = a[e].edge_index
+            assert sorted(torch.stack([a[src].n_id[ei[0]], a[dst].n_id[ei[1]]]).t().tolist()) == want
+        assert torch.equal(a[BUYS].edge_label_index, b[BUYS].edge_label_index)
+
+
+@pytest.mark.parametrize("neg", [None, "binary"])
+def test_edge_level_temporal_sampling_keeps_edges_no_later_than_their_example(neg):
+    data = make_data()
+    data.etime = torch.randint(0, 100, (data.edge_index.size(1),), generator=torch.Generator().manual_seed(6))
+    edge_label_time = torch.randint(20, 100, (data.edge_index.size(1),), generator=torch.Generator().manual_seed(7))
+    loader = link_loader(data, edge_label_time=edge_label_time, time_attr="etime", neg_sampling=neg,
+                         num_neighbors=[-1, 3])
+    n = 0
+    for batch in loader:
+        seed_time = edge_label_time[batch.input_id]
+        width = batch.edge_label_index.size(1)
+        assert torch.equal(batch.edge_label_time, seed_time.repeat(width // seed_time.numel()))
+        example = batch.batch[batch.edge_index[1]]  # the example the edge's subgraph belongs to
+        assert bool((data.etime[batch.e_id] <= seed_time[example]).all())
+        assert torch.equal(batch.etime, data.etime[batch.e_id])
+        assert torch.equal(data.edge_index[:, batch.e_id], batch.n_id[batch.edge_index])
+        n += batch.e_id.numel()
+    assert n > 0
+
+
+def test_rank_and_world_size_split_the_seed_edges_and_set_epoch_reshuffles_alike():
+    data = make_data()
+    edges = data.edge_index[:, :600]
+
+    def ranks(epoch=0):
+        out = []
+        for r in range(3):
+            loader = link_loader(data, edge_label_index=edges, shuffle=True, rank=r, world_size=3)
+            loader.set_epoch(epoch)  # the shuffle of torch's DistributedSampler: the same on every rank
+            out.append([b.input_id for b in loader])
+        return out
+
+    first = ranks()
+    ids = [torch.cat(p) for p in first]
+    assert [i.numel() for i in ids] == [200, 200, 200] and [len(p) for p in first] == [10, 10, 10]
+    assert torch.equal(torch.cat(ids).sort().values, torch.arange(600))  # disjoint and covering
+    again = ranks(1)
+    moved = [torch.cat(p) for p in again]
+    assert torch.equal(torch.cat(moved).sort().values, torch.arange(600))
+    assert not torch.equal(torch.cat(moved), torch.cat(ids))  # a new shuffle, shared by the ranks
+    assert [torch.equal(a, b) for a, b in zip(moved, [torch.cat(p) for p in ranks(1)])] == [True] * 3
+    torch.manual_seed(0)  # the global RNG moves the sampling seeds, never the shares
+    assert [torch.equal(torch.cat(p), i) for p, i in zip(ranks(), ids)] == [True] * 3
+    with pytest.raises(ValueError, match="rank=3 is not accepted"):
+        link_loader(data, rank=3, world_size=3)
+
+
+def test_persistent_workers_give_the_batches_of_a_fresh_loader_each_epoch():
+    data = make_data()
+    kw = dict(neg_sampling="binary", shuffle=True, edge_label_index=data.edge_index[:, :200])
+
+    def epochs(**options):
+        loader = link_loader(data, generator=torch.Generator().manual_seed(7), **kw, **options)
+        out = []
+        for epoch in range(2):
+            torch.manual_seed(epoch)
+            out.append([(b.input_id.tolist(), b.n_id.tolist(), b.edge_label_index.tolist()) for b in loader])
+        return out
+
+    persistent = epochs(num_workers=1, persistent_workers=True)
+    assert persistent[0] != persistent[1]
+    assert epochs(num_workers=1, persistent_workers=False) == persistent
+    assert epochs(num_workers=0) == persistent
+
+
+@pytest.mark.parametrize("option", [dict(features="zero_copy"), dict(features="worker"), dict(features="auto"),
+                                    dict(device_cache=1 << 16)])
+def test_feature_options_on_the_cpu_do_what_the_node_loader_does(option):
+    from ibp_graph.loaders.pyg import CompressedNeighborLoader
+
+    data = make_data()
+    edges = data.edge_index[:, :BATCH]
+    try:
+        node = CompressedNeighborLoader(data, [3, 2], batch_size=BATCH, device="cpu", **option)
+    except Exception as err:  # the link loader refuses it alike
+        with pytest.raises(type(err), match=str(err)[:40]):
+            link_loader(data, edge_label_index=edges, **option)
+        return
+    link = link_loader(data, edge_label_index=edges, neg_sampling="binary", **option)
+    assert link.features.mode == node.features.mode
+    assert {k: type(v).__name__ for k, v in link.features.node_attrs.items()} == \
+        {k: type(v).__name__ for k, v in node.features.node_attrs.items()}
+    (batch,) = list(link)
+    check_subgraph(batch, data.x)
+
+
+@pytest.mark.parametrize("neg", [None, "binary", "triplet"])
+def test_heterogeneous_stores_give_the_link_batches_of_the_hetero_data(neg):
+    from torch_geometric.testing import MyFeatureStore
+
+    data = make_hetero()
+    fs = MyFeatureStore()
+    for t in data.node_types:
+        fs.put_tensor(data[t].x, group_name=t, attr_name="x", index=None)
+    gs = graph_store({e: data[e].edge_index for e in data.edge_types}, "coo",
+                     {e: (data[e[0]].num_nodes, data[e[-1]].num_nodes) for e in data.edge_types})
+    kw = dict(edge_label_index=(BUYS, data[BUYS].edge_index[:, :200]), neg_sampling=neg)
+    stripped = HeteroData()
+    for t in data.node_types:
+        stripped[t].x = data[t].x
+    for e in data.edge_types:
+        stripped[e].edge_index = data[e].edge_index
+    want = seeded(link_loader(stripped, **kw))
+    got = seeded(link_loader((fs, gs), **kw))
+    assert len(want) == len(got) == 10
+    for a, b in zip(want, got):
+        for t in data.node_types:
+            for key in ("x", "n_id"):
+                assert torch.equal(a[t][key], b[t][key]), (t, key)
+        for e in data.edge_types:
+            assert torch.equal(a[e].edge_index, b[e].edge_index) and torch.equal(a[e].e_id, b[e].e_id), e
+        for store_a, store_b in ((a[BUYS], b[BUYS]), (a["user"], b["user"]), (a["item"], b["item"])):
+            for key in ("edge_label_index", "edge_label", "input_id", "src_index", "dst_pos_index",
+                        "dst_neg_index"):
+                if key in store_a:
+                    assert torch.equal(store_a[key], store_b[key]), key
+
+
+def test_all_edges_of_a_prepared_graph_whose_edge_ids_are_not_positions():
+    from ibp_graph.sampling.graph import CSCGraph
+
+    data = make_data()
+    graph = CSCGraph.from_edge_index(data.edge_index, data.num_nodes)
+    shifted = CSCGraph(graph.indptr, graph.indices, graph.e_id.astype("int64") * 2)  # ids of a larger graph
+    loader = link_loader(({"x": data.x}, shifted), edge_label_index=None, batch_size=2000)
+    batch = next(iter(loader))
+    assert sorted(map(tuple, batch.n_id[batch.edge_label_index].t().tolist())) == \
+        sorted(map(tuple, data.edge_index.t().tolist()))
+
+
+def test_node_times_are_checked_once_at_construction_not_at_every_batch(monkeypatch):
+    import ibp_graph.sampling.links as links
+
+    data = make_data()
+    edge_label_time = torch.randint(0, 100, (data.edge_index.size(1),), generator=torch.Generator().manual_seed(3))
+    kw = dict(edge_label_time=edge_label_time, time_attr="time", neg_sampling="binary")
+    ref = seeded(link_loader(data, **kw))
+    loader = link_loader(data, **kw)
+    calls = []
+    check = links.check_time
+    monkeypatch.setattr(links, "check_time", lambda name, value, count: calls.append(name) or check(name, value, count))
+    got = seeded(loader)
+    assert not any("node_time" in name for name in calls)
+    for a, b in zip(got, ref):
+        same_batch(a, b)
