@@ -13,6 +13,7 @@ from ibp_graph.train.config import ConfigError, load_config
 from ibp_graph.train import loop
 from ibp_graph.train.link import ogb_ranks, random_mrr, rank_metrics, run_link
 from ibp_graph.train.link_frontends import LinkPyG, train_edge_ids
+from tests.train import tiny
 
 TINY = ["task=link", "data.name=synthetic-citation", "data.citation.num_nodes=3000",
         "data.citation.num_negatives=50", "data.citation.dim=32", "data.citation.eval_fraction=0.15",
@@ -22,14 +23,11 @@ TINY = ["task=link", "data.name=synthetic-citation", "data.citation.num_nodes=30
 
 @pytest.fixture(scope="module")
 def data_root(tmp_path_factory):
-    root = tmp_path_factory.mktemp("data")
-    cfg = load_config(None, TINY + [f"data.root={root}"])
-    citegen.ensure(cfg.data.citation, root, progress=False)
-    return root
+    return tiny.generated_root(tmp_path_factory, TINY, lambda data, root: citegen.ensure(data.citation, root, progress=False))
 
 
 def _cfg(data_root, out, *extra):
-    return load_config(None, TINY + [f"data.root={data_root}", f"output.dir={out}", *extra])
+    return tiny.config(TINY, data_root, out, *extra)
 
 
 # ---------------------------------------------------------------------------------------------

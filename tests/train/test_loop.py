@@ -12,6 +12,7 @@ from ibp_graph.data.prepared import PreparedDataset
 from ibp_graph.train.config import load_config
 from ibp_graph.train.loop import make_loader, run
 from ibp_graph.train.models import NodeClassifier, feature_stats
+from tests.train import tiny
 
 TINY = ["data.synthetic.num_nodes=1500", "data.synthetic.avg_citations=5", "data.synthetic.labeled_fraction=0.6",
         "loader.batch_size=128", "loader.eval_batch_size=512", "loader.num_workers=0", "model.hidden=32",
@@ -20,14 +21,11 @@ TINY = ["data.synthetic.num_nodes=1500", "data.synthetic.avg_citations=5", "data
 
 @pytest.fixture(scope="module")
 def data_root(tmp_path_factory):
-    root = tmp_path_factory.mktemp("data")
-    cfg = load_config(None, TINY + [f"data.root={root}"])
-    graphgen.ensure(cfg.data.synthetic, root, progress=False)
-    return root
+    return tiny.generated_root(tmp_path_factory, TINY, lambda data, root: graphgen.ensure(data.synthetic, root, progress=False))
 
 
 def _cfg(data_root, out, *extra):
-    return load_config(None, TINY + [f"data.root={data_root}", f"output.dir={out}", *extra])
+    return tiny.config(TINY, data_root, out, *extra)
 
 
 def test_auto_and_identity_train_identically_and_learn(data_root, tmp_path, capsys):
