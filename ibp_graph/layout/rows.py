@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from numba import njit, prange
 
+from .buffers import empty_bytes
 from .bitstream import build_kernels, copy_bytes, pick_kernel, prefetch
 from .errors import CorruptPayloadError
 from ..jit_cache import install as _install_kernel_cache
@@ -242,7 +243,7 @@ def gather_condensed_rows(payload: np.ndarray, offsets: np.ndarray, idx: np.ndar
     once: the rows fill the payload back to back and only the tail padding is zeroed. The
     table's offsets are read as they are (int32 or int64), never converted. `alloc(nbytes)`
     gives the output payload (a 1-d uint8 array of that size; e.g. a view of a shared-memory
-    slot), else it is a new array.
+    slot), else it is a new array (buffers.empty_bytes).
     """
     if payload.dtype != np.uint8 or payload.ndim != 1:
         raise CorruptPayloadError(f"payload must be a 1-d uint8 array, got dtype={payload.dtype} "
@@ -250,7 +251,7 @@ def gather_condensed_rows(payload: np.ndarray, offsets: np.ndarray, idx: np.ndar
     idx = np.ascontiguousarray(idx, dtype=np.int64)
     starts, lengths = condensed_row_bounds(payload, offsets, idx)
     new_offsets, padded = offsets_from_lengths(lengths)
-    out = np.empty(padded, dtype=np.uint8) if alloc is None else alloc(padded)
+    out = empty_bytes(padded) if alloc is None else alloc(padded)
     if out.dtype != np.uint8 or out.shape != (padded,) or not out.flags.c_contiguous:
         raise ValueError(f"alloc({padded}) gave a {out.dtype} array of shape {out.shape}; "
                          f"a contiguous 1-d uint8 array of {padded} bytes is needed")

@@ -8,6 +8,7 @@ from typing import Callable, Optional, Sequence, Union
 import numpy as np
 import torch
 
+from .buffers import empty_host
 from .dtypes import dtype_from_name, dtype_name, itemsize
 from .errors import CorruptPayloadError
 from .format import KIND_TENSOR, pack_blob, unpack_blob
@@ -116,7 +117,8 @@ class CompressedTensor:
                      empty: Optional[Callable[..., torch.Tensor]] = None) -> "CompressedTensor":
         """Gather compressed rows (without decoding) into a new CompressedTensor, in `rows` order.
         The payload is written into ``empty(shape, torch.uint8)`` when given (e.g. a worker's
-        shared-memory slot: pipeline.transport.OutputBuffers.empty), else into new memory."""
+        shared-memory slot: pipeline.transport.OutputBuffers.empty), else into new memory
+        (buffers.empty_host: huge pages for a large batch)."""
         if self.device.type != "cpu":
             raise ValueError(
                 f"index_select runs on CPU CompressedTensors; this one is on {self.device}. "
@@ -129,7 +131,7 @@ class CompressedTensor:
                 raise CorruptPayloadError(f"payload has {self.payload.numel()} bytes; "
                                           f"{self.n_rows} fixed-stride rows need {self.raw_nbytes}")
             src = self.payload[: self.raw_nbytes].view(self.n_rows, self.row_nbytes)
-            payload = (empty or torch.empty)((idx.shape[0], self.row_nbytes), dtype=torch.uint8)
+            payload = (empty or empty_host)((idx.shape[0], self.row_nbytes), dtype=torch.uint8)
             gather_fixed_rows(src.numpy(), idx, payload.numpy(), "rows")
             return replace(self, payload=payload.reshape(-1), shape=shape)
         if self.offsets.numel() != self.n_rows + 1:
@@ -138,7 +140,7 @@ class CompressedTensor:
         made = []
 
         def alloc(nbytes: int) -> np.ndarray:
-            made.append((empty or torch.empty)((nbytes,), dtype=torch.uint8))
+            made.append((empty or empty_host)((nbytes,), dtype=torch.uint8))
             return made[0].numpy()
 
         _, offsets = gather_condensed_rows(self.payload.numpy(), self.offsets.numpy(), idx, alloc)
@@ -220,8 +222,11 @@ def device_with_index(device: Device) -> torch.device:
 
 def check_out(out: Optional[torch.Tensor], shape: Sequence[int], dtype: torch.dtype,
               device: Device) -> torch.Tensor:
-    """Validate a caller's output buffer for a decoded tensor on `device`, or allocate one."""
+    """Validate a caller's output buffer for a decoded tensor on `device`, or allocate one (on the
+    CPU with buffers.empty_host: huge pages for a large one)."""
     if out is None:
+        if torch.device(device if device is not None else "cpu").type == "cpu":
+            return empty_host(tuple(shape), dtype)
         return torch.empty(tuple(shape), dtype=dtype, device=device)
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
