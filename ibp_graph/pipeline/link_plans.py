@@ -93,26 +93,12 @@ class LinkPlanner:
 
 
 def edge_list(indptr: np.ndarray, indices: np.ndarray, e_id: np.ndarray) -> torch.Tensor:
-    """The ``[2, E]`` edge_index of a CSC graph's edges in edge-id order: column ``e_id[k]`` is the k-th CSC edge
-    when the ids are 0..E-1 (a graph's edge_index), else the edges sorted by id (stable: CSC order among equal
-    ids), e.g. a prepared graph whose ids number the edges of a larger one."""
-    num_edges = int(indices.shape[0])
+    """The ``[2, E]`` edge_index of a CSC graph's edges in edge-id order (stable: CSC order among equal ids):
+    a graph's own edge_index when its ids are 0..E-1, else the edges sorted by id (e.g. a prepared graph whose
+    ids number the edges of a larger one)."""
     dst = np.repeat(np.arange(len(indptr) - 1, dtype=np.int64), np.diff(indptr))
-    e_id = np.asarray(e_id)
-    if num_edges and (int(e_id.min()) < 0 or int(e_id.max()) >= num_edges or not _covers(e_id, num_edges)):
-        order = np.argsort(e_id, kind="stable")
-        return torch.from_numpy(np.stack([indices[order].astype(np.int64), dst[order]]))
-    out = np.empty((2, num_edges), dtype=np.int64)
-    out[0, e_id] = indices
-    out[1, e_id] = dst
-    return torch.from_numpy(out)
-
-
-def _covers(ids: np.ndarray, n: int) -> bool:
-    """Whether `ids` (all in [0, n), n of them) are a permutation of 0..n-1."""
-    seen = np.zeros(n, dtype=bool)
-    seen[ids] = True
-    return bool(seen.all())
+    order = np.argsort(np.asarray(e_id), kind="stable")
+    return torch.from_numpy(np.stack([np.asarray(indices, dtype=np.int64)[order], dst[order]]))
 
 
 __all__ = ["LINK_FIELDS", "LinkPlanner", "edge_list", "link_name"]
