@@ -339,13 +339,6 @@ def loader_device(device) -> torch.device:
     return dev
 
 
-def check_batch_size(batch_size: Any) -> int:
-    """A loader's `batch_size`: an int >= 1."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size={batch_size!r} is not accepted; use an int >= 1")
-    return batch_size
-
-
 def refuse_served(features: str, device_cache: Union[int, float], graph: str) -> None:
     """NotImplementedError for what a heterogeneous `graph` cannot have yet: zero-copy rows, a device cache."""
     if features == "zero_copy" or device_cache not in (0, 0.0, None):

@@ -37,6 +37,7 @@ from ibp_graph.pipeline.codec_setup import CodecSpec
 from ibp_graph.pipeline.features import check_features, codec_tables, plan_features
 from ibp_graph.pipeline.grouping import GroupKey
 from ibp_graph.pipeline.producer import BatchPlan, produce
+from ibp_graph.pipeline.requests import check_batch_size
 from ibp_graph.pipeline.sources import FeatureSource, TensorSource, as_source
 from ibp_graph.pipeline.transport import OutputBuffers, SlotRing
 
@@ -342,7 +343,7 @@ class CompressedDGLDataLoader(_DGLDataLoader, _common.Codecs):
             raise TypeError(f"graph_sampler must be a dgl.dataloading sampler (with .sample), got "
                             f"{type(graph_sampler).__name__}")
         edge_wise = isinstance(graph_sampler, dgl.dataloading.EdgePredictionSampler)
-        _common.check_batch_size(batch_size)
+        check_batch_size(batch_size)
         _check_graph(graph)
         if edge_wise:
             _check_seed_edges(graph, indices)

@@ -22,7 +22,7 @@ from ibp_graph.pipeline.link_plans import LinkPlanner, edge_list, link_name
 from ibp_graph.pipeline.plans import (INPUT_ID, SEED_TIME, HeteroPlanner, NeighborPlanner, edge_name, node_name,
                                       one_type)
 from ibp_graph.pipeline.producer import BatchProducer
-from ibp_graph.pipeline.requests import BatchRequest, BatchRequests, DrawnRequests
+from ibp_graph.pipeline.requests import BatchRequest, BatchRequests, DrawnRequests, check_batch_size
 from ibp_graph.pipeline.sources import FeatureSource
 from ibp_graph.sampling.graph import CSCGraph, index_dtype, sorted_by_time
 from ibp_graph.sampling.hetero import EdgeType, HeteroNeighborSampler, HeteroSamplerOutput, TypedCSC
@@ -88,7 +88,7 @@ class _SampledLoader(_common.Codecs):
                                       "(FeatureStore, GraphStore) backends; accepted: None")
         kwargs.pop("custom_cls", None)
         self.input_id = kwargs.pop("input_id", None)
-        batch_size = _common.check_batch_size(kwargs.pop("batch_size", 1))
+        batch_size = check_batch_size(kwargs.pop("batch_size", 1))
         # the loaders' fields, which PyG's helpers read
         self.data, self.transform = data, transform
         self.transform_sampler_output = transform_sampler_output

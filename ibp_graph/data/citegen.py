@@ -24,7 +24,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Union
+from typing import Union
 
 import numpy as np
 
@@ -49,7 +49,7 @@ _CITE_SIGMA, _CITE_MAX = 0.8, 1000
 
 def _field(default, lo, hi, help: str):
     """A spec field accepting [lo, hi] (an int `lo`: an integer field), documented for `ibp-graph train --keys`."""
-    return field(default=default, metadata={"min": lo, "max": hi, "help": help})
+    return field(default=default, metadata={"min": lo, "max": hi, "help": help, "range": (lo, hi)})
 
 
 @dataclass(frozen=True)
@@ -68,8 +68,7 @@ class CitationSpec:
     seed: int = _field(0, 0, 2 ** 63 - 1, "random streams")
 
     def __post_init__(self) -> None:
-        graphgen.check_spec_fields(self, {f.name: (getattr(self, f.name), f.metadata["min"], f.metadata["max"])
-                                          for f in dataclasses.fields(self)})
+        graphgen.check_spec_fields(self)
 
     def key(self) -> str:
         """A short name for this spec's cache folder (changes whenever any field does)."""

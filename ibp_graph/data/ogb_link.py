@@ -36,7 +36,7 @@ import torch
 from ..codec.auto import CodecSpec, check_kind
 from ..files import check_free, check_output, replace_dir, save_npy, work_dir
 from .link import LinkPreparedDataset, check_part, check_split, holdout_mask, write_link_meta, write_split
-from .ogb import (CHUNK_ROWS, DamagedOGBFileError, _csv_chunks, _csv_scalar, _damaged, check_present,
+from .ogb import (CHUNK_ROWS, DamagedOGBFileError, _csv_chunks, _csv_scalar, check_present,
                   find_dataset_dir, with_copy_source, write_rows)
 from .prepared import SPLITS, build_csc, encode_store
 

@@ -44,9 +44,12 @@ class LinkPlanner:
         self.planner, self.src, self.dst = planner, src, dst
         self.num_src_nodes, self.num_dst_nodes, self.edge_type = num_src_nodes, num_dst_nodes, edge_type
         self.edge_label, self.edge_label_time, self.neg_sampling = edge_label, edge_label_time, neg_sampling
-        # checked once here, not at every batch (link_seeds takes NodeTimes as they are)
-        self.node_time = tuple(None if t is None else NodeTimes.check(f"{end}_node_time", t, n)
-                               for t, end, n in zip(node_time, ("src", "dst"), (num_src_nodes, num_dst_nodes)))
+        # checked once here, not at every batch (link_seeds takes NodeTimes as they are); one array serving
+        # both ends (a homogeneous graph's) is checked once
+        src_time, dst_time = node_time
+        check = lambda t, end, n: None if t is None else NodeTimes.check(f"{end}_node_time", t, n)  # noqa: E731
+        checked = check(src_time, "src", num_src_nodes)
+        self.node_time = (checked, checked if dst_time is src_time else check(dst_time, "dst", num_dst_nodes))
         self.post_sample = post_sample
 
     @property

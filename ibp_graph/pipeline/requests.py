@@ -43,9 +43,11 @@ def distributed_place(rank: Optional[int], world_size: Optional[int]) -> tuple[i
     return rank, world_size
 
 
-def _check_batch_size(batch_size) -> None:
+def check_batch_size(batch_size) -> int:
+    """A loader's `batch_size`: an int >= 1."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size={batch_size!r} is not accepted; use an int >= 1")
+    return batch_size
 
 
 def _requests(batches: list, base: int):
@@ -68,7 +70,7 @@ class BatchRequests(torch.utils.data.Sampler):
     def __init__(self, num_inputs: int, batch_size: int, *, shuffle: bool, drop_last: bool,
                  generator: Optional[torch.Generator] = None, rank: Optional[int] = None,
                  world_size: Optional[int] = None):
-        _check_batch_size(batch_size)
+        check_batch_size(batch_size)
         if generator is not None and not isinstance(generator, torch.Generator):
             raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
         self.rank, self.world_size = distributed_place(rank, world_size)
@@ -107,7 +109,7 @@ class DrawnRequests(torch.utils.data.Sampler):
                  drop_last: bool = False, generator: Optional[torch.Generator] = None):
         if (sampler is None) == (batch_sampler is None):
             raise ValueError("give exactly one of sampler= and batch_sampler=")
-        _check_batch_size(batch_size)
+        check_batch_size(batch_size)
         for name, s in (("sampler", sampler), ("batch_sampler", batch_sampler)):
             if s is not None and not hasattr(s, "__iter__"):
                 raise TypeError(f"{name} must be an iterable torch Sampler, got {type(s).__name__}")
