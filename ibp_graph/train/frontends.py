@@ -199,17 +199,21 @@ class DGL:
         dgl = self.dgl
         sampler = dgl.dataloading.NeighborSampler(list(lc.num_neighbors), prefetch_node_feats=["feat"],
                                                   prefetch_labels=["label"])
-        kw = dict(device=device, batch_size=batch_size, shuffle=shuffle, num_workers=lc.num_workers,
-                  persistent_workers=lc.num_workers > 0, use_ddp=world_size > 1)
+        return self._loader(graph, input_nodes, sampler, lc, codec, device=device, batch_size=batch_size,
+                            shuffle=shuffle, use_ddp=world_size > 1)
+
+    def _loader(self, graph, seeds, sampler, lc, codec: str, **kw):
+        """CompressedDGLDataLoader over `seeds` with `sampler`, or DGL's own DataLoader for codec NATIVE."""
+        kw.update(num_workers=lc.num_workers, persistent_workers=lc.num_workers > 0)
         if codec == NATIVE:
             from ..pipeline.stats import LoaderStats
 
-            loader = dgl.dataloading.DataLoader(graph, input_nodes, sampler, **kw)
+            loader = self.dgl.dataloading.DataLoader(graph, seeds, sampler, **kw)
             loader.stats, loader.codecs = LoaderStats(), {}  # nothing compressed, nothing counted
             return loader
         from ..loaders.dgl import CompressedDGLDataLoader
 
-        return CompressedDGLDataLoader(graph, input_nodes, sampler, codec=codec, prefetch=lc.prefetch, **kw)
+        return CompressedDGLDataLoader(graph, seeds, sampler, codec=codec, prefetch=lc.prefetch, **kw)
 
     def build_model(self, cfg, ds: PreparedDataset) -> torch.nn.Module:
         """DGL's GraphSAGE (BlockSAGE), inputs standardised with the table's statistics."""

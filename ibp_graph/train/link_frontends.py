@@ -120,18 +120,6 @@ class LinkDGL(DGL):
         return self._loader(graph, torch.arange(ds.num_nodes), sampler, lc, codec, batch_size=lc.eval_batch_size,
                             shuffle=False, device=device, use_ddp=False)
 
-    def _loader(self, graph, seeds, sampler, lc, codec: str, **kw):
-        kw.update(num_workers=lc.num_workers, persistent_workers=lc.num_workers > 0)
-        if codec == NATIVE:
-            from ..pipeline.stats import LoaderStats
-
-            loader = self.dgl.dataloading.DataLoader(graph, seeds, sampler, **kw)
-            loader.stats, loader.codecs = LoaderStats(), {}  # nothing compressed, nothing counted
-            return loader
-        from ..loaders.dgl import CompressedDGLDataLoader
-
-        return CompressedDGLDataLoader(graph, seeds, sampler, codec=codec, prefetch=lc.prefetch, **kw)
-
     def build_model(self, cfg, ds) -> torch.nn.Module:
         """The LinkModel with DGL's GraphSAGE (BlockSAGE) encoder."""
         return build_link_model(cfg.model, cfg.link, ds.x.shape[1], len(cfg.loader.num_neighbors),
