@@ -134,7 +134,10 @@ torch.distributed.barrier()
 own = open("/proc/self/comm").read().strip()
 group = sorted({t for t in threads() if t != own})  # gloo's: pt_gloo_runloop, gloo_tcp_loop
 rc = main_config(cfg)
-print(json.dumps({"rc": rc, "group": group, "after": sorted(set(threads()))}))
+report = {"rc": rc, "group": group, "after": sorted(set(threads()))}
+# one file per rank: the two ranks' prints can land on one line of torchrun's shared stdout
+with open(os.path.join(cfg.output.dir, f"rank{os.environ['RANK']}.json"), "w") as f:
+    json.dump(report, f)
 """
 
 
@@ -146,7 +149,7 @@ def test_ddp_teardown_ends_the_process_groups_threads(data_root, tmp_path):
     script = tmp_path / "rank_threads.py"
     script.write_text(RANK_THREADS)
     proc = _torchrun([str(script)], data_root, tmp_path)
-    ranks = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    ranks = [json.loads(path.read_text()) for path in sorted(tmp_path.glob("rank*.json"))]
     assert len(ranks) == 2, proc.stdout[-3000:]
     for rank in ranks:
         assert rank["rc"] == 0 and rank["group"], rank  # the group had threads of its own
