@@ -59,7 +59,7 @@ class DecodeStage:
         out = DecodedBatch({}, batch.meta)
         for key, t in decoded.items():
             out.update(batch.layouts[key].split(t))
-        if not batch.served:
+        if not batch.served and (self.features is None or not self.features.collective):
             return out, None
         if self.features is None:
             raise RuntimeError(f"the batch has rows to serve ({[s.name for s in batch.served]}) but this "

@@ -110,6 +110,16 @@ def plan_features(node_attrs: Mapping[str, Any], *, features: str, device_cache:
     tables = feature_tables(node_attrs)
     mode = resolve_mode(features, device, tables, available)
     sources = {n: as_source(t) for n, t in tables.items()}
+    hot = None
+    for n, s in sources.items():
+        if not s.collective:
+            continue
+        if budget:
+            raise ValueError(f"device_cache={device_cache!r} with the sharded table {n!r} is not accepted: its "
+                             "ShardedSource caches hot remote rows itself (cache_bytes=); use device_cache=0")
+        if s.cache_bytes and s.hotness is None:  # hot remote rows by in-degree, counted once for all tables
+            hot = hot if hot is not None else _hotness(indices, s.shape[0])
+            s.hotness = hot
     if mode == ZERO_COPY:
         sources = {n: s if s.served else ZeroCopySource(as_store(s, codec)) for n, s in sources.items()}
     uncached = [n for n, s in sources.items() if not isinstance(s, CachedSource)]
@@ -121,6 +131,17 @@ def plan_features(node_attrs: Mapping[str, Any], *, features: str, device_cache:
             sources[n] = CachedSource(fallback, DeviceCache(store, hot, budget // len(stores), device))
     served = {n: s for n, s in sources.items() if s.served}
     return FeaturePlan(mode, {**node_attrs, **sources}, Serving(served, device) if served else None)
+
+
+def _hotness(indices: Union[np.ndarray, Callable[[], np.ndarray]], num_nodes: int) -> Callable[[], np.ndarray]:
+    """degree_hotness of the graph's neighbour lists, counted when first asked for (then kept)."""
+    kept: list = []
+
+    def hotness() -> np.ndarray:
+        if not kept:
+            kept.append(degree_hotness(indices() if callable(indices) else indices, num_nodes))
+        return kept[0]
+    return hotness
 
 
 __all__ = ["FEATURE_MODES", "available_host_memory", "FeaturePlan", "plan_features", "resolve_mode", "check_features",

@@ -44,6 +44,7 @@ class FeatureSource:
 
     delivers: str = RAW
     served: bool = False
+    collective: bool = False  # a served source every rank fetches from once per batch (pipeline.sharded)
     shape: tuple[int, ...]
     dtype: torch.dtype
     codec: Optional[Codec] = None  # the codec of COMPRESSED rows
@@ -268,8 +269,8 @@ class Serving:
     def prepare(self) -> None:
         """Pin the zero-copy stores (on CUDA) and put their offsets on the device; once."""
         if not self._ready:
-            for s in self.sources.values():
-                s.prepare(self.device)
+            for name in sorted(self.sources):  # one order on every rank: a sharded source's set-up is collective
+                self.sources[name].prepare(self.device)
             self._ready = True
 
     def release(self) -> None:
@@ -278,19 +279,34 @@ class Serving:
             s.release()
         self._ready = False
 
+    @property
+    def collective(self) -> list[str]:
+        """Names of the sources every rank must fetch from once per batch, in this order (sharded tables)."""
+        return sorted(n for n, s in self.sources.items() if getattr(s, "collective", False))
+
     def fill(self, served, tensors: dict, stored: Mapping[GroupKey, CompressedTensor], checks=None) -> Tally:
         """Put the rows of every `served` record into the decoded `tensors` (dropping ids sent only for
         them); `stored`: the batch's compressed groups (the workers' misses are counted from them).
-        Call on the stream that decoded the batch."""
+        A collective source is fetched from once, whether the batch has rows of it or not (its records'
+        ids together), so that every rank's exchange pairs with the others'. Call on the stream that
+        decoded the batch."""
         self.prepare()
         tally, out = Tally(), {}
         for s in served:
-            source = self.sources.get(s.source)
-            if source is None:
+            if s.source not in self.sources:
                 raise KeyError(f"the batch has rows of source {s.source!r} to serve; this loader serves "
                                f"{sorted(self.sources)}")
-            out[s.name] = source.fetch(tensors[s.ids], tensors.get(s.name) if s.sent else None, tally, checks,
-                                       s.name)
+        collective = self.collective
+        for s in served:
+            if s.source not in collective:
+                out[s.name] = self.sources[s.source].fetch(tensors[s.ids], tensors.get(s.name) if s.sent else None,
+                                                           tally, checks, s.name)
+        for name in collective:
+            records = [s for s in served if s.source == name]
+            ids = [tensors[s.ids] for s in records]
+            rows = self.sources[name].fetch(torch.cat(ids) if ids else torch.zeros(0, dtype=torch.int64), None,
+                                            tally, checks, records[0].name if records else name)
+            out.update(zip((s.name for s in records), rows.split([int(i.numel()) for i in ids])))
         sent_by = {s.source for s in served if s.sent}
         tally.worker_bytes = sum(ct.nbytes for k, ct in stored.items() if k.name in sent_by)
         for s in served:

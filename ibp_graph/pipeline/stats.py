@@ -11,6 +11,8 @@ from ..tables import format_table
 STAGES = ("sample", "gather", "encode", "copy", "decode")
 #: where feature rows served by the main process came from (pipeline.sources): compressed bytes per tier.
 TIERS = ("device_cache", "zero_copy", "worker")
+#: what a sharded table's rows cost per batch (Tally; LoaderStats.shard).
+SHARD_COUNTS = ("local_rows", "remote_rows", "remote_hits", "wire_bytes", "request_bytes", "remote_raw_bytes")
 
 
 @dataclass
@@ -23,6 +25,14 @@ class Tally:
     cache_bytes: Any = 0
     zero_copy_bytes: Any = 0
     worker_bytes: int = 0
+    # rows of sharded tables (pipeline.sharded): of this rank's shard, fetched from other ranks, found in
+    # the remote-row cache; bytes received (rows and their lengths), ids sent, raw bytes of the fetched rows
+    local_rows: int = 0
+    remote_rows: int = 0
+    remote_hits: int = 0
+    wire_bytes: int = 0
+    request_bytes: int = 0
+    remote_raw_bytes: int = 0
 
     def counts(self) -> dict[str, int]:
         """The tallies as ints, keyed as add_tiers takes them."""
@@ -54,14 +64,37 @@ class LoaderStats:
     #: and what it says about its batches as a whole (e.g. that nothing is compressed).
     cache: dict = field(default_factory=dict)
     note: str = ""
+    #: rows and bytes of sharded tables (SHARD_COUNTS), summed over batches.
+    shard: dict = field(default_factory=lambda: dict.fromkeys(SHARD_COUNTS, 0))
 
     def add_tiers(self, hits: int, misses: int, cache_bytes: int, zero_copy_bytes: int, *,
-                  worker: int = 0) -> None:
+                  worker: int = 0, **shard: int) -> None:
         """Count one batch's served feature rows (Tally.counts())."""
         self.cache_hits += int(hits)
         self.cache_misses += int(misses)
         for tier, n in zip(TIERS, (cache_bytes, zero_copy_bytes, worker)):
             self.tier_bytes[tier] += int(n)
+        for k, n in shard.items():
+            if k not in self.shard:
+                raise ValueError(f"add_tiers got {k}={n!r}; accepted counts: {SHARD_COUNTS}")
+            self.shard[k] += int(n)
+
+    @property
+    def shards_rows(self) -> bool:
+        """Whether rows of a sharded table were served."""
+        return any(self.shard.values())
+
+    @property
+    def local_fraction(self) -> float:
+        """Rows of sharded tables read from this rank's shard / all their rows (0.0 before any)."""
+        n = self.shard["local_rows"] + self.shard["remote_rows"] + self.shard["remote_hits"]
+        return self.shard["local_rows"] / n if n else 0.0
+
+    @property
+    def remote_hit_rate(self) -> float:
+        """Remote rows found in the remote-row cache / remote rows needed (0.0 before any)."""
+        n = self.shard["remote_rows"] + self.shard["remote_hits"]
+        return self.shard["remote_hits"] / n if n else 0.0
 
     @property
     def serves_features(self) -> bool:
@@ -129,6 +162,10 @@ class LoaderStats:
             out["features"] = {"cache_hits": self.cache_hits, "cache_misses": self.cache_misses,
                                "hit_rate": self.hit_rate, "tier_bytes": dict(self.tier_bytes),
                                "cache": dict(self.cache)}
+        if self.shards_rows:
+            out["shard"] = {**self.shard, "local_fraction": self.local_fraction,
+                            "remote_hit_rate": self.remote_hit_rate,
+                            "wire_bytes_per_batch": self.shard["wire_bytes"] / max(self.batches, 1)}
         return out
 
     def table(self) -> str:
@@ -148,6 +185,13 @@ class LoaderStats:
                 f"{t} {self.tier_bytes[t] / 1e6:.2f}" for t in TIERS) + f"; device cache hit rate {self.hit_rate:.4f}")
             lines += [f"device cache {k}: {c['rows']:,} rows compressed ({c['raw_rows']:,} raw) in "
                       f"{c['budget_bytes'] / 1e6:.1f} MB" for k, c in self.cache.items()]
+        if self.shards_rows:
+            sh = self.shard
+            lines.append(f"sharded rows: local fraction {self.local_fraction:.4f}, remote-row cache hit rate "
+                         f"{self.remote_hit_rate:.4f}; received {sh['wire_bytes'] / 1e6:.2f} MB for "
+                         f"{sh['remote_raw_bytes'] / 1e6:.2f} MB of raw rows "
+                         f"({sh['wire_bytes'] / max(self.batches, 1) / 1e6:.3f} MB/batch), ids sent "
+                         f"{sh['request_bytes'] / 1e6:.2f} MB")
         times = format_table(times, [("stage", "stage", "s"), ("total", "seconds", ".3f"), ("ms", "ms/batch", ".2f")])
         return "\n".join(lines) + "\n\n" + times
 

@@ -1,0 +1,369 @@
+"""Feature tables sharded over the ranks of a process group: rows fetched compressed from their owners.
+
+Each rank holds one shard of a table: an EncodedTable of the rows a ShardLayout (ibp_graph.data.shards)
+gives it, encoded with the one codec every shard shares. A :class:`ShardedSource` is a served source
+(pipeline.sources): the workers send a batch's node ids, and the main process, per batch:
+
+1. splits the ids by owner (ShardLayout.locate); rows of its own shard and of its remote-row cache are
+   read here, compressed;
+2. ``all_to_all_single``: how many rows it asks of each rank, then the shard rows asked;
+3. every owner gathers the rows asked of it from its shard, still compressed (no encode at serve time);
+4. ``all_to_all_single``: each row's stored length (not for fixed-stride identity rows), then the bytes;
+5. all rows become one CompressedTensor (its offsets checked as anything received), decoded once on the
+   serving device (the GPU decoder, or the codec's CPU decoder on all cores) and assembled bit for bit in
+   sampled order.
+
+The collectives run on a gloo group of their own (``ShardExchange``), made at the first batch, so that
+DDP's gradient collectives on the default group and the exchange never interleave. Every rank must
+fetch once per batch and take the same number of batches (the loaders' equal seed splits do:
+pipeline.requests). A rank that dies or stops iterating makes the others raise ShardExchangeError (at
+once for a closed connection, after `timeout` seconds for a silent one).
+
+A byte budget (``cache_bytes``) keeps the hottest remote rows (by `hotness`: a node's appearances in the
+graph's neighbour lists, by default) compressed in host memory, fetched once at the first batch.
+"""
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence, Union
+
+import numpy as np
+import torch
+
+from ..codec.base import Codec
+from ..data.shards import ShardLayout
+from ..data.store import EncodedTable
+from ..layout.errors import CorruptPayloadError
+from ..layout.rows import PAYLOAD_TAIL, check_offsets_array, check_row_index, offsets_from_lengths
+from ..layout.tensor import CompressedTensor
+from .sources import COMPRESSED, FeatureSource, assemble
+from .stats import Tally
+
+#: seconds a collective of the exchange waits for a silent rank before ShardExchangeError.
+DEFAULT_TIMEOUT = 300.0
+
+
+class ShardExchangeError(RuntimeError):
+    """The row exchange with the other ranks failed: a rank died, stopped iterating, or sent bad data."""
+
+
+class ShardExchange:
+    """The collectives of a row exchange, on a gloo group of their own (`group`: one given, or made from
+    the default group at `start`, which every rank must call in the same order)."""
+
+    def __init__(self, group: Any = None, *, timeout: float = DEFAULT_TIMEOUT):
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise ValueError(f"timeout={timeout!r} is not accepted; use seconds > 0")
+        self.group, self.timeout = group, float(timeout)
+        self.rank = self.world_size = None
+
+    def start(self) -> None:
+        """Join the group (made now if none was given); once."""
+        if self.rank is not None:
+            return
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            raise RuntimeError("a ShardedSource needs torch.distributed initialized on every rank "
+                               "(torch.distributed.init_process_group; torchrun sets its environment)")
+        if self.group is None:
+            self.group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=self.timeout))
+        self.rank, self.world_size = dist.get_rank(self.group), dist.get_world_size(self.group)
+
+    def __getstate__(self) -> dict:  # workers never exchange
+        return {**self.__dict__, "group": None, "rank": None, "world_size": None}
+
+    def _fail(self, what: str, e: BaseException) -> ShardExchangeError:
+        return ShardExchangeError(
+            f"rank {self.rank} of {self.world_size}: the feature row exchange ({what}) failed: another rank "
+            f"died, stopped iterating (every rank must take the same number of batches) or was silent for "
+            f"timeout={self.timeout:g} s: {e}")
+
+    def all_to_all(self, out: torch.Tensor, inp: torch.Tensor, out_splits: Optional[list] = None,
+                   in_splits: Optional[list] = None, what: str = "rows") -> torch.Tensor:
+        """``all_to_all_single`` on the group; ShardExchangeError naming this rank for any failure."""
+        import torch.distributed as dist
+
+        try:
+            dist.all_to_all_single(out, inp, out_splits, in_splits, group=self.group)
+        except (RuntimeError, ValueError) as e:
+            raise self._fail(what, e) from e
+        return out
+
+    def all_gather(self, obj: Any, what: str) -> list:
+        """Every rank's `obj` (all_gather_object on the group)."""
+        import torch.distributed as dist
+
+        out: list = [None] * self.world_size
+        try:
+            dist.all_gather_object(out, obj, group=self.group)
+        except (RuntimeError, ValueError) as e:
+            raise self._fail(what, e) from e
+        return out
+
+    def rows(self, shard: EncodedTable, asked: np.ndarray, counts: np.ndarray, name: str) -> "Received":
+        """Shard rows `asked` of their owners (`counts[r]` of them asked of rank r, in rank order), compressed;
+        meanwhile serves what the other ranks ask of `shard`. Collective."""
+        ws = self.world_size
+        send_counts = torch.from_numpy(np.ascontiguousarray(counts, dtype=np.int64))
+        recv_counts = self.all_to_all(torch.empty(ws, dtype=torch.int64), send_counts, what=f"{name}: row counts")
+        asks, wants = send_counts.tolist(), recv_counts.tolist()
+        theirs = self.all_to_all(torch.empty(sum(wants), dtype=torch.int64),
+                                 torch.from_numpy(np.ascontiguousarray(asked, dtype=np.int64)), wants, asks,
+                                 what=f"{name}: row ids")
+        try:  # what the others asked: each id checked against this shard before a byte is read
+            check_row_index(theirs, shard.n_rows, "rows")
+        except IndexError as e:
+            ends = np.cumsum(wants)
+            by = int(np.searchsorted(ends, int(np.flatnonzero((theirs < 0) | (theirs >= shard.n_rows))[0]),
+                                     side="right"))
+            raise ShardExchangeError(f"rank {self.rank}: rank {by} asked for rows of {name!r} outside this "
+                                     f"rank's shard of {shard.n_rows} rows ({e}): the ranks' shard layouts "
+                                     "differ") from None
+        served = shard.index_select(theirs)
+        row_nbytes = served.row_nbytes
+        n_in = int(send_counts.sum())
+        if served.offsets is None:  # fixed stride: every row row_nbytes long
+            out_lengths = np.asarray(wants, np.int64) * row_nbytes
+            lengths = None
+            in_lengths = np.asarray(asks, np.int64) * row_nbytes
+        else:
+            mine = served.row_lengths().to(torch.int32)
+            lengths = self.all_to_all(torch.empty(n_in, dtype=torch.int32), mine, asks, wants,
+                                      what=f"{name}: row lengths")
+            out_lengths = _segment_sums(mine.numpy(), wants)
+            in_lengths = _segment_sums(lengths.numpy(), asks)
+        total_in, total_out = int(in_lengths.sum()), int(out_lengths.sum())
+        payload = torch.empty(_padded(total_in), dtype=torch.uint8)
+        payload[total_in:] = 0
+        self.all_to_all(payload[:total_in], served.payload[:total_out], in_lengths.tolist(), out_lengths.tolist(),
+                        what=f"{name}: row bytes")
+        offsets = None
+        if lengths is not None:
+            offsets, _ = offsets_from_lengths(lengths.numpy())
+            try:  # nothing received is trusted: lengths within a row, bytes enough for them
+                check_offsets_array(offsets, payload.numel(), row_nbytes, f"row lengths received for {name!r}")
+            except CorruptPayloadError as e:
+                raise ShardExchangeError(f"rank {self.rank}: {e}") from None
+            offsets = torch.from_numpy(offsets)
+        ct = CompressedTensor(payload=payload, offsets=offsets, shape=(n_in,) + served.row_shape,
+                              dtype=served.dtype, codec=served.codec, fingerprint=served.fingerprint)
+        wire = total_in + (0 if lengths is None else 4 * n_in)
+        return Received(ct, wire_bytes=wire, request_bytes=8 * n_in, served_bytes=total_out)
+
+
+@dataclass(frozen=True)
+class Received:
+    """Rows fetched from their owners: compressed (`rows`), and the bytes of the exchange."""
+
+    rows: CompressedTensor
+    wire_bytes: int  # row bytes and lengths received
+    request_bytes: int  # ids sent
+    served_bytes: int  # row bytes this rank sent to the others
+
+
+def _segment_sums(values: np.ndarray, counts: Sequence[int]) -> np.ndarray:
+    """Sums of consecutive segments of `values`, `counts[r]` entries each."""
+    ends = np.cumsum(np.asarray(counts, np.int64))
+    total = np.concatenate([[0], np.cumsum(values, dtype=np.int64)])
+    return total[ends] - total[np.concatenate([[0], ends[:-1]])]
+
+
+def _padded(nbytes: int) -> int:
+    """A payload size with the decoders' tail padding (layout.rows.PAYLOAD_TAIL), 8-byte aligned."""
+    return (nbytes + PAYLOAD_TAIL + 7) // 8 * 8
+
+
+def concat_rows(parts: Sequence[CompressedTensor]) -> CompressedTensor:
+    """The rows of `parts` (one codec, dtype and row shape) as one CompressedTensor, in order."""
+    first = parts[0]
+    n = sum(p.n_rows for p in parts)
+    shape = (n,) + first.row_shape
+    if first.offsets is None:
+        payload = torch.cat([p.payload[: p.n_rows * p.row_nbytes] for p in parts])
+        return CompressedTensor(payload, None, shape, first.dtype, first.codec, first.fingerprint)
+    lengths = np.concatenate([p.row_lengths().numpy() for p in parts])
+    offsets, padded = offsets_from_lengths(lengths)
+    payload = torch.empty(padded, dtype=torch.uint8)
+    at = 0
+    for p in parts:
+        used = int(p.offsets[-1])
+        payload[at:at + used] = p.payload[:used]
+        at += used
+    payload[at:] = 0
+    return CompressedTensor(payload, torch.from_numpy(offsets), shape, first.dtype, first.codec, first.fingerprint)
+
+
+class RemoteCache:
+    """Hot rows of other ranks' shards, compressed in host memory: `slots[id]` is a row of `rows` or -1."""
+
+    def __init__(self, num_rows: int, ids: np.ndarray, rows: Optional[CompressedTensor]):
+        self.slots = np.full(num_rows, -1, np.int32 if ids.shape[0] < 2**31 else np.int64)
+        self.slots[ids] = np.arange(ids.shape[0])
+        self.ids, self.rows = ids, rows
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the cached rows (payload and offsets)."""
+        return 0 if self.rows is None else self.rows.nbytes
+
+    def __len__(self) -> int:
+        return int(self.ids.shape[0])
+
+
+class ShardedSource(FeatureSource):
+    """One rank's shard of a feature table (`shard`: an EncodedTable of the rows `layout` gives `rank`);
+    the other rows fetched compressed from their owners per batch (module docstring). `cache_bytes`: a
+    budget of hot remote rows kept compressed in host memory; `hotness`: a score per node (array, or a
+    function returning one; default: set by the loader from the graph's in-degrees). `rank`: this rank in
+    the exchange's group (default: torch.distributed's rank, read at the first batch)."""
+
+    delivers = COMPRESSED
+    served = True
+    collective = True  # every rank fetches once per batch (pipeline.sources.Serving.fill)
+
+    def __init__(self, shard: EncodedTable, layout: ShardLayout, *, rank: Optional[int] = None,
+                 exchange: Optional[ShardExchange] = None, cache_bytes: int = 0,
+                 hotness: Union[None, np.ndarray, Callable[[], np.ndarray]] = None,
+                 timeout: float = DEFAULT_TIMEOUT):
+        if not isinstance(shard, EncodedTable):
+            raise TypeError(f"shard must be an EncodedTable (ibp_graph.data.store), got {type(shard).__name__}")
+        if not isinstance(layout, ShardLayout):
+            raise TypeError(f"layout must be a ShardLayout (ibp_graph.data.shards), got {type(layout).__name__}")
+        if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, (int, np.integer)) or cache_bytes < 0:
+            raise ValueError(f"cache_bytes={cache_bytes!r} is not accepted; use an int number of bytes >= 0")
+        if rank is not None:
+            self._check_rank(shard, layout, rank)
+        self.shard, self.layout, self.rank = shard, layout, rank
+        self.exchange = exchange if exchange is not None else ShardExchange(timeout=timeout)
+        self.cache_bytes, self.hotness = int(cache_bytes), hotness
+        self.cache: Optional[RemoteCache] = None
+        self._device: Optional[torch.device] = None
+
+    @staticmethod
+    def _check_rank(shard: EncodedTable, layout: ShardLayout, rank: int) -> None:
+        if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < layout.world_size:
+            raise ValueError(f"rank={rank!r} is not accepted; use an int in [0, world_size={layout.world_size})")
+        if shard.n_rows != layout.counts[rank]:
+            raise ValueError(f"the shard has {shard.n_rows} rows; the layout gives rank {rank} "
+                             f"{int(layout.counts[rank])} of {layout.num_rows}: a shard of another rank or layout")
+
+    shape = property(lambda self: (self.layout.num_rows,) + tuple(self.shard.shape[1:]))
+    dtype = property(lambda self: self.shard.dtype)
+    codec = property(lambda self: self.shard.codec)
+    table = store = property(lambda self: self.shard)
+    max_row_nbytes = property(lambda self: self.shard.compressed.row_nbytes)
+
+    def __getstate__(self) -> dict:  # a worker only sends ids: no cache, no device
+        return {**self.__dict__, "cache": None, "_device": None}
+
+    def read(self, ids, into=None):
+        raise TypeError("a ShardedSource is served by the main process (its rows come from other ranks); "
+                        "the workers send node ids only")
+
+    # ---- set-up (collective, at the first batch) -------------------------------------------------------
+    def describe(self) -> dict:
+        """What every rank's source must agree on."""
+        return {"row_shape": list(self.shard.shape[1:]), "dtype": str(self.dtype), "codec": self.codec.name,
+                "fingerprint": self.codec.fingerprint, "layout": self.layout.describe()}
+
+    def prepare(self, device: torch.device) -> None:
+        device = torch.device(device)
+        if self._device is not None:
+            self._device = device
+            return
+        ex = self.exchange
+        ex.start()
+        if ex.world_size != self.layout.world_size:
+            raise ValueError(f"the layout has world_size={self.layout.world_size}; the process group has "
+                             f"{ex.world_size} ranks")
+        if self.rank is None:
+            self._check_rank(self.shard, self.layout, ex.rank)
+            self.rank = ex.rank
+        elif self.rank != ex.rank:
+            raise ValueError(f"rank={self.rank} was given; this process is rank {ex.rank} of the exchange's group")
+        mine = self.describe()
+        for r, theirs in enumerate(ex.all_gather(mine, "set-up")):
+            diff = sorted(k for k in mine if theirs[k] != mine[k])
+            if diff:
+                raise ValueError(f"rank {r}'s sharded table differs from rank {self.rank}'s in {diff}: "
+                                 f"{ {k: theirs[k] for k in diff} } vs { {k: mine[k] for k in diff} }; every rank "
+                                 "needs shards of one layout, encoded with one codec (ibp-graph prepare --shards)")
+        self.cache = self._fill_cache()
+        self._device = device
+
+    def _fill_cache(self) -> RemoteCache:
+        """The hottest remote rows that fit `cache_bytes`, fetched once (every rank takes part)."""
+        layout, want = self.layout, np.zeros(0, np.int64)
+        if self.cache_bytes:
+            if self.hotness is None:
+                raise ValueError("cache_bytes > 0 needs hotness (a score per node); the loaders set the "
+                                 "graph's in-degrees")
+            hot = np.asarray(self.hotness() if callable(self.hotness) else self.hotness)
+            if hot.shape != (layout.num_rows,):
+                raise ValueError(f"hotness has shape {hot.shape}; accepted: one score per row ({layout.num_rows},)")
+            owner = layout.owner_array()
+            order = np.lexsort((np.arange(layout.num_rows), -hot.astype(np.float64)))  # hottest first, then id
+            order = order[owner[order] != self.rank]
+            est = max(1.0, self.shard.compressed.row_nbytes * max(self.shard.fraction, 1e-3))
+            want = np.sort(order[: int(self.cache_bytes / est * 1.25) + 1])
+        got, positions, _ = self._fetch_compressed(want, None, "the remote-row cache")
+        if got.n_rows == 0:
+            return RemoteCache(layout.num_rows, np.zeros(0, np.int64), None)
+        ids = want[positions]  # the fetched rows' ids, in their order
+        # keep the hottest rows that fit the budget by their real sizes (hottest first, then lower id)
+        by_heat = np.lexsort((ids, -hot[ids].astype(np.float64)))
+        cost = got.row_lengths().numpy()[by_heat] + (4 if got.offsets is not None else 0)
+        keep = np.sort(by_heat[np.cumsum(cost) <= self.cache_bytes])
+        rows = got.index_select(torch.from_numpy(keep)) if keep.size else None
+        return RemoteCache(layout.num_rows, ids[keep], rows)
+
+    # ---- per batch ----------------------------------------------------------------------------------------
+    def _fetch_compressed(self, ids: np.ndarray, cache: Optional[RemoteCache], name: str):
+        """Rows `ids` compressed, in the order of `positions`: (rows, positions, counts of the batch)."""
+        owner, local = self.layout.locate(ids, name)
+        hit = np.zeros(ids.shape[0], bool) if cache is None or not len(cache) else cache.slots[ids] >= 0
+        mine = owner == self.rank
+        remote = np.flatnonzero(~mine & ~hit)
+        remote = remote[np.argsort(owner[remote], kind="stable")]
+        counts = np.bincount(owner[remote], minlength=self.layout.world_size)
+        got = self.exchange.rows(self.shard, local[remote], counts, name)
+        mine_pos, hit_pos = np.flatnonzero(mine), np.flatnonzero(hit)
+        parts = [got.rows, self.shard.index_select(torch.from_numpy(local[mine_pos]))]
+        if hit_pos.size:
+            parts.append(cache.rows.index_select(torch.from_numpy(cache.slots[ids[hit_pos]].astype(np.int64))))
+        rows = concat_rows(parts)
+        positions = np.concatenate([remote, mine_pos, hit_pos])
+        counts = dict(local_rows=int(mine_pos.size), remote_rows=int(remote.size), remote_hits=int(hit_pos.size),
+                      wire_bytes=got.wire_bytes, request_bytes=got.request_bytes,
+                      remote_raw_bytes=int(remote.size) * rows.row_nbytes)
+        return rows, positions, counts
+
+    def fetch(self, ids: torch.Tensor, sent: Optional[torch.Tensor], tally: Tally, checks=None,
+              name: str = "rows") -> torch.Tensor:
+        if self._device is None:
+            raise RuntimeError("ShardedSource.fetch before prepare(device): the loader's Serving prepares it")
+        ids = check_row_index(ids, self.layout.num_rows, name)
+        rows, positions, counts = self._fetch_compressed(ids, self.cache, name)
+        for k, v in counts.items():
+            setattr(tally, k, getattr(tally, k) + v)
+        decoded = _decode(self.codec, rows, self._device, checks)
+        pos = torch.from_numpy(positions)
+        return assemble(ids.shape[0], pos, decoded, pos[:0], decoded[:0])
+
+    def __repr__(self) -> str:
+        return (f"ShardedSource(rank={self.rank}, {self.layout!r}, shard={self.shard!r}, "
+                f"cache_bytes={self.cache_bytes})")
+
+
+def _decode(codec: Codec, rows: CompressedTensor, device: torch.device, checks=None) -> torch.Tensor:
+    """`rows` decoded on `device`: the GPU decoder after one copy, or the codec's CPU decoder."""
+    if device.type == "cuda":
+        from .. import gpu
+
+        return gpu.decode(codec, rows.to(device), checks=checks)
+    return codec.decode(rows)
+
+
+__all__ = ["ShardedSource", "ShardExchange", "ShardExchangeError", "RemoteCache", "concat_rows", "DEFAULT_TIMEOUT"]
