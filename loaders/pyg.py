@@ -17,7 +17,8 @@ from ibp_graph.loaders._common import ADJ_T
 from ibp_graph.loaders.pyg_stores import is_hetero_input, is_store_pair, read_stores
 from ibp_graph.pipeline.batch import DecodedBatch, EncodedBatch
 from ibp_graph.pipeline.codec_setup import CODEC_NAMES, CodecSpec, split_row_groups
-from ibp_graph.pipeline.features import check_features, plan_features
+from ibp_graph.pipeline.cache import degree_hotness
+from ibp_graph.pipeline.features import check_features, codec_tables, plan_features
 from ibp_graph.pipeline.link_plans import LinkPlanner, edge_list, link_name
 from ibp_graph.pipeline.plans import (INPUT_ID, SEED_TIME, HeteroPlanner, NeighborPlanner, edge_name, node_name,
                                       one_type)
@@ -646,15 +647,31 @@ class _Hetero:
         """One codec per group, warmed up (_common.setup_codecs); row groups shared by several types are split
         per type where that pays (`split_report`)."""
         nodes, edges = self.graph.flat_tables()
-        codec = self.loader._codec_spec
+        codec, loader = self.loader._codec_spec, self.loader
+        # sources given to serve (e.g. sharded tables) are served as given; every other table is read in the workers
+        served = {n: t for n, t in nodes.items() if isinstance(t, FeatureSource) and t.served}
+        self._default_hotness(served)
+        loader.features = plan_features(served, features="worker", device_cache=0, device=loader.device,
+                                        indices=None, codec=codec) if served else None
+        nodes = codec_tables(nodes)
         split = isinstance(codec, str) and codec in CODEC_NAMES and codec != "identity"
-        codecs, self.typed, self.loader.split_report = _common.setup_codecs(
+        codecs, self.typed, loader.split_report = _common.setup_codecs(
             nodes, edges, num_nodes=max(self.graph.num_nodes.values(), default=0),
             num_edges=max((g.num_edges for g in self.graph.csc.values()), default=0), codec=codec,
-            device=self.loader.device, refine=lambda codecs: split_row_groups({**nodes, **edges}, codecs, kind=codec)
+            device=loader.device, refine=lambda codecs: split_row_groups({**nodes, **edges}, codecs, kind=codec)
             if split else (codecs, {}, {}))
-        self.loader.features = None
         return codecs
+
+    def _default_hotness(self, served: Mapping[str, FeatureSource]) -> None:
+        """A sharded table's remote-row cache ranks a type's nodes by their appearances in the neighbour lists
+        of the edge types leaving it (unless its source has a hotness of its own)."""
+        for flat, source in served.items():
+            if getattr(source, "cache_bytes", 0) and source.hotness is None:
+                t = next(t for t in self.graph.node_types if any(node_name(t, a) == flat
+                                                                 for a in self.graph.node_attrs[t]))
+                n, cscs = self.graph.num_nodes[t], [c for e, c in self.graph.csc.items() if e[0] == t]
+                source.hotness = lambda n=n, cscs=cscs: sum((degree_hotness(c.indices, n) for c in cscs),
+                                                            np.zeros(n, np.int64))
 
     def read_again(self, data: HeteroData) -> dict:
         """The attributes of `data` read as the constructor reads them (the sampled graph stays); the codecs."""
@@ -833,12 +850,16 @@ def _split(store, name: Callable[[str], str], num_nodes: Optional[int], num_edge
     (with `num_edges`) as CPU tensors or numpy views, and the other attributes, kept as given; `name`
     gives an attribute's name in messages."""
     node, edge, other = {}, {}, {}
+    # PyG counts a store's nodes from its tensors; tables it cannot read (stores, sources) hide the count
+    # from it, and then a tensor with one row per node is a node attribute by PyG's own rule (is_node_attr)
+    hidden = num_nodes is not None and "num_nodes" not in store and any(isinstance(v, stored) for v in store.values())
     for key, value in store.items():
         if key in ("edge_index", "num_nodes", ADJ_T):
             continue
         table = isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim > 0
+        per_node = hidden and table and value.shape[0] == num_nodes and (num_nodes != num_edges or "edge" not in key)
         if num_nodes is not None and (isinstance(value, stored) or table and (
-                key in _common.NODE_KEYS or store.is_node_attr(key))):
+                key in _common.NODE_KEYS or per_node or store.is_node_attr(key))):
             # node features by name (x, pos) whose row count does not match num_nodes would
             # otherwise be dropped from every batch without a word
             check_node_table(name(key), value, num_nodes)
@@ -978,12 +999,13 @@ class _HeteroGraph:
         self.num_nodes_set = {t for t in node_types if "num_nodes" in data[t]}
         for t in node_types:
             store = data[t]
-            n = counts.get(t) if store.num_nodes is None else int(store.num_nodes)
+            n = _num_nodes(store, counts.get(t))
             if n is None:
                 raise ValueError(f"data[{t!r}].num_nodes is None and cannot be inferred; accepted: node "
                                  "type stores with node attributes or num_nodes set")
             self.num_nodes[t] = n
-            self.node_attrs[t], _, self.node_other[t] = _split(store, f"data[{t!r}].{{}}".format, n, None)
+            self.node_attrs[t], _, self.node_other[t] = _split(store, f"data[{t!r}].{{}}".format, n, None,
+                                                               (EncodedTable, FeatureSource))
         for e in edge_types:
             store, (src, _, dst) = data[e], e
             edge = {}
@@ -1011,15 +1033,17 @@ class _HeteroGraph:
         self.num_nodes[t], self.node_attrs[t], self.node_other[t] = n, {}, {}
         for key, value in items:
             name = f"{where}[{t!r}][{key!r}]"
-            if isinstance(value, (torch.Tensor, np.ndarray, EncodedTable)) and getattr(value, "ndim", 1) > 0:
+            if isinstance(value, (EncodedTable, FeatureSource)) or \
+                    isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim > 0:
                 check_node_table(name, value, n)
-                self.node_attrs[t][key] = value if isinstance(value, EncodedTable) else _common.host_rows(value, name)
+                self.node_attrs[t][key] = value if isinstance(value, (EncodedTable, FeatureSource)) \
+                    else _common.host_rows(value, name)
             elif isinstance(value, (list, tuple)) and len(value) == n:
                 raise TypeError(f"{name} is a {type(value).__name__} of one entry per node; the "
                                 "loader gathers node attributes from tensors or numpy arrays only")
             else:
-                raise TypeError(f"{name} is a {type(value).__name__}; accepted: a tensor, numpy array or "
-                                "EncodedTable with one row per node")
+                raise TypeError(f"{name} is a {type(value).__name__}; accepted: a tensor, numpy array, "
+                                "EncodedTable or FeatureSource with one row per node")
 
     def _read_stores(self, stores) -> None:
         """PyG's filter_custom_hetero_store: the feature store's node attributes, num_nodes where a type has one."""
@@ -1067,6 +1091,18 @@ class _HeteroGraph:
         nodes = {node_name(t, a): v for t, attrs in self.node_attrs.items() for a, v in attrs.items()}
         edges = {edge_name(e, a): v for e, attrs in self.edge_attrs.items() for a, v in attrs.items()}
         return nodes, edges
+
+
+def _num_nodes(store, known: Optional[int]) -> Optional[int]:
+    """A node type store's node count: PyG's, else the rows of a table PyG cannot read (a store, a source),
+    else `known`."""
+    tables = [v for v in store.values() if isinstance(v, (EncodedTable, FeatureSource))]
+    if "num_nodes" not in store and tables:
+        return int(tables[0].shape[0])
+    with warnings.catch_warnings():  # PyG warns that it cannot infer the count of a store without tensors
+        warnings.simplefilter("ignore")
+        n = store.num_nodes
+    return known if n is None else int(n)
 
 
 def _hetero_weights(graph: _HeteroGraph, weight_attr: Optional[str]) -> Optional[dict]:

@@ -16,8 +16,10 @@ import hashlib
 from typing import Optional, Sequence
 
 import numpy as np
+import torch
 
 from ..layout.rows import check_row_index
+from .store import EncodedTable
 
 
 class ShardLayout:
@@ -112,17 +114,13 @@ class ShardLayout:
 
 
 
-def shard_of(store, layout: ShardLayout, rank: int):
+def shard_of(store: EncodedTable, layout: ShardLayout, rank: int) -> EncodedTable:
     """Rank `rank`'s shard of a pre-encoded `store` (an EncodedTable): its rows' compressed bytes as they
     are (one codec for every shard, nothing re-encoded)."""
-    from .store import EncodedTable
-
     if not isinstance(store, EncodedTable):
         raise TypeError(f"store must be an EncodedTable (ibp_graph.data.store), got {type(store).__name__}")
     if store.n_rows != layout.num_rows:
         raise ValueError(f"the store has {store.n_rows} rows; the layout splits {layout.num_rows}")
-    import torch
-
     return EncodedTable(store.codec, store.index_select(torch.from_numpy(layout.rows_of(rank))))
 
 

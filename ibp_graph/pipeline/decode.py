@@ -3,8 +3,9 @@
 On CUDA the copy (from pinned memory) and the decode kernels (``ibp_graph.gpu``) run on a side
 stream, overlapping the training step on the current stream; each yielded tensor is handed over
 with an event wait and `record_stream`. Without a GPU the stage decodes on the CPU
-(``codec.decode``). Either way a corrupt group raises before its batch is handed out and `meta`
-passes through untouched; then the batch's served rows are read (`features`: pipeline.sources.Serving)
+(``codec.decode``); with sharded tables (pipeline.sharded) it decodes `prefetch` batches ahead on
+a thread, so that their rows' exchange with the other ranks overlaps the training step. Either way
+a corrupt group raises before its batch is handed out and `meta` passes through untouched; then the batch's served rows are read (`features`: pipeline.sources.Serving)
 on the same stream, and its ring slot (pipeline.transport) is released: on CUDA once its copy has
 completed, on the CPU once no tensor of the batch is alive.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator, Mapping, Optional
 
 import torch
@@ -66,15 +68,40 @@ class DecodeStage:
                                "decode stage serves no sources")
         return out, self.features.fill(batch.served, out, batch.groups, checks)
 
+    def _cpu_decode(self, batch: EncodedBatch):
+        t = time.perf_counter()
+        out, tally = self._decoded(batch, {k: self._codec(k).decode(ct) for k, ct in batch.groups.items()})
+        return out, tally, time.perf_counter() - t
+
+    def _cpu_done(self, out: DecodedBatch, tally, seconds: float) -> DecodedBatch:
+        if tally is not None:
+            self.stats.add_tiers(**tally.counts())
+        self.stats.add_time("decode", seconds)
+        return out
+
     def _cpu(self, batches: Iterator[EncodedBatch]) -> Iterator[DecodedBatch]:
+        if self.features is not None and self.features.collective and self.prefetch:
+            yield from self._cpu_ahead(batches)
+            return
         for batch in batches:
             self._count(batch)
-            t = time.perf_counter()
-            out, tally = self._decoded(batch, {k: self._codec(k).decode(ct) for k, ct in batch.groups.items()})
-            if tally is not None:
-                self.stats.add_tiers(**tally.counts())
-            self.stats.add_time("decode", time.perf_counter() - t)
-            yield out
+            yield self._cpu_done(*self._cpu_decode(batch))
+
+    def _cpu_ahead(self, batches: Iterator[EncodedBatch]) -> Iterator[DecodedBatch]:
+        """With sharded tables: up to `prefetch` batches decoded and their rows exchanged with the other
+        ranks on one thread (in order: the ranks' collectives pair up), while the training step runs."""
+        pool = ThreadPoolExecutor(1, thread_name_prefix="ibp-graph-exchange")
+        pending: deque = deque()
+        try:
+            for batch in batches:
+                self._count(batch)
+                pending.append(pool.submit(self._cpu_decode, batch))
+                if len(pending) > self.prefetch:
+                    yield self._cpu_done(*pending.popleft().result())
+            while pending:
+                yield self._cpu_done(*pending.popleft().result())
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def _launch(self, batch: EncodedBatch):
         """Queue copy + decode of one batch on the side stream, without waiting for the GPU: the

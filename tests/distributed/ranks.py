@@ -1,11 +1,13 @@
 """One rank of the sharded-feature tests (tests/distributed/test_sharded.py runs it once per rank):
 `python ranks.py CASE RANK WORLD PORT OUT` writes OUT/rankR.json: the SHA-256 of every tensor of every
 batch of the sharded loader and of the single-host loader given the same seeds, and the loader stats."""
+import dataclasses
 import hashlib
 import json
 import os
 import sys
 
+import numpy as np
 import torch
 
 
@@ -26,7 +28,7 @@ def graph(seed: int = 0, n: int = 600, e: int = 4000, dim: int = 12):
     from torch_geometric.data import Data
 
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, dim, generator=g)
+    x = torch.randn(n, dim, generator=g).to(torch.bfloat16).float()  # low mantissa bits invariant: compressible
     x[::7, 3] = float("nan")
     x[1::5, 0] = -0.0
     x = x.view(torch.int32)
@@ -36,7 +38,7 @@ def graph(seed: int = 0, n: int = 600, e: int = 4000, dim: int = 12):
     return Data(x=x, edge_index=edge_index, y=torch.randint(0, 5, (n,), generator=g), num_nodes=n)
 
 
-def pyg_homo(rank, world, cache_bytes=0, codec="auto"):
+def pyg_homo(rank, world, cache_bytes=0, codec="ibp", num_workers=0):
     from ibp_graph.data.shards import ShardLayout, shard_of
     from ibp_graph.data.store import EncodedTable
     from ibp_graph.loaders.pyg import CompressedNeighborLoader
@@ -48,15 +50,100 @@ def pyg_homo(rank, world, cache_bytes=0, codec="auto"):
     sharded = data.clone()
     sharded.x = ShardedSource(shard_of(store, layout, rank), layout, cache_bytes=cache_bytes, timeout=60)
     kw = dict(num_neighbors=[4, 3], batch_size=64, shuffle=True, generator=torch.Generator().manual_seed(1),
-              rank=rank, world_size=world, codec=codec)
+              rank=rank, world_size=world, codec=codec, num_workers=num_workers)
     ours = CompressedNeighborLoader(sharded, **kw)
     kw["generator"] = torch.Generator().manual_seed(1)
     ref = CompressedNeighborLoader(data, **kw)
     return ours, ref
 
 
+def hetero_graph(seed: int = 0):
+    from torch_geometric.data import HeteroData
+
+    g = torch.Generator().manual_seed(seed)
+    data = HeteroData()
+    data["paper"].x = graph(seed, n=500).x
+    data["paper"].y = torch.randint(0, 4, (500,), generator=g)
+    data["author"].x = torch.randn(300, 6, generator=g).to(torch.float64)
+    data["author"].x[::9, 2] = 5e-324  # a subnormal
+    data["paper", "cites", "paper"].edge_index = torch.randint(0, 500, (2, 3000), generator=g)
+    data["author", "writes", "paper"].edge_index = torch.stack([torch.randint(0, 300, (1500,), generator=g),
+                                                                torch.randint(0, 500, (1500,), generator=g)])
+    data["paper", "rev_writes", "author"].edge_index = data["author", "writes", "paper"].edge_index.flip(0)
+    return data
+
+
+def pyg_hetero(rank, world, cache_bytes=0, codec="ibp", num_workers=0):
+    from ibp_graph.data.shards import ShardLayout, shard_of
+    from ibp_graph.data.store import EncodedTable
+    from ibp_graph.loaders.pyg import CompressedNeighborLoader
+    from ibp_graph.pipeline.sharded import ShardedSource
+
+    data = hetero_graph()
+    sharded = data.clone()
+    for t in ("paper", "author"):
+        store = EncodedTable.encode(data[t].x, codec, progress=False)
+        layout = ShardLayout.contiguous(data[t].num_nodes, world)
+        sharded[t].x = ShardedSource(shard_of(store, layout, rank), layout, cache_bytes=cache_bytes, timeout=60)
+    kw = dict(num_neighbors=[4, 3], batch_size=48, shuffle=True, generator=torch.Generator().manual_seed(1),
+              rank=rank, world_size=world, codec=codec, input_nodes="paper", num_workers=num_workers)
+    ours = CompressedNeighborLoader(sharded, **kw)
+    kw["generator"] = torch.Generator().manual_seed(1)
+    ref = CompressedNeighborLoader(data, **kw)
+    return ours, ref
+
+
+def dies(rank, world):
+    """Rank 1 dies after its first batch; rank 0 goes on and must get ShardExchangeError, not hang."""
+    ours, ref = pyg_homo(rank, world)
+    if rank == 1:
+        next(iter(ours))
+        os._exit(3)
+    return ours, ref
+
+
+def mismatch(rank, world):
+    """Rank 1's shard is encoded with another codec than rank 0's: refused at the first batch."""
+    return pyg_homo(rank, world, codec="ibp" if rank == 0 else "identity")
+
+
+def bad_ids(rank, world):
+    """Rank 1 asks rank 0 for a row its shard does not have: rank 0 refuses, naming rank 1."""
+    ours, ref = pyg_homo(rank, world)
+    x = ours.data.x
+    x.prepare("cpu")
+    asked = np.array([10**6] if rank == 1 else [], np.int64)
+    x.exchange.rows(x.shard, asked, np.array([asked.size, 0]), "x")
+    return ours, ref
+
+
+def corrupt(rank, world):
+    """Rank 1 sends row lengths longer than a row: rank 0 refuses what it received."""
+    from ibp_graph.layout.rows import offsets_from_lengths
+
+    ours, ref = pyg_homo(rank, world, codec="ibp")
+    x = ours.data.x
+    if rank == 1:
+        real = x.shard.index_select
+
+        def index_select(rows, empty=None):
+            ct = real(rows, empty)
+            if ct.n_rows == 0 or ct.offsets is None:
+                return ct
+            lengths = ct.row_lengths().numpy().copy()
+            lengths[0] = ct.row_nbytes + 1
+            offsets, padded = offsets_from_lengths(lengths)
+            return dataclasses.replace(ct, payload=torch.zeros(padded, dtype=torch.uint8),
+                                       offsets=torch.from_numpy(offsets))
+        x.shard.index_select = index_select
+    return ours, ref
+
+
 CASES = {"pyg_homo": pyg_homo, "pyg_homo_cache": lambda r, w: pyg_homo(r, w, cache_bytes=4000),
-         "pyg_homo_identity": lambda r, w: pyg_homo(r, w, codec="identity")}
+         "pyg_homo_identity": lambda r, w: pyg_homo(r, w, codec="identity"),
+         "pyg_homo_workers": lambda r, w: pyg_homo(r, w, num_workers=2),
+         "pyg_hetero": pyg_hetero, "pyg_hetero_cache": lambda r, w: pyg_hetero(r, w, cache_bytes=3000, num_workers=2),
+         "dies": dies, "mismatch": mismatch, "bad_ids": bad_ids, "corrupt": corrupt}
 
 
 def main():
@@ -65,14 +152,24 @@ def main():
     import torch.distributed as dist
 
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    ours, ref = CASES[case](rank, world)
     result = {"ours": [], "ref": []}
-    for epoch in range(2):
-        result["ours"] += [digest(b) for b in ours]
-        result["ref"] += [digest(b) for b in ref]
-    result["stats"] = ours.stats.as_dict()
-    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+    try:
+        ours, ref = CASES[case](rank, world)
+        rows = 0
+        for epoch in range(2):
+            for batch in ours:
+                result["ours"].append(digest(batch))
+                rows += sum(int(s.n_id.numel()) for s in batch.node_stores)
+            result["ref"] += [digest(b) for b in ref]
+        result["stats"], result["x_rows"] = ours.stats.as_dict(), rows
+    except Exception as e:  # the test reads what this rank raised
+        result["error"] = {"type": type(e).__name__, "message": str(e)}
+    path = os.path.join(out, f"rank{rank}.json")
+    with open(path + ".tmp", "w") as f:
         json.dump(result, f)
+    os.replace(path + ".tmp", path)
+    if "error" in result:
+        os._exit(0)  # the others learn of it from the closed connection
     dist.barrier()
     dist.destroy_process_group()
 

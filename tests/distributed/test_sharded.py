@@ -1,0 +1,162 @@
+"""Feature tables sharded over 2 gloo ranks (pipeline.sharded): PyG batches bit-identical to the single-host
+loader's for the same seeds; a dead rank, a mismatched shard, bad ids and corrupt bytes are clear errors."""
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from ibp_graph.data.shards import ShardLayout, shard_of
+from ibp_graph.data.store import EncodedTable
+from ibp_graph.pipeline.sharded import ShardedSource, ShardExchange, concat_rows
+from ibp_graph.pipeline.stats import LoaderStats, Tally
+
+RANKS = Path(__file__).with_name("ranks.py")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ranks(case: str, tmp_path, world: int = 2, timeout: float = 180) -> list[dict]:
+    """Run tests/distributed/ranks.py CASE on `world` processes; each rank's result file."""
+    port, env = str(free_port()), dict(os.environ, OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen([sys.executable, str(RANKS), case, str(r), str(world), port, str(tmp_path)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+             for r in range(world)]
+    logs = []
+    try:
+        for p in procs:
+            logs.append(p.communicate(timeout=timeout)[0])
+    finally:
+        for p in procs:
+            p.kill()
+    out = []
+    for r in range(world):
+        path = tmp_path / f"rank{r}.json"
+        out.append(json.loads(path.read_text()) if path.exists() else {"log": logs[r][-3000:]})
+    return out
+
+
+@pytest.mark.parametrize("case", ["pyg_homo", "pyg_homo_identity", "pyg_homo_cache", "pyg_homo_workers",
+                                  "pyg_hetero", "pyg_hetero_cache"])
+def test_sharded_batches_are_the_single_host_batches(case, tmp_path):
+    ranks = run_ranks(case, tmp_path)
+    for r, res in enumerate(ranks):
+        assert "error" not in res and "log" not in res, res
+        assert len(res["ours"]) == len(res["ref"]) > 0
+        for i, (ours, ref) in enumerate(zip(res["ours"], res["ref"])):
+            assert ours == ref, (r, i, sorted(k for k in ours if ours[k] != ref.get(k)))
+        sh = res["stats"]["shard"]
+        assert sh["remote_rows"] > 0 and sh["local_rows"] > 0
+        # every node row of every batch came from exactly one place
+        assert sh["local_rows"] + sh["remote_rows"] + sh["remote_hits"] == res["x_rows"]
+        if "identity" in case:  # raw rows travel: the bytes received are the raw bytes
+            assert sh["wire_bytes"] == sh["remote_raw_bytes"]
+        else:  # compressed rows travel (with a 4-byte length each)
+            assert sh["wire_bytes"] < 0.8 * sh["remote_raw_bytes"]
+        if "cache" in case:
+            assert sh["remote_hits"] > 0 and 0 < res["stats"]["shard"]["remote_hit_rate"] < 1
+        else:
+            assert sh["remote_hits"] == 0
+    assert len(ranks[0]["ours"]) == len(ranks[1]["ours"])  # equal seed splits: the collectives pair up
+
+
+def test_a_dead_rank_is_an_error_on_the_others_not_a_hang(tmp_path):
+    ranks = run_ranks("dies", tmp_path, timeout=120)
+    err = ranks[0].get("error")
+    assert err is not None and err["type"] == "ShardExchangeError", ranks[0]
+    assert "rank 0 of 2" in err["message"] and "another rank died" in err["message"]
+
+
+def test_shards_of_another_codec_are_refused_at_the_first_batch(tmp_path):
+    for res in run_ranks("mismatch", tmp_path):
+        err = res.get("error")
+        assert err is not None and err["type"] == "ValueError", res
+        assert "differs" in err["message"] and "codec" in err["message"]
+
+
+def test_rows_asked_outside_a_shard_are_refused_naming_the_asking_rank(tmp_path):
+    ranks = run_ranks("bad_ids", tmp_path)
+    err = ranks[0].get("error")
+    assert err is not None and err["type"] == "ShardExchangeError", ranks[0]
+    assert "rank 1 asked for rows" in err["message"] and "outside this rank's shard" in err["message"]
+    assert ranks[1].get("error", {}).get("type") == "ShardExchangeError"  # rank 0 left: not a hang
+
+
+def test_received_row_lengths_are_checked_before_decoding(tmp_path):
+    ranks = run_ranks("corrupt", tmp_path)
+    err = ranks[0].get("error")
+    assert err is not None and err["type"] == "ShardExchangeError", ranks[0]
+    assert "row lengths received for 'x'" in err["message"] and "lengths must lie in" in err["message"]
+
+
+# ---- in one process --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("codec", ["ibp", "ebp", "identity"])
+def test_concat_rows_keeps_every_row_bit_for_bit(codec):
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(300, 10, generator=g)
+    x[::4, 2] = -0.0
+    store = EncodedTable.encode(x, codec, progress=False)
+    parts = [store.index_select(torch.tensor(ix, dtype=torch.int64)) for ix in ([5, 1, 299], [], [0, 0, 7])]
+    rows = store.codec.decode(concat_rows(parts))
+    want = x[torch.tensor([5, 1, 299, 0, 0, 7])]
+    assert torch.equal(rows.view(torch.int32), want.view(torch.int32))
+
+
+def test_sharded_source_arguments_are_checked():
+    x = torch.randn(10, 4)
+    store = EncodedTable.encode(x, "auto", progress=False)
+    layout = ShardLayout.contiguous(10, 2)
+    shard = shard_of(store, layout, 0)
+    with pytest.raises(TypeError, match="shard must be an EncodedTable"):
+        ShardedSource(x, layout)
+    with pytest.raises(TypeError, match="layout must be a ShardLayout"):
+        ShardedSource(shard, 2)
+    with pytest.raises(ValueError, match="cache_bytes=-1 is not accepted"):
+        ShardedSource(shard, layout, cache_bytes=-1)
+    with pytest.raises(ValueError, match="the layout gives rank 1 5 of 10: a shard of another rank"):
+        ShardedSource(shard_of(store, ShardLayout.contiguous(10, 3), 0), layout, rank=1)
+    with pytest.raises(ValueError, match="timeout=0 is not accepted"):
+        ShardExchange(timeout=0)
+    source = ShardedSource(shard, layout, rank=0)
+    assert source.shape == (10, 4) and source.served and source.collective
+    with pytest.raises(TypeError, match="served by the main process"):
+        source.read(torch.tensor([1]))
+    with pytest.raises(RuntimeError, match="before prepare"):
+        source.fetch(torch.tensor([1]), None, Tally())
+    if not torch.distributed.is_initialized():
+        with pytest.raises(RuntimeError, match="needs torch.distributed initialized"):
+            source.prepare("cpu")
+
+
+def test_shard_counts_reach_the_stats():
+    stats = LoaderStats()
+    tally = Tally(local_rows=3, remote_rows=5, remote_hits=2, wire_bytes=100, request_bytes=40, remote_raw_bytes=160)
+    stats.add_tiers(**tally.counts())
+    assert stats.local_fraction == 0.3 and stats.remote_hit_rate == 2 / 7
+    assert stats.as_dict()["shard"]["wire_bytes"] == 100
+    assert "sharded rows: local fraction 0.3000" in stats.table()
+    with pytest.raises(ValueError, match="add_tiers got remote=1"):
+        stats.add_tiers(0, 0, 0, 0, remote=1)
+
+
+def test_layout_locate_round_trips_for_ranges_and_assignments():
+    rng = np.random.default_rng(0)
+    for layout in (ShardLayout.contiguous(103, 4), ShardLayout.from_assignment(rng.integers(0, 3, 103), 3)):
+        ids = rng.integers(0, 103, 500)
+        owner, local = layout.locate(ids)
+        for r in range(layout.world_size):
+            rows = layout.rows_of(r)
+            assert rows.shape[0] == layout.counts[r]
+            assert np.array_equal(rows[local[owner == r]], ids[owner == r])
+    with pytest.raises(IndexError, match="ids contains 103"):
+        ShardLayout.contiguous(103, 2).locate(np.array([103]))
