@@ -93,6 +93,25 @@ def pyg_hetero(rank, world, cache_bytes=0, codec="ibp", num_workers=0):
     return ours, ref
 
 
+def pyg_link(rank, world):
+    """PyG's LinkNeighborLoader over a sharded table: the seed edges' endpoints and their neighbours."""
+    from ibp_graph.data.shards import ShardLayout, shard_of
+    from ibp_graph.data.store import EncodedTable
+    from ibp_graph.loaders.pyg import CompressedLinkNeighborLoader
+    from ibp_graph.pipeline.sharded import ShardedSource
+
+    data = graph()
+    store = EncodedTable.encode(data.x, "ibp", progress=False)
+    layout = ShardLayout.contiguous(data.num_nodes, world)
+    sharded = data.clone()
+    sharded.x = ShardedSource(shard_of(store, layout, rank), layout, timeout=60)
+    kw = dict(num_neighbors=[3, 2], batch_size=32, shuffle=True, neg_sampling="binary",
+              edge_label_index=data.edge_index[:, :1000], rank=rank, world_size=world, codec="ibp")
+    ours = CompressedLinkNeighborLoader(sharded, generator=torch.Generator().manual_seed(2), **kw)
+    ref = CompressedLinkNeighborLoader(data, generator=torch.Generator().manual_seed(2), **kw)
+    return ours, ref
+
+
 def dies(rank, world):
     """Rank 1 dies after its first batch; rank 0 goes on and must get ShardExchangeError, not hang."""
     ours, ref = pyg_homo(rank, world)
@@ -143,7 +162,7 @@ CASES = {"pyg_homo": pyg_homo, "pyg_homo_cache": lambda r, w: pyg_homo(r, w, cac
          "pyg_homo_identity": lambda r, w: pyg_homo(r, w, codec="identity"),
          "pyg_homo_workers": lambda r, w: pyg_homo(r, w, num_workers=2),
          "pyg_hetero": pyg_hetero, "pyg_hetero_cache": lambda r, w: pyg_hetero(r, w, cache_bytes=3000, num_workers=2),
-         "dies": dies, "mismatch": mismatch, "bad_ids": bad_ids, "corrupt": corrupt}
+         "pyg_link": pyg_link, "dies": dies, "mismatch": mismatch, "bad_ids": bad_ids, "corrupt": corrupt}
 
 
 def main():
