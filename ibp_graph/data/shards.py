@@ -216,20 +216,27 @@ def _source_tables(source: Any, verify: str) -> tuple[dict, Optional[Path]]:
     if not isinstance(source, (str, os.PathLike)):
         raise TypeError(f"source must be a prepared folder, an EncodedTable or a mapping of them, got "
                         f"{type(source).__name__}")
-    from .hetero import HeteroPreparedDataset
-    from .prepared import PreparedDataset
-
     d = Path(source)
-    for kind in (PreparedDataset, HeteroPreparedDataset):
-        if kind.is_complete(d):
-            ds = kind.load(d, verify=verify)
-            types = [None] if kind is PreparedDataset else sorted(ds.x_dict)
-            if not ds.has_store():
-                raise FileNotFoundError(f"{d} has no pre-encoded feature store, which the shards are cut from: "
-                                        f"prepare it with a store (without --no-store)")
-            return ({"x": ds.store()} if kind is PreparedDataset else {t: ds.store(t) for t in types}), d
+    kind = prepared_kind(d)
+    if kind is not None:
+        ds = kind.load(d, verify=verify)
+        if not ds.has_store():
+            raise FileNotFoundError(f"{d} has no pre-encoded feature store, which the shards are cut from: "
+                                    f"prepare it with a store (without --no-store)")
+        hetero = hasattr(ds, "x_dict")
+        return ({t: ds.store(t) for t in sorted(ds.x_dict)} if hetero else {"x": ds.store()}), d
     raise FileNotFoundError(f"{d} is not a finished prepared data set (no valid meta.json): prepare it first "
                             "(ibp-graph prepare --dataset NAME)")
+
+
+def prepared_kind(directory: PathLike) -> Optional[type]:
+    """The class of the finished prepared folder `directory` (node, heterogeneous or link data set), or None."""
+    from .hetero import HeteroPreparedDataset
+    from .link import LinkPreparedDataset
+    from .prepared import PreparedDataset
+
+    return next((k for k in (PreparedDataset, HeteroPreparedDataset, LinkPreparedDataset) if k.is_complete(directory)),
+                None)
 
 
 def write_shards(source: Any, world_size: int, out: Optional[PathLike] = None, *,
@@ -468,5 +475,5 @@ def shard_tables(directory: PathLike) -> list[str]:
     return sorted(read_shards_manifest(directory)["tables"])
 
 
-__all__ = ["ShardLayout", "shard_of", "write_shards", "load_shard", "read_shards_manifest", "shard_tables",
+__all__ = ["ShardLayout", "shard_of", "write_shards", "load_shard", "read_shards_manifest", "shard_tables", "prepared_kind",
            "shard_dir", "default_shards_dir", "ShardChecksumError", "ShardManifestError", "SHARDS_MANIFEST"]

@@ -214,3 +214,25 @@ def test_a_heterogeneous_folder_has_a_table_per_featured_node_type(tmp_path):
             shard, layout = load_shard(out, r, table=t)
             assert torch.equal(_rows(shard), x[torch.from_numpy(layout.rows_of(r))])
 
+
+
+def test_prepare_shards_command_writes_and_reuses_a_prepared_folder(tmp_path, capsys):
+    from ibp_graph.cli import main
+
+    sets = ["--set", "data.synthetic.num_nodes=300", "--set", "data.synthetic.dim=4"]
+    assert main(["prepare", "--dataset", "synthetic", "--root", str(tmp_path), *sets, "--shards", "2",
+                 "--quiet"]) == 0
+    (d,) = tmp_path.glob("synthetic-300-*")
+    meta = (d / "meta.json").stat().st_mtime_ns
+    assert shard_tables(d / "shards-2") == ["x"]
+    assert main(["prepare", "--dataset", "synthetic", "--root", str(tmp_path), *sets, "--shards", "3"]) == 0
+    assert "is prepared already: writing its shards only" in capsys.readouterr().out
+    assert (d / "meta.json").stat().st_mtime_ns == meta  # not prepared again
+    load_shard(d / "shards-3", 2, world_size=3)
+    assert main(["prepare", "--dataset", "synthetic", "--root", str(tmp_path), *sets, "--shards", "301"]) == 1
+    assert "world_size=301 is not accepted for table 'x' of 300 rows" in capsys.readouterr().err
+    for bad, message in ((["--shards", "0"], "--shards 0 is not accepted"),
+                         (["--shards", "2", "--no-store"], "--shards with --no-store is not accepted")):
+        with pytest.raises(SystemExit):
+            main(["prepare", "--dataset", "synthetic", "--root", str(tmp_path), *sets, *bad])
+        assert message in capsys.readouterr().err
