@@ -241,7 +241,7 @@ def prepared_kind(directory: PathLike) -> Optional[type]:
 
 def write_shards(source: Any, world_size: int, out: Optional[PathLike] = None, *,
                  layouts: Optional[Mapping[str, ShardLayout]] = None, verify: str = "sample",
-                 progress: bool = True) -> Path:
+                 progress: bool = True, keep_complete: bool = False) -> Path:
     """Cut every feature table of `source` into `world_size` shards on disk; return the shards folder.
 
     `source`: a prepared folder (its pre-encoded stores: ``x``, or one table per featured node type), an
@@ -249,7 +249,8 @@ def write_shards(source: Any, world_size: int, out: Optional[PathLike] = None, *
     (default for a prepared folder: its ``shards-<world_size>/``, recorded as its own); it must be absent,
     empty or earlier shards, and is written in a work folder and moved into place whole. `layouts`: a
     ShardLayout per table (default: contiguous ranges); every rank needs at least one row of every table.
-    Each shard keeps its rows' compressed bytes as they are (one codec for every shard).
+    Each shard keeps its rows' compressed bytes as they are (one codec for every shard). With
+    `keep_complete`, shards another process finished first at `out` are kept (machines sharing a disk).
     """
     from .prepared import progress_bar
 
@@ -306,7 +307,7 @@ def write_shards(source: Any, world_size: int, out: Optional[PathLike] = None, *
         manifest = {"format": SHARDS_FORMAT, "version": SHARDS_VERSION, "world_size": world_size,
                     "tables": manifest_tables}
         write_text(tmp / SHARDS_MANIFEST, json.dumps(manifest, indent=1) + "\n")
-        replace_dir(tmp, out)
+        replace_dir(tmp, out, keep=lambda p: keep_complete and (p / SHARDS_MANIFEST).is_file())
     bar.close()
     if prepared is not None and out.parent.resolve() == prepared.resolve():
         note_output_entry(prepared, out.name)  # the folder's own: replaced with it when it is prepared again
