@@ -8,6 +8,8 @@ Under ``torchrun`` (``WORLD_SIZE > 1``) every process joins the default process 
 epoch's seeds, gradients are averaged by DistributedDataParallel, and losses,
 accuracies and byte counts are summed over ranks before rank 0 prints and writes them.
 Prepared data are memory-mapped, so the ranks of one machine share one copy of the pages.
+With ``loader.features: sharded`` each rank opens only its shard of the feature store
+(`open_shards`) and fetches other rows compressed from their owners (pipeline.sharded).
 """
 from __future__ import annotations
 
