@@ -65,67 +65,111 @@ def _prepare(argv: Sequence[str]) -> int:
                         "data.citation from this experiment file")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="synthetic, synthetic-mag: override a config key, e.g. data.synthetic.num_nodes=111059956")
+    p.add_argument("--shards", type=int, metavar="W",
+                   help="also cut the feature stores into W per-rank shards (PREPARED/shards-W, with a checksummed "
+                        "shards.json) for `loader.features: sharded` under torchrun with W ranks; a folder "
+                        "prepared already (with its store) is kept and only its shards are written")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     a = p.parse_args(argv)
+    if a.shards is not None and a.shards < 1:
+        p.error(f"--shards {a.shards} is not accepted; use the number of ranks of the run, an int >= 1")
+    if a.shards is not None and a.no_store:
+        p.error("--shards with --no-store is not accepted: the shards are cut from the feature store")
     _exit_on_sigterm()  # a scheduler's SIGTERM unwinds like Ctrl-C: the work folder is removed
     from .files import DiskFullError
 
     try:
-        if a.dataset == "synthetic":
-            from .data import graphgen
-            from .train.config import load_config
+        prepared = _prepared_already(a) if a.shards is not None else None
+        if prepared is None:
+            prepared = _prepare_dataset(a, p)
+        elif not a.quiet:
+            print(f"{prepared} is prepared already: writing its shards only", flush=True)
+        if a.shards is not None:
+            from .data.shards import write_shards
 
-            data = load_config(a.config, a.set).data
-            out = a.out or graphgen.cache_dir(data.synthetic, a.root or data.root)
-            graphgen.generate(data.synthetic, out, store=not a.no_store, codec=a.codec, progress=not a.quiet)
-        elif a.dataset == "synthetic-mag":
-            from .data import maggen
-            from .train.config import load_config
-
-            data = load_config(a.config, a.set).data
-            out = a.out or maggen.cache_dir(data.mag, a.root or data.root)
-            maggen.generate(data.mag, out, store=not a.no_store, codec=a.codec, progress=not a.quiet)
-        elif a.dataset == "synthetic-citation":
-            from .data import citegen
-            from .train.config import load_config
-
-            data = load_config(a.config, a.set + ["task=link", "data.name=synthetic-citation"]).data
-            out = a.out or citegen.cache_dir(data.citation, a.root or data.root)
-            citegen.generate(data.citation, out, store=not a.no_store, codec=a.codec, progress=not a.quiet)
-        elif a.dataset == "ogbl-citation2":
-            from .data import ogb_link
-
-            if a.config or a.set:
-                p.error("--config and --set apply to the generated data sets only")
-            if not a.root:
-                p.error("--root is required for ogbl-citation2: the folder holding its data set folder")
-            ogb_link.prepare(a.root, a.out, undirected=not a.directed, store=not a.no_store, codec=a.codec,
-                             progress=not a.quiet)
-        elif a.dataset in ("ogbn-mag", "mag240m"):
-            from .data import ogb_mag
-
-            if a.config or a.set:
-                p.error("--config and --set apply to --dataset synthetic and synthetic-mag only")
-            if a.directed:
-                p.error(f"--directed applies to homogeneous OGB data sets; {a.dataset} is prepared as PyG's "
-                        "ToUndirected() leaves it (cites undirected, rev_ edge types added)")
-            if not a.root:
-                p.error(f"--root is required for {a.dataset}: the folder holding its data set folder")
-            prepare = ogb_mag.prepare if a.dataset == "ogbn-mag" else ogb_mag.prepare_mag240m
-            prepare(a.root, a.out, store=not a.no_store, codec=a.codec, progress=not a.quiet)
-        else:
-            from .data import ogb
-
-            if a.config or a.set:
-                p.error("--config and --set apply to --dataset synthetic only")
-            if not a.root:
-                p.error("--root is required for OGB data sets: the folder holding OGB's data set folder")
-            ogb.prepare(a.dataset, a.root, a.out, undirected=not a.directed, store=not a.no_store,
-                        codec=a.codec, progress=not a.quiet)
+            write_shards(prepared, a.shards, progress=not a.quiet)
     except (FileNotFoundError, ValueError, DiskFullError) as e:  # an output folder refused: OutputFolderError
         print(f"ibp-graph prepare: {e}", file=sys.stderr)
         return 1
     return 0
+
+
+def _generated(a):
+    """(spec, generator module) of a generated data set (`a.dataset` synthetic*), sizes from --config/--set."""
+    from .data import citegen, graphgen, maggen
+    from .train.config import load_config
+
+    extra = ["task=link", "data.name=synthetic-citation"] if a.dataset == "synthetic-citation" else []
+    data = load_config(a.config, a.set + extra).data
+    spec, gen = {"synthetic": (data.synthetic, graphgen), "synthetic-mag": (data.mag, maggen),
+                 "synthetic-citation": (data.citation, citegen)}[a.dataset]
+    return spec, gen, data.root
+
+
+GENERATED = ("synthetic", "synthetic-mag", "synthetic-citation")
+
+
+def _prepared_already(a):
+    """The folder `prepare` would write (--out, or the data set's default), when it holds a finished preparation
+    of `a.dataset` with its feature store(s); else None."""
+    from .data import ogb, ogb_link, ogb_mag
+    from .data.shards import prepared_kind
+
+    if a.out:
+        d = a.out
+    elif a.dataset in GENERATED:
+        spec, gen, root = _generated(a)
+        d = gen.cache_dir(spec, a.root or root)
+    elif not a.root:
+        return None
+    else:
+        d = {"ogbn-mag": lambda: ogb_mag.default_prepared_dir(a.root),
+             "mag240m": lambda: ogb_mag.mag240m_dir(a.root) / "ibp_prepared",
+             "ogbl-citation2": lambda: ogb_link.default_prepared_dir(a.root)}.get(
+                 a.dataset, lambda: ogb.default_prepared_dir(a.dataset, a.root))()
+    kind = prepared_kind(d)
+    if kind is None:
+        return None
+    ds = kind.load(d, verify="none")
+    return d if ds.name == a.dataset and ds.has_store() else None
+
+
+def _prepare_dataset(a, p):
+    """Prepare (or generate) the data set the arguments name; return its folder."""
+    store, progress = not a.no_store, not a.quiet
+    if a.dataset in GENERATED:
+        spec, gen, root = _generated(a)
+        return gen.generate(spec, a.out or gen.cache_dir(spec, a.root or root), store=store, codec=a.codec,
+                            progress=progress)
+    if a.dataset == "ogbl-citation2":
+        from .data import ogb_link
+
+        if a.config or a.set:
+            p.error("--config and --set apply to the generated data sets only")
+        if not a.root:
+            p.error("--root is required for ogbl-citation2: the folder holding its data set folder")
+        return ogb_link.prepare(a.root, a.out, undirected=not a.directed, store=store, codec=a.codec,
+                                progress=progress)
+    if a.dataset in ("ogbn-mag", "mag240m"):
+        from .data import ogb_mag
+
+        if a.config or a.set:
+            p.error("--config and --set apply to --dataset synthetic and synthetic-mag only")
+        if a.directed:
+            p.error(f"--directed applies to homogeneous OGB data sets; {a.dataset} is prepared as PyG's "
+                    "ToUndirected() leaves it (cites undirected, rev_ edge types added)")
+        if not a.root:
+            p.error(f"--root is required for {a.dataset}: the folder holding its data set folder")
+        prepare = ogb_mag.prepare if a.dataset == "ogbn-mag" else ogb_mag.prepare_mag240m
+        return prepare(a.root, a.out, store=store, codec=a.codec, progress=progress)
+    from .data import ogb
+
+    if a.config or a.set:
+        p.error("--config and --set apply to --dataset synthetic only")
+    if not a.root:
+        p.error("--root is required for OGB data sets: the folder holding OGB's data set folder")
+    return ogb.prepare(a.dataset, a.root, a.out, undirected=not a.directed, store=store, codec=a.codec,
+                       progress=progress)
 
 
 def _verify(argv: Sequence[str]) -> int:

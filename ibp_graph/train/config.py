@@ -30,10 +30,12 @@ from .models import DECODERS
 
 __all__ = ["Config", "DataConfig", "LoaderConfig", "ModelConfig", "TrainConfig", "OutputConfig", "LinkConfig",
            "ConfigError", "load_config", "check_config", "from_dict", "apply_overrides", "to_dict", "DATASETS",
-           "HETERO_DATASETS", "LINK_DATASETS", "TASKS", "DECODERS", "FRAMEWORKS"]
+           "HETERO_DATASETS", "LINK_DATASETS", "TASKS", "DECODERS", "FRAMEWORKS", "FEATURES"]
 
 #: front-ends `loader.framework` accepts: the loader and model of PyG or of DGL.
 FRAMEWORKS = ("pyg", "dgl")
+#: where a rank's feature rows live (`loader.features`): the whole table on every rank, or a shard per rank.
+FEATURES = ("local", "sharded")
 #: data sets `data.name` accepts.
 DATASETS = ("synthetic", "ogbn-papers100M", "ogbn-products", "ogbn-arxiv", "synthetic-mag", "ogbn-mag", "mag240m",
             "synthetic-citation", "ogbl-citation2")
@@ -80,6 +82,9 @@ class DataConfig:
                 "(e.g. ROOT/ogbn_papers100M/raw/data.npz, ROOT/ogbn_mag/raw/...)"})
     prepared: Optional[str] = field(default=None, metadata={
         "help": "OGB: the prepared folder (default ROOT/<ogb folder>/ibp_prepared)"})
+    shards: Optional[str] = field(default=None, metadata={
+        "help": "loader.features sharded: the shards folder (default PREPARED/shards-<world size>, where "
+                "`ibp-graph prepare --shards W` writes them)"})
     store: bool = field(default=True, metadata={
         "help": "serve features from the pre-encoded store (no per-batch encoding) for codec auto "
                 "and for the codec the store was encoded with"})
@@ -110,6 +115,12 @@ class LoaderConfig:
     device: str = field(default="auto", metadata={"help": "auto, cpu, cuda or cuda:N"})
     framework: str = _choice("pyg", FRAMEWORKS, "pyg: CompressedNeighborLoader and PyG's models; dgl: "
                              "CompressedDGLDataLoader and DGL's GraphSAGE (runs in .venv-dgl, `make venv-dgl`)")
+    features: str = _choice("local", FEATURES, "local: every rank holds the whole feature table (memory-mapped); "
+                            "sharded: under torchrun each rank opens only its shard (data.shards, written by "
+                            "`ibp-graph prepare --shards W`) and fetches other rows compressed from their owners "
+                            "(the topology stays whole on every rank)")
+    shard_cache_bytes: int = _num(0, "features sharded: bytes of the hottest remote rows each loader (train, valid, "
+                                     "test) keeps compressed in host memory", 0, 2 ** 63 - 1)
 
 
 @dataclass
@@ -321,9 +332,29 @@ def check_config(cfg: Config) -> Config:
     if m.arch == "gat" and m.hidden % m.heads:
         raise ConfigError(f"model.hidden={m.hidden} is not accepted with model.heads={m.heads} (arch gat); "
                           f"expected a multiple of model.heads, e.g. {m.hidden - m.hidden % m.heads or m.heads}")
+    _check_sharded(cfg)
     _check_generated_size(cfg.data)
     _check_output_dir(cfg.output.dir, len(lc.codecs))
     return cfg
+
+
+def _check_sharded(cfg: Config) -> None:
+    """`loader.features: sharded` only where a front-end takes a sharded table (PyG, homogeneous node
+    classification, from the store); the world size is checked when the run starts (train.loop)."""
+    if cfg.loader.features != "sharded":
+        return
+    why = None
+    if cfg.loader.framework != "pyg":
+        why = (f"loader.framework={cfg.loader.framework!r} (CompressedDGLDataLoader reads features from the DGL "
+               "graph's ndata, not from a sharded source yet); use loader.framework=pyg")
+    elif cfg.task != "node":
+        why = f"task={cfg.task!r} (the link loaders take no sharded table yet); use task=node"
+    elif cfg.data.name in HETERO_DATASETS:
+        why = f"data.name={cfg.data.name!r} (heterogeneous training takes no sharded tables yet); use a homogeneous data set"
+    elif not cfg.data.store:
+        why = "data.store=false (the shards are cut from the pre-encoded store); use data.store=true"
+    if why:
+        raise ConfigError(f"loader.features='sharded' is not accepted with {why}")
 
 
 def _check_task(cfg: Config) -> None:

@@ -50,14 +50,15 @@ class PyG:
 
     def make_loader(self, ds: PreparedDataset, graph: Any, input_nodes: torch.Tensor, lc, codec: str, *,
                     batch_size: int, shuffle: bool, device: torch.device, use_store: bool = True,
-                    rank: int = 0, world_size: int = 1):
-        """A CompressedNeighborLoader over the prepared graph (features from the store when from_store)."""
+                    rank: int = 0, world_size: int = 1, table: Any = None):
+        """A CompressedNeighborLoader over the prepared graph (features from the store when from_store, or
+        from `table` when given: a source such as a ShardedSource)."""
         if codec == NATIVE:
             raise ValueError("a baseline run with PyG's own NeighborLoader is not available here "
                              "(it needs pyg-lib or torch-sparse); use loader.framework=dgl for --baseline")
         from ..loaders.pyg import CompressedNeighborLoader
 
-        x = ds.store() if self.from_store(ds, codec, use_store) else ds.x
+        x = table if table is not None else ds.store() if self.from_store(ds, codec, use_store) else ds.x
         return CompressedNeighborLoader(({"x": x}, ds.graph), list(lc.num_neighbors), input_nodes=input_nodes,
                                         batch_size=batch_size, shuffle=shuffle, codec=codec, device=device,
                                         prefetch=lc.prefetch, num_workers=lc.num_workers,

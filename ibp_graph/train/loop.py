@@ -8,6 +8,8 @@ Under ``torchrun`` (``WORLD_SIZE > 1``) every process joins the default process 
 epoch's seeds, gradients are averaged by DistributedDataParallel, and losses,
 accuracies and byte counts are summed over ranks before rank 0 prints and writes them.
 Prepared data are memory-mapped, so the ranks of one machine share one copy of the pages.
+With ``loader.features: sharded`` each rank opens only its shard of the feature store
+(`open_shards`) and fetches other rows compressed from their owners (pipeline.sharded).
 """
 from __future__ import annotations
 
@@ -26,8 +28,10 @@ from ..files import write_text
 from ..data.prepared import PreparedDataset, add_store
 from . import frontends
 from .config import HETERO_DATASETS, Config, ConfigError, LoaderConfig, check_config, to_dict
+from ..pipeline.sharded import ShardedSource
+from ..pipeline.stats import SHARD_COUNTS
 
-__all__ = ["Dist", "setup_distributed", "resolve_device", "open_dataset", "make_loader", "train_epoch",
+__all__ = ["Dist", "setup_distributed", "resolve_device", "open_dataset", "open_shards", "make_loader", "train_epoch",
            "evaluate", "run", "run_one", "main", "main_config", "RUN_FORMAT"]
 
 RUN_FORMAT = "ibp_graph.run"
@@ -134,16 +138,11 @@ def open_dataset(cfg, dist: Dist = Dist(), *, progress: bool = True):
     """
     path = _prepared_path(cfg)
     if dist.world_size > 1 and not _ready(cfg, path):
-        if cfg.name not in GENERATED or _generated_nodes(cfg) > DDP_GENERATE_MAX_NODES:
-            how = (f"ibp-graph prepare --dataset {cfg.name} --root {cfg.root}" + (f" --out {path}" if cfg.prepared else "")
-                   if cfg.name not in GENERATED else
-                   f"ibp-graph prepare --dataset synthetic --root {cfg.root} --set data.synthetic.num_nodes="
-                   f"{cfg.synthetic.num_nodes} (and the other data.synthetic keys of the config)"
-                   if cfg.name == "synthetic" else
-                   f"ibp-graph prepare --dataset synthetic-mag --root {cfg.root} --config <this config>")
+        if not _makes_itself(cfg):
             raise FileNotFoundError(f"{path} is not prepared; a distributed run does not prepare large data sets "
-                                    f"(it would outlast the process group's timeout): run `{how}` first, once per "
-                                    "machine unless the folder is on a shared disk")
+                                    f"(it would outlast the process group's timeout): run "
+                                    f"`{_prepare_command(cfg, path)}` first, once per machine unless the folder is "
+                                    "on a shared disk")
     if dist.local_rank == 0 and not _ready(cfg, path):
         _prepare(cfg, path, progress=progress and dist.main)
     dist.barrier()
@@ -152,6 +151,47 @@ def open_dataset(cfg, dist: Dist = Dist(), *, progress: bool = True):
 
         return HeteroPreparedDataset.load(path)
     return PreparedDataset.load(path)
+
+
+def _makes_itself(cfg) -> bool:
+    """Whether a distributed run prepares the data set (and its shards) itself: small generated ones only."""
+    return cfg.name in GENERATED and _generated_nodes(cfg) <= DDP_GENERATE_MAX_NODES
+
+
+def _prepare_command(cfg, path: Path, extra: str = "") -> str:
+    """The `ibp-graph prepare` command that makes the prepared folder `path` of DataConfig `cfg` (+ `extra`)."""
+    if cfg.name not in GENERATED:
+        return f"ibp-graph prepare --dataset {cfg.name} --root {cfg.root}" + (f" --out {path}" if cfg.prepared else "") \
+            + extra
+    if cfg.name == "synthetic":
+        return (f"ibp-graph prepare --dataset synthetic --root {cfg.root} --set data.synthetic.num_nodes="
+                f"{cfg.synthetic.num_nodes}{extra} (and the other data.synthetic keys of the config)")
+    return f"ibp-graph prepare --dataset synthetic-mag --root {cfg.root} --config <this config>{extra}"
+
+
+def open_shards(cfg, ds: PreparedDataset, dist: Dist, *, progress: bool = True):
+    """This rank's shard of the feature table and its layout (``(EncodedTable, ShardLayout)``), for
+    `loader.features: sharded`: from data.shards, default the prepared folder's shards-<world size>.
+
+    Missing shards are written by each machine's first rank (the others wait) only where the run prepares
+    the data set itself (small generated ones); otherwise the error names the `ibp-graph prepare --shards`
+    command to run first. Only this rank's shard is opened.
+    """
+    from ..data.shards import SHARDS_MANIFEST, default_shards_dir, load_shard, write_shards
+
+    path = Path(cfg.shards) if cfg.shards else default_shards_dir(ds.directory, dist.world_size)
+    if not (path / SHARDS_MANIFEST).is_file():
+        if cfg.shards or not _makes_itself(cfg):
+            how = _prepare_command(cfg, ds.directory, f" --shards {dist.world_size}")
+            where = f" (it writes {default_shards_dir(ds.directory, dist.world_size)}; point data.shards there)" \
+                if cfg.shards else ""
+            raise FileNotFoundError(f"{path} holds no shards ({SHARDS_MANIFEST}); a distributed run does not cut "
+                                    f"the feature table of a large data set itself: run `{how}`{where} first, once "
+                                    "per machine unless the folder is on a shared disk")
+        if dist.local_rank == 0:
+            write_shards(ds.directory, dist.world_size, path, progress=progress and dist.main, keep_complete=True)
+    dist.barrier()
+    return load_shard(path, dist.rank, "x", world_size=dist.world_size, verify=ds.verify)
 
 
 def _generated_nodes(cfg) -> int:
@@ -288,18 +328,33 @@ def run(cfg: Config, *, baseline: bool = False) -> list[dict]:
     front.check(cfg)
     dist, device = setup_distributed(cfg.loader.device)
     front.check_device(device)
+    sharded = cfg.loader.features == "sharded"
+    if sharded and dist.world_size == 1:
+        raise ConfigError("loader.features='sharded' is not accepted in a single process (world size 1): it "
+                          "splits the feature table over the ranks of a distributed run; launch it with "
+                          "`torchrun --nproc-per-node W -m ibp_graph.cli train ...` (README: Sharded features "
+                          "across hosts), or use loader.features=local")
     ds = open_dataset(cfg.data, dist, progress=cfg.output.progress)
+    shard = open_shards(cfg.data, ds, dist, progress=cfg.output.progress) if sharded else None
     graph = front.prepare(ds)
     codecs = list(cfg.loader.codecs) + ([frontends.NATIVE] if baseline else [])
-    results = [run_one(cfg, codec, ds, dist, device, front=front, graph=graph) for codec in codecs]
+    if shard is not None:
+        served = ("auto", shard[0].codec.name)
+        for i, codec in enumerate(codecs):
+            if codec not in served:
+                raise ConfigError(f"loader.codecs[{i}]={codec!r} is not accepted with loader.features='sharded': "
+                                  f"the shards serve their rows as encoded ({shard[0].codec.name}); use one of "
+                                  f"{sorted(set(served))}")
+    results = [run_one(cfg, codec, ds, dist, device, front=front, graph=graph, shard=shard) for codec in codecs]
     if dist.world_size > 1:
         dist.barrier()
     return results
 
 
 def run_one(cfg: Config, codec: str, ds: PreparedDataset, dist: Dist, device: torch.device, *,
-            front=None, graph=None) -> dict:
-    """Train and evaluate with one codec; one line per epoch; the result as a dict (and JSON on rank 0)."""
+            front=None, graph=None, shard=None) -> dict:
+    """Train and evaluate with one codec; one line per epoch; the result as a dict (and JSON on rank 0).
+    `shard`: this rank's (EncodedTable, ShardLayout) (open_shards), served to each loader as a ShardedSource."""
     t_start = time.perf_counter()
     front = front or frontends.get(cfg.loader.framework, hetero=cfg.data.name in HETERO_DATASETS)
     if graph is None:
@@ -311,9 +366,12 @@ def run_one(cfg: Config, codec: str, ds: PreparedDataset, dist: Dist, device: to
     loaders, labels = {}, {}
     for part, idx in splits.items():
         train = part == "train"
+        # one source per loader: each exchanges rows on a process group of its own
+        table = None if shard is None else ShardedSource(*shard, cache_bytes=lc.shard_cache_bytes)
         loaders[part] = front.make_loader(ds, graph, idx, lc, codec, shuffle=train, device=device,
                                           batch_size=lc.batch_size if train else lc.eval_batch_size,
-                                          use_store=cfg.data.store, rank=dist.rank, world_size=dist.world_size)
+                                          use_store=cfg.data.store, rank=dist.rank, world_size=dist.world_size,
+                                          **({} if table is None else {"table": table}))  # PyG's front-end only
         labels[part] = ds.y[idx].to(device)
     num_layers = len(lc.num_neighbors)
     model = front.build_model(cfg, ds).to(device)
@@ -322,7 +380,7 @@ def run_one(cfg: Config, codec: str, ds: PreparedDataset, dist: Dist, device: to
             model, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
     majority = ds.majority_accuracy("test")
-    feature_src = "store" if front.from_store(ds, codec, cfg.data.store) else "table"
+    feature_src = "shards" if shard is not None else "store" if front.from_store(ds, codec, cfg.data.store) else "table"
     group_codecs = {k: c.name for k, c in sorted(loaders["train"].codecs.items())}  # what auto chose
     chosen = ", ".join(f"{k}: {v}" for k, v in group_codecs.items())
     say(f"[{cfg.name}] {ds.name}: {ds.num_nodes:,} nodes, {ds.num_edges:,} edges, {ds.num_classes} classes; "
@@ -356,11 +414,15 @@ def run_one(cfg: Config, codec: str, ds: PreparedDataset, dist: Dist, device: to
                "train_sent_bytes": int(train_sent), "train_raw_bytes": int(train_raw),
                "train_seeds": int(count), "train_batches": int(loaders["train"].stats.batches),
                "stage_seconds": dict(loaders["train"].stats.seconds)}
+        if shard is not None:  # rows of the sharded table: this rank's own, fetched, cache hits; bytes received
+            rec["shard"] = dict(zip(SHARD_COUNTS, map(int, dist.sum([sum(s.shard[k] for s in stats)
+                                                                   for k in SHARD_COUNTS]))))
         epochs.append(rec)
         acc = "".join(f"  {p} {rec[p + '_acc']:.4f}" for p in ("valid", "test") if rec[p + "_acc"] is not None)
         say(f"epoch {epoch:>2}/{cfg.train.epochs}  loss {rec['loss']:.4f}  train {rec['train_acc']:.4f}{acc}  "
             f"time {rec['seconds']:.1f} s (train {train_s:.1f}, eval {eval_s:.1f})  "
-            f"moved {sent / 1e6:,.1f} MB of {raw / 1e6:,.1f} MB raw ({rec['fraction']:.3f})", flush=True)
+            f"moved {sent / 1e6:,.1f} MB of {raw / 1e6:,.1f} MB raw ({rec['fraction']:.3f})"
+            + ("" if shard is None else _shard_line(rec["shard"])), flush=True)
 
     final = _summary(epochs, majority)
     result = {"format": RUN_FORMAT, "version": 1, "name": cfg.name, "dataset": ds.name, "codec": codec,
@@ -376,6 +438,14 @@ def run_one(cfg: Config, codec: str, ds: PreparedDataset, dist: Dist, device: to
         say(f"wrote {result['path']}", flush=True)
     loaders.clear()  # the loaders' persistent workers exit with them
     return result
+
+
+def _shard_line(sh: dict) -> str:
+    """The epoch line's part about the sharded table: remote rows, cache hits, bytes received for them."""
+    rows = sh["local_rows"] + sh["remote_rows"] + sh["remote_hits"]
+    remote = sh["remote_rows"] + sh["remote_hits"]
+    return (f"; shards: {remote / max(rows, 1):.3f} of rows remote ({sh['remote_hits'] / max(remote, 1):.3f} from "
+            f"the cache), received {sh['wire_bytes'] / 1e6:,.1f} MB for {sh['remote_raw_bytes'] / 1e6:,.1f} MB raw")
 
 
 def _summary(epochs: list[dict], majority: float) -> dict:

@@ -1,0 +1,238 @@
+"""Sharded feature tables: ShardLayout (which rank holds which row), and shards on disk (write_shards,
+load_shard): bit-exact round trips, and every swapped, damaged or inconsistent file refused by name."""
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from ibp_graph.data import graphgen, maggen
+from ibp_graph.data.checksums import ChecksumError
+from ibp_graph.data.graphgen import GraphSpec
+from ibp_graph.data.hetero import HeteroPreparedDataset
+from ibp_graph.data.maggen import MagSpec
+from ibp_graph.data.prepared import PreparedDataset
+from ibp_graph.data.shards import (SHARDS_MANIFEST, ShardChecksumError, ShardLayout, ShardManifestError,
+                                   default_shards_dir, load_shard, shard_tables, write_shards)
+from ibp_graph.data.store import EncodedTable
+from ibp_graph.files import is_own_output
+
+
+# ---- ShardLayout -------------------------------------------------------------------------------------------
+
+def test_contiguous_layout_splits_rows_evenly_and_locates_them():
+    lay = ShardLayout.contiguous(10, 3)
+    assert lay.counts.tolist() == [4, 3, 3] and lay.kind == "contiguous"
+    assert [lay.rows_of(r).tolist() for r in range(3)] == [[0, 1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    owner, local = lay.locate(np.array([0, 3, 4, 9, 7]))
+    assert owner.tolist() == [0, 0, 1, 2, 2] and local.tolist() == [0, 3, 0, 2, 0]
+    assert lay.owner_array().tolist() == [0, 0, 0, 0, 1, 1, 1, 2, 2, 2]
+
+
+def test_assignment_layout_keeps_each_ranks_rows_in_ascending_id():
+    owner = np.array([2, 0, 1, 0, 2, 2, 1])
+    lay = ShardLayout.from_assignment(owner)
+    assert lay.world_size == 3 and lay.counts.tolist() == [2, 2, 3]
+    assert [lay.rows_of(r).tolist() for r in range(3)] == [[1, 3], [2, 6], [0, 4, 5]]
+    o, local = lay.locate(np.arange(7))
+    assert o.tolist() == owner.tolist()
+    for r in range(3):  # a rank's shard row k is its k-th node
+        assert local[lay.rows_of(r)].tolist() == list(range(lay.counts[r]))
+    assert lay != ShardLayout.contiguous(7, 3) and lay == ShardLayout.from_assignment(owner.copy(), 3)
+    assert lay.describe()["digest"] != ShardLayout.from_assignment(owner[::-1].copy(), 3).describe()["digest"]
+
+
+def test_layout_errors_name_the_argument_and_what_is_accepted():
+    with pytest.raises(ValueError, match=r"world_size=0 is not accepted; use an int >= 1"):
+        ShardLayout(5, 0)
+    with pytest.raises(ValueError, match=r"num_rows=-1 is not accepted"):
+        ShardLayout(-1, 2)
+    with pytest.raises(ValueError, match=r"owner\[1\]=3 is not a rank of world_size=2"):
+        ShardLayout.from_assignment([0, 3, 1], 2)
+    with pytest.raises(ValueError, match=r"owner has shape \(2, 2\)"):
+        ShardLayout(4, 2, owner=np.zeros((2, 2), np.int64))
+    with pytest.raises(IndexError, match="ids"):
+        ShardLayout.contiguous(5, 2).locate(np.array([5]))
+    with pytest.raises(ValueError, match=r"rank=2 is not accepted; use an int in \[0, world_size=2\)"):
+        ShardLayout.contiguous(5, 2).rows_of(2)
+
+
+# ---- shards on disk ----------------------------------------------------------------------------------------
+
+def _table(codec="auto", n=700, dim=12):
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(n, dim, generator=g) * 8).round() / 8  # compressible: auto picks a real codec
+    x[::9, 2] = float("nan")
+    return x, EncodedTable.encode(x, codec, progress=False)
+
+
+def _rows(shard: EncodedTable) -> torch.Tensor:
+    return shard.decode_rows(torch.arange(shard.n_rows))
+
+
+@pytest.mark.parametrize("codec", ["auto", "identity"])
+def test_write_and_load_round_trip_bit_exact(tmp_path, codec):
+    x, store = _table(codec)
+    out = write_shards(store, 3, tmp_path / "s", progress=False)
+    assert shard_tables(out) == ["x"]
+    for r in range(3):
+        shard, layout = load_shard(out, r, world_size=3, verify="full")
+        assert layout == ShardLayout.contiguous(x.shape[0], 3)
+        assert shard.codec.fingerprint == store.codec.fingerprint  # one codec, nothing re-encoded
+        got = _rows(shard)
+        want = x[torch.from_numpy(layout.rows_of(r))]
+        assert torch.equal(got.view(torch.int32), want.view(torch.int32))  # NaNs included, bit for bit
+
+
+def test_assignment_layout_round_trip(tmp_path):
+    x, store = _table()
+    owner = torch.randint(0, 2, (x.shape[0],), generator=torch.Generator().manual_seed(3)).numpy()
+    lay = ShardLayout.from_assignment(owner, 2)
+    out = write_shards({"x": store}, 2, tmp_path / "s", layouts={"x": lay}, progress=False)
+    for r in range(2):
+        shard, layout = load_shard(out, r)
+        assert layout == lay
+        assert torch.equal(_rows(shard).view(torch.int32), x[torch.from_numpy(lay.rows_of(r))].view(torch.int32))
+    np.save(out / "layouts" / "x.npy", owner[::-1].copy())  # another assignment
+    with pytest.raises(ShardChecksumError, match=r"layouts/x.npy: its SHA-256 differs .* table 'x'"):
+        load_shard(out, 0)
+
+
+def test_a_swapped_replaced_or_damaged_shard_is_refused_by_name(tmp_path):
+    _, store = _table()
+    out = write_shards(store, 2, tmp_path / "s", progress=False)
+    swapped = tmp_path / "swapped"
+    shutil.copytree(out, swapped)
+    shutil.rmtree(swapped / "rank-0" / "x")
+    shutil.copytree(out / "rank-1" / "x", swapped / "rank-0" / "x")  # rank 1's shard where rank 0's belongs
+    with pytest.raises(ShardChecksumError, match=r"rank 0's shard of table 'x' is not the one shards.json "
+                                                 r"recorded \(checksums.json differs\)"):
+        load_shard(swapped, 0)
+    assert isinstance(ShardChecksumError("x"), ChecksumError)
+    # a payload byte flipped: checksums.json still matches the manifest, the chunk does not
+    payload = out / "rank-1" / "x" / "payload.bin"
+    data = bytearray(payload.read_bytes())
+    data[5] ^= 0xFF
+    payload.write_bytes(bytes(data))
+    with pytest.raises(ShardChecksumError, match=r"(?s)rank 1's shard of table 'x': .*payload.bin: checksum differs"):
+        load_shard(out, 1, verify="full")
+    # its checksums rewritten to bless the damage: the manifest's digest of checksums.json refuses it
+    from ibp_graph.data.checksums import write_manifest
+    from ibp_graph.data.store import store_files
+
+    write_manifest(payload.parent, store_files(payload.parent))
+    with pytest.raises(ShardChecksumError, match=r"rank-1/x: rank 1's shard .*\(checksums.json differs"):
+        load_shard(out, 1)
+    load_shard(out, 0)  # the other rank's shard is untouched
+    shutil.rmtree(out / "rank-0")
+    with pytest.raises(FileNotFoundError, match=r"rank-0/x is missing: rank 0's shard of table 'x' \(copy rank-0/"):
+        load_shard(out, 0)
+
+
+def test_a_truncated_or_edited_manifest_is_refused_naming_the_field(tmp_path):
+    _, store = _table()
+    out = write_shards(store, 2, tmp_path / "s", progress=False)
+    path = out / SHARDS_MANIFEST
+    good = json.loads(path.read_text())
+    path.write_text(path.read_text()[:200])
+    with pytest.raises(ShardManifestError, match=r"shards.json is not readable JSON"):
+        load_shard(out, 0)
+
+    def edited(change):
+        m = json.loads(json.dumps(good))
+        change(m)
+        path.write_text(json.dumps(m))
+        return m
+
+    cases = [
+        (lambda m: m.update(format="other"), r"has format 'other' version 1; this ibp-graph reads 'ibp_graph.shards'"),
+        (lambda m: m.update(world_size="2"), r"world_size='2' is not accepted; expected an int >= 1"),
+        (lambda m: m["tables"]["x"]["layout"].update(counts=[1, 1]),
+         r"tables.x.layout.counts=\[1, 1\] is not accepted; expected 2 ints >= 1 summing to num_rows=700"),
+        (lambda m: m["tables"]["x"]["ranks"][1].update(dir="../../elsewhere"),
+         r"tables.x.ranks\[1\].dir='../../elsewhere' is not accepted; expected 'rank-1/x'"),
+        (lambda m: m["tables"]["x"]["ranks"].pop(), r"tables.x.ranks='<1 entries>' is not accepted; expected one "
+                                                    r"entry per rank \(2\)"),
+        (lambda m: m["tables"]["x"]["ranks"][0]["sha256"].pop("meta.json"), r"tables.x.ranks\[0\].sha256="),
+        (lambda m: m["tables"]["x"]["layout"].update(digest="0" * 64), r"tables.x.layout=.* does not describe"),
+        (lambda m: m["tables"]["x"].update(fingerprint=1), r"holds codec, fingerprint, shape, dtype"),
+    ]
+    for change, message in cases:
+        edited(change)
+        with pytest.raises(ShardManifestError, match=message):
+            load_shard(out, 0)
+    path.unlink()
+    with pytest.raises(FileNotFoundError, match=r"shards.json is missing"):
+        load_shard(out, 0)
+
+
+def test_wrong_rank_count_and_bad_arguments_are_refused(tmp_path):
+    _, store = _table(n=5)
+    out = write_shards(store, 2, tmp_path / "s", progress=False)
+    with pytest.raises(ShardManifestError, match=r"holds shards for world_size=2 ranks; this run has 4: write "
+                                                 r"shards for it with `ibp-graph prepare --shards 4`"):
+        load_shard(out, 0, world_size=4)
+    with pytest.raises(ValueError, match=r"rank=2 is not accepted; use an int in \[0, 2\)"):
+        load_shard(out, 2)
+    with pytest.raises(ValueError, match=r"table='paper' is not accepted; .* holds the tables \['x'\]"):
+        load_shard(out, 0, table="paper")
+    with pytest.raises(ValueError, match=r"world_size=0 is not accepted; use an int >= 1"):
+        write_shards(store, 0, tmp_path / "t", progress=False)
+    with pytest.raises(ValueError, match=r"world_size=6 is not accepted for table 'x' of 5 rows: rank 5 would hold "
+                                         r"no row; .*at most 5 ranks"):
+        write_shards(store, 6, tmp_path / "t", progress=False)
+    with pytest.raises(ValueError, match="out is required"):
+        write_shards(store, 2, progress=False)
+    (tmp_path / "theirs").mkdir()
+    (tmp_path / "theirs" / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="holds files ibp-graph did not write"):
+        write_shards(store, 2, tmp_path / "theirs", progress=False)
+
+
+def test_a_prepared_folder_gets_its_shards_inside_it(tmp_path, capsys):
+    d = graphgen.generate(GraphSpec(num_nodes=400, avg_citations=3.0, dim=8), tmp_path / "p", progress=False)
+    out = write_shards(d, 2)
+    assert out == default_shards_dir(d, 2) == d / "shards-2"
+    assert "wrote" in capsys.readouterr().out
+    ds = PreparedDataset.load(d)
+    for r in range(2):
+        shard, layout = load_shard(out, r)
+        assert torch.equal(_rows(shard), ds.x[torch.from_numpy(layout.rows_of(r))])
+    assert is_own_output(d)  # prepared again, the folder (shards included) is replaced as ibp-graph's own
+    write_shards(d, 2, progress=False)  # written again over its own earlier shards
+
+
+def test_a_heterogeneous_folder_has_a_table_per_featured_node_type(tmp_path):
+    spec = MagSpec(num_papers=300, num_authors=200, num_institutions=10, num_fields=20, dim=8)
+    d = maggen.generate(spec, tmp_path / "mag", progress=False)
+    ds = HeteroPreparedDataset.load(d)
+    out = write_shards(d, 2, progress=False)
+    assert shard_tables(out) == sorted(ds.x_dict)
+    for t, x in ds.x_dict.items():
+        for r in range(2):
+            shard, layout = load_shard(out, r, table=t)
+            assert torch.equal(_rows(shard), x[torch.from_numpy(layout.rows_of(r))])
+
+
+
+def test_prepare_shards_command_writes_and_reuses_a_prepared_folder(tmp_path, capsys):
+    from ibp_graph.cli import main
+
+    sets = ["--set", "data.synthetic.num_nodes=300", "--set", "data.synthetic.dim=4"]
+    assert main(["prepare", "--dataset", "synthetic", "--root", str(tmp_path), *sets, "--shards", "2",
+                 "--quiet"]) == 0
+    (d,) = tmp_path.glob("synthetic-300-*")
+    meta = (d / "meta.json").stat().st_mtime_ns
+    assert shard_tables(d / "shards-2") == ["x"]
+    assert main(["prepare", "--dataset", "synthetic", "--root", str(tmp_path), *sets, "--shards", "3"]) == 0
+    assert "is prepared already: writing its shards only" in capsys.readouterr().out
+    assert (d / "meta.json").stat().st_mtime_ns == meta  # not prepared again
+    load_shard(d / "shards-3", 2, world_size=3)
+    assert main(["prepare", "--dataset", "synthetic", "--root", str(tmp_path), *sets, "--shards", "301"]) == 1
+    assert "world_size=301 is not accepted for table 'x' of 300 rows" in capsys.readouterr().err
+    for bad, message in ((["--shards", "0"], "--shards 0 is not accepted"),
+                         (["--shards", "2", "--no-store"], "--shards with --no-store is not accepted")):
+        with pytest.raises(SystemExit):
+            main(["prepare", "--dataset", "synthetic", "--root", str(tmp_path), *sets, *bad])
+        assert message in capsys.readouterr().err
