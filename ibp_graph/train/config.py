@@ -119,8 +119,8 @@ class LoaderConfig:
                             "sharded: under torchrun each rank opens only its shard (data.shards, written by "
                             "`ibp-graph prepare --shards W`) and fetches other rows compressed from their owners "
                             "(the topology stays whole on every rank)")
-    shard_cache_bytes: int = _num(0, "features sharded: bytes of the hottest remote rows each loader (train, valid, "
-                                     "test) keeps compressed in host memory", 0, 2 ** 63 - 1)
+    shard_cache_bytes: int = _num(0, "features sharded: bytes of the hottest remote rows kept compressed in host "
+                                     "memory (one cache for the train, valid and test loaders)", 0, 2 ** 63 - 1)
 
 
 @dataclass

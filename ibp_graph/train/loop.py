@@ -364,10 +364,11 @@ def run_one(cfg: Config, codec: str, ds: PreparedDataset, dist: Dist, device: to
     lc = cfg.loader
     splits = {k: ds.split[k] for k in ("train", "valid", "test")}
     loaders, labels = {}, {}
+    # one source for the three loaders: one process group and one remote-row cache; the loaders take turns
+    # (an epoch's training, then evaluation), so their exchanges never interleave
+    table = None if shard is None else ShardedSource(*shard, cache_bytes=lc.shard_cache_bytes)
     for part, idx in splits.items():
         train = part == "train"
-        # one source per loader: each exchanges rows on a process group of its own
-        table = None if shard is None else ShardedSource(*shard, cache_bytes=lc.shard_cache_bytes)
         loaders[part] = front.make_loader(ds, graph, idx, lc, codec, shuffle=train, device=device,
                                           batch_size=lc.batch_size if train else lc.eval_batch_size,
                                           use_store=cfg.data.store, rank=dist.rank, world_size=dist.world_size,
