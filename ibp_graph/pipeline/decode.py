@@ -150,6 +150,8 @@ class DecodeStage:
         """Decode the batches, in order."""
         try:
             yield from self._cuda(batches) if self.device.type == "cuda" else self._cpu(batches)
+            if self.features is not None and self.features.collective:
+                self.features.end_epoch()  # only at the end of the batches: an abandoned epoch sends no mark
         finally:  # the epoch is over (or abandoned): keep no idle slot segments mapped
             if self.slots.release_on_copy:  # batches queued but not finished: wait for their copies
                 if self._stream is not None:

@@ -16,7 +16,8 @@ gives it, encoded with the one codec every shard shares. A :class:`ShardedSource
 The collectives run on a gloo group of their own (``ShardExchange``), made at the first batch, so that
 DDP's gradient collectives on the default group and the exchange never interleave. Every rank must
 fetch once per batch and take the same number of batches (the loaders' equal seed splits do:
-pipeline.requests). A rank that dies or stops iterating makes the others raise ShardExchangeError (at
+pipeline.requests); a rank whose epoch ends marks it, so that a rank with a batch more raises at once. A
+rank that dies or stops iterating makes the others raise ShardExchangeError (at
 once for a closed connection, after `timeout` seconds for a silent one).
 
 A byte budget (``cache_bytes``) keeps the hottest remote rows (by `hotness`: a node's appearances in the
@@ -102,12 +103,28 @@ class ShardExchange:
             raise self._fail(what, e) from e
         return out
 
+    def end(self, name: str) -> None:
+        """Mark the end of this rank's epoch: it pairs with the other ranks' marks, and with the batch of
+        a rank that has one left (both then raise ShardExchangeError, at once, instead of waiting)."""
+        mark = torch.full((self.world_size,), -1, dtype=torch.int64)
+        got = self.all_to_all(torch.empty(self.world_size, dtype=torch.int64), mark, what=f"{name}: end of epoch")
+        if bool((got >= 0).any()):
+            more = int(torch.nonzero(got >= 0)[0])
+            raise ShardExchangeError(f"rank {self.rank}: this rank ended its epoch while rank {more} has a batch "
+                                     "left; every rank must take the same number of batches (equal seed splits: "
+                                     "the loaders' rank= and world_size=)")
+
     def rows(self, shard: EncodedTable, asked: np.ndarray, counts: np.ndarray, name: str) -> "Received":
         """Shard rows `asked` of their owners (`counts[r]` of them asked of rank r, in rank order), compressed;
         meanwhile serves what the other ranks ask of `shard`. Collective."""
         ws = self.world_size
         send_counts = torch.from_numpy(np.ascontiguousarray(counts, dtype=np.int64))
         recv_counts = self.all_to_all(torch.empty(ws, dtype=torch.int64), send_counts, what=f"{name}: row counts")
+        if bool((recv_counts < 0).any()):  # a rank's end-of-epoch mark (`end`) met this rank's batch
+            ended = int(torch.nonzero(recv_counts < 0)[0])
+            raise ShardExchangeError(f"rank {self.rank}: rank {ended} ended its epoch while this rank has a batch "
+                                     f"left; every rank must take the same number of batches (equal seed "
+                                     f"splits: the loaders' rank= and world_size=)")
         asks, wants = send_counts.tolist(), recv_counts.tolist()
         theirs = self.all_to_all(torch.empty(sum(wants), dtype=torch.int64),
                                  torch.from_numpy(np.ascontiguousarray(asked, dtype=np.int64)), wants, asks,
@@ -351,6 +368,11 @@ class ShardedSource(FeatureSource):
         decoded = _decode(self.codec, rows, self._device, checks)
         pos = torch.from_numpy(positions)
         return assemble(ids.shape[0], pos, decoded, pos[:0], decoded[:0])
+
+    def end_epoch(self) -> None:
+        """The loader's epoch is over (every batch fetched): tell the other ranks (ShardExchange.end)."""
+        if self._device is not None:
+            self.exchange.end("the sharded table")
 
     def __repr__(self) -> str:
         return (f"ShardedSource(rank={self.rank}, {self.layout!r}, shard={self.shard!r}, "

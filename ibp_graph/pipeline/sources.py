@@ -81,6 +81,9 @@ class FeatureSource:
     def release(self) -> None:
         """Undo `prepare` (unregister host memory registered in place)."""
 
+    def end_epoch(self) -> None:
+        """A collective source's loader has fetched its epoch's last batch (the other ranks are told)."""
+
 
 class TensorSource(FeatureSource):
     """Raw rows of a host tensor (or a view of a numpy array / np.memmap), gathered bit for bit."""
@@ -283,6 +286,11 @@ class Serving:
     def collective(self) -> list[str]:
         """Names of the sources every rank must fetch from once per batch, in this order (sharded tables)."""
         return sorted(n for n, s in self.sources.items() if getattr(s, "collective", False))
+
+    def end_epoch(self) -> None:
+        """Every batch of the epoch was served: the collective sources tell the other ranks, in one order."""
+        for name in self.collective:
+            self.sources[name].end_epoch()
 
     def fill(self, served, tensors: dict, stored: Mapping[GroupKey, CompressedTensor], checks=None) -> Tally:
         """Put the rows of every `served` record into the decoded `tensors` (dropping ids sent only for

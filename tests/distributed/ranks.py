@@ -112,6 +112,21 @@ def pyg_link(rank, world):
     return ours, ref
 
 
+def uneven(rank, world):
+    """Rank 1 takes one batch more than rank 0 (its own seeds, not a rank= split): both raise at once."""
+    from ibp_graph.data.shards import ShardLayout, shard_of
+    from ibp_graph.data.store import EncodedTable
+    from ibp_graph.loaders.pyg import CompressedNeighborLoader
+    from ibp_graph.pipeline.sharded import ShardedSource
+
+    data = graph()
+    store = EncodedTable.encode(data.x, "ibp", progress=False)
+    layout = ShardLayout.contiguous(data.num_nodes, world)
+    data.x = ShardedSource(shard_of(store, layout, rank), layout, timeout=60)
+    seeds = torch.arange(64 * (rank + 1))
+    return CompressedNeighborLoader(data, num_neighbors=[3], batch_size=64, input_nodes=seeds, codec="ibp"), []
+
+
 def dies(rank, world):
     """Rank 1 dies after its first batch; rank 0 goes on and must get ShardExchangeError, not hang."""
     ours, ref = pyg_homo(rank, world)
@@ -162,7 +177,7 @@ CASES = {"pyg_homo": pyg_homo, "pyg_homo_cache": lambda r, w: pyg_homo(r, w, cac
          "pyg_homo_identity": lambda r, w: pyg_homo(r, w, codec="identity"),
          "pyg_homo_workers": lambda r, w: pyg_homo(r, w, num_workers=2),
          "pyg_hetero": pyg_hetero, "pyg_hetero_cache": lambda r, w: pyg_hetero(r, w, cache_bytes=3000, num_workers=2),
-         "pyg_link": pyg_link, "dies": dies, "mismatch": mismatch, "bad_ids": bad_ids, "corrupt": corrupt}
+         "pyg_link": pyg_link, "uneven": uneven, "dies": dies, "mismatch": mismatch, "bad_ids": bad_ids, "corrupt": corrupt}
 
 
 def main():

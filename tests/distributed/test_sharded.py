@@ -76,6 +76,17 @@ def test_a_dead_rank_is_an_error_on_the_others_not_a_hang(tmp_path):
     assert "rank 0 of 2" in err["message"] and "another rank died" in err["message"]
 
 
+def test_a_rank_with_a_batch_more_is_an_error_at_once_on_both(tmp_path):
+    import time
+
+    t = time.monotonic()
+    ranks = run_ranks("uneven", tmp_path, timeout=50)  # the exchange's timeout is 60 s: this is not it
+    assert time.monotonic() - t < 50
+    e0, e1 = ranks[0].get("error"), ranks[1].get("error")
+    assert e0 is not None and "this rank ended its epoch while rank 1 has a batch left" in e0["message"], ranks[0]
+    assert e1 is not None and "rank 0 ended its epoch while this rank has a batch left" in e1["message"], ranks[1]
+
+
 def test_shards_of_another_codec_are_refused_at_the_first_batch(tmp_path):
     for res in run_ranks("mismatch", tmp_path):
         err = res.get("error")
