@@ -21,11 +21,13 @@ the process").
 """
 from __future__ import annotations
 
+import functools
 import os
 import time
 from dataclasses import dataclass, replace
 from typing import Any, Iterator, Mapping, Optional, Union
 
+import numpy as np
 import torch
 
 from ibp_graph.codec.base import Codec
@@ -33,11 +35,13 @@ from ibp_graph.data.store import EncodedTable
 from ibp_graph.index_checks import first_bad_step, first_outside, first_repeat
 from ibp_graph.loaders import _common
 from ibp_graph.pipeline.batch import DecodedBatch, EncodedBatch
+from ibp_graph.pipeline.cache import degree_hotness
 from ibp_graph.pipeline.codec_setup import CodecSpec
 from ibp_graph.pipeline.features import check_features, codec_tables, plan_features
 from ibp_graph.pipeline.grouping import GroupKey
 from ibp_graph.pipeline.producer import BatchPlan, produce
 from ibp_graph.pipeline.requests import check_batch_size
+from ibp_graph.pipeline.sharded import ShardedSource
 from ibp_graph.pipeline.sources import FeatureSource, TensorSource, as_source
 from ibp_graph.pipeline.transport import OutputBuffers, SlotRing
 
@@ -293,8 +297,10 @@ class CompressedDGLDataLoader(_DGLDataLoader, _common.Codecs):
     `prefetch` (batches decoded ahead on a CUDA device), `node_stores` (node features served from
     pre-encoded tables, ``{"feat": EncodedTable}`` or ``{"paper": {"feat": EncodedTable}}``, instead of
     the graph's tensors, which then need not hold them: workers gather compressed rows, each table keeps
-    its codec; or feature sources), `features` and `device_cache` (as for CompressedNeighborLoader:
-    pipeline.features, pipeline.cache; graphs with one node type).
+    its codec; or feature sources, e.g. a ShardedSource per table: one rank's shard, the other rows fetched
+    compressed from their owners per batch, pipeline.sharded; every rank must then take the same number of
+    batches, as ``use_ddp=True`` gives them), `features` and `device_cache` (as for
+    CompressedNeighborLoader: pipeline.features, pipeline.cache; graphs with one node type).
 
     Starting a loader makes numba's threading layer fork-safe unless the user chose one (ibp_graph.threads)
     and compiles each codec's kernels once here (a warm-up encode), so that forked workers inherit them.
@@ -356,6 +362,7 @@ class CompressedDGLDataLoader(_DGLDataLoader, _common.Codecs):
         single = len(graph.ntypes) == 1
         if not single:
             _common.refuse_served(check_features(features), device_cache, "a heterogeneous graph")
+            _type_hotness(graph, stores)
         # a heterogeneous graph's tables stay as given (read in the workers), but for sources given to serve
         given = node_attrs if single else {q: t for q, t in node_attrs.items()
                                            if isinstance(t, FeatureSource) and t.served}
@@ -425,6 +432,22 @@ def _sources(graph, typed: Mapping[tuple, str], attrs: Mapping[str, Any]) -> dic
         if not (isinstance(table, TensorSource) and table.tensor is own) and table is not own:
             out[(t, n)] = (q, as_source(table))
     return out
+
+
+def _type_hotness(graph, stores: Mapping[tuple, Any]) -> None:
+    """Give each sharded table of a heterogeneous graph that keeps hot remote rows (a ShardedSource with
+    cache_bytes and no hotness of its own) its node type's hotness: how often the sampler can draw a node
+    as an in-neighbour, i.e. its appearances as the source of every edge type leaving that node type
+    (pipeline.features ranks a graph with one node type by its neighbour lists alike)."""
+    for (ntype, _), source in stores.items():
+        if isinstance(source, ShardedSource) and source.cache_bytes and source.hotness is None:
+            source.hotness = functools.partial(_source_counts, graph, ntype)
+
+
+def _source_counts(graph, ntype) -> np.ndarray:
+    """Each node of `ntype`'s appearances as an edge source, over the edge types leaving `ntype`."""
+    ids = [graph.edges(etype=et)[0].numpy() for et in graph.canonical_etypes if et[0] == ntype]
+    return degree_hotness(np.concatenate(ids) if ids else np.zeros(0, np.int64), graph.num_nodes(ntype))
 
 
 def _qualified(type_, key: str, single: bool) -> str:
