@@ -102,7 +102,7 @@ def _check_rows(batch, base) -> None:
 
 def rank_main(config_path: str, rank: int) -> None:
     """One rank: build the data, time every variant's loader in rounds, write rank<R>.json next to the
-    config. Environment: MASTER_ADDR / MASTER_PORT (set by `launch`)."""
+    config. Environment: MASTER_ADDR / MASTER_PORT (set by `run`)."""
     import datetime
 
     import torch
@@ -169,23 +169,22 @@ def rank_main(config_path: str, rank: int) -> None:
     dist.destroy_process_group()
 
 
-def launch(code: str, args: Sequence[str], ranks: int, env: dict, timeout: float, what: str) -> None:
-    """Run `ranks` processes of ``python -c code *args RANK`` (MASTER_ADDR/PORT on 127.0.0.1, a free
-    port, set in `env`); wait for all; if one fails or `timeout` passes, end the others and raise
-    RuntimeError with the failed one's output."""
-    env = {**env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
-    logs = [tempfile.TemporaryFile() for _ in range(ranks)]
-    procs = [subprocess.Popen([sys.executable, "-c", code, *args, str(r)], env=env, stdout=log,
-                              stderr=subprocess.STDOUT) for r, log in enumerate(logs)]
+def launch(commands: Sequence[tuple[list, dict]], timeout: float, what: str,
+           names: Optional[Sequence[str]] = None) -> None:
+    """Run every (argv, environment) of `commands` at once and wait for all; if one fails or `timeout`
+    passes, end the others and raise RuntimeError naming it (`names`, default "rank i") with its output."""
+    names = list(names) if names is not None else [f"rank {i}" for i in range(len(commands))]
+    logs = [tempfile.TemporaryFile() for _ in commands]
+    procs = [subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+             for (argv, env), log in zip(commands, logs)]
     deadline, failed = time.monotonic() + timeout, None
     try:
-        while any(p.poll() is None for p in procs) and failed is None:
-            failed = next((r for r, p in enumerate(procs) if p.returncode not in (None, 0)), None)
-            if time.monotonic() > deadline:
-                failed = next(r for r, p in enumerate(procs) if p.poll() is None)
-                break
+        while failed is None and any(p.poll() is None for p in procs):
+            failed = next((i for i, p in enumerate(procs) if p.returncode not in (None, 0)), None)
+            if failed is None and time.monotonic() > deadline:
+                failed = next(i for i, p in enumerate(procs) if p.poll() is None)
             time.sleep(0.2)
-        failed = next((r for r, p in enumerate(procs) if p.returncode not in (None, 0)), failed)
+        failed = next((i for i, p in enumerate(procs) if p.returncode not in (None, 0)), failed)
     finally:
         for p in procs:
             if p.poll() is None:
@@ -199,8 +198,9 @@ def launch(code: str, args: Sequence[str], ranks: int, env: dict, timeout: float
     if failed is not None:
         logs[failed].seek(0)
         tail = logs[failed].read().decode(errors="replace")[-4000:]
-        state = "timed out" if procs[failed].returncode in (None, -15) else f"exited {procs[failed].returncode}"
-        raise RuntimeError(f"{what}: rank {failed} of {ranks} {state} (timeout {timeout:g} s); its output:\n{tail}")
+        code = procs[failed].returncode
+        state = f"was ended after timeout={timeout:g} s" if code in (None, -15) else f"exited with status {code}"
+        raise RuntimeError(f"{what}: {names[failed]} of {len(commands)} processes {state}; its output:\n{tail}")
 
 
 def summarize(per_rank: list[dict], variants: Sequence[str]) -> list[dict]:
@@ -270,7 +270,7 @@ def reexec_limited(rate: str, argv: Sequence[str]) -> int:
 def run(*, ranks: int = 2, num_nodes: int = 393_216, avg_degree: float = 15, batch_size: int = 512,
         num_neighbors: Sequence[int] = (10, 5), batches: int = 20, rounds: int = 2, num_workers: int = 1,
         cache_fraction: float = 0.2, variants: Sequence[str] = VARIANTS, distdgl: bool = False,
-        dgl_part_method: str = "random", timeout: float = 900, out: Optional[str] = "bench_out/sharded.json",
+        dgl_part_method: str = "random", dgl_python: Optional[str] = None, timeout: float = 900, out: Optional[str] = "bench_out/sharded.json",
         quiet: bool = False) -> dict:
     """Time every variant on `ranks` local ranks; print the table and the ratio line, write JSON."""
     for argname, v, lo in (("ranks", ranks, 2), ("num_nodes", num_nodes, 64), ("batch_size", batch_size, 1),
@@ -300,8 +300,10 @@ def run(*, ranks: int = 2, num_nodes: int = 393_216, avg_degree: float = 15, bat
     with tempfile.TemporaryDirectory(prefix="ibp-bench-sharded-") as tmp:
         config = Path(tmp) / "config.json"
         config.write_text(json.dumps(cfg))
-        launch("import sys; from ibp_graph.benchmarks.sharded import rank_main; "
-               "rank_main(sys.argv[1], int(sys.argv[2]))", [str(config)], ranks, env, timeout, "bench sharded")
+        env["MASTER_ADDR"], env["MASTER_PORT"] = "127.0.0.1", str(free_port())
+        code = "import sys; from ibp_graph.benchmarks.sharded import rank_main; rank_main(sys.argv[1], int(sys.argv[2]))"
+        launch([([sys.executable, "-c", code, str(config), str(r)], env) for r in range(ranks)], timeout,
+               "bench sharded")
         per_rank = [json.loads((Path(tmp) / f"rank{r}.json").read_text()) for r in range(ranks)]
     rows = summarize(per_rank, variants)
     if not quiet:
@@ -310,7 +312,9 @@ def run(*, ranks: int = 2, num_nodes: int = 393_216, avg_degree: float = 15, bat
     if distdgl:
         from .distdgl import run as run_distdgl
 
-        dgl_result = run_distdgl({**cfg, "part_method": dgl_part_method}, env, timeout=timeout, quiet=quiet)
+        env["MASTER_PORT"] = str(free_port())
+        dgl_result = run_distdgl({**cfg, "part_method": dgl_part_method}, env, python=dgl_python, timeout=timeout,
+                                 quiet=quiet)
         if dgl_result.get("batches_per_s"):
             rows.append({"variant": "distdgl", **{k: dgl_result.get(k) for k in (
                 "batches_per_s", "best_batches_per_s", "raw_mb_per_batch", "local_fraction", "rounds", "rates")},
@@ -364,6 +368,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                    help="also time DistDGL's DistNodeDataLoader (needs dgl importable here)")
     p.add_argument("--dgl-part-method", default="random", choices=["random", "metis"],
                    help="--distdgl: partition_graph's part_method")
+    p.add_argument("--dgl-python", default=None,
+                   help="--distdgl: the Python of an environment with dgl (default: this one)")
     p.add_argument("--timeout", type=float, default=900, help="seconds for each multi-process run")
     p.add_argument("--out", default="bench_out/sharded.json", help="JSON output path")
     a = p.parse_args(argv)
@@ -375,7 +381,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     run(ranks=a.ranks, num_nodes=a.num_nodes, avg_degree=a.avg_degree, batch_size=a.batch_size,
         num_neighbors=a.num_neighbors, batches=a.batches, rounds=a.rounds, num_workers=a.num_workers,
         cache_fraction=a.cache_fraction, variants=a.variants, distdgl=a.distdgl,
-        dgl_part_method=a.dgl_part_method, timeout=a.timeout, out=a.out)
+        dgl_part_method=a.dgl_part_method, dgl_python=a.dgl_python, timeout=a.timeout, out=a.out)
     return 0
 
 
