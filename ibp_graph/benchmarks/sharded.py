@@ -109,9 +109,9 @@ def rank_main(config_path: str, rank: int) -> None:
     import torch.distributed as dist
 
     from ..data.shards import ShardLayout, shard_of
+    from ..loaders.pyg import CompressedNeighborLoader
     from ..pipeline.sharded import ShardedSource
     from .graphs import tiled_store
-    from ..loaders.pyg import CompressedNeighborLoader
 
     phases, t = {}, time.perf_counter()
     cfg = json.loads(Path(config_path).read_text())
@@ -138,9 +138,9 @@ def rank_main(config_path: str, rank: int) -> None:
         sources[variant] = source
         loaders[variant] = CompressedNeighborLoader(
             ({"x": source, "y": y}, graph), list(cfg["num_neighbors"]), batch_size=cfg["batch_size"],
-            shuffle=True, generator=torch.Generator().manual_seed(rank), rank=rank, world_size=world,
+            shuffle=True, generator=torch.Generator().manual_seed(0), rank=rank, world_size=world,
             codec=codec, num_workers=cfg["num_workers"], persistent_workers=cfg["num_workers"] > 0)
-    phases["loaders"], t = time.perf_counter() - t, time.perf_counter()
+    phases["loaders"], started = time.perf_counter() - t, time.perf_counter()
     rounds = []
     for r in range(cfg["rounds"]):
         order = list(loaders) if r % 2 == 0 else list(loaders)[::-1]
@@ -159,10 +159,10 @@ def rank_main(config_path: str, rank: int) -> None:
             rounds.append({"round": r, "variant": variant, "seconds": wall, "batches": s.batches,
                            "shard": dict(s.shard), "local_fraction": s.local_fraction,
                            "remote_hit_rate": s.remote_hit_rate})
-    phases["rounds"] = time.perf_counter() - t
+    phases["rounds"] = time.perf_counter() - started
     caches = {v: s.cache.nbytes if s.cache is not None else 0 for v, s in sources.items()}
-    out = {"rank": rank, "num_edges": int(graph.indptr[-1]), "stores": info, "cache_bytes": cache_bytes, "cache_nbytes": caches, "rounds": rounds,
-           "phase_seconds": phases}
+    out = {"rank": rank, "num_edges": int(graph.indptr[-1]), "stores": info, "cache_bytes": cache_bytes,
+           "cache_nbytes": caches, "rounds": rounds, "phase_seconds": phases}
     Path(config_path).with_name(f"rank{rank}.json").write_text(json.dumps(out))
     dist.barrier()
     del loaders
@@ -268,7 +268,7 @@ def reexec_limited(rate: str, argv: Sequence[str]) -> int:
 
 
 def run(*, ranks: int = 2, num_nodes: int = 393_216, avg_degree: float = 15, batch_size: int = 512,
-        num_neighbors: Sequence[int] = (10, 5), batches: int = 20, rounds: int = 2, num_workers: int = 1,
+        num_neighbors: Sequence[int] = (10, 5), batches: int = 40, rounds: int = 3, num_workers: int = 1,
         cache_fraction: float = 0.2, variants: Sequence[str] = VARIANTS, distdgl: bool = False,
         dgl_part_method: str = "random", dgl_python: Optional[str] = None, timeout: float = 900, out: Optional[str] = "bench_out/sharded.json",
         quiet: bool = False) -> dict:
@@ -285,6 +285,11 @@ def run(*, ranks: int = 2, num_nodes: int = 393_216, avg_degree: float = 15, bat
     threads = threads_per_rank(ranks)
     base_rows = min(65_536, num_nodes)
     num_nodes = -(-num_nodes // base_rows) * base_rows  # a whole number of tiles (benchmarks.graphs)
+    per_epoch = num_nodes // ranks // batch_size  # each rank's batches per epoch (at least)
+    if batches + 1 > per_epoch:
+        raise ValueError(f"batches={batches} is not accepted with {num_nodes} nodes, {ranks} ranks and batch_size="
+                         f"{batch_size}: a round takes a warm-up batch and `batches` more of one epoch of "
+                         f"{per_epoch}; use batches <= {per_epoch - 1} or more nodes")
     cfg = {"ranks": ranks, "num_nodes": num_nodes, "avg_degree": avg_degree, "base_rows": base_rows,
            "batch_size": batch_size, "num_neighbors": list(num_neighbors), "batches": batches, "rounds": rounds,
            "num_workers": num_workers, "cache_fraction": cache_fraction, "variants": list(variants),
@@ -355,8 +360,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--avg-degree", type=float, default=15)
     p.add_argument("--batch-size", type=int, default=512)
     p.add_argument("--num-neighbors", type=int, nargs="+", default=[10, 5])
-    p.add_argument("--batches", type=int, default=20, help="timed batches per variant and round")
-    p.add_argument("--rounds", type=int, default=2, help="interleaved rounds (median and best)")
+    p.add_argument("--batches", type=int, default=40, help="timed batches per variant and round")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median and best)")
     p.add_argument("--num-workers", type=int, default=1, help="loader workers per rank")
     p.add_argument("--cache-fraction", type=float, default=0.2,
                    help="auto-cache: the cache's byte budget, this fraction of the remote rows' compressed bytes")
