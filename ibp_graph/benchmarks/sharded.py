@@ -378,6 +378,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--timeout", type=float, default=900, help="seconds for each multi-process run")
     p.add_argument("--out", default="bench_out/sharded.json", help="JSON output path")
     a = p.parse_args(argv)
+    if a.limit is not None and not RATE.match(a.limit):
+        p.error(f"--limit {a.limit!r} is not accepted; use a tc rate such as 1gbit, 500mbit, 10gbit")
     if a.limit is not None and os.environ.get(LIMIT_ENV) != a.limit:
         return reexec_limited(a.limit, argv)  # the same arguments, inside the namespace
     if a.ranks not in (2, 3, 4):
