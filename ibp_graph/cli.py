@@ -14,7 +14,8 @@ def _demo(argv: Sequence[str]) -> int:
 
 def _bench(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(prog="ibp-graph bench")
-    p.add_argument("what", choices=["codec", "decode", "gather", "loader"], help="which benchmark")
+    p.add_argument("what", choices=["codec", "decode", "gather", "loader", "sharded"],
+                   help="which benchmark")
     a, rest = p.parse_known_args(argv)
     if a.what == "codec":
         from .benchmarks.codec import main
@@ -22,6 +23,8 @@ def _bench(argv: Sequence[str]) -> int:
         from .benchmarks.decode import main
     elif a.what == "gather":
         from .benchmarks.gather import main
+    elif a.what == "sharded":
+        from .benchmarks.sharded import main
     else:
         from .benchmarks.loader import main
     return main(rest)
@@ -216,7 +219,7 @@ def _report(argv: Sequence[str]) -> int:
 
 COMMANDS = {
     "demo": (_demo, "encode and decode a generated papers100M-like feature table; print fraction and speed"),
-    "bench": (_bench, "run a benchmark (codec, decode, gather, loader): prints a table, writes JSON"),
+    "bench": (_bench, "run a benchmark (codec, decode, gather, loader, sharded): prints a table, writes JSON"),
     "prepare": (_prepare, "convert OGB's raw files (or generate the default data set) into a prepared folder"),
     "verify": (_verify, "check a prepared folder or feature store against its checksums (exit 1 if damaged)"),
     "train": (_train, "train a GNN as a YAML experiment describes (--config, --set KEY=VALUE); JSON under runs/"),
