@@ -100,8 +100,8 @@ class DecodeStage:
                     yield self._cpu_done(*pending.popleft().result())
             while pending:
                 yield self._cpu_done(*pending.popleft().result())
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+        finally:  # an abandoned epoch: every batch taken from the workers is exchanged still, as on every
+            pool.shutdown(wait=True)  # rank (the same number: as many as consumed + prefetch)
 
     def _launch(self, batch: EncodedBatch):
         """Queue copy + decode of one batch on the side stream, without waiting for the GPU: the

@@ -3,6 +3,7 @@
 batch of the sharded loader and of the single-host loader given the same seeds, and the loader stats."""
 import dataclasses
 import hashlib
+import itertools
 import json
 import os
 import sys
@@ -176,6 +177,7 @@ def corrupt(rank, world):
 CASES = {"pyg_homo": pyg_homo, "pyg_homo_cache": lambda r, w: pyg_homo(r, w, cache_bytes=4000),
          "pyg_homo_identity": lambda r, w: pyg_homo(r, w, codec="identity"),
          "pyg_homo_workers": lambda r, w: pyg_homo(r, w, num_workers=2),
+         "pyg_homo_abandon": lambda r, w: pyg_homo(r, w, num_workers=2),
          "pyg_hetero": pyg_hetero, "pyg_hetero_cache": lambda r, w: pyg_hetero(r, w, cache_bytes=3000, num_workers=2),
          "pyg_link": pyg_link, "uneven": uneven, "dies": dies, "mismatch": mismatch, "bad_ids": bad_ids, "corrupt": corrupt}
 
@@ -191,10 +193,12 @@ def main():
         ours, ref = CASES[case](rank, world)
         rows = 0
         for epoch in range(2):
-            for batch in ours:
+            # "_abandon": the first epoch is left after 3 batches (its prefetched exchanges still pair up)
+            take = 3 if case.endswith("_abandon") and epoch == 0 else None
+            for batch in itertools.islice(ours, take):
                 result["ours"].append(digest(batch))
                 rows += sum(int(s.n_id.numel()) for s in batch.node_stores)
-            result["ref"] += [digest(b) for b in ref]
+            result["ref"] += [digest(b) for b in itertools.islice(ref, take)]
         result["stats"], result["x_rows"] = ours.stats.as_dict(), rows
     except Exception as e:  # the test reads what this rank raised
         result["error"] = {"type": type(e).__name__, "message": str(e)}

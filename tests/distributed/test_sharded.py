@@ -46,6 +46,7 @@ def run_ranks(case: str, tmp_path, world: int = 2, timeout: float = 180) -> list
 
 
 @pytest.mark.parametrize("case", ["pyg_homo", "pyg_homo_identity", "pyg_homo_cache", "pyg_homo_workers",
+                                  "pyg_homo_abandon",
                                   "pyg_hetero", "pyg_hetero_cache", "pyg_link"])
 def test_sharded_batches_are_the_single_host_batches(case, tmp_path):
     ranks = run_ranks(case, tmp_path)
