@@ -3,9 +3,10 @@
 On CUDA the copy (from pinned memory) and the decode kernels (``ibp_graph.gpu``) run on a side
 stream, overlapping the training step on the current stream; each yielded tensor is handed over
 with an event wait and `record_stream`. Without a GPU the stage decodes on the CPU
-(``codec.decode``); with sharded tables (pipeline.sharded) it decodes `prefetch` batches ahead on
-a thread, so that their rows' exchange with the other ranks overlaps the training step. Either way
-a corrupt group raises before its batch is handed out and `meta` passes through untouched; then the batch's served rows are read (`features`: pipeline.sources.Serving)
+(``codec.decode``); with sharded tables (pipeline.sharded) one thread decodes `prefetch` batches'
+groups ahead and exchanges their rows with the other ranks, overlapping the decode of the rows and
+the training step. Either way a corrupt group raises before its batch is handed out and `meta`
+passes through untouched; then the batch's served rows are read (`features`: pipeline.sources.Serving)
 on the same stream, and its ring slot (pipeline.transport) is released: on CUDA once its copy has
 completed, on the CPU once no tensor of the batch is alive.
 """
@@ -56,22 +57,30 @@ class DecodeStage:
             self.stats.add_time(stage, sec)
         self.stats.add_copied(batch.copied_bytes)
 
-    def _decoded(self, batch: EncodedBatch, decoded: Mapping[GroupKey, torch.Tensor], checks=None):
-        """The batch's named tensors, with its served rows filled in; their Tally (None: none served)."""
+    def _decoded(self, batch: EncodedBatch, decoded: Mapping[GroupKey, torch.Tensor], checks=None,
+                 exchanged: Optional[dict] = None):
+        """The batch's named tensors, with its served rows filled in (`exchanged`: its collective sources'
+        rows, fetched already); their Tally (None: none served)."""
+        out = self._split(batch, decoded)
+        return out, self._serve(batch, out, checks, exchanged)
+
+    @staticmethod
+    def _split(batch: EncodedBatch, decoded: Mapping[GroupKey, torch.Tensor]) -> DecodedBatch:
         out = DecodedBatch({}, batch.meta)
         for key, t in decoded.items():
             out.update(batch.layouts[key].split(t))
+        return out
+
+    def _serve(self, batch: EncodedBatch, out: DecodedBatch, checks=None, exchanged: Optional[dict] = None):
         if not batch.served and (self.features is None or not self.features.collective):
-            return out, None
+            return None
         if self.features is None:
             raise RuntimeError(f"the batch has rows to serve ({[s.name for s in batch.served]}) but this "
                                "decode stage serves no sources")
-        return out, self.features.fill(batch.served, out, batch.groups, checks)
+        return self.features.fill(batch.served, out, batch.groups, checks, exchanged)
 
-    def _cpu_decode(self, batch: EncodedBatch):
-        t = time.perf_counter()
-        out, tally = self._decoded(batch, {k: self._codec(k).decode(ct) for k, ct in batch.groups.items()})
-        return out, tally, time.perf_counter() - t
+    def _cpu_groups(self, batch: EncodedBatch) -> Mapping[GroupKey, torch.Tensor]:
+        return {k: self._codec(k).decode(ct) for k, ct in batch.groups.items()}
 
     def _cpu_done(self, out: DecodedBatch, tally, seconds: float) -> DecodedBatch:
         if tally is not None:
@@ -85,21 +94,37 @@ class DecodeStage:
             return
         for batch in batches:
             self._count(batch)
-            yield self._cpu_done(*self._cpu_decode(batch))
+            t = time.perf_counter()
+            out, tally = self._decoded(batch, self._cpu_groups(batch))
+            yield self._cpu_done(out, tally, time.perf_counter() - t)
+
+    def _cpu_exchange(self, batch: EncodedBatch):
+        """On the exchange thread: a batch's groups decoded and its sharded rows fetched (compressed)."""
+        t = time.perf_counter()
+        out = self._split(batch, self._cpu_groups(batch))
+        return batch, out, self.features.exchange(batch.served, out), time.perf_counter() - t
 
     def _cpu_ahead(self, batches: Iterator[EncodedBatch]) -> Iterator[DecodedBatch]:
-        """With sharded tables: up to `prefetch` batches decoded and their rows exchanged with the other
-        ranks on one thread (in order: the ranks' collectives pair up), while the training step runs."""
+        """With sharded tables: up to `prefetch` batches ahead, one thread decodes a batch's groups and
+        exchanges its rows with the other ranks (in order: the ranks' collectives pair up), while this
+        thread decodes the rows of the batch before and the training step runs."""
         pool = ThreadPoolExecutor(1, thread_name_prefix="ibp-graph-exchange")
         pending: deque = deque()
+
+        def done(future) -> DecodedBatch:
+            batch, out, exchanged, seconds = future.result()
+            t = time.perf_counter()
+            tally = self._serve(batch, out, None, exchanged)
+            return self._cpu_done(out, tally, seconds + time.perf_counter() - t)
+
         try:
             for batch in batches:
                 self._count(batch)
-                pending.append(pool.submit(self._cpu_decode, batch))
+                pending.append(pool.submit(self._cpu_exchange, batch))
                 if len(pending) > self.prefetch:
-                    yield self._cpu_done(*pending.popleft().result())
+                    yield done(pending.popleft())
             while pending:
-                yield self._cpu_done(*pending.popleft().result())
+                yield done(pending.popleft())
         finally:  # an abandoned epoch: every batch taken from the workers is exchanged still, as on every
             pool.shutdown(wait=True)  # rank (the same number: as many as consumed + prefetch)
 

@@ -212,6 +212,16 @@ def concat_rows(parts: Sequence[CompressedTensor]) -> CompressedTensor:
     return CompressedTensor(payload, torch.from_numpy(offsets), shape, first.dtype, first.codec, first.fingerprint)
 
 
+@dataclass(frozen=True)
+class Fetched:
+    """A batch's rows of a sharded table, compressed (`rows`), with the batch position of each and the
+    counts for the loader's stats (Tally's shard fields)."""
+
+    rows: CompressedTensor
+    positions: np.ndarray
+    counts: dict
+
+
 class RemoteCache:
     """Hot rows of other ranks' shards, compressed in host memory: `slots[id]` is a row of `rows` or -1."""
 
@@ -325,7 +335,7 @@ class ShardedSource(FeatureSource):
             order = order[owner[order] != self.rank]
             est = max(1.0, self.shard.compressed.row_nbytes * max(self.shard.fraction, 1e-3))
             want = np.sort(order[: int(self.cache_bytes / est * 1.25) + 1])
-        got, positions, _ = self._fetch_compressed(want, None, "the remote-row cache")
+        got, positions, _ = self._rows(want, None, "the remote-row cache")
         if got.n_rows == 0:
             return RemoteCache(layout.num_rows, np.zeros(0, np.int64), None)
         ids = want[positions]  # the fetched rows' ids, in their order
@@ -337,7 +347,7 @@ class ShardedSource(FeatureSource):
         return RemoteCache(layout.num_rows, ids[keep], rows)
 
     # ---- per batch ----------------------------------------------------------------------------------------
-    def _fetch_compressed(self, ids: np.ndarray, cache: Optional[RemoteCache], name: str):
+    def _rows(self, ids: np.ndarray, cache: Optional[RemoteCache], name: str):
         """Rows `ids` compressed, in the order of `positions`: (rows, positions, counts of the batch)."""
         owner, local = self.layout.locate(ids, name)
         hit = np.zeros(ids.shape[0], bool) if cache is None or not len(cache) else cache.slots[ids] >= 0
@@ -357,17 +367,24 @@ class ShardedSource(FeatureSource):
                       remote_raw_bytes=int(remote.size) * rows.row_nbytes)
         return rows, positions, counts
 
-    def fetch(self, ids: torch.Tensor, sent: Optional[torch.Tensor], tally: Tally, checks=None,
-              name: str = "rows") -> torch.Tensor:
+    def fetch_compressed(self, ids: torch.Tensor, name: str = "rows") -> "Fetched":
+        """Rows `ids`, still compressed: this rank's, the cache's and the other ranks' (collective)."""
         if self._device is None:
             raise RuntimeError("ShardedSource.fetch before prepare(device): the loader's Serving prepares it")
         ids = check_row_index(ids, self.layout.num_rows, name)
-        rows, positions, counts = self._fetch_compressed(ids, self.cache, name)
-        for k, v in counts.items():
+        return Fetched(*self._rows(ids, self.cache, name))
+
+    def decode(self, fetched: "Fetched", tally: Tally, checks=None) -> torch.Tensor:
+        """Fetched rows decoded on the serving device, in the ids' order, counted into `tally` (not collective)."""
+        for k, v in fetched.counts.items():
             setattr(tally, k, getattr(tally, k) + v)
-        decoded = _decode(self.codec, rows, self._device, checks)
-        pos = torch.from_numpy(positions)
-        return assemble(ids.shape[0], pos, decoded, pos[:0], decoded[:0])
+        decoded = _decode(self.codec, fetched.rows, self._device, checks)
+        pos = torch.from_numpy(fetched.positions)
+        return assemble(pos.shape[0], pos, decoded, pos[:0], decoded[:0])
+
+    def fetch(self, ids: torch.Tensor, sent: Optional[torch.Tensor], tally: Tally, checks=None,
+              name: str = "rows") -> torch.Tensor:
+        return self.decode(self.fetch_compressed(ids, name), tally, checks)
 
     def end_epoch(self) -> None:
         """The loader's epoch is over (every batch fetched): tell the other ranks (ShardExchange.end)."""
@@ -388,4 +405,4 @@ def _decode(codec: Codec, rows: CompressedTensor, device: torch.device, checks=N
     return codec.decode(rows)
 
 
-__all__ = ["ShardedSource", "ShardExchange", "ShardExchangeError", "RemoteCache", "concat_rows", "DEFAULT_TIMEOUT"]
+__all__ = ["ShardedSource", "Fetched", "ShardExchange", "ShardExchangeError", "RemoteCache", "concat_rows", "DEFAULT_TIMEOUT"]

@@ -44,7 +44,9 @@ class FeatureSource:
 
     delivers: str = RAW
     served: bool = False
-    collective: bool = False  # a served source every rank fetches from once per batch (pipeline.sharded)
+    # a served source every rank fetches from once per batch (pipeline.sharded): it has fetch_compressed
+    # (collective) and decode (not), which Serving calls on two threads
+    collective: bool = False
     shape: tuple[int, ...]
     dtype: torch.dtype
     codec: Optional[Codec] = None  # the codec of COMPRESSED rows
@@ -292,29 +294,41 @@ class Serving:
         for name in self.collective:
             self.sources[name].end_epoch()
 
-    def fill(self, served, tensors: dict, stored: Mapping[GroupKey, CompressedTensor], checks=None) -> Tally:
-        """Put the rows of every `served` record into the decoded `tensors` (dropping ids sent only for
-        them); `stored`: the batch's compressed groups (the workers' misses are counted from them).
-        A collective source is fetched from once, whether the batch has rows of it or not (its records'
-        ids together), so that every rank's exchange pairs with the others'. Call on the stream that
-        decoded the batch."""
+    def exchange(self, served, tensors: Mapping[str, torch.Tensor]) -> dict:
+        """The collective sources' rows of a batch, still compressed (name -> their `fetch_compressed`):
+        each fetched from once, whether the batch has rows of it or not (its records' ids together), so
+        that every rank's exchange pairs with the others'. `fill` decodes them; both may run on
+        different threads (the exchange of the next batch overlapping the decode of this one)."""
         self.prepare()
-        tally, out = Tally(), {}
+        out = {}
+        for name in self.collective:
+            records = [s for s in served if s.source == name]
+            ids = [tensors[s.ids] for s in records]
+            out[name] = self.sources[name].fetch_compressed(torch.cat(ids) if ids else torch.zeros(0, dtype=torch.int64),
+                                                    records[0].name if records else name)
+        return out
+
+    def fill(self, served, tensors: dict, stored: Mapping[GroupKey, CompressedTensor], checks=None,
+             exchanged: Optional[dict] = None) -> Tally:
+        """Put the rows of every `served` record into the decoded `tensors` (dropping ids sent only for
+        them); `stored`: the batch's compressed groups (the workers' misses are counted from them);
+        `exchanged`: the collective sources' rows (`exchange`), fetched now when not given. Call on the
+        stream that decoded the batch."""
+        self.prepare()
         for s in served:
             if s.source not in self.sources:
                 raise KeyError(f"the batch has rows of source {s.source!r} to serve; this loader serves "
                                f"{sorted(self.sources)}")
-        collective = self.collective
+        exchanged = self.exchange(served, tensors) if exchanged is None else exchanged
+        tally, out = Tally(), {}
         for s in served:
-            if s.source not in collective:
+            if s.source not in exchanged:
                 out[s.name] = self.sources[s.source].fetch(tensors[s.ids], tensors.get(s.name) if s.sent else None,
                                                            tally, checks, s.name)
-        for name in collective:
+        for name, fetched in exchanged.items():
             records = [s for s in served if s.source == name]
-            ids = [tensors[s.ids] for s in records]
-            rows = self.sources[name].fetch(torch.cat(ids) if ids else torch.zeros(0, dtype=torch.int64), None,
-                                            tally, checks, records[0].name if records else name)
-            out.update(zip((s.name for s in records), rows.split([int(i.numel()) for i in ids])))
+            rows = self.sources[name].decode(fetched, tally, checks)
+            out.update(zip((s.name for s in records), rows.split([int(tensors[s.ids].numel()) for s in records])))
         sent_by = {s.source for s in served if s.sent}
         tally.worker_bytes = sum(ct.nbytes for k, ct in stored.items() if k.name in sent_by)
         for s in served:
