@@ -21,7 +21,9 @@ rank that dies or stops iterating makes the others raise ShardExchangeError (at
 once for a closed connection, after `timeout` seconds for a silent one).
 
 A byte budget (``cache_bytes``) keeps the hottest remote rows (by `hotness`: a node's appearances in the
-graph's neighbour lists, by default) compressed in host memory, fetched once at the first batch.
+graph's neighbour lists, by default) compressed where the rows are decoded (device memory when the
+loader serves a GPU, host memory on the CPU), fetched once at the first batch; hits are decoded from
+there (``gpu.fetch`` on a GPU: they cross no link at all).
 """
 from __future__ import annotations
 
@@ -38,6 +40,7 @@ from ..data.store import EncodedTable
 from ..layout.errors import CorruptPayloadError
 from ..layout.rows import PAYLOAD_TAIL, check_offsets_array, check_row_index, offsets_from_lengths
 from ..layout.tensor import CompressedTensor
+from .cache import decode_rows
 from .sources import COMPRESSED, FeatureSource, assemble
 from .stats import Tally
 
@@ -214,16 +217,20 @@ def concat_rows(parts: Sequence[CompressedTensor]) -> CompressedTensor:
 
 @dataclass(frozen=True)
 class Fetched:
-    """A batch's rows of a sharded table, compressed (`rows`), with the batch position of each and the
+    """A batch's rows of a sharded table: this rank's and the other ranks', compressed (`rows`), with the
+    batch position of each; the positions of the remote-row cache's hits and their cache slots; the
     counts for the loader's stats (Tally's shard fields)."""
 
     rows: CompressedTensor
     positions: np.ndarray
+    hit_positions: np.ndarray
+    hit_slots: np.ndarray
     counts: dict
 
 
 class RemoteCache:
-    """Hot rows of other ranks' shards, compressed in host memory: `slots[id]` is a row of `rows` or -1."""
+    """Hot rows of other ranks' shards, compressed where the rows are decoded (device memory on a GPU,
+    host memory on the CPU): `slots[id]` (host) is a row of `rows` or -1."""
 
     def __init__(self, num_rows: int, ids: np.ndarray, rows: Optional[CompressedTensor]):
         self.slots = np.full(num_rows, -1, np.int32 if ids.shape[0] < 2**31 else np.int64)
@@ -238,11 +245,17 @@ class RemoteCache:
     def __len__(self) -> int:
         return int(self.ids.shape[0])
 
+    def to(self, device: torch.device) -> "RemoteCache":
+        """The cached rows (payload and offsets) moved to `device`; in place."""
+        if self.rows is not None and self.rows.device != torch.device(device):
+            self.rows = self.rows.to(device)
+        return self
+
 
 class ShardedSource(FeatureSource):
     """One rank's shard of a feature table (`shard`: an EncodedTable of the rows `layout` gives `rank`);
     the other rows fetched compressed from their owners per batch (module docstring). `cache_bytes`: a
-    budget of hot remote rows kept compressed in host memory; `hotness`: a score per node (array, or a
+    budget of hot remote rows kept compressed where the rows are decoded (RemoteCache); `hotness`: a score per node (array, or a
     function returning one; default: set by the loader from the graph's in-degrees). `rank`: this rank in
     the exchange's group (default: torch.distributed's rank, read at the first batch)."""
 
@@ -297,7 +310,8 @@ class ShardedSource(FeatureSource):
 
     def prepare(self, device: torch.device) -> None:
         device = torch.device(device)
-        if self._device is not None:
+        if self._device is not None:  # prepared (the set-up is collective: once); the cache follows the device
+            self.cache.to(device)
             self._device = device
             return
         ex = self.exchange
@@ -317,7 +331,7 @@ class ShardedSource(FeatureSource):
                 raise ValueError(f"rank {r}'s sharded table differs from rank {self.rank}'s in {diff}: "
                                  f"{ {k: theirs[k] for k in diff} } vs { {k: mine[k] for k in diff} }; every rank "
                                  "needs shards of one layout, encoded with one codec (ibp-graph prepare --shards)")
-        self.cache = self._fill_cache()
+        self.cache = self._fill_cache().to(device)
         self._device = device
 
     def _fill_cache(self) -> RemoteCache:
@@ -335,7 +349,8 @@ class ShardedSource(FeatureSource):
             order = order[owner[order] != self.rank]
             est = max(1.0, self.shard.compressed.row_nbytes * max(self.shard.fraction, 1e-3))
             want = np.sort(order[: int(self.cache_bytes / est * 1.25) + 1])
-        got, positions, _ = self._rows(want, None, "the remote-row cache")
+        fetched = self._rows(want, None, "the remote-row cache")
+        got, positions = fetched.rows, fetched.positions
         if got.n_rows == 0:
             return RemoteCache(layout.num_rows, np.zeros(0, np.int64), None)
         ids = want[positions]  # the fetched rows' ids, in their order
@@ -357,30 +372,31 @@ class ShardedSource(FeatureSource):
         counts = np.bincount(owner[remote], minlength=self.layout.world_size)
         got = self.exchange.rows(self.shard, local[remote], counts, name)
         mine_pos, hit_pos = np.flatnonzero(mine), np.flatnonzero(hit)
-        parts = [got.rows, self.shard.index_select(torch.from_numpy(local[mine_pos]))]
-        if hit_pos.size:
-            parts.append(cache.rows.index_select(torch.from_numpy(cache.slots[ids[hit_pos]].astype(np.int64))))
-        rows = concat_rows(parts)
-        positions = np.concatenate([remote, mine_pos, hit_pos])
+        rows = concat_rows([got.rows, self.shard.index_select(torch.from_numpy(local[mine_pos]))])
+        slots = cache.slots[ids[hit_pos]].astype(np.int64) if hit_pos.size else np.zeros(0, np.int64)
         counts = dict(local_rows=int(mine_pos.size), remote_rows=int(remote.size), remote_hits=int(hit_pos.size),
                       wire_bytes=got.wire_bytes, request_bytes=got.request_bytes,
                       remote_raw_bytes=int(remote.size) * rows.row_nbytes)
-        return rows, positions, counts
+        return Fetched(rows, np.concatenate([remote, mine_pos]), hit_pos, slots, counts)
 
     def fetch_compressed(self, ids: torch.Tensor, name: str = "rows") -> "Fetched":
         """Rows `ids`, still compressed: this rank's, the cache's and the other ranks' (collective)."""
         if self._device is None:
             raise RuntimeError("ShardedSource.fetch before prepare(device): the loader's Serving prepares it")
         ids = check_row_index(ids, self.layout.num_rows, name)
-        return Fetched(*self._rows(ids, self.cache, name))
+        return self._rows(ids, self.cache, name)
 
     def decode(self, fetched: "Fetched", tally: Tally, checks=None) -> torch.Tensor:
-        """Fetched rows decoded on the serving device, in the ids' order, counted into `tally` (not collective)."""
+        """Fetched rows decoded on the serving device, in the ids' order, counted into `tally` (not
+        collective): the fetched ones in one call, the cache's hits from where the cache lives."""
         for k, v in fetched.counts.items():
             setattr(tally, k, getattr(tally, k) + v)
         decoded = _decode(self.codec, fetched.rows, self._device, checks)
-        pos = torch.from_numpy(fetched.positions)
-        return assemble(pos.shape[0], pos, decoded, pos[:0], decoded[:0])
+        pos, hit_pos = torch.from_numpy(fetched.positions), torch.from_numpy(fetched.hit_positions)
+        if not hit_pos.numel():
+            return assemble(pos.shape[0], pos, decoded, hit_pos, decoded[:0])
+        hits = decode_rows(self.codec, self.cache.rows, torch.from_numpy(fetched.hit_slots).to(self._device), checks)
+        return assemble(pos.shape[0] + hit_pos.shape[0], pos, decoded, hit_pos, hits)
 
     def fetch(self, ids: torch.Tensor, sent: Optional[torch.Tensor], tally: Tally, checks=None,
               name: str = "rows") -> torch.Tensor:
