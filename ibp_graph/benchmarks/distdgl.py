@@ -53,7 +53,7 @@ def partition(cfg: dict, folder: str) -> dict:
     import torch
 
     from .graphs import tile_rows
-    from .sharded import build
+    from .ranks import build
 
     t = time.perf_counter()
     graph, base, y = build(cfg["num_nodes"], cfg["avg_degree"], cfg["base_rows"])
@@ -134,7 +134,7 @@ def dgl_python(given: Optional[str]) -> tuple[Optional[str], Optional[str]]:
 def run(cfg: dict, env: dict, *, python: Optional[str] = None, timeout: float = 900, quiet: bool = False) -> dict:
     """Partition, start servers and trainers, time them: batches/s (median and best of rounds), raw MB of
     remote rows per batch, local-row fraction; or {"reason": why it could not run}."""
-    from .sharded import free_port, launch
+    from .ranks import free_port, launch
 
     python, why = dgl_python(python)
     if python is None:

@@ -2,7 +2,6 @@
 loader's for the same seeds; a dead rank, a mismatched shard, bad ids and corrupt bytes are clear errors."""
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -11,18 +10,13 @@ import numpy as np
 import pytest
 import torch
 
+from ibp_graph.benchmarks.ranks import free_port
 from ibp_graph.data.shards import ShardLayout, shard_of
 from ibp_graph.data.store import EncodedTable
 from ibp_graph.pipeline.sharded import ShardedSource, ShardExchange, concat_rows
 from ibp_graph.pipeline.stats import LoaderStats, Tally
 
 RANKS = Path(__file__).with_name("ranks.py")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_ranks(case: str, tmp_path, world: int = 2, timeout: float = 180) -> list[dict]:

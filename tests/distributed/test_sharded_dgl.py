@@ -9,12 +9,13 @@ Runs in .venv-dgl (`make test-dgl`).
 """
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from ibp_graph.benchmarks.ranks import free_port
 
 pytestmark = [pytest.mark.dgl]
 
@@ -29,18 +30,12 @@ def dgl_mod():
     try:
         import dgl as mod
     except Exception:
-        pytest.skip("dgl is not importable here (make test-dgl)")
+        pytest.fail("these tests were selected (-m dgl) but dgl is not importable here (make test-dgl)")
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_gloo_available()):
-        pytest.skip("torch.distributed with gloo is not available")
+        pytest.fail("torch.distributed with gloo is not available")
     return mod
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_ranks(cases: list, tmp_path: Path) -> list:
