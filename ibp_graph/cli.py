@@ -72,8 +72,14 @@ def _prepare(argv: Sequence[str]) -> int:
                    help="also cut the feature stores into W per-rank shards (PREPARED/shards-W, with a checksummed "
                         "shards.json) for `loader.features: sharded` under torchrun with W ranks; a folder "
                         "prepared already (with its store) is kept and only its shards are written")
+    p.add_argument("--partition", choices=("ranges", "metis"), default="ranges",
+                   help="with --shards: which rank holds which rows: contiguous ranges (default), or METIS parts "
+                        "of the graph, which keep neighbours together (homogeneous data sets; needs pymetis: "
+                        "pip install 'ibp-graph[metis]')")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     a = p.parse_args(argv)
+    if a.partition != "ranges" and a.shards is None:
+        p.error(f"--partition {a.partition} without --shards is not accepted: it says how the shards split the rows")
     if a.shards is not None and a.shards < 1:
         p.error(f"--shards {a.shards} is not accepted; use the number of ranks of the run, an int >= 1")
     if a.shards is not None and a.no_store:
@@ -90,11 +96,28 @@ def _prepare(argv: Sequence[str]) -> int:
         if a.shards is not None:
             from .data.shards import write_shards
 
-            write_shards(prepared, a.shards, progress=not a.quiet)
-    except (FileNotFoundError, ValueError, DiskFullError) as e:  # an output folder refused: OutputFolderError
+            write_shards(prepared, a.shards, layouts=_partition(prepared, a), progress=not a.quiet)
+    except (FileNotFoundError, ValueError, ImportError, DiskFullError) as e:  # an output folder refused: OutputFolderError
         print(f"ibp-graph prepare: {e}", file=sys.stderr)
         return 1
     return 0
+
+
+def _partition(prepared, a):
+    """The ShardLayouts of `--partition` for the prepared folder (None: contiguous ranges)."""
+    if a.partition == "ranges":
+        return None
+    from .data.partition import metis_layout
+    from .data.prepared import PreparedDataset
+    from .data.shards import prepared_kind
+
+    if prepared_kind(prepared) is not PreparedDataset:
+        raise ValueError(f"--partition {a.partition} is for node classification data sets (one node type); "
+                         f"{prepared} is another kind: use --partition ranges")
+    graph = PreparedDataset.load(prepared, verify="none").graph
+    if not a.quiet:
+        print(f"partitioning {graph.num_nodes:,} nodes into {a.shards} METIS parts", flush=True)
+    return {"x": metis_layout(graph.indptr, graph.indices, graph.num_nodes, a.shards)}
 
 
 def _generated(a):

@@ -1,0 +1,76 @@
+"""METIS node -> rank assignments for sharded tables (data.partition) and `prepare --partition metis`."""
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from ibp_graph.data.partition import metis_layout, undirected_csr
+from ibp_graph.data.shards import load_shard
+from ibp_graph.sampling.graph import CSCGraph
+
+
+def _csc(src, dst, n):
+    g = CSCGraph.from_edge_index(torch.tensor([src, dst]), n)
+    return g.indptr, g.indices
+
+
+def test_undirected_csr_is_the_simple_undirected_graph():
+    rng = np.random.default_rng(0)
+    n = 40
+    src, dst = rng.integers(0, n, 300), rng.integers(0, n, 300)
+    indptr, indices = _csc(src.tolist(), dst.tolist(), n)
+    xadj, adjncy = undirected_csr(indptr, indices, n)
+    got = {(v, int(u)) for v in range(n) for u in adjncy[xadj[v]:xadj[v + 1]]}
+    want = {(int(a), int(b)) for a, b in zip(src, dst) if a != b} | {(int(b), int(a)) for a, b in zip(src, dst) if a != b}
+    assert got == want
+    assert all(np.all(np.diff(adjncy[xadj[v]:xadj[v + 1]]) > 0) for v in range(n))  # ascending, no repeats
+
+
+def test_metis_keeps_two_communities_apart():
+    # two 30-node cliques, ids interleaved (even ids: one, odd ids: the other), joined by one edge
+    a, b = list(range(0, 60, 2)), list(range(1, 60, 2))
+    edges = [(u, v) for part in (a, b) for u in part for v in part if u != v] + [(0, 1)]
+    indptr, indices = _csc([e[0] for e in edges], [e[1] for e in edges], 60)
+    layout = metis_layout(indptr, indices, 60, 2)
+    owner = layout.owner_array()
+    assert layout.kind == "assignment" and sorted(layout.counts.tolist()) == [30, 30]
+    assert len(set(owner[a].tolist())) == 1 and len(set(owner[b].tolist())) == 1 and owner[0] != owner[1]
+    ranges = np.repeat([0, 1], 30)  # contiguous ranges cut half of every clique's edges
+    cut = lambda o: sum(o[u] != o[v] for u, v in edges)  # noqa: E731
+    assert cut(owner) == 1 < cut(ranges)
+
+
+def test_metis_errors_name_what_is_accepted(monkeypatch):
+    indptr, indices = _csc([0, 1], [1, 2], 3)
+    with pytest.raises(ValueError, match="world_size=4 is more than the graph's 3 nodes"):
+        metis_layout(indptr, indices, 3, 4)
+    assert metis_layout(indptr, indices, 3, 1).counts.tolist() == [3]
+    monkeypatch.setitem(sys.modules, "pymetis", None)
+    with pytest.raises(ImportError, match=r"pip install 'ibp-graph\[metis\]'"):
+        metis_layout(indptr, indices, 3, 2)
+
+
+def test_prepare_partition_metis_writes_assignment_shards(tmp_path, capsys):
+    from ibp_graph.cli import main
+    from ibp_graph.data.prepared import PreparedDataset
+
+    sets = ["--set", "data.synthetic.num_nodes=400", "--set", "data.synthetic.dim=4"]
+    base = ["prepare", "--dataset", "synthetic", "--root", str(tmp_path), *sets, "--quiet"]
+    with pytest.raises(SystemExit):
+        main(base + ["--partition", "metis"])
+    assert "--partition metis without --shards is not accepted" in capsys.readouterr().err
+    assert main(base + ["--shards", "2", "--partition", "metis"]) == 0
+    (d,) = tmp_path.glob("synthetic-400-*")
+    ds = PreparedDataset.load(d)
+    x = ds.x
+    for r in range(2):
+        shard, layout = load_shard(d / "shards-2", r, world_size=2)
+        assert layout.kind == "assignment"
+        rows = torch.from_numpy(layout.rows_of(r))
+        assert torch.equal(shard.codec.decode(shard.compressed).view(torch.int32), x[rows].view(torch.int32))
+    # neighbours are more often on one rank than with contiguous ranges
+    g = ds.graph
+    dst = np.repeat(np.arange(g.num_nodes), np.diff(g.indptr))
+    same = lambda owner: float(np.mean(owner[g.indices] == owner[dst]))  # noqa: E731
+    assert same(layout.owner_array()) > same(np.repeat([0, 1], [200, 200]))
