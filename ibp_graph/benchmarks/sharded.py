@@ -97,7 +97,12 @@ def rank_main(config_path: str, rank: int) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=cfg["timeout"]))
     graph, base, y = build(cfg["num_nodes"], cfg["avg_degree"], cfg["base_rows"])
     phases["graph"], t = time.perf_counter() - t, time.perf_counter()
-    layout = ShardLayout.contiguous(graph.num_nodes, world)
+    if cfg.get("partition", "ranges") == "metis":  # deterministic (seeded): every rank computes the same parts
+        from ..data.partition import metis_layout
+
+        layout = metis_layout(graph.indptr, graph.indices, graph.num_nodes, world)
+    else:
+        layout = ShardLayout.contiguous(graph.num_nodes, world)
     shards, info = {}, {}
     for codec in ("identity", "auto"):
         store = tiled_store(base, graph.num_nodes, codec)
@@ -213,8 +218,8 @@ def reexec_limited(rate: str, argv: Sequence[str]) -> int:
 def run(*, ranks: int = 2, num_nodes: int = 393_216, avg_degree: float = 15, batch_size: int = 512,
         num_neighbors: Sequence[int] = (10, 5), batches: int = 40, rounds: int = 3, num_workers: int = 1,
         cache_fraction: float = 0.2, variants: Sequence[str] = VARIANTS, distdgl: bool = False,
-        dgl_part_method: str = "random", dgl_python: Optional[str] = None, timeout: float = 900, out: Optional[str] = "bench_out/sharded.json",
-        quiet: bool = False) -> dict:
+        dgl_part_method: str = "random", dgl_python: Optional[str] = None, timeout: float = 900,
+        out: Optional[str] = "bench_out/sharded.json", partition: str = "ranges", quiet: bool = False) -> dict:
     """Time every variant on `ranks` local ranks; print the table and the ratio line, write JSON."""
     for argname, v, lo in (("ranks", ranks, 2), ("num_nodes", num_nodes, 64), ("batch_size", batch_size, 1),
                            ("batches", batches, 1), ("rounds", rounds, 1), ("num_workers", num_workers, 0)):
@@ -222,6 +227,8 @@ def run(*, ranks: int = 2, num_nodes: int = 393_216, avg_degree: float = 15, bat
             raise ValueError(f"{argname}={v!r} is not accepted; use an int >= {lo}")
     if not 0 < cache_fraction <= 1:
         raise ValueError(f"cache_fraction={cache_fraction!r} is not accepted; use a fraction in (0, 1]")
+    if partition not in ("ranges", "metis"):
+        raise ValueError(f"partition={partition!r} is not accepted; use 'ranges' or 'metis'")
     bad = [v for v in variants if v not in VARIANTS]
     if bad or not variants:
         raise ValueError(f"variants={list(variants)!r} is not accepted; use some of {list(VARIANTS)}")
@@ -236,12 +243,12 @@ def run(*, ranks: int = 2, num_nodes: int = 393_216, avg_degree: float = 15, bat
     cfg = {"ranks": ranks, "num_nodes": num_nodes, "avg_degree": avg_degree, "base_rows": base_rows,
            "batch_size": batch_size, "num_neighbors": list(num_neighbors), "batches": batches, "rounds": rounds,
            "num_workers": num_workers, "cache_fraction": cache_fraction, "variants": list(variants),
-           "threads": threads, "timeout": timeout}
+           "threads": threads, "timeout": timeout, "partition": partition}
     net = network()
     if not quiet:
         print(f"{ranks} ranks ({threads} thread(s) each, {num_workers} worker(s)), {num_nodes:,} nodes, "
               f"avg in-degree {avg_degree}, {FAMILY} 128-d float32, batch {batch_size}, fan-out "
-              f"{list(num_neighbors)}, {rounds} round(s) of {batches} batches; network: "
+              f"{list(num_neighbors)}, {rounds} round(s) of {batches} batches, shards: {partition}; network: "
               f"{net['limit'] or 'unlimited'} ({net['lo_qdisc']})", flush=True)
     env = {**os.environ, "NUMBA_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
     t = time.perf_counter()
@@ -319,6 +326,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--dgl-python", default=None,
                    help="--distdgl: the Python of an environment with dgl (default: this one)")
     p.add_argument("--timeout", type=float, default=900, help="seconds for each multi-process run")
+    p.add_argument("--partition", default="ranges", choices=["ranges", "metis"],
+                   help="which rank holds which rows: contiguous ranges (default) or METIS parts (pymetis)")
     p.add_argument("--out", default="bench_out/sharded.json", help="JSON output path")
     a = p.parse_args(argv)
     if a.limit is not None and not RATE.match(a.limit):
@@ -331,7 +340,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     run(ranks=a.ranks, num_nodes=a.num_nodes, avg_degree=a.avg_degree, batch_size=a.batch_size,
         num_neighbors=a.num_neighbors, batches=a.batches, rounds=a.rounds, num_workers=a.num_workers,
         cache_fraction=a.cache_fraction, variants=a.variants, distdgl=a.distdgl,
-        dgl_part_method=a.dgl_part_method, dgl_python=a.dgl_python, timeout=a.timeout, out=a.out)
+        dgl_part_method=a.dgl_part_method, dgl_python=a.dgl_python, timeout=a.timeout, out=a.out,
+        partition=a.partition)
     return 0
 
 
