@@ -170,7 +170,7 @@ class ShardExchange:
         ct = CompressedTensor(payload=payload, offsets=offsets, shape=(n_in,) + served.row_shape,
                               dtype=served.dtype, codec=served.codec, fingerprint=served.fingerprint)
         wire = total_in + (0 if lengths is None else 4 * n_in)
-        return Received(ct, wire_bytes=wire, request_bytes=8 * n_in, served_bytes=total_out)
+        return Received(ct, wire_bytes=wire, request_bytes=8 * n_in)
 
 
 @dataclass(frozen=True)
@@ -180,7 +180,6 @@ class Received:
     rows: CompressedTensor
     wire_bytes: int  # row bytes and lengths received
     request_bytes: int  # ids sent
-    served_bytes: int  # row bytes this rank sent to the others
 
 
 def _segment_sums(values: np.ndarray, counts: Sequence[int]) -> np.ndarray:
