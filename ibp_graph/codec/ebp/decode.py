@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from ...layout.bitstream import build_kernels, copy_bytes, get_bits, ld16, ld64, pdep, pick_kernel, st8, st64
+from ...layout.bitstream import (build_kernels, clz64, copy_bytes, get_bits, ld16, ld64, pdep,
+                                 pick_kernel, st8, st64)
 from .codes import BAD_ENTRY, DEC_BLOCK, ESC, LUT_BITS, LUT_SIZE
 from .stream import get_gamma
 from .tables import C_HSHIFT, C_TID, C_TIDS, M_DEFAULT, EBPTables
@@ -37,9 +38,49 @@ def _dense_start(row, p, d, low_total, HE):
 #: (the load starts at the byte holding the first one, so up to 7 bits below it are skipped)
 _ONE_LOAD_BITS = 57
 
+#: stream bits a code window holds: 57, the fewest one 8-byte load gives at any bit offset
+_WINDOW_BITS = 57
 
-#: codes decoded from one 64-bit window of a code stream (codes are at most LUT_BITS long)
-_WINDOW_CODES = 64 // LUT_BITS
+#: codes decoded from one window (codes are at most LUT_BITS long)
+_WINDOW_CODES = _WINDOW_BITS // LUT_BITS
+
+#: the bit above a window's stream bits: as codes are shifted out it moves down, so the
+#: window's leading zeros tell how many bits were used (clz - _CLZ_UNUSED)
+_SENTINEL = np.uint64(1 << _WINDOW_BITS)
+_WINDOW_MASK = np.uint64((1 << _WINDOW_BITS) - 1)
+_CLZ_UNUSED = 63 - _WINDOW_BITS
+
+#: escape cursor of a row found corrupt: past any code-stream start, so it stays corrupt
+_CORRUPT = np.int64(1) << 62
+
+
+@njit(inline="always")
+def _refill(row, c, w):
+    """(code-stream bit, new window) of a row whose window w was read from bit c: the bits
+    w used are skipped, the next _WINDOW_BITS are read, the sentinel put above them."""
+    c += np.int64(clz64(w)) - _CLZ_UNUSED
+    return c, ((ld64(row + (c >> 3)) >> np.uint64(c & 7)) & _WINDOW_MASK) | _SENTINEL
+
+
+@njit(inline="always")
+def _low_bits(row, b, s, nb, m):
+    """The word whose low bits (nb of them, at the set bits of m) start at bit 8 * b + s."""
+    if nb <= _ONE_LOAD_BITS:
+        return pdep(ld64(row + b) >> np.uint64(s), m)  # pdep takes only the nb low bits
+    return pdep(get_bits(row, 8 * b + s, nb), m)
+
+
+@njit(inline="always")
+def _escape(row, f, h, e, s, HE):
+    """(high part, escape cursor) of a code with decode entry f and dictionary value h: h
+    itself unless f is an escape, then the high part at the escape cursor e, which may not
+    reach s (the code stream's start). A row found corrupt (no code starts with these bits,
+    or one escape too many) gets e = _CORRUPT and goes on being decoded as garbage."""
+    if (f & 0xFF) != ESC:
+        return h, e
+    if f == BAD_ENTRY or e >= s:
+        return _ZERO, _CORRUPT
+    return get_bits(row, e, HE), e + HE
 
 
 @njit(inline="never", cache=True, nogil=True)
@@ -49,16 +90,16 @@ def _dense_quad(r0, o0, r1, o1, r2, o2, r3, o3, p, d, low_total, HE, nfull, ntai
 
     One row's codes form a dependency chain (where a code starts depends on the previous
     code's length, through a table load); four rows give the core four independent chains,
-    and all four read the same column's table at each step, so it stays in L1. cia is the
-    address of the per-column (decode table, dictionary, high-part shift) triples
-    (_column_info). Each row's code stream is read through a 64-bit window refilled every
-    _WINDOW_CODES columns; the low bits of each 64-bit output word come from their static
-    bit position (the same for the four rows) with one load and a pdep. Escapes are the
-    rare path: a row's escape cursor (e*) runs up to the start of its code stream (s*).
-    Returns the code-stream end bit of each row (-1 for a row found corrupt: then the
-    others' output is incomplete too). The same row may be passed more than once. Scalars
-    only and never inlined: one compiled copy serves every caller (inlined, the decoder took
-    minutes to compile).
+    and all four read the same column's table at each step. cia is the address of the
+    per-column (decode table, dictionary, high-part shift) triples (_column_info). Each
+    row's code stream is read through a window of _WINDOW_BITS bits refilled every
+    _WINDOW_CODES columns (_refill: its sentinel counts the bits used, so the code loop
+    keeps no bit position); the low bits of each 64-bit output word come from their static
+    bit position (the same for the four rows) with one load and a pdep. A row's escape
+    cursor (e*) runs up to the start of its code stream (s*). Returns the code-stream end
+    bit of each row, -1 for a corrupt one. The same row may be passed more than once.
+    Scalars only and never inlined: one compiled copy serves every caller (inlined, the
+    decoder took minutes to compile).
     """
     n0, e0, c0 = _dense_start(r0, p, d, low_total, HE)
     n1, e1, c1 = _dense_start(r1, p, d, low_total, HE)
@@ -67,31 +108,29 @@ def _dense_quad(r0, o0, r1, o1, r2, o2, r3, o3, p, d, low_total, HE, nfull, ntai
     if n0 < 0 or n1 < 0 or n2 < 0 or n3 < 0:
         return -1, -1, -1, -1
     s0, s1, s2, s3 = c0, c1, c2, c3
-    w0 = w1 = w2 = w3 = x0 = x1 = x2 = x3 = _ZERO
+    w0 = w1 = w2 = w3 = _SENTINEL  # empty windows read from c*
+    x0 = x1 = x2 = x3 = _ZERO
     emask = epc - 1
     pk = p  # the low-stream bit of output word k
     k = 0
+    left = 0  # codes left in the windows
     for j in range(d):
-        if j % _WINDOW_CODES == 0:
-            w0 = get_bits(r0, c0, 64)
-            w1 = get_bits(r1, c1, 64)
-            w2 = get_bits(r2, c2, 64)
-            w3 = get_bits(r3, c3, 64)
+        if left == 0:
+            c0, w0 = _refill(r0, c0, w0)
+            c1, w1 = _refill(r1, c1, w1)
+            c2, w2 = _refill(r2, c2, w2)
+            c3, w3 = _refill(r3, c3, w3)
+            left = _WINDOW_CODES
+        left -= 1
         if (j & emask) == 0:  # a new output word: its low bits
             nb = np.int64(ld64(wba + 8 * k))
             m = ld64(wma + 8 * k)
-            if nb <= _ONE_LOAD_BITS:
-                b = pk >> 3
-                s = np.uint64(pk & 7)
-                x0 = pdep(ld64(r0 + b) >> s, m)  # pdep takes only the popcount(m) = nb low bits
-                x1 = pdep(ld64(r1 + b) >> s, m)
-                x2 = pdep(ld64(r2 + b) >> s, m)
-                x3 = pdep(ld64(r3 + b) >> s, m)
-            else:
-                x0 = pdep(get_bits(r0, pk, nb), m)
-                x1 = pdep(get_bits(r1, pk, nb), m)
-                x2 = pdep(get_bits(r2, pk, nb), m)
-                x3 = pdep(get_bits(r3, pk, nb), m)
+            b = pk >> 3
+            s = pk & 7
+            x0 = _low_bits(r0, b, s, nb, m)
+            x1 = _low_bits(r1, b, s, nb, m)
+            x2 = _low_bits(r2, b, s, nb, m)
+            x3 = _low_bits(r3, b, s, nb, m)
             pk += nb
         ci = cia + 24 * j
         lut = np.int64(ld64(ci))
@@ -101,43 +140,21 @@ def _dense_quad(r0, o0, r1, o1, r2, o2, r3, o3, p, d, low_total, HE, nfull, ntai
         f1 = np.int64(ld16(lut + 2 * np.int64(w1 & np.uint64(0xFF))))
         f2 = np.int64(ld16(lut + 2 * np.int64(w2 & np.uint64(0xFF))))
         f3 = np.int64(ld16(lut + 2 * np.int64(w3 & np.uint64(0xFF))))
-        # an escape, or no code at all (BAD_ENTRY's low byte is ESC too): one test each
-        if (f0 & 0xFF) == ESC:
-            if f0 == BAD_ENTRY or e0 >= s0:
-                return -1, -1, -1, -1
-            h0 = get_bits(r0, e0, HE)
-            e0 += HE
-        else:
-            h0 = ld64(dct + 8 * (f0 & 0xFF))
-        if (f1 & 0xFF) == ESC:
-            if f1 == BAD_ENTRY or e1 >= s1:
-                return -1, -1, -1, -1
-            h1 = get_bits(r1, e1, HE)
-            e1 += HE
-        else:
-            h1 = ld64(dct + 8 * (f1 & 0xFF))
-        if (f2 & 0xFF) == ESC:
-            if f2 == BAD_ENTRY or e2 >= s2:
-                return -1, -1, -1, -1
-            h2 = get_bits(r2, e2, HE)
-            e2 += HE
-        else:
-            h2 = ld64(dct + 8 * (f2 & 0xFF))
-        if (f3 & 0xFF) == ESC:
-            if f3 == BAD_ENTRY or e3 >= s3:
-                return -1, -1, -1, -1
-            h3 = get_bits(r3, e3, HE)
-            e3 += HE
-        else:
-            h3 = ld64(dct + 8 * (f3 & 0xFF))
-        w0 >>= np.uint64(f0 >> 8)
-        w1 >>= np.uint64(f1 >> 8)
-        w2 >>= np.uint64(f2 >> 8)
-        w3 >>= np.uint64(f3 >> 8)
-        c0 += f0 >> 8
-        c1 += f1 >> 8
-        c2 += f2 >> 8
-        c3 += f3 >> 8
+        h0 = ld64(dct + 8 * (f0 & 0xFF))  # the dictionary has a slot at ESC too
+        h1 = ld64(dct + 8 * (f1 & 0xFF))
+        h2 = ld64(dct + 8 * (f2 & 0xFF))
+        h3 = ld64(dct + 8 * (f3 & 0xFF))
+        # one test for the four rows: is any code an escape (or none: BAD_ENTRY's low byte is ESC)?
+        if ((f0 & 0xFF) == ESC) | ((f1 & 0xFF) == ESC) | ((f2 & 0xFF) == ESC) | \
+                ((f3 & 0xFF) == ESC):
+            h0, e0 = _escape(r0, f0, h0, e0, s0, HE)
+            h1, e1 = _escape(r1, f1, h1, e1, s1, HE)
+            h2, e2 = _escape(r2, f2, h2, e2, s2, HE)
+            h3, e3 = _escape(r3, f3, h3, e3, s3, HE)
+        w0 >>= np.uint64((f0 >> 8) & 63)  # BAD_ENTRY's 255: a corrupt row's garbage
+        w1 >>= np.uint64((f1 >> 8) & 63)
+        w2 >>= np.uint64((f2 >> 8) & 63)
+        w3 >>= np.uint64((f3 >> 8) & 63)
         x0 |= h0 << sh
         x1 |= h1 << sh
         x2 |= h2 << sh
@@ -155,6 +172,10 @@ def _dense_quad(r0, o0, r1, o1, r2, o2, r3, o3, p, d, low_total, HE, nfull, ntai
                     st8(o2 + 8 * k + q, x2 >> np.uint64(8 * q))
                     st8(o3 + 8 * k + q, x3 >> np.uint64(8 * q))
             k += 1
+    c0 += np.int64(clz64(w0)) - _CLZ_UNUSED
+    c1 += np.int64(clz64(w1)) - _CLZ_UNUSED
+    c2 += np.int64(clz64(w2)) - _CLZ_UNUSED
+    c3 += np.int64(clz64(w3)) - _CLZ_UNUSED
     return (c0 if e0 == s0 else -1, c1 if e1 == s1 else -1, c2 if e2 == s2 else -1,
             c3 if e3 == s3 else -1)
 
