@@ -131,6 +131,17 @@ def ctz64(typingctx, x):
     return sig, codegen
 
 
+@intrinsic
+def clz64(typingctx, x):
+    """Leading zero count of a uint64 (64 for 0)."""
+    sig = types.uint64(types.uint64)
+
+    def codegen(context, builder, signature, args):
+        return builder.ctlz(args[0], ir.Constant(ir.IntType(1), 0))
+
+    return sig, codegen
+
+
 def _bmi2_intrinsic(name: str, doc: str):
     @intrinsic
     def op(typingctx, x, m):

@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from ...layout.bitstream import build_kernels, copy_bytes, get_bits, ld16, ld64, pdep, pick_kernel, st8, st64
+from ...layout.bitstream import (build_kernels, clz64, copy_bytes, get_bits, ld16, ld64, pdep,
+                                 pick_kernel, st8, st64)
 from .codes import BAD_ENTRY, DEC_BLOCK, ESC, LUT_BITS, LUT_SIZE
 from .stream import get_gamma
 from .tables import C_HSHIFT, C_TID, C_TIDS, M_DEFAULT, EBPTables
@@ -25,99 +26,179 @@ _ZERO = np.uint64(0)
 @njit(inline="always")
 def _dense_start(row, p, d, low_total, HE):
     """(ne, escape-area bit, code-stream bit) of a dense row whose low stream starts at bit
-    p; ne = -1 when the escape count is corrupt."""
+    p; ne = -1 when the escape count is corrupt (escapes where no table has one: HE = 0)."""
     v, q = get_gamma(row, p + low_total)
     ne = v - 1
-    if v == 0 or ne > d:
+    if v == 0 or ne > d or (ne > 0 and HE == 0):
         return -1, 0, 0
     return ne, q, q + ne * HE
 
 
-@njit(inline="always")
-def _dense_code(row, win, pc, pe, used, ne, HE, lut, tda, t):
-    """One dense code: (high part, window, code bit, escapes used), used = -1 if corrupt.
+#: a word's low bits are read with one 8-byte load when they span at most this many bits
+#: (the load starts at the byte holding the first one, so up to 7 bits below it are skipped)
+_ONE_LOAD_BITS = 57
 
-    win holds the row's code stream from bit pc; lut is the column's decode table, t its
-    table (for the dictionary); escaped high parts are read from bit pe, HE bits each.
-    """
-    e = np.int64(ld16(lut + 2 * np.int64(win & np.uint64(0xFF))))
-    idx = e & 0xFF
-    if idx == ESC:  # an escape, or no code at all (BAD_ENTRY's low byte is ESC too): one test
-        if e == BAD_ENTRY or used >= ne:
-            return _ZERO, win, pc, -1
-        return get_bits(row, pe + used * HE, HE), win >> np.uint64(e >> 8), pc + (e >> 8), used + 1
-    return ld64(tda + 8 * (LUT_SIZE * t + idx)), win >> np.uint64(e >> 8), pc + (e >> 8), used
+#: stream bits a code window holds: 57, the fewest one 8-byte load gives at any bit offset
+_WINDOW_BITS = 57
+
+#: codes decoded from one window (codes are at most LUT_BITS long)
+_WINDOW_CODES = _WINDOW_BITS // LUT_BITS
+
+#: the bit above a window's stream bits: as codes are shifted out it moves down, so the
+#: window's leading zeros tell how many bits were used (clz - _CLZ_UNUSED)
+_SENTINEL = np.uint64(1 << _WINDOW_BITS)
+_WINDOW_MASK = np.uint64((1 << _WINDOW_BITS) - 1)
+_CLZ_UNUSED = 63 - _WINDOW_BITS
+
+#: escape cursor of a row found corrupt: past any code-stream start, so it stays corrupt
+_CORRUPT = np.int64(1) << 62
+
+
+@njit(inline="always")
+def _refill(row, c, w):
+    """(code-stream bit, new window) of a row whose window w was read from bit c: the bits
+    w used are skipped, the next _WINDOW_BITS are read, the sentinel put above them."""
+    c += np.int64(clz64(w)) - _CLZ_UNUSED
+    return c, ((ld64(row + (c >> 3)) >> np.uint64(c & 7)) & _WINDOW_MASK) | _SENTINEL
+
+
+@njit(inline="always")
+def _low_bits(row, b, s, nb, m):
+    """The word whose low bits (nb of them, at the set bits of m) start at bit 8 * b + s."""
+    if nb <= _ONE_LOAD_BITS:
+        return pdep(ld64(row + b) >> np.uint64(s), m)  # pdep takes only the nb low bits
+    return pdep(get_bits(row, 8 * b + s, nb), m)
+
+
+@njit(inline="always")
+def _escape(row, f, h, e, s, HE):
+    """(high part, escape cursor) of a code with decode entry f and dictionary value h: h
+    itself unless f is an escape, then the high part at the escape cursor e, which may not
+    reach s (the code stream's start). A row found corrupt (no code starts with these bits,
+    or one escape too many) gets e = _CORRUPT and goes on being decoded as garbage."""
+    if (f & 0xFF) != ESC:
+        return h, e
+    if f == BAD_ENTRY or e >= s:
+        return _ZERO, _CORRUPT
+    return get_bits(row, e, HE), e + HE
 
 
 @njit(inline="never", cache=True, nogil=True)
-def _dense_quad(r0, o0, p0, r1, o1, p1, r2, o2, p2, r3, o3, p3, d, low_total, HE, nck, nfull,
-                ntail, epc, wma, wba, cpa, cstride, da, tda):
-    """Decode four dense rows (row address, output address, low-stream bit) in lockstep.
+def _dense_quad(r0, o0, r1, o1, r2, o2, r3, o3, p, d, low_total, HE, nfull, ntail, epc, wma, wba,
+                cia):
+    """Decode four dense rows (row address, output address; low stream at bit p) in lockstep.
 
     One row's codes form a dependency chain (where a code starts depends on the previous
     code's length, through a table load); four rows give the core four independent chains,
-    and all four read the same column's table at each step, so it stays in L1. Returns the
-    code-stream end bit of each row (-1 for a row found corrupt: then the others' output
-    is incomplete too). The same row may be passed more than once. Scalars only and never
-    inlined: one compiled copy serves every caller (inlined, the decoder took minutes to
-    compile).
+    and all four read the same column's table at each step. cia is the address of the
+    per-column (decode table, dictionary, high-part shift) triples (_column_info). Each
+    row's code stream is read through a window of _WINDOW_BITS bits refilled every
+    _WINDOW_CODES columns (_refill: its sentinel counts the bits used, so the code loop
+    keeps no bit position); the low bits of each 64-bit output word come from their static
+    bit position (the same for the four rows) with one load and a pdep. A row's escape
+    cursor (e*) runs up to the start of its code stream (s*). Returns the code-stream end
+    bit of each row, -1 for a corrupt one. The same row may be passed more than once.
+    Scalars only and never inlined: one compiled copy serves every caller (inlined, the
+    decoder took minutes to compile).
     """
-    n0, e0, c0 = _dense_start(r0, p0, d, low_total, HE)
-    n1, e1, c1 = _dense_start(r1, p1, d, low_total, HE)
-    n2, e2, c2 = _dense_start(r2, p2, d, low_total, HE)
-    n3, e3, c3 = _dense_start(r3, p3, d, low_total, HE)
+    n0, e0, c0 = _dense_start(r0, p, d, low_total, HE)
+    n1, e1, c1 = _dense_start(r1, p, d, low_total, HE)
+    n2, e2, c2 = _dense_start(r2, p, d, low_total, HE)
+    n3, e3, c3 = _dense_start(r3, p, d, low_total, HE)
     if n0 < 0 or n1 < 0 or n2 < 0 or n3 < 0:
         return -1, -1, -1, -1
-    u0 = u1 = u2 = u3 = 0
-    for k in range(nck):
-        nb = np.int64(ld64(wba + 8 * k))
-        m = ld64(wma + 8 * k)
-        x0 = pdep(get_bits(r0, p0, nb), m)
-        x1 = pdep(get_bits(r1, p1, nb), m)
-        x2 = pdep(get_bits(r2, p2, nb), m)
-        x3 = pdep(get_bits(r3, p3, nb), m)
-        p0 += nb
-        p1 += nb
-        p2 += nb
-        p3 += nb
-        w0 = get_bits(r0, c0, 64)
-        w1 = get_bits(r1, c1, 64)
-        w2 = get_bits(r2, c2, 64)
-        w3 = get_bits(r3, c3, 64)
-        for j in range(k * epc, min(d, k * epc + epc)):
-            cp = cpa + j * cstride
-            t = np.int64(ld64(cp + 8 * C_TID))
-            sh = ld64(cp + 8 * C_HSHIFT)
-            lut = da + 2 * LUT_SIZE * t
-            h0, w0, c0, u0 = _dense_code(r0, w0, c0, e0, u0, n0, HE, lut, tda, t)
-            h1, w1, c1, u1 = _dense_code(r1, w1, c1, e1, u1, n1, HE, lut, tda, t)
-            h2, w2, c2, u2 = _dense_code(r2, w2, c2, e2, u2, n2, HE, lut, tda, t)
-            h3, w3, c3, u3 = _dense_code(r3, w3, c3, e3, u3, n3, HE, lut, tda, t)
-            if (u0 | u1 | u2 | u3) < 0:
-                return -1, -1, -1, -1
-            x0 |= h0 << sh
-            x1 |= h1 << sh
-            x2 |= h2 << sh
-            x3 |= h3 << sh
-        if k < nfull:
-            st64(o0 + 8 * k, x0)
-            st64(o1 + 8 * k, x1)
-            st64(o2 + 8 * k, x2)
-            st64(o3 + 8 * k, x3)
-        else:
-            for q in range(ntail):
-                st8(o0 + 8 * k + q, x0 >> np.uint64(8 * q))
-                st8(o1 + 8 * k + q, x1 >> np.uint64(8 * q))
-                st8(o2 + 8 * k + q, x2 >> np.uint64(8 * q))
-                st8(o3 + 8 * k + q, x3 >> np.uint64(8 * q))
-    return (c0 if u0 == n0 else -1, c1 if u1 == n1 else -1, c2 if u2 == n2 else -1,
-            c3 if u3 == n3 else -1)
+    s0, s1, s2, s3 = c0, c1, c2, c3
+    w0 = w1 = w2 = w3 = _SENTINEL  # empty windows read from c*
+    x0 = x1 = x2 = x3 = _ZERO
+    emask = epc - 1
+    pk = p  # the low-stream bit of output word k
+    k = 0
+    left = 0  # codes left in the windows
+    for j in range(d):
+        if left == 0:
+            c0, w0 = _refill(r0, c0, w0)
+            c1, w1 = _refill(r1, c1, w1)
+            c2, w2 = _refill(r2, c2, w2)
+            c3, w3 = _refill(r3, c3, w3)
+            left = _WINDOW_CODES
+        left -= 1
+        if (j & emask) == 0:  # a new output word: its low bits
+            nb = np.int64(ld64(wba + 8 * k))
+            m = ld64(wma + 8 * k)
+            b = pk >> 3
+            s = pk & 7
+            x0 = _low_bits(r0, b, s, nb, m)
+            x1 = _low_bits(r1, b, s, nb, m)
+            x2 = _low_bits(r2, b, s, nb, m)
+            x3 = _low_bits(r3, b, s, nb, m)
+            pk += nb
+        ci = cia + 24 * j
+        lut = np.int64(ld64(ci))
+        dct = np.int64(ld64(ci + 8))
+        sh = ld64(ci + 16)
+        f0 = np.int64(ld16(lut + 2 * np.int64(w0 & np.uint64(0xFF))))
+        f1 = np.int64(ld16(lut + 2 * np.int64(w1 & np.uint64(0xFF))))
+        f2 = np.int64(ld16(lut + 2 * np.int64(w2 & np.uint64(0xFF))))
+        f3 = np.int64(ld16(lut + 2 * np.int64(w3 & np.uint64(0xFF))))
+        h0 = ld64(dct + 8 * (f0 & 0xFF))  # the dictionary has a slot at ESC too
+        h1 = ld64(dct + 8 * (f1 & 0xFF))
+        h2 = ld64(dct + 8 * (f2 & 0xFF))
+        h3 = ld64(dct + 8 * (f3 & 0xFF))
+        # one test for the four rows: is any code an escape (or none: BAD_ENTRY's low byte is ESC)?
+        if ((f0 & 0xFF) == ESC) | ((f1 & 0xFF) == ESC) | ((f2 & 0xFF) == ESC) | \
+                ((f3 & 0xFF) == ESC):
+            h0, e0 = _escape(r0, f0, h0, e0, s0, HE)
+            h1, e1 = _escape(r1, f1, h1, e1, s1, HE)
+            h2, e2 = _escape(r2, f2, h2, e2, s2, HE)
+            h3, e3 = _escape(r3, f3, h3, e3, s3, HE)
+        w0 >>= np.uint64((f0 >> 8) & 63)  # BAD_ENTRY's 255: a corrupt row's garbage
+        w1 >>= np.uint64((f1 >> 8) & 63)
+        w2 >>= np.uint64((f2 >> 8) & 63)
+        w3 >>= np.uint64((f3 >> 8) & 63)
+        x0 |= h0 << sh
+        x1 |= h1 << sh
+        x2 |= h2 << sh
+        x3 |= h3 << sh
+        if (j & emask) == emask or j == d - 1:  # the word is complete
+            if k < nfull:
+                st64(o0 + 8 * k, x0)
+                st64(o1 + 8 * k, x1)
+                st64(o2 + 8 * k, x2)
+                st64(o3 + 8 * k, x3)
+            else:
+                for q in range(ntail):
+                    st8(o0 + 8 * k + q, x0 >> np.uint64(8 * q))
+                    st8(o1 + 8 * k + q, x1 >> np.uint64(8 * q))
+                    st8(o2 + 8 * k + q, x2 >> np.uint64(8 * q))
+                    st8(o3 + 8 * k + q, x3 >> np.uint64(8 * q))
+            k += 1
+    c0 += np.int64(clz64(w0)) - _CLZ_UNUSED
+    c1 += np.int64(clz64(w1)) - _CLZ_UNUSED
+    c2 += np.int64(clz64(w2)) - _CLZ_UNUSED
+    c3 += np.int64(clz64(w3)) - _CLZ_UNUSED
+    return (c0 if e0 == s0 else -1, c1 if e1 == s1 else -1, c2 if e2 == s2 else -1,
+            c3 if e3 == s3 else -1)
+
+
+@njit(inline="always")
+def _column_info(colp, dlut, t_dict):
+    """(d, 3) int64: per column the address of its dense decode table, of its dictionary,
+    and the shift of its high part in its 64-bit word (what _dense_quad reads per column)."""
+    d = colp.shape[0]
+    info = np.empty((d, 3), dtype=np.int64)
+    da = np.int64(dlut.ctypes.data)
+    tda = np.int64(t_dict.ctypes.data)
+    for j in range(d):
+        t = colp[j, C_TID]
+        info[j, 0] = da + 2 * LUT_SIZE * t
+        info[j, 1] = tda + 8 * LUT_SIZE * t
+        info[j, 2] = colp[j, C_HSHIFT]
+    return info
 
 
 @njit(inline="always")
 def _decode_row(i, payload, offsets, words, rows, row_nbytes, sparse, HE, LS, IB, low_total, colp,
-                colm, dlut, t_dict, bad, base, oa, nck, nfull, ntail, epc, HS, wma, wba, cpa, cstride,
-                da, tda):
+                colm, dlut, t_dict, bad, base, oa, nfull, ntail, epc, HS, wma, wba, cia):
     """Decode row i alone (raw, dense or sparse); bad[i] = 1 if it is corrupt."""
     n, d = words.shape
     start = offsets[i]
@@ -134,8 +215,8 @@ def _decode_row(i, payload, offsets, words, rows, row_nbytes, sparse, HE, LS, IB
     ok = True
     if mode == 0:
         o = oa + i * row_nbytes
-        end = _dense_quad(row, o, p, row, o, p, row, o, p, row, o, p, d, low_total, HE, nck, nfull,
-                          ntail, epc, wma, wba, cpa, cstride, da, tda)[0]
+        end = _dense_quad(row, o, row, o, row, o, row, o, p, d, low_total, HE, nfull, ntail, epc,
+                          wma, wba, cia)[0]
         if end < 0 or (end + 7) >> 3 != L:
             bad[i] = 1
         return
@@ -197,19 +278,16 @@ def _decode_impl(payload, offsets, words, rows, row_nbytes, W, sparse, HE, LS, I
     n, d = words.shape
     base = np.int64(payload.ctypes.data)
     oa = np.int64(rows.ctypes.data)
-    nck = wmask.shape[0]
     nfull = row_nbytes >> 3
     ntail = row_nbytes & 7
     epc = 64 // W
     HS = W - LS
     wma = np.int64(wmask.ctypes.data)
     wba = np.int64(wbits.ctypes.data)
-    cpa = np.int64(colp.ctypes.data)
-    cstride = 8 * colp.shape[1]
-    da = np.int64(dlut.ctypes.data)
-    tda = np.int64(t_dict.ctypes.data)
+    info = _column_info(colp, dlut, t_dict)
     p = 1 if sparse else 0
     for blk in prange((n + DEC_BLOCK - 1) // DEC_BLOCK):
+        cia = np.int64(info.ctypes.data)  # taken here: info must stay alive while it is read
         a = blk * DEC_BLOCK
         b = min(n, a + DEC_BLOCK)
         dense = np.empty(DEC_BLOCK, dtype=np.int64)
@@ -229,12 +307,11 @@ def _decode_impl(payload, offsets, words, rows, row_nbytes, W, sparse, HE, LS, I
             i1 = dense[min(q + 1, nd - 1)]  # fewer than four left: the last one repeats
             i2 = dense[min(q + 2, nd - 1)]
             i3 = dense[min(q + 3, nd - 1)]
-            ends = _dense_quad(base + offsets[i0], oa + i0 * row_nbytes, p,
-                               base + offsets[i1], oa + i1 * row_nbytes, p,
-                               base + offsets[i2], oa + i2 * row_nbytes, p,
-                               base + offsets[i3], oa + i3 * row_nbytes, p,
-                               d, low_total, HE, nck, nfull, ntail, epc, wma, wba, cpa, cstride,
-                               da, tda)
+            ends = _dense_quad(base + offsets[i0], oa + i0 * row_nbytes,
+                               base + offsets[i1], oa + i1 * row_nbytes,
+                               base + offsets[i2], oa + i2 * row_nbytes,
+                               base + offsets[i3], oa + i3 * row_nbytes,
+                               p, d, low_total, HE, nfull, ntail, epc, wma, wba, cia)
             ok = True
             for r, end in ((i0, ends[0]), (i1, ends[1]), (i2, ends[2]), (i3, ends[3])):
                 if end < 0 or (end + 7) >> 3 != offsets[r + 1] - offsets[r]:
@@ -245,8 +322,8 @@ def _decode_impl(payload, offsets, words, rows, row_nbytes, W, sparse, HE, LS, I
                     na += 1
         for k in range(na):
             _decode_row(alone[k], payload, offsets, words, rows, row_nbytes, sparse, HE, LS, IB,
-                        low_total, colp, colm, dlut, t_dict, bad, base, oa, nck, nfull, ntail, epc,
-                        HS, wma, wba, cpa, cstride, da, tda)
+                        low_total, colp, colm, dlut, t_dict, bad, base, oa, nfull, ntail, epc,
+                        HS, wma, wba, cia)
 
 
 _decode = build_kernels(_decode_impl)
