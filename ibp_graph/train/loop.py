@@ -263,15 +263,16 @@ def _prepare(cfg, path: Path, *, progress: bool) -> None:
 
 def make_loader(ds, input_nodes: torch.Tensor, cfg: LoaderConfig, codec: str, *,
                 batch_size: int, shuffle: bool, device: torch.device, use_store: bool = True, graph=None,
-                dist: Dist = Dist()):
+                dist: Dist = Dist(), tables=None):
     """The loader of `cfg.framework` over the prepared data set (for dgl, `graph`: its DGL graph; for a
     HeteroPreparedDataset, its HeteroData; built from `ds` when not given); features from the store when the
-    front-end says so."""
+    front-end says so, or from `tables` ({table: source}, e.g. sharding.sources(open_shards(...)))."""
     front = frontends.get(cfg.framework, hetero=not isinstance(ds, PreparedDataset))
     if graph is None:
         graph = front.prepare(ds)
     return front.make_loader(ds, graph, input_nodes, cfg, codec, batch_size=batch_size, shuffle=shuffle,
-                             device=device, use_store=use_store, rank=dist.rank, world_size=dist.world_size)
+                             device=device, use_store=use_store, rank=dist.rank, world_size=dist.world_size,
+                             tables=tables)
 
 
 def train_epoch(model, loader, optimizer, labels: Optional[torch.Tensor], *, max_batches: Optional[int] = None,

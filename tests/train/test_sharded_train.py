@@ -153,6 +153,26 @@ def test_sharded_features_are_refused_only_without_the_store(extra):
         load_config(None, ["loader.features=remote"])
 
 
+def test_a_sharded_run_takes_auto_or_the_codec_every_shard_has():
+    import torch
+
+    from ibp_graph.data.shards import ShardLayout
+    from ibp_graph.data.store import EncodedTable
+    from ibp_graph.train.sharding import check_codecs
+
+    x = torch.arange(64, dtype=torch.float32).view(16, 4)
+    ibp, ebp = (EncodedTable.encode(x, c, progress=False) for c in ("ibp", "ebp"))
+    layout = ShardLayout.contiguous(16, 1)
+    check_codecs(["auto", "ibp"], {"paper": (ibp, layout), "author": (ibp, layout)})
+    with pytest.raises(ConfigError, match=r"loader.codecs\[1\]='ebp' is not accepted with loader.features='sharded': "
+                                          r"the shards serve their rows as encoded \(x: ibp\); use one of "
+                                          r"\['auto', 'ibp'\]"):
+        check_codecs(["auto", "ebp"], {"x": (ibp, layout)})
+    with pytest.raises(ConfigError, match=r"loader.codecs\[0\]='ibp' .*\(author: ebp, paper: ibp\); use one of "
+                                          r"\['auto'\]"):
+        check_codecs(["ibp"], {"paper": (ibp, layout), "author": (ebp, layout)})
+
+
 def test_a_distributed_run_does_not_cut_shards_of_large_data_sets(data_root, tmp_path):
     d = graphgen.cache_dir(tiny.config(TINY, data_root).data.synthetic, data_root)
     ds = PreparedDataset.load(d)
