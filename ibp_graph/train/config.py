@@ -119,8 +119,10 @@ class LoaderConfig:
                             "sharded: under torchrun each rank opens only its shard (data.shards, written by "
                             "`ibp-graph prepare --shards W`) and fetches other rows compressed from their owners "
                             "(the topology stays whole on every rank)")
-    shard_cache_bytes: int = _num(0, "features sharded: bytes of the hottest remote rows kept compressed in host "
-                                     "memory (one cache for the train, valid and test loaders)", 0, 2 ** 63 - 1)
+    shard_cache_bytes: int = _num(0, "features sharded: bytes of the hottest remote rows kept compressed where the "
+                                     "rows are decoded (host or device memory), per feature table (one cache "
+                                     "for all the run's loaders)", 0,
+                                  2 ** 63 - 1)
 
 
 @dataclass
@@ -339,22 +341,12 @@ def check_config(cfg: Config) -> Config:
 
 
 def _check_sharded(cfg: Config) -> None:
-    """`loader.features: sharded` only where a front-end takes a sharded table (PyG, homogeneous node
-    classification, from the store); the world size is checked when the run starts (train.loop)."""
-    if cfg.loader.features != "sharded":
-        return
-    why = None
-    if cfg.loader.framework != "pyg":
-        why = (f"loader.framework={cfg.loader.framework!r} (CompressedDGLDataLoader reads features from the DGL "
-               "graph's ndata, not from a sharded source yet); use loader.framework=pyg")
-    elif cfg.task != "node":
-        why = f"task={cfg.task!r} (the link loaders take no sharded table yet); use task=node"
-    elif cfg.data.name in HETERO_DATASETS:
-        why = f"data.name={cfg.data.name!r} (heterogeneous training takes no sharded tables yet); use a homogeneous data set"
-    elif not cfg.data.store:
-        why = "data.store=false (the shards are cut from the pre-encoded store); use data.store=true"
-    if why:
-        raise ConfigError(f"loader.features='sharded' is not accepted with {why}")
+    """`loader.features: sharded` takes the pre-encoded store, which the shards are cut from (every front-end,
+    task and data set takes sharded tables: train/sharding.py); the world size is checked when the run
+    starts (train.loop)."""
+    if cfg.loader.features == "sharded" and not cfg.data.store:
+        raise ConfigError("loader.features='sharded' is not accepted with data.store=false: the shards are cut "
+                          "from the pre-encoded feature store (and serve its encoded rows); use data.store=true")
 
 
 def _check_task(cfg: Config) -> None:

@@ -3,13 +3,16 @@ heterogeneous data sets (HeteroData batches, HeteroSAGE) and DGL (CompressedDGLD
 DGL's GraphSAGE on blocks).
 
 A front-end turns the prepared data set into loaders, builds the model and runs it on
-one batch; the loop (train/loop.py) does everything else the same way for both. Each
+one batch; the loop (train/loop.py) does everything else the same way for both. Every
+loader factory takes ``tables``: ``{table: feature source}`` serving the data set's feature
+tables instead of its own (``x``, or one per featured node type; `loader.features: sharded`
+gives one ShardedSource per table, train/sharding.py). Each
 front-end imports its framework only when it is used, so the DGL one runs where
 torch_geometric is not installed (.venv-dgl) and the PyG one where dgl is not.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 import torch
 
@@ -28,6 +31,9 @@ class PyG:
     """CompressedNeighborLoader batches (torch_geometric Data) into a PyG NodeClassifier."""
 
     name = "pyg"
+    #: whether a training step may leave parameters without gradient (DistributedDataParallel's
+    #: find_unused_parameters, a search of the autograd graph every step)
+    find_unused_parameters = False
 
     def check(self, cfg) -> None:
         """Refuse, before any data is loaded, what this front-end cannot run."""
@@ -50,19 +56,26 @@ class PyG:
 
     def make_loader(self, ds: PreparedDataset, graph: Any, input_nodes: torch.Tensor, lc, codec: str, *,
                     batch_size: int, shuffle: bool, device: torch.device, use_store: bool = True,
-                    rank: int = 0, world_size: int = 1, table: Any = None):
+                    rank: int = 0, world_size: int = 1, tables: Optional[Mapping[str, Any]] = None):
         """A CompressedNeighborLoader over the prepared graph (features from the store when from_store, or
-        from `table` when given: a source such as a ShardedSource)."""
+        from ``tables["x"]`` when given: a source such as a ShardedSource)."""
         if codec == NATIVE:
             raise ValueError("a baseline run with PyG's own NeighborLoader is not available here "
                              "(it needs pyg-lib or torch-sparse); use loader.framework=dgl for --baseline")
         from ..loaders.pyg import CompressedNeighborLoader
 
-        x = table if table is not None else ds.store() if self.from_store(ds, codec, use_store) else ds.x
+        x = self.features(ds, codec, use_store, tables)
         return CompressedNeighborLoader(({"x": x}, ds.graph), list(lc.num_neighbors), input_nodes=input_nodes,
                                         batch_size=batch_size, shuffle=shuffle, codec=codec, device=device,
                                         prefetch=lc.prefetch, num_workers=lc.num_workers,
                                         persistent_workers=lc.num_workers > 0, rank=rank, world_size=world_size)
+
+    def features(self, ds, codec: str, use_store: bool, tables: Optional[Mapping[str, Any]]) -> Any:
+        """The feature table a loader reads: ``tables["x"]`` when given, else the store when from_store says
+        so, else the raw table."""
+        if tables is not None:
+            return given_table(tables, "x")
+        return ds.store() if self.from_store(ds, codec, use_store) else ds.x
 
     def build_model(self, cfg, ds: PreparedDataset) -> torch.nn.Module:
         """The NodeClassifier cfg.model describes, inputs standardised with the table's statistics."""
@@ -88,7 +101,12 @@ class PyGHetero(PyG):
 
     Seeds are target nodes (``input_nodes=(target, ids)``); every featured node type's
     rows travel compressed (from its pre-encoded store when from_store says so).
+    HeteroSAGE's last layer computes the target type only, so the convolutions into the
+    other types get no gradient (nor do those of an edge type a batch lacks): under DDP,
+    find_unused_parameters.
     """
+
+    find_unused_parameters = True
 
     def check(self, cfg) -> None:
         """Refuse, before any data is loaded, what this front-end cannot run (config.check_config says why)."""
@@ -106,15 +124,19 @@ class PyGHetero(PyG):
 
     def make_loader(self, ds, graph: Any, input_nodes: torch.Tensor, lc, codec: str, *,
                     batch_size: int, shuffle: bool, device: torch.device, use_store: bool = True,
-                    rank: int = 0, world_size: int = 1):
-        """A CompressedNeighborLoader over the prepared per-type tables (ds.tables), seeds of the target type."""
+                    rank: int = 0, world_size: int = 1, tables: Optional[Mapping[str, Any]] = None):
+        """A CompressedNeighborLoader over the prepared per-type tables (ds.tables), seeds of the target type;
+        with `tables`, each featured type's ``x`` from ``tables[type]``."""
         if codec == NATIVE:
             raise ValueError("a baseline run with PyG's own NeighborLoader is not available here "
                              "(it needs pyg-lib or torch-sparse)")
         from ..loaders.pyg import CompressedNeighborLoader
 
-        data = ds.tables(store=self.from_store(ds, codec, use_store))
-        return CompressedNeighborLoader(data, list(lc.num_neighbors), input_nodes=(ds.target, input_nodes),
+        features, relations, num_nodes = ds.tables(store=tables is None and self.from_store(ds, codec, use_store))
+        if tables is not None:
+            for t in ds.x_dict:
+                features[t]["x"] = given_table(tables, t)
+        return CompressedNeighborLoader((features, relations, num_nodes), list(lc.num_neighbors), input_nodes=(ds.target, input_nodes),
                                         batch_size=batch_size, shuffle=shuffle, codec=codec, device=device,
                                         prefetch=lc.prefetch, num_workers=lc.num_workers,
                                         persistent_workers=lc.num_workers > 0, rank=rank, world_size=world_size)
@@ -143,6 +165,7 @@ class DGL:
     """CompressedDGLDataLoader batches (input_nodes, output_nodes, blocks) into DGL's GraphSAGE."""
 
     name = "dgl"
+    find_unused_parameters = False  # as PyG's
 
     def __init__(self):
         self._dgl = None
@@ -195,17 +218,24 @@ class DGL:
 
     def make_loader(self, ds: PreparedDataset, graph: Any, input_nodes: torch.Tensor, lc, codec: str, *,
                     batch_size: int, shuffle: bool, device: torch.device, use_store: bool = True,
-                    rank: int = 0, world_size: int = 1):
-        """CompressedDGLDataLoader (or DGL's own DataLoader for codec NATIVE) with DGL's NeighborSampler."""
+                    rank: int = 0, world_size: int = 1, tables: Optional[Mapping[str, Any]] = None):
+        """CompressedDGLDataLoader (or DGL's own DataLoader for codec NATIVE) with DGL's NeighborSampler; with
+        `tables`, node feature "feat" from ``tables["x"]`` instead of the graph's ndata."""
         dgl = self.dgl
         sampler = dgl.dataloading.NeighborSampler(list(lc.num_neighbors), prefetch_node_feats=["feat"],
                                                   prefetch_labels=["label"])
-        return self._loader(graph, input_nodes, sampler, lc, codec, device=device, batch_size=batch_size,
+        return self._loader(graph, input_nodes, sampler, lc, codec, tables, device=device, batch_size=batch_size,
                             shuffle=shuffle, use_ddp=world_size > 1)
 
-    def _loader(self, graph, seeds, sampler, lc, codec: str, **kw):
-        """CompressedDGLDataLoader over `seeds` with `sampler`, or DGL's own DataLoader for codec NATIVE."""
+    def _loader(self, graph, seeds, sampler, lc, codec: str, tables: Optional[Mapping[str, Any]], **kw):
+        """CompressedDGLDataLoader over `seeds` with `sampler` ("feat" from ``tables["x"]`` when given), or
+        DGL's own DataLoader for codec NATIVE."""
         kw.update(num_workers=lc.num_workers, persistent_workers=lc.num_workers > 0)
+        if tables is not None:
+            if codec == NATIVE:
+                raise ValueError(f"codec {NATIVE!r} (DGL's own DataLoader) reads the graph's ndata and takes no "
+                                 "tables; use a compressed codec (auto, or the tables' own)")
+            kw["node_stores"] = {"feat": given_table(tables, "x")}
         if codec == NATIVE:
             from ..pipeline.stats import LoaderStats
 
@@ -241,6 +271,14 @@ class DGL:
         DataLoader reshuffles each rank's share itself and has none)."""
         if getattr(loader, "use_ddp", False) and hasattr(loader, "set_epoch"):
             loader.set_epoch(epoch)
+
+
+def given_table(tables: Mapping[str, Any], name: str) -> Any:
+    """``tables[name]``, or a KeyError naming the tables given and the one a loader needs."""
+    if name not in tables:
+        raise KeyError(f"tables has {sorted(tables)}; this data set's loader needs table {name!r} (open_shards "
+                       "gives one per feature table)")
+    return tables[name]
 
 
 def import_dgl():

@@ -8,7 +8,8 @@ edge's score against its ``target_node_neg`` candidates' scores, ranked as OGB's
 ``Evaluator("ogbl-citation2")`` ranks (``ogb_ranks``): MRR and Hits@K.
 
 train/loop.py's ``run`` hands `task: link` experiments to ``run_link`` with what it shares
-(joining the process group, writing a run's JSON), so this module does not import the loop.
+(joining the process group, writing a run's JSON, opening the shards of `loader.features: sharded`), so
+this module does not import the loop.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from ..data.link import LinkPreparedDataset
+from . import sharding
 from .config import Config, to_dict
 
 __all__ = ["ogb_ranks", "rank_metrics", "random_mrr", "open_link_dataset", "link_dataset_path", "train_epoch",
@@ -145,44 +147,58 @@ def evaluate(model, embeddings: torch.Tensor, part: dict, hits_k: Sequence[int],
     return sums
 
 
-def run_link(cfg: Config, *, setup: Callable, write: Callable, baseline: bool = False, front=None) -> list[dict]:
+def run_link(cfg: Config, *, setup: Callable, write: Callable, shards: Optional[Callable] = None,
+             baseline: bool = False, front=None) -> list[dict]:
     """Run the (checked) link experiment once per codec (and, with `baseline`, with the framework's own loader:
     codec "native"); return the results. `front` (default: ``link_frontends.get(loader.framework)``) is the
     loader factory and model runner; `setup(device_name)` joins the process group and returns (dist,
-    device), `write(cfg, codec, dist, result)` writes a result's JSON on rank 0 (train/loop.py's
-    ``setup_distributed`` and ``_write``)."""
+    device), `write(cfg, codec, dist, result)` writes a result's JSON on rank 0, `shards(cfg.data, ds, dist,
+    progress=)` opens this rank's shards for `loader.features: sharded` (train/loop.py's ``setup_distributed``,
+    ``_write`` and ``open_shards``)."""
     from . import link_frontends
 
     front = front or link_frontends.get(cfg.loader.framework)
     front.check(cfg)
     dist, device = setup(cfg.loader.device)
     front.check_device(device)
+    sharded = cfg.loader.features == "sharded"
+    if sharded:
+        sharding.check_world(dist.world_size)
+        if shards is None:
+            raise ValueError("loader.features='sharded' needs shards=, the function that opens this rank's shards "
+                             "(train/loop.py's open_shards)")
     ds = open_link_dataset(cfg.data, dist, progress=cfg.output.progress)
+    opened = shards(cfg.data, ds, dist, progress=cfg.output.progress) if sharded else None
     graph = front.prepare(ds)
     codecs = list(cfg.loader.codecs) + (["native"] if baseline else [])
-    results = [run_one(cfg, codec, ds, dist, device, front=front, graph=graph, write=write) for codec in codecs]
+    if opened is not None:
+        sharding.check_codecs(codecs, opened)
+    results = [run_one(cfg, codec, ds, dist, device, front=front, graph=graph, write=write, shards=opened)
+               for codec in codecs]
     dist.barrier()
     return results
 
 
 def run_one(cfg: Config, codec: str, ds: LinkPreparedDataset, dist, device: torch.device, *, front, write: Callable,
-            graph=None) -> dict:
+            graph=None, shards: Optional[dict] = None) -> dict:
     """Train and evaluate the link model with one codec; one line per epoch; the result (and JSON on rank 0,
-    by `write`)."""
+    by `write`). `shards`: this rank's shards (loop.open_shards), served to both loaders as one ShardedSource
+    per table (train/sharding.py)."""
     t_start = time.perf_counter()
     front.seed(cfg.train.seed)
     say = print if dist.main else (lambda *a, **k: None)
     lc, lk = cfg.loader, cfg.link
+    tables = None if shards is None else sharding.sources(shards, lc.shard_cache_bytes)  # for both loaders
     train_loader = front.make_train_loader(ds, graph, cfg, codec, device=device, rank=dist.rank,
-                                           world_size=dist.world_size)
-    node_loader = front.make_node_loader(ds, graph, cfg, codec, device=device)
+                                           world_size=dist.world_size, tables=tables)
+    node_loader = front.make_node_loader(ds, graph, cfg, codec, device=device, tables=tables)
     model = front.build_model(cfg, ds).to(device)
     core = model
     if dist.world_size > 1:
         model = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
-    feature_src = "store" if front.from_store(ds, codec, cfg.data.store) else "table"
+    feature_src = "shards" if shards is not None else "store" if front.from_store(ds, codec, cfg.data.store) else "table"
     group_codecs = {k: c.name for k, c in sorted(train_loader.codecs.items())}
     sizes = {p: ds.split[p]["source_node"].numel() for p in ("train", "valid", "test")}
     chance = random_mrr(ds.num_negatives)
@@ -228,11 +244,14 @@ def run_one(cfg: Config, codec: str, ds: LinkPreparedDataset, dist, device: torc
         for p, sums in parts.items():
             for m in metrics:
                 rec[f"{p}_{m}"] = sums[m] / sums["count"] if ev and sums["count"] else None
+        if shards is not None:  # rows of the sharded table: this rank's own, fetched, cache hits; bytes received
+            rec["shard"] = sharding.epoch_counts(dist, stats)
         epochs.append(rec)
         shown = "".join(f"  {p} mrr {rec[p + '_mrr']:.4f}" for p in ("valid", "test") if rec[p + "_mrr"] is not None)
         say(f"epoch {epoch:>2}/{cfg.train.epochs}  loss {rec['loss']:.4f}{shown}  time {rec['seconds']:.1f} s "
             f"(train {train_s:.1f}, eval {eval_s:.1f})  moved {sent / 1e6:,.1f} MB of {raw / 1e6:,.1f} MB raw "
-            f"({rec['fraction']:.3f})", flush=True)
+            f"({rec['fraction']:.3f})" + ("" if shards is None else sharding.describe_counts(rec["shard"])),
+            flush=True)
 
     final = _summary(epochs, metrics, chance)
     result = {"task": "link", "name": cfg.name, "dataset": ds.name,

@@ -15,10 +15,14 @@ A front-end is the loop's loader factory and model runner:
 - ``forward``: one training batch -> (logits of its positive and negative pairs, their 0/1 labels).
 - ``embed``: every node's embedding, batch by batch from a node loader over all nodes
   (``CompressedNeighborLoader``, or DGL's node batches), for ranking valid/test edges.
+
+Both loader factories take ``tables`` as the node front-ends' make_loader does (``{"x": source}``, e.g. a
+ShardedSource: train/sharding.py); every rank's node loader takes the same batches (all nodes, in id order),
+as a sharded source needs.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping, Optional
 
 import numpy as np
 import torch
@@ -33,7 +37,7 @@ class LinkPyG(PyG):
     """CompressedLinkNeighborLoader batches into a LinkModel (PyG's GraphSAGE encoder)."""
 
     def make_train_loader(self, ds, graph: Any, cfg, codec: str, *, device: torch.device, rank: int = 0,
-                          world_size: int = 1):
+                          world_size: int = 1, tables: Optional[Mapping[str, Any]] = None):
         """The training batches: PyG's LinkNeighborLoader semantics over the split's training edges."""
         if codec == NATIVE:
             raise ValueError("a baseline run with PyG's own LinkNeighborLoader is not available here "
@@ -41,7 +45,7 @@ class LinkPyG(PyG):
         from ..loaders.pyg import CompressedLinkNeighborLoader
 
         lc, train = cfg.loader, ds.split["train"]
-        x = ds.store() if self.from_store(ds, codec, cfg.data.store) else ds.x
+        x = self.features(ds, codec, cfg.data.store, tables)
         return CompressedLinkNeighborLoader(
             ({"x": x}, ds.graph), list(lc.num_neighbors),
             edge_label_index=torch.stack([train["source_node"], train["target_node"]]), edge_label=None,
@@ -49,11 +53,12 @@ class LinkPyG(PyG):
             shuffle=True, codec=codec, device=device, prefetch=lc.prefetch, num_workers=lc.num_workers,
             persistent_workers=lc.num_workers > 0, rank=rank, world_size=world_size)
 
-    def make_node_loader(self, ds, graph: Any, cfg, codec: str, *, device: torch.device):
+    def make_node_loader(self, ds, graph: Any, cfg, codec: str, *, device: torch.device,
+                         tables: Optional[Mapping[str, Any]] = None):
         """Batches of every node (in id order) with their sampled neighbourhoods, for `embed`."""
         return self.make_loader(ds, graph, torch.arange(ds.num_nodes), cfg.loader, codec,
                                 batch_size=cfg.loader.eval_batch_size, shuffle=False, device=device,
-                                use_store=cfg.data.store)
+                                use_store=cfg.data.store, tables=tables)
 
     def build_model(self, cfg, ds) -> torch.nn.Module:
         """The LinkModel cfg.model and cfg.link describe, inputs standardised with the table's statistics."""
@@ -102,7 +107,7 @@ class LinkDGL(DGL):
         return super().prepare(ds).formats(["csc", "coo"])
 
     def make_train_loader(self, ds, graph: Any, cfg, codec: str, *, device: torch.device, rank: int = 0,
-                          world_size: int = 1):
+                          world_size: int = 1, tables: Optional[Mapping[str, Any]] = None):
         """The training batches: the training edges' ids in `graph`, DGL's as_edge_prediction_sampler with
         ``negative_sampler.Uniform(neg_sampling_ratio)``."""
         dgl, lc = self.dgl, cfg.loader
@@ -110,14 +115,15 @@ class LinkDGL(DGL):
             dgl.dataloading.NeighborSampler(list(lc.num_neighbors), prefetch_node_feats=["feat"]),
             negative_sampler=dgl.dataloading.negative_sampler.Uniform(int(cfg.link.neg_sampling_ratio)))
         seeds = torch.from_numpy(train_edge_ids(ds.graph, ds.split["train"]))
-        return self._loader(graph, seeds, sampler, lc, codec, batch_size=lc.batch_size, shuffle=True,
+        return self._loader(graph, seeds, sampler, lc, codec, tables, batch_size=lc.batch_size, shuffle=True,
                             device=device, use_ddp=world_size > 1)
 
-    def make_node_loader(self, ds, graph: Any, cfg, codec: str, *, device: torch.device):
+    def make_node_loader(self, ds, graph: Any, cfg, codec: str, *, device: torch.device,
+                         tables: Optional[Mapping[str, Any]] = None):
         """Blocks of every node (in id order) with their sampled neighbourhoods, for `embed`."""
         lc = cfg.loader
         sampler = self.dgl.dataloading.NeighborSampler(list(lc.num_neighbors), prefetch_node_feats=["feat"])
-        return self._loader(graph, torch.arange(ds.num_nodes), sampler, lc, codec, batch_size=lc.eval_batch_size,
+        return self._loader(graph, torch.arange(ds.num_nodes), sampler, lc, codec, tables, batch_size=lc.eval_batch_size,
                             shuffle=False, device=device, use_ddp=False)
 
     def build_model(self, cfg, ds) -> torch.nn.Module:

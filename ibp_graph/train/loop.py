@@ -8,8 +8,8 @@ Under ``torchrun`` (``WORLD_SIZE > 1``) every process joins the default process 
 epoch's seeds, gradients are averaged by DistributedDataParallel, and losses,
 accuracies and byte counts are summed over ranks before rank 0 prints and writes them.
 Prepared data are memory-mapped, so the ranks of one machine share one copy of the pages.
-With ``loader.features: sharded`` each rank opens only its shard of the feature store
-(`open_shards`) and fetches other rows compressed from their owners (pipeline.sharded).
+With ``loader.features: sharded`` each rank opens only its shard of every feature table
+(`open_shards`) and fetches other rows compressed from their owners (pipeline.sharded; train/sharding.py).
 """
 from __future__ import annotations
 
@@ -26,10 +26,8 @@ import torch.nn.functional as F
 
 from ..files import write_text
 from ..data.prepared import PreparedDataset, add_store
-from . import frontends
+from . import frontends, sharding
 from .config import HETERO_DATASETS, Config, ConfigError, LoaderConfig, check_config, to_dict
-from ..pipeline.sharded import ShardedSource
-from ..pipeline.stats import SHARD_COUNTS
 
 __all__ = ["Dist", "setup_distributed", "resolve_device", "open_dataset", "open_shards", "make_loader", "train_epoch",
            "evaluate", "run", "run_one", "main", "main_config", "RUN_FORMAT"]
@@ -123,8 +121,9 @@ def _import_before_init() -> None:
 
 #: largest generated data set a distributed run makes itself (bigger ones: `ibp-graph prepare` first).
 DDP_GENERATE_MAX_NODES = 5_000_000
-#: the data sets `open_dataset` generates itself (the others are prepared from downloaded files).
-GENERATED = ("synthetic", "synthetic-mag")
+#: the generated data sets: a run makes them (and their shards) itself (the others are prepared from downloaded
+#: files; synthetic-citation by train/link.py's open_link_dataset).
+GENERATED = ("synthetic", "synthetic-mag", "synthetic-citation")
 
 
 def open_dataset(cfg, dist: Dist = Dist(), *, progress: bool = True):
@@ -166,12 +165,13 @@ def _prepare_command(cfg, path: Path, extra: str = "") -> str:
     if cfg.name == "synthetic":
         return (f"ibp-graph prepare --dataset synthetic --root {cfg.root} --set data.synthetic.num_nodes="
                 f"{cfg.synthetic.num_nodes}{extra} (and the other data.synthetic keys of the config)")
-    return f"ibp-graph prepare --dataset synthetic-mag --root {cfg.root} --config <this config>{extra}"
+    return f"ibp-graph prepare --dataset {cfg.name} --root {cfg.root} --config <this config>{extra}"
 
 
-def open_shards(cfg, ds: PreparedDataset, dist: Dist, *, progress: bool = True):
-    """This rank's shard of the feature table and its layout (``(EncodedTable, ShardLayout)``), for
-    `loader.features: sharded`: from data.shards, default the prepared folder's shards-<world size>.
+def open_shards(cfg, ds, dist: Dist, *, progress: bool = True) -> dict:
+    """This rank's shard of every feature table of the prepared data set `ds` and its layout, ``{table:
+    (EncodedTable, ShardLayout)}`` (``x``, or one table per featured node type of a heterogeneous data set),
+    for `loader.features: sharded`: from data.shards, default the prepared folder's shards-<world size>.
 
     Missing shards are written by each machine's first rank (the others wait) only where the run prepares
     the data set itself (small generated ones); otherwise the error names the `ibp-graph prepare --shards`
@@ -191,11 +191,14 @@ def open_shards(cfg, ds: PreparedDataset, dist: Dist, *, progress: bool = True):
         if dist.local_rank == 0:
             write_shards(ds.directory, dist.world_size, path, progress=progress and dist.main, keep_complete=True)
     dist.barrier()
-    return load_shard(path, dist.rank, "x", world_size=dist.world_size, verify=ds.verify)
+    tables = sorted(ds.x_dict) if hasattr(ds, "x_dict") else ["x"]
+    return {t: load_shard(path, dist.rank, t, world_size=dist.world_size, verify=ds.verify) for t in tables}
 
 
 def _generated_nodes(cfg) -> int:
-    return cfg.synthetic.num_nodes if cfg.name == "synthetic" else sum(cfg.mag.num_nodes.values())
+    if cfg.name == "synthetic":
+        return cfg.synthetic.num_nodes
+    return cfg.citation.num_nodes if cfg.name == "synthetic-citation" else sum(cfg.mag.num_nodes.values())
 
 
 def _prepared_path(cfg) -> Path:
@@ -260,15 +263,16 @@ def _prepare(cfg, path: Path, *, progress: bool) -> None:
 
 def make_loader(ds, input_nodes: torch.Tensor, cfg: LoaderConfig, codec: str, *,
                 batch_size: int, shuffle: bool, device: torch.device, use_store: bool = True, graph=None,
-                dist: Dist = Dist()):
+                dist: Dist = Dist(), tables=None):
     """The loader of `cfg.framework` over the prepared data set (for dgl, `graph`: its DGL graph; for a
     HeteroPreparedDataset, its HeteroData; built from `ds` when not given); features from the store when the
-    front-end says so."""
+    front-end says so, or from `tables` ({table: source}, e.g. sharding.sources(open_shards(...)))."""
     front = frontends.get(cfg.framework, hetero=not isinstance(ds, PreparedDataset))
     if graph is None:
         graph = front.prepare(ds)
     return front.make_loader(ds, graph, input_nodes, cfg, codec, batch_size=batch_size, shuffle=shuffle,
-                             device=device, use_store=use_store, rank=dist.rank, world_size=dist.world_size)
+                             device=device, use_store=use_store, rank=dist.rank, world_size=dist.world_size,
+                             tables=tables)
 
 
 def train_epoch(model, loader, optimizer, labels: Optional[torch.Tensor], *, max_batches: Optional[int] = None,
@@ -323,38 +327,31 @@ def run(cfg: Config, *, baseline: bool = False) -> list[dict]:
     if cfg.task == "link":
         from .link import run_link
 
-        return run_link(cfg, baseline=baseline, setup=setup_distributed, write=_write)
+        return run_link(cfg, baseline=baseline, setup=setup_distributed, write=_write, shards=open_shards)
     front = frontends.get(cfg.loader.framework, hetero=cfg.data.name in HETERO_DATASETS)
     front.check(cfg)
     dist, device = setup_distributed(cfg.loader.device)
     front.check_device(device)
     sharded = cfg.loader.features == "sharded"
-    if sharded and dist.world_size == 1:
-        raise ConfigError("loader.features='sharded' is not accepted in a single process (world size 1): it "
-                          "splits the feature table over the ranks of a distributed run; launch it with "
-                          "`torchrun --nproc-per-node W -m ibp_graph.cli train ...` (README: Sharded features "
-                          "across hosts), or use loader.features=local")
+    if sharded:
+        sharding.check_world(dist.world_size)
     ds = open_dataset(cfg.data, dist, progress=cfg.output.progress)
-    shard = open_shards(cfg.data, ds, dist, progress=cfg.output.progress) if sharded else None
+    shards = open_shards(cfg.data, ds, dist, progress=cfg.output.progress) if sharded else None
     graph = front.prepare(ds)
     codecs = list(cfg.loader.codecs) + ([frontends.NATIVE] if baseline else [])
-    if shard is not None:
-        served = ("auto", shard[0].codec.name)
-        for i, codec in enumerate(codecs):
-            if codec not in served:
-                raise ConfigError(f"loader.codecs[{i}]={codec!r} is not accepted with loader.features='sharded': "
-                                  f"the shards serve their rows as encoded ({shard[0].codec.name}); use one of "
-                                  f"{sorted(set(served))}")
-    results = [run_one(cfg, codec, ds, dist, device, front=front, graph=graph, shard=shard) for codec in codecs]
+    if shards is not None:
+        sharding.check_codecs(codecs, shards)
+    results = [run_one(cfg, codec, ds, dist, device, front=front, graph=graph, shards=shards) for codec in codecs]
     if dist.world_size > 1:
         dist.barrier()
     return results
 
 
 def run_one(cfg: Config, codec: str, ds: PreparedDataset, dist: Dist, device: torch.device, *,
-            front=None, graph=None, shard=None) -> dict:
+            front=None, graph=None, shards=None) -> dict:
     """Train and evaluate with one codec; one line per epoch; the result as a dict (and JSON on rank 0).
-    `shard`: this rank's (EncodedTable, ShardLayout) (open_shards), served to each loader as a ShardedSource."""
+    `shards`: this rank's shards (open_shards), served to the loaders as one ShardedSource per table
+    (train/sharding.py)."""
     t_start = time.perf_counter()
     front = front or frontends.get(cfg.loader.framework, hetero=cfg.data.name in HETERO_DATASETS)
     if graph is None:
@@ -364,24 +361,23 @@ def run_one(cfg: Config, codec: str, ds: PreparedDataset, dist: Dist, device: to
     lc = cfg.loader
     splits = {k: ds.split[k] for k in ("train", "valid", "test")}
     loaders, labels = {}, {}
-    # one source for the three loaders: one process group and one remote-row cache; the loaders take turns
-    # (an epoch's training, then evaluation), so their exchanges never interleave
-    table = None if shard is None else ShardedSource(*shard, cache_bytes=lc.shard_cache_bytes)
+    tables = None if shards is None else sharding.sources(shards, lc.shard_cache_bytes)  # for the three loaders
     for part, idx in splits.items():
         train = part == "train"
         loaders[part] = front.make_loader(ds, graph, idx, lc, codec, shuffle=train, device=device,
                                           batch_size=lc.batch_size if train else lc.eval_batch_size,
                                           use_store=cfg.data.store, rank=dist.rank, world_size=dist.world_size,
-                                          **({} if table is None else {"table": table}))  # PyG's front-end only
+                                          tables=tables)
         labels[part] = ds.y[idx].to(device)
     num_layers = len(lc.num_neighbors)
     model = front.build_model(cfg, ds).to(device)
     if dist.world_size > 1:
         model = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None)
+            model, device_ids=[device.index] if device.type == "cuda" else None,
+            find_unused_parameters=front.find_unused_parameters)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
     majority = ds.majority_accuracy("test")
-    feature_src = "shards" if shard is not None else "store" if front.from_store(ds, codec, cfg.data.store) else "table"
+    feature_src = "shards" if shards is not None else "store" if front.from_store(ds, codec, cfg.data.store) else "table"
     group_codecs = {k: c.name for k, c in sorted(loaders["train"].codecs.items())}  # what auto chose
     chosen = ", ".join(f"{k}: {v}" for k, v in group_codecs.items())
     say(f"[{cfg.name}] {ds.name}: {ds.num_nodes:,} nodes, {ds.num_edges:,} edges, {ds.num_classes} classes; "
@@ -415,15 +411,14 @@ def run_one(cfg: Config, codec: str, ds: PreparedDataset, dist: Dist, device: to
                "train_sent_bytes": int(train_sent), "train_raw_bytes": int(train_raw),
                "train_seeds": int(count), "train_batches": int(loaders["train"].stats.batches),
                "stage_seconds": dict(loaders["train"].stats.seconds)}
-        if shard is not None:  # rows of the sharded table: this rank's own, fetched, cache hits; bytes received
-            rec["shard"] = dict(zip(SHARD_COUNTS, map(int, dist.sum([sum(s.shard[k] for s in stats)
-                                                                   for k in SHARD_COUNTS]))))
+        if shards is not None:  # rows of the sharded tables: this rank's own, fetched, cache hits; bytes received
+            rec["shard"] = sharding.epoch_counts(dist, stats)
         epochs.append(rec)
         acc = "".join(f"  {p} {rec[p + '_acc']:.4f}" for p in ("valid", "test") if rec[p + "_acc"] is not None)
         say(f"epoch {epoch:>2}/{cfg.train.epochs}  loss {rec['loss']:.4f}  train {rec['train_acc']:.4f}{acc}  "
             f"time {rec['seconds']:.1f} s (train {train_s:.1f}, eval {eval_s:.1f})  "
             f"moved {sent / 1e6:,.1f} MB of {raw / 1e6:,.1f} MB raw ({rec['fraction']:.3f})"
-            + ("" if shard is None else _shard_line(rec["shard"])), flush=True)
+            + ("" if shards is None else sharding.describe_counts(rec["shard"])), flush=True)
 
     final = _summary(epochs, majority)
     result = {"format": RUN_FORMAT, "version": 1, "name": cfg.name, "dataset": ds.name, "codec": codec,
@@ -439,14 +434,6 @@ def run_one(cfg: Config, codec: str, ds: PreparedDataset, dist: Dist, device: to
         say(f"wrote {result['path']}", flush=True)
     loaders.clear()  # the loaders' persistent workers exit with them
     return result
-
-
-def _shard_line(sh: dict) -> str:
-    """The epoch line's part about the sharded table: remote rows, cache hits, bytes received for them."""
-    rows = sh["local_rows"] + sh["remote_rows"] + sh["remote_hits"]
-    remote = sh["remote_rows"] + sh["remote_hits"]
-    return (f"; shards: {remote / max(rows, 1):.3f} of rows remote ({sh['remote_hits'] / max(remote, 1):.3f} from "
-            f"the cache), received {sh['wire_bytes'] / 1e6:,.1f} MB for {sh['remote_raw_bytes'] / 1e6:,.1f} MB raw")
 
 
 def _summary(epochs: list[dict], majority: float) -> dict:

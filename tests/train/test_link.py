@@ -182,5 +182,6 @@ def test_train_dispatches_task_link(data_root, tmp_path, monkeypatch):
     import ibp_graph.train.link as link
 
     seen = []
-    monkeypatch.setattr(link, "run_link", lambda cfg, baseline, setup, write: seen.append((cfg.task, baseline)) or [])
-    assert loop.run(_cfg(data_root, tmp_path), baseline=True) == [] and seen == [("link", True)]
+    monkeypatch.setattr(link, "run_link", lambda cfg, baseline, setup, write, shards:
+                        seen.append((cfg.task, baseline, shards)) or [])
+    assert loop.run(_cfg(data_root, tmp_path), baseline=True) == [] and seen == [("link", True, loop.open_shards)]

@@ -1,5 +1,7 @@
 """Training with `loader.features: sharded`: under torchrun (2 gloo ranks) the same per-epoch losses as with the
-whole table on every rank; refused in a single process, and where no shards exist for a large data set."""
+whole table on every rank, for every front-end (PyG homogeneous, PyG heterogeneous, PyG link prediction; DGL node
+classification in .venv-dgl); refused in a single process, without the store, and where no shards exist for a
+large data set."""
 import json
 import os
 import subprocess
@@ -9,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ibp_graph.data import graphgen
+from ibp_graph.data import citegen, graphgen, maggen
 from ibp_graph.data.prepared import PreparedDataset
 from ibp_graph.train.config import ConfigError, load_config
 from ibp_graph.train.loop import Dist, open_shards, run
@@ -19,6 +21,12 @@ CONFIG = Path(__file__).resolve().parents[2] / "configs" / "sharded.yaml"
 TINY = ["data.synthetic.num_nodes=1200", "data.synthetic.avg_citations=5", "data.synthetic.labeled_fraction=0.6",
         "data.synthetic.dim=16", "loader.batch_size=128", "loader.eval_batch_size=512", "loader.num_workers=0",
         "model.hidden=16", "output.progress=false", "loader.device=cpu", "train.epochs=2"]
+#: configs/mag.yaml-like: only papers have features (one sharded table, "paper")
+TINY_MAG = TINY + ["data.name=synthetic-mag", "data.mag.num_papers=900", "data.mag.num_authors=1200",
+                   "data.mag.num_institutions=30", "data.mag.num_fields=100", "data.mag.num_classes=8"]
+TINY_LINK = TINY + ["task=link", "data.name=synthetic-citation", "data.citation.num_nodes=1500",
+                    "data.citation.num_negatives=20", "data.citation.dim=16", "data.citation.eval_fraction=0.15",
+                    "loader.batch_size=256", "link.max_eval_edges=200"]
 
 
 @pytest.fixture(scope="module")
@@ -26,53 +34,104 @@ def data_root(tmp_path_factory):
     return tiny.generated_root(tmp_path_factory, TINY, lambda data, root: graphgen.ensure(data.synthetic, root, progress=False))
 
 
-# Each rank trains three times in one process group (sharded without and with a remote-row cache, then with
-# the whole table) and writes its own results file: two ranks' prints can share a line of torchrun's stdout.
+@pytest.fixture(scope="module")
+def link_root(tmp_path_factory):
+    return tiny.generated_root(tmp_path_factory, TINY_LINK,
+                               lambda data, root: citegen.ensure(data.citation, root, progress=False))
+
+
+# Each rank trains once per labelled run of RUNS (the sharded ones and the whole-table one) in one process group
+# and writes its own results file: two ranks' prints can share a line of torchrun's stdout.
 RANK_RUNS = """\
-import json, os, sys
+import json, os
 import torch
 from ibp_graph.train.config import load_config
 from ibp_graph.train.loop import run
 
-sets = [a for a in sys.argv[1:] if a != "--set"]
-out = {}
-for label, extra in (("sharded", ["loader.features=sharded", "loader.shard_cache_bytes=0"]),
-                     ("sharded_cache", ["loader.features=sharded", "loader.shard_cache_bytes=3000"]),
-                     ("local", ["loader.features=local"])):
+sets, out = json.loads(os.environ["SETS"]), {}
+for label, extra in json.loads(os.environ["RUNS"]).items():
     (result,) = run(load_config(os.environ["CONFIG"], sets + extra + [f"name={label}"]))
+    test = "test_mrr" if result.get("task") == "link" else "test_acc"
     out[label] = {"features": result["features"], "world_size": result["world_size"],
-                  "loss": [e["loss"] for e in result["epochs"]], "test_acc": [e["test_acc"] for e in result["epochs"]],
-                  "shard": [e.get("shard") for e in result["epochs"]]}
+                  "framework": result["framework"], "loss": [e["loss"] for e in result["epochs"]],
+                  "test": [e[test] for e in result["epochs"]], "shard": [e.get("shard") for e in result["epochs"]]}
 with open(os.path.join(os.environ["OUT_DIR"], f"rank{os.environ['RANK']}.json"), "w") as f:
     json.dump(out, f)
 torch.distributed.destroy_process_group()
 """
+SHARDED = ["loader.features=sharded", "loader.shard_cache_bytes=0"]
+LOCAL = ["loader.features=local"]
+
+
+def train_on_two_ranks(tmp_path, sets: list, runs: dict) -> list[dict]:
+    """Each rank's results of the `runs` ({label: extra overrides}) of CONFIG with overrides `sets`, trained
+    one after the other under torchrun with 2 gloo ranks."""
+    script = tmp_path / "rank_runs.py"
+    script.write_text(RANK_RUNS)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", OUT_DIR=str(tmp_path), CONFIG=str(CONFIG),
+               SETS=json.dumps(sets + [f"output.dir={tmp_path / 'runs'}"]), RUNS=json.dumps(runs))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+def assert_sharded_equals_local(rank: dict, sharded: str = "sharded", local: str = "local", store: str = "store"):
+    """Run `sharded` of one rank's results trained from the shards, with exactly the losses and test metrics of
+    run `local` (features from the `store`), fetching rows from the other rank every epoch."""
+    mine, whole = rank[sharded], rank[local]
+    assert whole["features"] == store and whole["world_size"] == 2
+    assert mine["features"] == "shards" and mine["world_size"] == 2 and mine["framework"] == whole["framework"]
+    assert mine["loss"] == whole["loss"] and mine["test"] == whole["test"], sharded  # exactly
+    for sh in mine["shard"]:  # rows really came from the other rank
+        assert sh["local_rows"] > 0 and sh["remote_rows"] + sh["remote_hits"] > 0
+        assert (sh["wire_bytes"] > 0) == (sh["remote_rows"] > 0)  # bytes received for the rows not cached
 
 
 def test_sharded_features_train_with_the_losses_of_the_whole_table(data_root, tmp_path):
-    script = tmp_path / "rank_runs.py"
-    script.write_text(RANK_RUNS)
-    sets = TINY + [f"data.root={data_root}", f"output.dir={tmp_path / 'runs'}"]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", OUT_DIR=str(tmp_path), CONFIG=str(CONFIG))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)] \
-        + [a for s in sets for a in ("--set", s)]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    sets = TINY + [f"data.root={data_root}"]
+    ranks = train_on_two_ranks(tmp_path, sets, {"sharded": SHARDED, "local": LOCAL, "sharded_cache":
+                                                ["loader.features=sharded", "loader.shard_cache_bytes=3000"]})
     for rank in ranks:
-        local = rank["local"]
-        assert local["features"] == "store" and local["world_size"] == 2
         for label in ("sharded", "sharded_cache"):
-            run_ = rank[label]
-            assert run_["features"] == "shards" and run_["world_size"] == 2
-            assert run_["loss"] == local["loss"] and run_["test_acc"] == local["test_acc"], label  # exactly
-            for sh in run_["shard"]:  # rows really came from the other rank
-                assert sh["local_rows"] > 0 and sh["remote_rows"] + sh["remote_hits"] > 0
+            assert_sharded_equals_local(rank, label)
         assert all(sh["remote_hits"] == 0 and sh["wire_bytes"] > 0 for sh in rank["sharded"]["shard"])
         assert all(sh["remote_hits"] > 0 for sh in rank["sharded_cache"]["shard"])
     assert ranks[0]["sharded"]["loss"] == ranks[1]["sharded"]["loss"]  # summed over ranks: one number
     prepared = graphgen.cache_dir(load_config(CONFIG, sets).data.synthetic, data_root)
     assert (prepared / "shards-2" / "shards.json").is_file()  # a small generated data set: cut by the run
+
+
+def test_heterogeneous_training_takes_a_sharded_table_per_featured_node_type(tmp_path_factory, tmp_path):
+    root = tiny.generated_root(tmp_path_factory, TINY_MAG, lambda data, root: maggen.ensure(data.mag, root, progress=False))
+    sets = TINY_MAG + [f"data.root={root}"]
+    ranks = train_on_two_ranks(tmp_path, sets, {"sharded": SHARDED, "local": LOCAL})
+    for rank in ranks:
+        assert_sharded_equals_local(rank)
+    shards = maggen.cache_dir(load_config(CONFIG, sets).data.mag, root) / "shards-2"
+    assert json.loads((shards / "shards.json").read_text())["tables"].keys() == {"paper"}
+
+
+def test_link_prediction_trains_from_the_shards_with_the_losses_of_the_whole_table(link_root, tmp_path):
+    ranks = train_on_two_ranks(tmp_path, TINY_LINK + [f"data.root={link_root}"], {"sharded": SHARDED, "local": LOCAL})
+    for rank in ranks:
+        assert_sharded_equals_local(rank)
+        assert all(m is not None for m in rank["sharded"]["test"])  # evaluated: every node embedded from shards
+
+
+@pytest.mark.dgl
+def test_dgl_trains_from_the_shards_with_the_losses_of_the_whole_table(data_root, link_root, tmp_path):
+    """Node classification, then link prediction (edge-wise batches, and the node batches of the evaluation's
+    embeddings) in the same process group."""
+    sets = TINY + [f"data.root={data_root}", "loader.framework=dgl", "loader.num_workers=1"]  # ids from a worker
+    link = TINY_LINK[len(TINY):] + [f"data.root={link_root}"]
+    ranks = train_on_two_ranks(tmp_path, sets, {"sharded": SHARDED, "local": LOCAL, "link_sharded": link + SHARDED,
+                                                "link_local": link + LOCAL})
+    for rank in ranks:  # DGL's loader encodes the graph's ndata in its workers: features from the table
+        assert_sharded_equals_local(rank, store="table")
+        assert_sharded_equals_local(rank, "link_sharded", "link_local", store="table")
+        assert rank["sharded"]["framework"] == rank["link_sharded"]["framework"] == "dgl"
+        assert all(m is not None for m in rank["link_sharded"]["test"])
 
 
 def test_sharded_features_are_refused_in_a_single_process(data_root, tmp_path):
@@ -82,17 +141,36 @@ def test_sharded_features_are_refused_in_a_single_process(data_root, tmp_path):
         run(cfg)
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["loader.framework=dgl"], r"with loader.framework='dgl' \(CompressedDGLDataLoader"),
-    (["data.store=false"], r"with data.store=false"),
-    (["data.name=synthetic-mag"], r"with data.name='synthetic-mag' \(heterogeneous"),
-    (["task=link", "data.name=synthetic-citation"], r"with task='link'"),
-])
-def test_sharded_features_are_refused_where_a_front_end_cannot_take_them(extra, message):
-    with pytest.raises(ConfigError, match=r"loader.features='sharded' is not accepted " + message):
-        load_config(None, ["loader.features=sharded"] + extra)
+@pytest.mark.parametrize("extra", [[], ["loader.framework=dgl"], ["data.name=synthetic-mag"],
+                                   ["task=link", "data.name=synthetic-citation"],
+                                   ["task=link", "data.name=synthetic-citation", "loader.framework=dgl"]])
+def test_sharded_features_are_refused_only_without_the_store(extra):
+    assert load_config(None, ["loader.features=sharded"] + extra).loader.features == "sharded"
+    with pytest.raises(ConfigError, match=r"loader.features='sharded' is not accepted with data.store=false: the "
+                                          r"shards are cut from the pre-encoded feature store"):
+        load_config(None, ["loader.features=sharded", "data.store=false"] + extra)
     with pytest.raises(ConfigError, match=r"loader.features='remote' is not accepted; choose from \['local', 'sharded'\]"):
         load_config(None, ["loader.features=remote"])
+
+
+def test_a_sharded_run_takes_auto_or_the_codec_every_shard_has():
+    import torch
+
+    from ibp_graph.data.shards import ShardLayout
+    from ibp_graph.data.store import EncodedTable
+    from ibp_graph.train.sharding import check_codecs
+
+    x = torch.arange(64, dtype=torch.float32).view(16, 4)
+    ibp, ebp = (EncodedTable.encode(x, c, progress=False) for c in ("ibp", "ebp"))
+    layout = ShardLayout.contiguous(16, 1)
+    check_codecs(["auto", "ibp"], {"paper": (ibp, layout), "author": (ibp, layout)})
+    with pytest.raises(ConfigError, match=r"loader.codecs\[1\]='ebp' is not accepted with loader.features='sharded': "
+                                          r"the shards serve their rows as encoded \(x: ibp\); use one of "
+                                          r"\['auto', 'ibp'\]"):
+        check_codecs(["auto", "ebp"], {"x": (ibp, layout)})
+    with pytest.raises(ConfigError, match=r"loader.codecs\[0\]='ibp' .*\(author: ebp, paper: ibp\); use one of "
+                                          r"\['auto'\]"):
+        check_codecs(["ibp"], {"paper": (ibp, layout), "author": (ebp, layout)})
 
 
 def test_a_distributed_run_does_not_cut_shards_of_large_data_sets(data_root, tmp_path):

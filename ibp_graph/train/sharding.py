@@ -1,0 +1,59 @@
+"""`loader.features: sharded` in the training loops (node classification, train/loop.py; link prediction,
+train/link.py): what both do with the shards loop.open_shards opened.
+
+A run's shards are ``{table: (EncodedTable, ShardLayout)}``, one entry per feature table of the data set
+(``x``; or one per featured node type of a heterogeneous one). Each run (one codec) serves them as one
+ShardedSource per table (`sources`), shared by all its loaders (one process group and one remote-row cache
+per table; the loaders take turns, an epoch's training then its evaluation, so their exchanges never
+interleave), handed to each front-end's loader factory as ``tables=``.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from ..pipeline.sharded import ShardedSource
+from ..pipeline.stats import SHARD_COUNTS
+from .config import ConfigError
+
+__all__ = ["check_world", "check_codecs", "sources", "epoch_counts", "describe_counts"]
+
+
+def check_world(world_size: int) -> None:
+    """A ConfigError in a single process: sharded features split the tables over a distributed run's ranks."""
+    if world_size == 1:
+        raise ConfigError("loader.features='sharded' is not accepted in a single process (world size 1): it "
+                          "splits the feature table over the ranks of a distributed run; launch it with "
+                          "`torchrun --nproc-per-node W -m ibp_graph.cli train ...` (README: Sharded features "
+                          "across hosts), or use loader.features=local")
+
+
+def check_codecs(codecs: Sequence[str], shards: Mapping) -> None:
+    """A ConfigError for a codec the shards do not serve: they send their rows as encoded, so "auto" (each
+    table's own codec) and, where every table has one codec, that codec's name."""
+    names = {t: table.codec.name for t, (table, _) in shards.items()}
+    served = ["auto"] + sorted(set(names.values()) if len(set(names.values())) == 1 else [])
+    encoded = ", ".join(f"{t}: {c}" for t, c in sorted(names.items()))
+    for i, codec in enumerate(codecs):
+        if codec not in served:
+            raise ConfigError(f"loader.codecs[{i}]={codec!r} is not accepted with loader.features='sharded': the "
+                              f"shards serve their rows as encoded ({encoded}); use one of {served}")
+
+
+def sources(shards: Mapping, cache_bytes: int) -> dict[str, ShardedSource]:
+    """One ShardedSource per table of `shards`, each with a remote-row cache of `cache_bytes`, for one run's
+    loaders to share."""
+    return {t: ShardedSource(table, layout, cache_bytes=cache_bytes) for t, (table, layout) in shards.items()}
+
+
+def epoch_counts(dist, stats) -> dict:
+    """The sharded tables' rows and bytes of an epoch (SHARD_COUNTS), summed over the loaders' `stats` and
+    over ranks (`dist`: train/loop.py's Dist)."""
+    return dict(zip(SHARD_COUNTS, map(int, dist.sum([sum(s.shard[k] for s in stats) for k in SHARD_COUNTS]))))
+
+
+def describe_counts(sh: dict) -> str:
+    """The epoch line's part about the sharded tables: remote rows, cache hits, bytes received for them."""
+    rows = sh["local_rows"] + sh["remote_rows"] + sh["remote_hits"]
+    remote = sh["remote_rows"] + sh["remote_hits"]
+    return (f"; shards: {remote / max(rows, 1):.3f} of rows remote ({sh['remote_hits'] / max(remote, 1):.3f} from "
+            f"the cache), received {sh['wire_bytes'] / 1e6:,.1f} MB for {sh['remote_raw_bytes'] / 1e6:,.1f} MB raw")
