@@ -235,6 +235,8 @@ class RemoteCache:
         self.slots = np.full(num_rows, -1, np.int32 if ids.shape[0] < 2**31 else np.int64)
         self.slots[ids] = np.arange(ids.shape[0])
         self.ids, self.rows = ids, rows
+        # each cached row's stored bytes, on the host (what a hit serves, counted without the device)
+        self.lengths = np.zeros(0, np.int64) if rows is None else rows.row_lengths().numpy()
 
     @property
     def nbytes(self) -> int:
@@ -374,6 +376,7 @@ class ShardedSource(FeatureSource):
         rows = concat_rows([got.rows, self.shard.index_select(torch.from_numpy(local[mine_pos]))])
         slots = cache.slots[ids[hit_pos]].astype(np.int64) if hit_pos.size else np.zeros(0, np.int64)
         counts = dict(local_rows=int(mine_pos.size), remote_rows=int(remote.size), remote_hits=int(hit_pos.size),
+                      remote_hit_bytes=int(cache.lengths[slots].sum()) if hit_pos.size else 0,
                       wire_bytes=got.wire_bytes, request_bytes=got.request_bytes,
                       remote_raw_bytes=int(remote.size) * rows.row_nbytes)
         return Fetched(rows, np.concatenate([remote, mine_pos]), hit_pos, slots, counts)

@@ -12,7 +12,8 @@ STAGES = ("sample", "gather", "encode", "copy", "decode")
 #: where feature rows served by the main process came from (pipeline.sources): compressed bytes per tier.
 TIERS = ("device_cache", "zero_copy", "worker")
 #: what a sharded table's rows cost per batch (Tally; LoaderStats.shard).
-SHARD_COUNTS = ("local_rows", "remote_rows", "remote_hits", "wire_bytes", "request_bytes", "remote_raw_bytes")
+SHARD_COUNTS = ("local_rows", "remote_rows", "remote_hits", "remote_hit_bytes", "wire_bytes", "request_bytes",
+                "remote_raw_bytes")
 
 
 @dataclass
@@ -30,6 +31,7 @@ class Tally:
     local_rows: int = 0
     remote_rows: int = 0
     remote_hits: int = 0
+    remote_hit_bytes: int = 0  # compressed bytes the remote-row cache served
     wire_bytes: int = 0
     request_bytes: int = 0
     remote_raw_bytes: int = 0
@@ -188,7 +190,8 @@ class LoaderStats:
         if self.shards_rows:
             sh = self.shard
             lines.append(f"sharded rows: local fraction {self.local_fraction:.4f}, remote-row cache hit rate "
-                         f"{self.remote_hit_rate:.4f}; received {sh['wire_bytes'] / 1e6:.2f} MB for "
+                         f"{self.remote_hit_rate:.4f} ({sh['remote_hit_bytes'] / 1e6:.2f} MB from it); received "
+                         f"{sh['wire_bytes'] / 1e6:.2f} MB for "
                          f"{sh['remote_raw_bytes'] / 1e6:.2f} MB of raw rows "
                          f"({sh['wire_bytes'] / max(self.batches, 1) / 1e6:.3f} MB/batch), ids sent "
                          f"{sh['request_bytes'] / 1e6:.2f} MB")

@@ -206,6 +206,8 @@ def main():
                 rows += sum(int(s.n_id.numel()) for s in batch.node_stores)
             result["ref"] += [digest(b) for b in itertools.islice(ref, take)]
         result["stats"], result["x_rows"] = ours.stats.as_dict(), rows
+        x = ours.data.x if hasattr(ours.data, "x") else ours.data["paper"].x
+        result["row_nbytes"] = x.shard.compressed.row_nbytes
     except Exception as e:  # the test reads what this rank raised
         result["error"] = {"type": type(e).__name__, "message": str(e)}
     path = os.path.join(out, f"rank{rank}.json")

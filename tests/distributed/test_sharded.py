@@ -59,8 +59,10 @@ def test_sharded_batches_are_the_single_host_batches(case, tmp_path):
             assert sh["wire_bytes"] < 0.8 * sh["remote_raw_bytes"]
         if "cache" in case:
             assert sh["remote_hits"] > 0 and 0 < res["stats"]["shard"]["remote_hit_rate"] < 1
+            # the cache's compressed rows: under raw size, at least a row length each
+            assert 0 < sh["remote_hit_bytes"] < sh["remote_hits"] * res["row_nbytes"]
         else:
-            assert sh["remote_hits"] == 0
+            assert sh["remote_hits"] == 0 and sh["remote_hit_bytes"] == 0
     assert len(ranks[0]["ours"]) == len(ranks[1]["ours"])  # equal seed splits: the collectives pair up
 
 
