@@ -183,7 +183,6 @@ CASES = {"pyg_homo": pyg_homo, "pyg_homo_cache": lambda r, w: pyg_homo(r, w, cac
          # on the GPU (tests/distributed/test_sharded_gpu.py): decode on the device, the cache in device memory
          "pyg_homo_cuda": lambda r, w: pyg_homo(r, w, cache_bytes=4000, num_workers=2, device="cuda"),
          "pyg_homo_ebp_cuda": lambda r, w: pyg_homo(r, w, codec="ebp", device="cuda"),
-         "pyg_homo_identity_cuda": lambda r, w: pyg_homo(r, w, codec="identity", device="cuda"),
          "pyg_hetero_cache_cuda": lambda r, w: pyg_hetero(r, w, cache_bytes=3000, device="cuda"),
          "pyg_link": pyg_link, "uneven": uneven, "dies": dies, "mismatch": mismatch, "bad_ids": bad_ids, "corrupt": corrupt}
 
