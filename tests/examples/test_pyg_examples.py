@@ -160,8 +160,10 @@ def _ddp_rank(rank: int, world_size: int, init_file: str, out_dir: str) -> None:
         seen.append(batch.n_id[: batch.batch_size])
         batches += 1
     torch.save({"mine": mine, "seen": torch.cat(seen), "batches": batches}, os.path.join(out_dir, f"{rank}.pt"))
-    torch.distributed.destroy_process_group()
-    faulthandler.cancel_dump_traceback_later()
+    # DDP's reducer holds the group: freed after destroy_process_group, its destructor waited on gloo's
+    # threads for good now and then (a hang as _ddp_rank returned); freed first, it ends with the group
+    del model, opt
+    torch.distributed.destroy_process_group()  # the watchdog stays armed: ranks.exit_after ends the process
 
 
 def test_papers100m_gcn_ddp_ranks_train_on_the_seeds_the_script_gave_them(tmp_path):
