@@ -436,11 +436,11 @@ def _sources(graph, typed: Mapping[tuple, str], attrs: Mapping[str, Any]) -> dic
 
 def _type_hotness(graph, stores: Mapping[tuple, Any]) -> None:
     """Give each sharded table of a heterogeneous graph that keeps hot remote rows (a ShardedSource with
-    cache_bytes and no hotness of its own) its node type's hotness: how often the sampler can draw a node
+    a cache budget and no hotness of its own) its node type's hotness: how often the sampler can draw a node
     as an in-neighbour, i.e. its appearances as the source of every edge type leaving that node type
     (pipeline.features ranks a graph with one node type by its neighbour lists alike)."""
     for (ntype, _), source in stores.items():
-        if isinstance(source, ShardedSource) and source.cache_bytes and source.hotness is None:
+        if isinstance(source, ShardedSource) and source.cache_budget and source.hotness is None:
             source.hotness = functools.partial(_source_counts, graph, ntype)
 
 

@@ -666,7 +666,7 @@ class _Hetero:
         """A sharded table's remote-row cache ranks a type's nodes by their appearances in the neighbour lists
         of the edge types leaving it (unless its source has a hotness of its own)."""
         for flat, source in served.items():
-            if getattr(source, "cache_bytes", 0) and source.hotness is None:
+            if getattr(source, "cache_budget", 0) and source.hotness is None:
                 t = next(t for t in self.graph.node_types if any(node_name(t, a) == flat
                                                                  for a in self.graph.node_attrs[t]))
                 n, cscs = self.graph.num_nodes[t], [c for e, c in self.graph.csc.items() if e[0] == t]

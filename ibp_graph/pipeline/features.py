@@ -116,8 +116,9 @@ def plan_features(node_attrs: Mapping[str, Any], *, features: str, device_cache:
             continue
         if budget:
             raise ValueError(f"device_cache={device_cache!r} with the sharded table {n!r} is not accepted: its "
-                             "ShardedSource caches hot remote rows itself (cache_bytes=); use device_cache=0")
-        if s.cache_bytes and s.hotness is None:  # hot remote rows by in-degree, counted once for all tables
+                             "ShardedSource caches hot remote rows itself (cache_bytes=, device_cache_bytes=); "
+                             "use device_cache=0")
+        if s.cache_budget and s.hotness is None:  # hot remote rows by in-degree, counted once for all tables
             hot = hot if hot is not None else _hotness(indices, s.shape[0])
             s.hotness = hot
     if mode == ZERO_COPY:

@@ -20,10 +20,11 @@ pipeline.requests); a rank whose epoch ends marks it, so that a rank with a batc
 rank that dies or stops iterating makes the others raise ShardExchangeError (at
 once for a closed connection, after `timeout` seconds for a silent one).
 
-A byte budget (``cache_bytes``) keeps the hottest remote rows (by `hotness`: a node's appearances in the
-graph's neighbour lists, by default) compressed where the rows are decoded (device memory when the
-loader serves a GPU, host memory on the CPU), fetched once at the first batch; hits are decoded from
-there (``gpu.fetch`` on a GPU: they cross no link at all).
+Two byte budgets keep the hottest remote rows (by `hotness`: a node's appearances in the graph's
+neighbour lists, by default) compressed, fetched once at the first batch (RemoteCache): ``cache_bytes``
+in host memory (their bytes join the fetched rows' one decode: on a GPU, one copy over PCIe, but none
+over the network) and, when the loader serves a GPU, ``device_cache_bytes`` in device memory, the
+hottest of all (decoded there by ``gpu.fetch``: they cross no link at all).
 """
 from __future__ import annotations
 
@@ -216,9 +217,9 @@ def concat_rows(parts: Sequence[CompressedTensor]) -> CompressedTensor:
 
 @dataclass(frozen=True)
 class Fetched:
-    """A batch's rows of a sharded table: this rank's and the other ranks', compressed (`rows`), with the
-    batch position of each; the positions of the remote-row cache's hits and their cache slots; the
-    counts for the loader's stats (Tally's shard fields)."""
+    """A batch's rows of a sharded table: this rank's, the other ranks' and the host cache tier's,
+    compressed (`rows`), with the batch position of each; the positions of the device cache tier's hits
+    and their rows there; the counts for the loader's stats (Tally's shard fields)."""
 
     rows: CompressedTensor
     positions: np.ndarray
@@ -228,57 +229,79 @@ class Fetched:
 
 
 class RemoteCache:
-    """Hot rows of other ranks' shards, compressed where the rows are decoded (device memory on a GPU,
-    host memory on the CPU): `slots[id]` (host) is a row of `rows` or -1."""
+    """Hot rows of other ranks' shards, compressed, in two tiers: `device` (where a GPU decodes; empty on
+    the CPU) and `host` (host memory). ``slots[id]`` (host array): -1 for a row in neither, ``s <
+    len(device_ids)`` for row s of the device tier, else row ``s - len(device_ids)`` of the host tier."""
 
-    def __init__(self, num_rows: int, ids: np.ndarray, rows: Optional[CompressedTensor]):
-        self.slots = np.full(num_rows, -1, np.int32 if ids.shape[0] < 2**31 else np.int64)
-        self.slots[ids] = np.arange(ids.shape[0])
-        self.ids, self.rows = ids, rows
-        # each cached row's stored bytes, on the host (what a hit serves, counted without the device)
-        self.lengths = np.zeros(0, np.int64) if rows is None else rows.row_lengths().numpy()
+    def __init__(self, num_rows: int, device_ids: np.ndarray, device_rows: Optional[CompressedTensor],
+                 host_ids: np.ndarray, host_rows: Optional[CompressedTensor]):
+        n = device_ids.shape[0] + host_ids.shape[0]
+        self.slots = np.full(num_rows, -1, np.int32 if n < 2**31 else np.int64)
+        self.slots[device_ids] = np.arange(device_ids.shape[0])
+        self.slots[host_ids] = np.arange(device_ids.shape[0], n)
+        self.device_ids, self.device_rows = device_ids, device_rows
+        self.host_ids, self.host_rows = host_ids, host_rows
+        # each cached row's stored bytes, in slot order, on the host (what a hit serves, counted without the device)
+        self.lengths = np.concatenate([np.zeros(0, np.int64)] + [
+            t.row_lengths().cpu().numpy().astype(np.int64) for t in (device_rows, host_rows) if t is not None])
+
+    @property
+    def tier_nbytes(self) -> dict:
+        """Bytes of each tier's cached rows (payload and offsets)."""
+        return {tier: 0 if t is None else t.nbytes for tier, t in (("device", self.device_rows), ("host", self.host_rows))}
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the cached rows (payload and offsets)."""
-        return 0 if self.rows is None else self.rows.nbytes
+        """Bytes of the cached rows of both tiers."""
+        return sum(self.tier_nbytes.values())
 
     def __len__(self) -> int:
-        return int(self.ids.shape[0])
+        return int(self.device_ids.shape[0] + self.host_ids.shape[0])
 
     def to(self, device: torch.device) -> "RemoteCache":
-        """The cached rows (payload and offsets) moved to `device`; in place."""
-        if self.rows is not None and self.rows.device != torch.device(device):
-            self.rows = self.rows.to(device)
+        """The device tier's rows (payload and offsets) moved to `device`; in place."""
+        if self.device_rows is not None and self.device_rows.device != torch.device(device):
+            self.device_rows = self.device_rows.to(device)
         return self
+
+
+def split_tiers(cost: np.ndarray, device_bytes: int, host_bytes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Positions of rows listed hottest first (each `cost` bytes) for the two cache tiers: the device tier
+    the longest prefix that fits `device_bytes`, the host tier the longest prefix of the rest that fits
+    `host_bytes`."""
+    n_dev = int(np.searchsorted(np.cumsum(cost), device_bytes, side="right"))
+    n_host = int(np.searchsorted(np.cumsum(cost[n_dev:]), host_bytes, side="right"))
+    return np.arange(n_dev), np.arange(n_dev, n_dev + n_host)
 
 
 class ShardedSource(FeatureSource):
     """One rank's shard of a feature table (`shard`: an EncodedTable of the rows `layout` gives `rank`);
-    the other rows fetched compressed from their owners per batch (module docstring). `cache_bytes`: a
-    budget of hot remote rows kept compressed where the rows are decoded (RemoteCache); `hotness`: a score per node (array, or a
-    function returning one; default: set by the loader from the graph's in-degrees). `rank`: this rank in
-    the exchange's group (default: torch.distributed's rank, read at the first batch)."""
+    the other rows fetched compressed from their owners per batch (module docstring). `cache_bytes` and
+    `device_cache_bytes`: budgets of hot remote rows kept compressed in host memory and, for a loader
+    that serves a GPU, in device memory (RemoteCache); `hotness`: a score per node (array, or a function
+    returning one; default: set by the loader from the graph's in-degrees). `rank`: this rank in the
+    exchange's group (default: torch.distributed's rank, read at the first batch)."""
 
     delivers = COMPRESSED
     served = True
     collective = True  # every rank fetches once per batch (pipeline.sources.Serving.fill)
 
     def __init__(self, shard: EncodedTable, layout: ShardLayout, *, rank: Optional[int] = None,
-                 exchange: Optional[ShardExchange] = None, cache_bytes: int = 0,
+                 exchange: Optional[ShardExchange] = None, cache_bytes: int = 0, device_cache_bytes: int = 0,
                  hotness: Union[None, np.ndarray, Callable[[], np.ndarray]] = None,
                  timeout: float = DEFAULT_TIMEOUT):
         if not isinstance(shard, EncodedTable):
             raise TypeError(f"shard must be an EncodedTable (ibp_graph.data.store), got {type(shard).__name__}")
         if not isinstance(layout, ShardLayout):
             raise TypeError(f"layout must be a ShardLayout (ibp_graph.data.shards), got {type(layout).__name__}")
-        if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, (int, np.integer)) or cache_bytes < 0:
-            raise ValueError(f"cache_bytes={cache_bytes!r} is not accepted; use an int number of bytes >= 0")
+        for argname, v in (("cache_bytes", cache_bytes), ("device_cache_bytes", device_cache_bytes)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+                raise ValueError(f"{argname}={v!r} is not accepted; use an int number of bytes >= 0")
         if rank is not None:
             self._check_rank(shard, layout, rank)
         self.shard, self.layout, self.rank = shard, layout, rank
         self.exchange = exchange if exchange is not None else ShardExchange(timeout=timeout)
-        self.cache_bytes, self.hotness = int(cache_bytes), hotness
+        self.cache_bytes, self.device_cache_bytes, self.hotness = int(cache_bytes), int(device_cache_bytes), hotness
         self.cache: Optional[RemoteCache] = None
         self._device: Optional[torch.device] = None
 
@@ -295,6 +318,8 @@ class ShardedSource(FeatureSource):
     codec = property(lambda self: self.shard.codec)
     table = store = property(lambda self: self.shard)
     max_row_nbytes = property(lambda self: self.shard.compressed.row_nbytes)
+    #: both cache tiers' budgets: a source with one needs `hotness`.
+    cache_budget = property(lambda self: self.cache_bytes + self.device_cache_bytes)
 
     def __getstate__(self) -> dict:  # a worker only sends ids: no cache, no device
         return {**self.__dict__, "cache": None, "_device": None}
@@ -315,6 +340,10 @@ class ShardedSource(FeatureSource):
             self.cache.to(device)
             self._device = device
             return
+        if self.device_cache_bytes and device.type != "cuda":
+            raise ValueError(f"device_cache_bytes={self.device_cache_bytes} is not accepted for a loader that decodes "
+                             f"on {device}: the device tier lives in GPU memory; use cache_bytes (host memory) or "
+                             "device_cache_bytes=0")
         ex = self.exchange
         ex.start()
         if ex.world_size != self.layout.world_size:
@@ -336,12 +365,12 @@ class ShardedSource(FeatureSource):
         self._device = device
 
     def _fill_cache(self) -> RemoteCache:
-        """The hottest remote rows that fit `cache_bytes`, fetched once (every rank takes part)."""
+        """The hottest remote rows that fit the two budgets, fetched once (every rank takes part)."""
         layout, want = self.layout, np.zeros(0, np.int64)
-        if self.cache_bytes:
+        if self.cache_budget:
             if self.hotness is None:
-                raise ValueError("cache_bytes > 0 needs hotness (a score per node); the loaders set the "
-                                 "graph's in-degrees")
+                raise ValueError("cache_bytes or device_cache_bytes > 0 needs hotness (a score per node); the "
+                                 "loaders set the graph's in-degrees")
             hot = np.asarray(self.hotness() if callable(self.hotness) else self.hotness)
             if hot.shape != (layout.num_rows,):
                 raise ValueError(f"hotness has shape {hot.shape}; accepted: one score per row ({layout.num_rows},)")
@@ -349,37 +378,43 @@ class ShardedSource(FeatureSource):
             order = np.lexsort((np.arange(layout.num_rows), -hot.astype(np.float64)))  # hottest first, then id
             order = order[owner[order] != self.rank]
             est = max(1.0, self.shard.compressed.row_nbytes * max(self.shard.fraction, 1e-3))
-            want = np.sort(order[: int(self.cache_bytes / est * 1.25) + 1])
+            want = np.sort(order[: int(self.cache_budget / est * 1.25) + 1])
         fetched = self._rows(want, None, "the remote-row cache")
-        got, positions = fetched.rows, fetched.positions
-        if got.n_rows == 0:
-            return RemoteCache(layout.num_rows, np.zeros(0, np.int64), None)
-        ids = want[positions]  # the fetched rows' ids, in their order
-        # keep the hottest rows that fit the budget by their real sizes (hottest first, then lower id)
-        by_heat = np.lexsort((ids, -hot[ids].astype(np.float64)))
+        got, ids = fetched.rows, want[fetched.positions]  # the fetched rows and their ids, in their order
+        # the hottest rows by their real sizes (hottest first, then lower id): the device tier, then the host's
+        by_heat = np.lexsort((ids, -hot[ids].astype(np.float64))) if ids.size else np.zeros(0, np.int64)
         cost = got.row_lengths().numpy()[by_heat] + (4 if got.offsets is not None else 0)
-        keep = np.sort(by_heat[np.cumsum(cost) <= self.cache_bytes])
-        rows = got.index_select(torch.from_numpy(keep)) if keep.size else None
-        return RemoteCache(layout.num_rows, ids[keep], rows)
+        tiers = [np.sort(by_heat[t]) for t in split_tiers(cost, self.device_cache_bytes, self.cache_bytes)]
+        rows = [got.index_select(torch.from_numpy(t)) if t.size else None for t in tiers]
+        return RemoteCache(layout.num_rows, ids[tiers[0]], rows[0], ids[tiers[1]], rows[1])
 
     # ---- per batch ----------------------------------------------------------------------------------------
-    def _rows(self, ids: np.ndarray, cache: Optional[RemoteCache], name: str):
-        """Rows `ids` compressed, in the order of `positions`: (rows, positions, counts of the batch)."""
+    def _rows(self, ids: np.ndarray, cache: Optional[RemoteCache], name: str) -> "Fetched":
+        """Rows `ids`: this rank's, the host cache tier's and the other ranks' compressed (in the order of
+        `positions`), the device tier's hits by position and slot, and the counts of the batch."""
         owner, local = self.layout.locate(ids, name)
-        hit = np.zeros(ids.shape[0], bool) if cache is None or not len(cache) else cache.slots[ids] >= 0
+        slot = (np.full(ids.shape[0], -1, np.int64) if cache is None or not len(cache)
+                else cache.slots[ids].astype(np.int64))
+        n_dev = 0 if cache is None else int(cache.device_ids.shape[0])
         mine = owner == self.rank
-        remote = np.flatnonzero(~mine & ~hit)
+        remote = np.flatnonzero(~mine & (slot < 0))
         remote = remote[np.argsort(owner[remote], kind="stable")]
         counts = np.bincount(owner[remote], minlength=self.layout.world_size)
         got = self.exchange.rows(self.shard, local[remote], counts, name)
-        mine_pos, hit_pos = np.flatnonzero(mine), np.flatnonzero(hit)
-        rows = concat_rows([got.rows, self.shard.index_select(torch.from_numpy(local[mine_pos]))])
-        slots = cache.slots[ids[hit_pos]].astype(np.int64) if hit_pos.size else np.zeros(0, np.int64)
-        counts = dict(local_rows=int(mine_pos.size), remote_rows=int(remote.size), remote_hits=int(hit_pos.size),
-                      remote_hit_bytes=int(cache.lengths[slots].sum()) if hit_pos.size else 0,
+        mine_pos, dev_pos, host_pos = np.flatnonzero(mine), np.flatnonzero(slot >= 0), np.flatnonzero(slot >= n_dev)
+        dev_pos = dev_pos[slot[dev_pos] < n_dev]
+        parts = [got.rows, self.shard.index_select(torch.from_numpy(local[mine_pos]))]
+        if host_pos.size:
+            parts.append(cache.host_rows.index_select(torch.from_numpy(slot[host_pos] - n_dev)))
+        rows = concat_rows(parts)
+        hits = slot[slot >= 0]
+        counts = dict(local_rows=int(mine_pos.size), remote_rows=int(remote.size), remote_hits=int(hits.size),
+                      remote_hit_bytes=int(cache.lengths[hits].sum()) if hits.size else 0,
+                      device_hits=int(dev_pos.size),
+                      device_hit_bytes=int(cache.lengths[slot[dev_pos]].sum()) if dev_pos.size else 0,
                       wire_bytes=got.wire_bytes, request_bytes=got.request_bytes,
                       remote_raw_bytes=int(remote.size) * rows.row_nbytes)
-        return Fetched(rows, np.concatenate([remote, mine_pos]), hit_pos, slots, counts)
+        return Fetched(rows, np.concatenate([remote, mine_pos, host_pos]), dev_pos, slot[dev_pos], counts)
 
     def fetch_compressed(self, ids: torch.Tensor, name: str = "rows") -> "Fetched":
         """Rows `ids`, still compressed: this rank's, the cache's and the other ranks' (collective)."""
@@ -390,14 +425,16 @@ class ShardedSource(FeatureSource):
 
     def decode(self, fetched: "Fetched", tally: Tally, checks=None) -> torch.Tensor:
         """Fetched rows decoded on the serving device, in the ids' order, counted into `tally` (not
-        collective): the fetched ones in one call, the cache's hits from where the cache lives."""
+        collective): the fetched ones (with the host cache tier's hits) in one call, the device tier's
+        hits from device memory."""
         for k, v in fetched.counts.items():
             setattr(tally, k, getattr(tally, k) + v)
         decoded = _decode(self.codec, fetched.rows, self._device, checks)
         pos, hit_pos = torch.from_numpy(fetched.positions), torch.from_numpy(fetched.hit_positions)
         if not hit_pos.numel():
             return assemble(pos.shape[0], pos, decoded, hit_pos, decoded[:0])
-        hits = decode_rows(self.codec, self.cache.rows, torch.from_numpy(fetched.hit_slots).to(self._device), checks)
+        slots = torch.from_numpy(fetched.hit_slots).to(self._device)
+        hits = decode_rows(self.codec, self.cache.device_rows, slots, checks)
         return assemble(pos.shape[0] + hit_pos.shape[0], pos, decoded, hit_pos, hits)
 
     def fetch(self, ids: torch.Tensor, sent: Optional[torch.Tensor], tally: Tally, checks=None,
@@ -411,7 +448,7 @@ class ShardedSource(FeatureSource):
 
     def __repr__(self) -> str:
         return (f"ShardedSource(rank={self.rank}, {self.layout!r}, shard={self.shard!r}, "
-                f"cache_bytes={self.cache_bytes})")
+                f"cache_bytes={self.cache_bytes}, device_cache_bytes={self.device_cache_bytes})")
 
 
 def _decode(codec: Codec, rows: CompressedTensor, device: torch.device, checks=None) -> torch.Tensor:
@@ -423,4 +460,4 @@ def _decode(codec: Codec, rows: CompressedTensor, device: torch.device, checks=N
     return codec.decode(rows)
 
 
-__all__ = ["ShardedSource", "Fetched", "ShardExchange", "ShardExchangeError", "RemoteCache", "concat_rows", "DEFAULT_TIMEOUT"]
+__all__ = ["ShardedSource", "Fetched", "ShardExchange", "ShardExchangeError", "RemoteCache", "split_tiers", "concat_rows", "DEFAULT_TIMEOUT"]

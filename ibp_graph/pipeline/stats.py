@@ -12,8 +12,8 @@ STAGES = ("sample", "gather", "encode", "copy", "decode")
 #: where feature rows served by the main process came from (pipeline.sources): compressed bytes per tier.
 TIERS = ("device_cache", "zero_copy", "worker")
 #: what a sharded table's rows cost per batch (Tally; LoaderStats.shard).
-SHARD_COUNTS = ("local_rows", "remote_rows", "remote_hits", "remote_hit_bytes", "wire_bytes", "request_bytes",
-                "remote_raw_bytes")
+SHARD_COUNTS = ("local_rows", "remote_rows", "remote_hits", "remote_hit_bytes", "device_hits", "device_hit_bytes",
+                "wire_bytes", "request_bytes", "remote_raw_bytes")
 
 
 @dataclass
@@ -27,11 +27,14 @@ class Tally:
     zero_copy_bytes: Any = 0
     worker_bytes: int = 0
     # rows of sharded tables (pipeline.sharded): of this rank's shard, fetched from other ranks, found in
-    # the remote-row cache; bytes received (rows and their lengths), ids sent, raw bytes of the fetched rows
+    # the remote-row cache (both tiers; of them in its device tier); bytes received (rows and their
+    # lengths), ids sent, raw bytes of the fetched rows
     local_rows: int = 0
     remote_rows: int = 0
     remote_hits: int = 0
-    remote_hit_bytes: int = 0  # compressed bytes the remote-row cache served
+    remote_hit_bytes: int = 0  # compressed bytes the remote-row cache served (both tiers)
+    device_hits: int = 0
+    device_hit_bytes: int = 0  # of them, from its device tier
     wire_bytes: int = 0
     request_bytes: int = 0
     remote_raw_bytes: int = 0
@@ -92,11 +95,24 @@ class LoaderStats:
         n = self.shard["local_rows"] + self.shard["remote_rows"] + self.shard["remote_hits"]
         return self.shard["local_rows"] / n if n else 0.0
 
+    def _remote_share(self, key: str) -> float:
+        n = self.shard["remote_rows"] + self.shard["remote_hits"]
+        return self.shard[key] / n if n else 0.0
+
     @property
     def remote_hit_rate(self) -> float:
-        """Remote rows found in the remote-row cache / remote rows needed (0.0 before any)."""
-        n = self.shard["remote_rows"] + self.shard["remote_hits"]
-        return self.shard["remote_hits"] / n if n else 0.0
+        """Remote rows found in the remote-row cache (either tier) / remote rows needed (0.0 before any)."""
+        return self._remote_share("remote_hits")
+
+    @property
+    def device_hit_rate(self) -> float:
+        """Remote rows found in the cache's device tier / remote rows needed (0.0 before any)."""
+        return self._remote_share("device_hits")
+
+    @property
+    def host_hit_rate(self) -> float:
+        """Remote rows found in the cache's host tier / remote rows needed (0.0 before any)."""
+        return self.remote_hit_rate - self.device_hit_rate
 
     @property
     def serves_features(self) -> bool:
@@ -166,7 +182,8 @@ class LoaderStats:
                                "cache": dict(self.cache)}
         if self.shards_rows:
             out["shard"] = {**self.shard, "local_fraction": self.local_fraction,
-                            "remote_hit_rate": self.remote_hit_rate,
+                            "remote_hit_rate": self.remote_hit_rate, "device_hit_rate": self.device_hit_rate,
+                            "host_hit_rate": self.host_hit_rate,
                             "wire_bytes_per_batch": self.shard["wire_bytes"] / max(self.batches, 1)}
         return out
 
@@ -189,8 +206,10 @@ class LoaderStats:
                       f"{c['budget_bytes'] / 1e6:.1f} MB" for k, c in self.cache.items()]
         if self.shards_rows:
             sh = self.shard
+            host_mb = (sh["remote_hit_bytes"] - sh["device_hit_bytes"]) / 1e6
             lines.append(f"sharded rows: local fraction {self.local_fraction:.4f}, remote-row cache hit rate "
-                         f"{self.remote_hit_rate:.4f} ({sh['remote_hit_bytes'] / 1e6:.2f} MB from it); received "
+                         f"{self.remote_hit_rate:.4f} (host tier {self.host_hit_rate:.4f}, {host_mb:.2f} MB; device "
+                         f"tier {self.device_hit_rate:.4f}, {sh['device_hit_bytes'] / 1e6:.2f} MB); received "
                          f"{sh['wire_bytes'] / 1e6:.2f} MB for "
                          f"{sh['remote_raw_bytes'] / 1e6:.2f} MB of raw rows "
                          f"({sh['wire_bytes'] / max(self.batches, 1) / 1e6:.3f} MB/batch), ids sent "

@@ -119,10 +119,12 @@ class LoaderConfig:
                             "sharded: under torchrun each rank opens only its shard (data.shards, written by "
                             "`ibp-graph prepare --shards W`) and fetches other rows compressed from their owners "
                             "(the topology stays whole on every rank)")
-    shard_cache_bytes: int = _num(0, "features sharded: bytes of the hottest remote rows kept compressed where the "
-                                     "rows are decoded (host or device memory), per feature table (one cache "
-                                     "for all the run's loaders)", 0,
+    shard_cache_bytes: int = _num(0, "features sharded: bytes of the hottest remote rows kept compressed in host "
+                                     "memory, per feature table (one cache for all the run's loaders)", 0,
                                   2 ** 63 - 1)
+    shard_device_cache_bytes: int = _num(0, "features sharded, on a GPU: bytes of the hottest remote rows of all "
+                                            "kept compressed in device memory, per feature table (before the host "
+                                            "memory's shard_cache_bytes)", 0, 2 ** 63 - 1)
 
 
 @dataclass
@@ -344,9 +346,14 @@ def _check_sharded(cfg: Config) -> None:
     """`loader.features: sharded` takes the pre-encoded store, which the shards are cut from (every front-end,
     task and data set takes sharded tables: train/sharding.py); the world size is checked when the run
     starts (train.loop)."""
-    if cfg.loader.features == "sharded" and not cfg.data.store:
+    lc = cfg.loader
+    if lc.features == "sharded" and not cfg.data.store:
         raise ConfigError("loader.features='sharded' is not accepted with data.store=false: the shards are cut "
                           "from the pre-encoded feature store (and serve its encoded rows); use data.store=true")
+    if lc.shard_device_cache_bytes and (lc.features != "sharded" or lc.device == "cpu"):
+        raise ConfigError(f"loader.shard_device_cache_bytes={lc.shard_device_cache_bytes} is not accepted with "
+                          f"loader.features={lc.features!r} and loader.device={lc.device!r}: it keeps remote rows "
+                          "of sharded features in GPU memory; use loader.features=sharded on a GPU device, or 0")
 
 
 def _check_task(cfg: Config) -> None:

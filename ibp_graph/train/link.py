@@ -188,7 +188,7 @@ def run_one(cfg: Config, codec: str, ds: LinkPreparedDataset, dist, device: torc
     front.seed(cfg.train.seed)
     say = print if dist.main else (lambda *a, **k: None)
     lc, lk = cfg.loader, cfg.link
-    tables = None if shards is None else sharding.sources(shards, lc.shard_cache_bytes)  # for both loaders
+    tables = None if shards is None else sharding.sources(shards, lc)  # for both loaders
     train_loader = front.make_train_loader(ds, graph, cfg, codec, device=device, rank=dist.rank,
                                            world_size=dist.world_size, tables=tables)
     node_loader = front.make_node_loader(ds, graph, cfg, codec, device=device, tables=tables)

@@ -361,7 +361,7 @@ def run_one(cfg: Config, codec: str, ds: PreparedDataset, dist: Dist, device: to
     lc = cfg.loader
     splits = {k: ds.split[k] for k in ("train", "valid", "test")}
     loaders, labels = {}, {}
-    tables = None if shards is None else sharding.sources(shards, lc.shard_cache_bytes)  # for the three loaders
+    tables = None if shards is None else sharding.sources(shards, lc)  # for the three loaders
     for part, idx in splits.items():
         train = part == "train"
         loaders[part] = front.make_loader(ds, graph, idx, lc, codec, shuffle=train, device=device,

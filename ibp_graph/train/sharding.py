@@ -39,10 +39,13 @@ def check_codecs(codecs: Sequence[str], shards: Mapping) -> None:
                               f"shards serve their rows as encoded ({encoded}); use one of {served}")
 
 
-def sources(shards: Mapping, cache_bytes: int) -> dict[str, ShardedSource]:
-    """One ShardedSource per table of `shards`, each with a remote-row cache of `cache_bytes`, for one run's
+def sources(shards: Mapping, loader) -> dict[str, ShardedSource]:
+    """One ShardedSource per table of `shards`, each with a remote-row cache of `loader` (LoaderConfig)'s
+    budgets (``shard_cache_bytes`` in host memory, ``shard_device_cache_bytes`` on the GPU), for one run's
     loaders to share."""
-    return {t: ShardedSource(table, layout, cache_bytes=cache_bytes) for t, (table, layout) in shards.items()}
+    return {t: ShardedSource(table, layout, cache_bytes=loader.shard_cache_bytes,
+                             device_cache_bytes=loader.shard_device_cache_bytes)
+            for t, (table, layout) in shards.items()}
 
 
 def epoch_counts(dist, stats) -> dict:
@@ -56,4 +59,4 @@ def describe_counts(sh: dict) -> str:
     rows = sh["local_rows"] + sh["remote_rows"] + sh["remote_hits"]
     remote = sh["remote_rows"] + sh["remote_hits"]
     return (f"; shards: {remote / max(rows, 1):.3f} of rows remote ({sh['remote_hits'] / max(remote, 1):.3f} from "
-            f"the cache), received {sh['wire_bytes'] / 1e6:,.1f} MB for {sh['remote_raw_bytes'] / 1e6:,.1f} MB raw")
+            f"the cache, {sh['device_hits'] / max(remote, 1):.3f} from its device tier), received {sh['wire_bytes'] / 1e6:,.1f} MB for {sh['remote_raw_bytes'] / 1e6:,.1f} MB raw")

@@ -39,7 +39,7 @@ def graph(seed: int = 0, n: int = 600, e: int = 4000, dim: int = 12):
     return Data(x=x, edge_index=edge_index, y=torch.randint(0, 5, (n,), generator=g), num_nodes=n)
 
 
-def pyg_homo(rank, world, cache_bytes=0, codec="ibp", num_workers=0, device="cpu"):
+def pyg_homo(rank, world, cache_bytes=0, codec="ibp", num_workers=0, device="cpu", device_cache_bytes=0):
     from ibp_graph.data.shards import ShardLayout, shard_of
     from ibp_graph.data.store import EncodedTable
     from ibp_graph.loaders.pyg import CompressedNeighborLoader
@@ -49,7 +49,8 @@ def pyg_homo(rank, world, cache_bytes=0, codec="ibp", num_workers=0, device="cpu
     store = EncodedTable.encode(data.x, codec, progress=False)
     layout = ShardLayout.contiguous(data.num_nodes, world)
     sharded = data.clone()
-    sharded.x = ShardedSource(shard_of(store, layout, rank), layout, cache_bytes=cache_bytes, timeout=60)
+    sharded.x = ShardedSource(shard_of(store, layout, rank), layout, cache_bytes=cache_bytes,
+                              device_cache_bytes=device_cache_bytes, timeout=60)
     kw = dict(num_neighbors=[4, 3], batch_size=64, shuffle=True, generator=torch.Generator().manual_seed(1),
               rank=rank, world_size=world, codec=codec, num_workers=num_workers, device=device)
     ours = CompressedNeighborLoader(sharded, **kw)
@@ -74,7 +75,7 @@ def hetero_graph(seed: int = 0):
     return data
 
 
-def pyg_hetero(rank, world, cache_bytes=0, codec="ibp", num_workers=0, device="cpu"):
+def pyg_hetero(rank, world, cache_bytes=0, codec="ibp", num_workers=0, device="cpu", device_cache_bytes=0):
     from ibp_graph.data.shards import ShardLayout, shard_of
     from ibp_graph.data.store import EncodedTable
     from ibp_graph.loaders.pyg import CompressedNeighborLoader
@@ -85,7 +86,8 @@ def pyg_hetero(rank, world, cache_bytes=0, codec="ibp", num_workers=0, device="c
     for t in ("paper", "author"):
         store = EncodedTable.encode(data[t].x, codec, progress=False)
         layout = ShardLayout.contiguous(data[t].num_nodes, world)
-        sharded[t].x = ShardedSource(shard_of(store, layout, rank), layout, cache_bytes=cache_bytes, timeout=60)
+        sharded[t].x = ShardedSource(shard_of(store, layout, rank), layout, cache_bytes=cache_bytes,
+                                     device_cache_bytes=device_cache_bytes, timeout=60)
     kw = dict(num_neighbors=[4, 3], batch_size=48, shuffle=True, generator=torch.Generator().manual_seed(1),
               rank=rank, world_size=world, codec=codec, input_nodes="paper", num_workers=num_workers,
               device=device)
@@ -180,10 +182,11 @@ CASES = {"pyg_homo": pyg_homo, "pyg_homo_cache": lambda r, w: pyg_homo(r, w, cac
          "pyg_homo_workers": lambda r, w: pyg_homo(r, w, num_workers=2),
          "pyg_homo_abandon": lambda r, w: pyg_homo(r, w, num_workers=2),
          "pyg_hetero": pyg_hetero, "pyg_hetero_cache": lambda r, w: pyg_hetero(r, w, cache_bytes=3000, num_workers=2),
-         # on the GPU (tests/distributed/test_sharded_gpu.py): decode on the device, the cache in device memory
-         "pyg_homo_cuda": lambda r, w: pyg_homo(r, w, cache_bytes=4000, num_workers=2, device="cuda"),
+         # on the GPU (tests/distributed/test_sharded_gpu.py): decode on the device, the cache's two tiers
+         "pyg_homo_cuda": lambda r, w: pyg_homo(r, w, cache_bytes=2000, device_cache_bytes=2000, num_workers=2,
+                                                device="cuda"),
          "pyg_homo_ebp_cuda": lambda r, w: pyg_homo(r, w, codec="ebp", device="cuda"),
-         "pyg_hetero_cache_cuda": lambda r, w: pyg_hetero(r, w, cache_bytes=3000, device="cuda"),
+         "pyg_hetero_cache_cuda": lambda r, w: pyg_hetero(r, w, device_cache_bytes=3000, device="cuda"),
          "pyg_link": pyg_link, "uneven": uneven, "dies": dies, "mismatch": mismatch, "bad_ids": bad_ids, "corrupt": corrupt}
 
 

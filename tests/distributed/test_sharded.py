@@ -13,7 +13,7 @@ import torch
 from ibp_graph.benchmarks.ranks import free_port
 from ibp_graph.data.shards import ShardLayout, shard_of
 from ibp_graph.data.store import EncodedTable
-from ibp_graph.pipeline.sharded import ShardedSource, ShardExchange, concat_rows
+from ibp_graph.pipeline.sharded import Received, ShardedSource, ShardExchange, concat_rows, split_tiers
 from ibp_graph.pipeline.stats import LoaderStats, Tally
 
 RANKS = Path(__file__).with_name("ranks.py")
@@ -135,6 +135,10 @@ def test_sharded_source_arguments_are_checked():
         ShardedSource(shard, 2)
     with pytest.raises(ValueError, match="cache_bytes=-1 is not accepted"):
         ShardedSource(shard, layout, cache_bytes=-1)
+    with pytest.raises(ValueError, match="device_cache_bytes=1.5 is not accepted"):
+        ShardedSource(shard, layout, device_cache_bytes=1.5)
+    with pytest.raises(ValueError, match="device_cache_bytes=100 is not accepted for a loader that decodes on cpu"):
+        ShardedSource(shard, layout, device_cache_bytes=100).prepare("cpu")  # before any collective
     with pytest.raises(ValueError, match="the layout gives rank 1 5 of 10: a shard of another rank"):
         ShardedSource(shard_of(store, ShardLayout.contiguous(10, 3), 0), layout, rank=1)
     with pytest.raises(ValueError, match="timeout=0 is not accepted"):
@@ -152,11 +156,15 @@ def test_sharded_source_arguments_are_checked():
 
 def test_shard_counts_reach_the_stats():
     stats = LoaderStats()
-    tally = Tally(local_rows=3, remote_rows=5, remote_hits=2, wire_bytes=100, request_bytes=40, remote_raw_bytes=160)
+    tally = Tally(local_rows=3, remote_rows=5, remote_hits=2, remote_hit_bytes=30, device_hits=1, device_hit_bytes=10,
+                  wire_bytes=100, request_bytes=40, remote_raw_bytes=160)
     stats.add_tiers(**tally.counts())
     assert stats.local_fraction == 0.3 and stats.remote_hit_rate == 2 / 7
-    assert stats.as_dict()["shard"]["wire_bytes"] == 100
+    assert stats.device_hit_rate == 1 / 7 and stats.host_hit_rate == 1 / 7
+    shard = stats.as_dict()["shard"]
+    assert shard["wire_bytes"] == 100 and shard["device_hit_bytes"] == 10 and shard["host_hit_rate"] == 1 / 7
     assert "sharded rows: local fraction 0.3000" in stats.table()
+    assert "host tier 0.1429, 0.00 MB; device tier 0.1429" in stats.table()
     with pytest.raises(ValueError, match="add_tiers got remote=1"):
         stats.add_tiers(0, 0, 0, 0, remote=1)
 
@@ -172,3 +180,75 @@ def test_layout_locate_round_trips_for_ranges_and_assignments():
             assert np.array_equal(rows[local[owner == r]], ids[owner == r])
     with pytest.raises(IndexError, match="ids contains 103"):
         ShardLayout.contiguous(103, 2).locate(np.array([103]))
+
+
+def test_cache_tiers_take_the_hottest_prefixes_that_fit():
+    cost = np.array([5, 5, 3, 7, 1, 1])
+    dev, host = split_tiers(cost, 10, 11)
+    assert dev.tolist() == [0, 1] and host.tolist() == [2, 3, 4]  # 5+5 <= 10; 3+7+1 <= 11 < 3+7+1+1
+    dev, host = split_tiers(cost, 0, 4)
+    assert dev.tolist() == [] and host.tolist() == []  # the hottest row (5 bytes) does not fit: nothing after it
+    dev, host = split_tiers(cost, 100, 100)
+    assert dev.tolist() == list(range(6)) and host.tolist() == []
+
+
+class InProcessExchange:
+    """The other ranks of ShardExchange served in this process from their shards (a unit test's world)."""
+
+    def __init__(self, shards, rank):
+        self.shards, self.rank, self.world_size = shards, rank, len(shards)
+        self.asked = 0
+
+    def start(self):
+        pass
+
+    def all_gather(self, obj, what):
+        return [obj] * self.world_size
+
+    def rows(self, shard, asked, counts, name):
+        ends = np.cumsum(counts)
+        parts = [self.shards[r].index_select(torch.from_numpy(asked[e - c:e])) for r, (c, e) in enumerate(zip(counts, ends))]
+        self.asked += int(asked.size)
+        rows = concat_rows(parts)
+        return Received(rows, wire_bytes=int(rows.row_lengths().sum()), request_bytes=8 * int(asked.size))
+
+
+@pytest.mark.parametrize("codec", ["ibp", "identity"])
+def test_two_cache_tiers_serve_the_hottest_rows_bit_exactly(codec):
+    """Both tiers filled from the other ranks' rows (the device tier the hottest), and a batch of rows from
+    this shard, both tiers and the other ranks decodes to the table's bits in the ids' order (the device
+    tier decoded where it lives: on the CPU here, as the GPU test does on a GPU)."""
+    x = torch.randn(900, 12, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16).float()
+    x[::7, 3], x[1::5, 0], x[2::9, 5] = float("nan"), -0.0, float("-inf")
+    x.view(torch.int32)[2::11, 1] = 0x7fc00123  # a NaN with a payload
+    x.view(torch.int32)[3::13, 2] = 1  # a subnormal
+    store = EncodedTable.encode(x, codec, progress=False)
+    layout = ShardLayout.from_assignment(np.random.default_rng(1).integers(0, 3, 900), 3)
+    shards = [shard_of(store, layout, r) for r in range(3)]
+    hot = np.random.default_rng(2).permutation(900).astype(np.float64)
+    row = store.compressed.row_nbytes
+    source = ShardedSource(shards[0], layout, rank=0, exchange=InProcessExchange(shards, 0), cache_bytes=60 * row,
+                           device_cache_bytes=30 * row, hotness=hot)
+    source._device, source.rank = torch.device("cpu"), 0  # prepare() refuses a device tier off a GPU
+    cache = source.cache = source._fill_cache()
+    for ids, budget in ((cache.device_ids, 30 * row), (cache.host_ids, 60 * row)):
+        assert ids.size and (layout.locate(ids)[0] != 0).all()
+        assert int(cache.lengths[cache.slots[ids]].sum()) <= budget
+    assert hot[cache.device_ids].min() > hot[cache.host_ids].max()  # the device tier holds the hottest
+    remote = np.flatnonzero(layout.owner_array() != 0)
+    assert hot[cache.host_ids].min() >= np.sort(hot[remote])[::-1][len(cache) - 1]  # and then the next hottest
+
+    ids = torch.from_numpy(np.random.default_rng(3).integers(0, 900, 700))
+    before = source.exchange.asked
+    tally = Tally()
+    rows = source.decode(source.fetch_compressed(ids), tally)
+    assert torch.equal(rows.view(torch.int32), x[ids].view(torch.int32))  # NaN payloads, -0.0 kept
+    slot = cache.slots[ids.numpy()]
+    owner = layout.locate(ids.numpy())[0]
+    assert tally.local_rows == int((owner == 0).sum()) and tally.remote_hits == int((slot >= 0).sum())
+    assert tally.device_hits == int(((slot >= 0) & (slot < cache.device_ids.size)).sum()) > 0
+    assert tally.remote_hits > tally.device_hits and tally.remote_rows == source.exchange.asked - before > 0
+    assert tally.device_hit_bytes == int(cache.lengths[slot[(slot >= 0) & (slot < cache.device_ids.size)]].sum())
+    assert tally.remote_hit_bytes == int(cache.lengths[slot[slot >= 0]].sum())
+    tiers = cache.tier_nbytes
+    assert 0 < tiers["device"] < tiers["host"] and cache.nbytes == tiers["device"] + tiers["host"]

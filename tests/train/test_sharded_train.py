@@ -153,6 +153,31 @@ def test_sharded_features_are_refused_only_without_the_store(extra):
         load_config(None, ["loader.features=remote"])
 
 
+def test_the_device_cache_tier_is_refused_off_a_gpu_or_without_shards():
+    cfg = load_config(None, ["loader.features=sharded", "loader.device=cuda", "loader.shard_device_cache_bytes=1000"])
+    assert cfg.loader.shard_device_cache_bytes == 1000
+    for extra in (["loader.features=sharded", "loader.device=cpu"], ["loader.device=cuda"]):
+        with pytest.raises(ConfigError, match=r"loader.shard_device_cache_bytes=1000 is not accepted with "
+                                              r"loader.features='(sharded|local)' and loader.device='(cpu|cuda)': it "
+                                              r"keeps remote rows of sharded features in GPU memory"):
+            load_config(None, extra + ["loader.shard_device_cache_bytes=1000"])
+
+
+def test_sharded_sources_take_both_cache_budgets():
+    from ibp_graph.data.shards import ShardLayout, shard_of
+    from ibp_graph.data.store import EncodedTable
+    from ibp_graph.train.sharding import sources
+
+    import torch
+
+    store = EncodedTable.encode(torch.randn(16, 4), "ibp", progress=False)
+    layout = ShardLayout.contiguous(16, 2)
+    lc = load_config(None, ["loader.features=sharded", "loader.device=cuda", "loader.shard_cache_bytes=70",
+                            "loader.shard_device_cache_bytes=30"]).loader
+    (src,) = sources({"x": (shard_of(store, layout, 0), layout)}, lc).values()
+    assert (src.cache_bytes, src.device_cache_bytes, src.cache_budget) == (70, 30, 100)
+
+
 def test_a_sharded_run_takes_auto_or_the_codec_every_shard_has():
     import torch
 
