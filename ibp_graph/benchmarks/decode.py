@@ -5,7 +5,10 @@ For IBP and EBP, one EncodedTable of ``rows`` x 128 float32 rows (the synthetic
 count, ``batch`` random rows are gathered compressed (``EncodedTable.index_select``, new
 memory each call, as a server answering a request does) and decoded (``codec.decode``, new
 memory each call, and into a reused ``out=``), and the whole table is decoded contiguously
-into a reused buffer as the reference. Every speed is GB/s of *decoded* bytes, best of
+into a reused buffer as the reference. Rows received from other ranks go to scattered batch
+positions: ``placed`` decodes them into new memory and then copies each to its position
+(``pipeline.sources.assemble``, as a GPU does), ``out_rows`` decodes each straight into its
+position of a new batch tensor (``codec.decode(out=, out_rows=)``, what the CPU does). Every speed is GB/s of *decoded* bytes, best of
 ``repeat``; ``per core`` divides by the thread count. Prints one table, writes JSON.
 
     python scripts/bench_decode.py --rows 2000000 --batch 434000 --threads 1 2
@@ -22,6 +25,8 @@ import torch
 from ..codec import EBPCodec, IBPCodec
 from ..data.store import EncodedTable
 from ..data.synthetic import make_family
+from ..layout.buffers import empty_host
+from ..pipeline.sources import assemble
 from ..tables import report_results
 from .codec import best_time
 
@@ -30,7 +35,9 @@ COLUMNS = [
     ("codec", "codec", "s"), ("threads", "threads", "d"), ("fraction", "fraction", ".4f"),
     ("gather_gbps", "gather GB/s", ".2f"), ("decode_gbps", "decode GB/s", ".2f"),
     ("decode_out_gbps", "decode out= GB/s", ".2f"), ("gather_decode_gbps", "gather+decode GB/s", ".2f"),
-    ("decode_per_core_gbps", "decode/core", ".2f"), ("contiguous_gbps", "contiguous GB/s", ".2f"),
+    ("decode_per_core_gbps", "decode/core", ".2f"), ("placed_gbps", "placed GB/s", ".2f"),
+    ("out_rows_gbps", "out_rows GB/s", ".2f"), ("out_rows_per_core_gbps", "out_rows/core", ".2f"),
+    ("contiguous_gbps", "contiguous GB/s", ".2f"),
     ("contiguous_per_core_gbps", "contiguous/core", ".2f"),
 ]
 #: rows generated once and repeated to fill a larger table (generation costs ~7 s per million rows).
@@ -55,6 +62,10 @@ def bench_codec(name: str, x: torch.Tensor, batch: int, threads: Sequence[int], 
     if not torch.equal(codec.decode(gathered), x[idx]):
         raise RuntimeError(f"{name}: decode(index_select(rows)) differs from x[rows]")
     out = torch.empty(batch, *x.shape[1:], dtype=x.dtype)
+    pos = torch.from_numpy(np.random.default_rng(seed + 1).permutation(batch))  # batch positions of the rows
+    scattered = lambda: codec.decode(gathered, out=empty_host(tuple(out.shape), x.dtype), out_rows=pos)  # noqa: E731
+    if not torch.equal(scattered()[pos], x[idx]):
+        raise RuntimeError(f"{name}: decode(out_rows=) differs from the rows in their positions")
     whole = torch.empty_like(x)
     row_nbytes = x[0].numel() * x.element_size()
     gb = batch * row_nbytes / 1e9
@@ -65,13 +76,17 @@ def bench_codec(name: str, x: torch.Tensor, batch: int, threads: Sequence[int], 
         t_decode = best_time(lambda: codec.decode(gathered), repeat)
         t_out = best_time(lambda: codec.decode(gathered, out=out), repeat)
         t_both = best_time(lambda: codec.decode(table.index_select(idx)), repeat)
+        t_placed = best_time(lambda: assemble(batch, pos, codec.decode(gathered), pos[:0], out[:0]), repeat)
+        t_scattered = best_time(scattered, repeat)
         t_whole = best_time(lambda: codec.decode(table.compressed, out=whole), repeat)
         whole_gb = x.shape[0] * row_nbytes / 1e9
         results.append({
             "codec": name, "threads": n, "rows": x.shape[0], "batch": batch,
             "fraction": table.fraction, "gather_gbps": gb / t_gather, "decode_gbps": gb / t_decode,
             "decode_out_gbps": gb / t_out, "gather_decode_gbps": gb / t_both,
-            "decode_per_core_gbps": gb / t_decode / n, "contiguous_gbps": whole_gb / t_whole,
+            "decode_per_core_gbps": gb / t_decode / n, "placed_gbps": gb / t_placed,
+            "out_rows_gbps": gb / t_scattered, "out_rows_per_core_gbps": gb / t_scattered / n,
+            "contiguous_gbps": whole_gb / t_whole,
             "contiguous_per_core_gbps": whole_gb / t_whole / n,
         })
     return results

@@ -80,9 +80,10 @@ class Codec(Protocol):
         """Compress a tensor whose first dimension indexes rows."""
         ...
 
-    def decode(self, ct: CompressedTensor, *, device: Device = None,
-               out: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """Rebuild the exact tensor (same bits) on the CPU (device None or "cpu")."""
+    def decode(self, ct: CompressedTensor, *, device: Device = None, out: Optional[torch.Tensor] = None,
+               out_rows: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Rebuild the exact tensor (same bits) on the CPU (device None or "cpu"), into `out` if given;
+        with `out_rows`, row i into row out_rows[i] of `out` (distinct rows)."""
         ...
 
     def state_dict(self) -> dict:

@@ -7,10 +7,10 @@ from typing import Optional, Sequence
 
 import torch
 
-from ..layout.dtypes import check_rows_tensor, dtype_from_name, dtype_name, from_row_bytes, itemsize
+from ..layout.dtypes import as_row_bytes, check_rows_tensor, dtype_from_name, dtype_name, from_row_bytes, itemsize
 from ..layout.errors import CodecMismatchError, CorruptPayloadError
 from ..layout.format import FORMAT_VERSION, check_state_header
-from ..layout.tensor import CompressedTensor, Device, check_out
+from ..layout.tensor import CompressedTensor, Device, check_decode_out
 from .base import check_compressed, check_cpu_device
 
 
@@ -74,10 +74,11 @@ class IdentityCodec:
             raise CorruptPayloadError(f"{argname}.payload has {ct.payload.numel()} bytes, "
                                       f"needs {ct.raw_nbytes}")
 
-    def decode(self, ct: CompressedTensor, *, device: Device = None,
-               out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def decode(self, ct: CompressedTensor, *, device: Device = None, out: Optional[torch.Tensor] = None,
+               out_rows: Optional[torch.Tensor] = None) -> torch.Tensor:
         """The rows as a CPU tensor (`device`: None or "cpu"; a view of the payload when no
-        copy is needed). On a GPU: ibp_graph.gpu.decode(codec, ct)."""
+        copy is needed), copied into `out` if given (row i to row out_rows[i] with `out_rows`, as the
+        row codecs do). On a GPU: ibp_graph.gpu.decode(codec, ct)."""
         check_cpu_device(device)
         self.check(ct)
         if ct.device.type != "cpu" and device is None:
@@ -85,9 +86,12 @@ class IdentityCodec:
                              "ibp_graph.gpu.decode(codec, ct), or pass device='cpu' to copy it back")
         payload = ct.payload[: ct.raw_nbytes].to("cpu")
         result = from_row_bytes(payload, ct.shape, self.dtype)
-        if out is None:
+        if out is None and out_rows is None:
             return result
-        check_out(out, ct.shape, self.dtype, torch.device("cpu")).copy_(result)
+        out, dest = check_decode_out(out, out_rows, ct.shape, self.dtype, torch.device("cpu"))
+        if out_rows is None:
+            return out.copy_(result)
+        as_row_bytes(out)[dest] = as_row_bytes(result)  # bytes: NaN payloads, -0.0 kept
         return out
 
     def state_dict(self) -> dict:

@@ -16,7 +16,7 @@ from ..layout.dtypes import as_row_bytes, check_rows_tensor
 from ..layout.errors import CorruptPayloadError
 from ..layout.format import state_from_bytes, state_to_bytes
 from ..layout.rows import empty_rows
-from ..layout.tensor import CompressedTensor, Device, check_offsets, check_out
+from ..layout.tensor import CompressedTensor, Device, check_decode_out, check_offsets
 from .base import check_cpu_device, check_row_compressed
 
 
@@ -34,8 +34,10 @@ class RowCodec:
         """(payload, offsets) of a (n, row_nbytes) uint8 array, n >= 1."""
         raise NotImplementedError
 
-    def _decode_rows(self, payload: np.ndarray, offsets: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """Decode into rows (n, row_nbytes) uint8; the indices of corrupt rows (empty if none)."""
+    def _decode_rows(self, payload: np.ndarray, offsets: np.ndarray, rows: np.ndarray,
+                     dest: np.ndarray) -> np.ndarray:
+        """Decode into rows (an (N, row_nbytes) uint8 array), row i into rows[dest[i]] (rows[i] when `dest`
+        is empty); the indices of corrupt rows (empty if none)."""
         raise NotImplementedError
 
     # ---- API ----------------------------------------------------------------------
@@ -67,10 +69,12 @@ class RowCodec:
         """Raise unless `ct` was encoded by this codec and its offsets are consistent."""
         check_row_compressed(self, ct, argname)
 
-    def decode(self, ct: CompressedTensor, *, device: Device = None,
-               out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def decode(self, ct: CompressedTensor, *, device: Device = None, out: Optional[torch.Tensor] = None,
+               out_rows: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Rebuild the exact tensor from `ct` on the CPU (`device`: None or "cpu"; a `ct` in GPU
-        memory is copied back only when device="cpu" is given). On a GPU: ibp_graph.gpu.decode."""
+        memory is copied back only when device="cpu" is given), into `out` if given; with `out_rows`, row
+        i of `ct` goes to row out_rows[i] of `out` (distinct rows; the others are left as they are: a
+        scatter without a second pass). On a GPU: ibp_graph.gpu.decode."""
         check_cpu_device(device)
         self.check(ct)
         if ct.device.type != "cpu":
@@ -79,10 +83,10 @@ class RowCodec:
                                  "there with ibp_graph.gpu.decode(codec, ct), or pass "
                                  "device='cpu' to copy it back first")
             ct = ct.to("cpu")
-        out = check_out(out, ct.shape, self.dtype, torch.device("cpu"))
+        out, dest = check_decode_out(out, out_rows, ct.shape, self.dtype, torch.device("cpu"))
         if ct.n_rows and self.row_nbytes:
             check_offsets(ct)
-            bad = self._decode_rows(ct.payload.numpy(), ct.offsets.numpy(), as_row_bytes(out))
+            bad = self._decode_rows(ct.payload.numpy(), ct.offsets.numpy(), as_row_bytes(out), dest)
             if bad.size:
                 r = int(bad[0])
                 o = ct.offsets[r:r + 2].tolist()

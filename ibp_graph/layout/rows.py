@@ -23,6 +23,8 @@ _install_kernel_cache()  # numba caches this module's kernels per environment (i
 
 #: payload bytes past the last row (at least), so decoders may read two whole 64-bit words past any bit.
 PAYLOAD_TAIL = 16
+#: a decoder's `dest` for rows decoded in order (row i into out[i]); a non-empty dest puts row i at out[dest[i]].
+NO_DEST = np.zeros(0, np.int64)
 #: integer dtypes an offsets array may have (int32 below 2 GiB of rows, else int64).
 OFFSET_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 
@@ -86,6 +88,20 @@ def check_row_index(rows, n_rows: int, argname: str = "rows") -> np.ndarray:
             bad = lo if lo < 0 else hi
             raise IndexError(f"{argname} contains {bad}, outside the valid range [0, {n_rows})")
     return np.ascontiguousarray(idx)
+
+
+def check_out_rows(out_rows, n_rows: int, out_n_rows: int) -> np.ndarray:
+    """Validate `out_rows`, the rows of an output buffer of `out_n_rows` rows that `n_rows` decoded rows go to
+    (one distinct row each); return it as contiguous int64 numpy."""
+    dest = check_row_index(out_rows, out_n_rows, "out_rows")
+    if dest.shape[0] != n_rows:
+        raise ValueError(f"out_rows has {dest.shape[0]} entries; accepted: one per decoded row ({n_rows})")
+    seen = np.zeros(out_n_rows, bool)
+    seen[dest] = True
+    if int(np.count_nonzero(seen)) != n_rows:
+        raise ValueError("out_rows names a row of out more than once; accepted: distinct rows (two decoded rows "
+                         "cannot go to one place)")
+    return dest
 
 
 #: rows prefetched ahead of the one being copied: a random row gather is bound by memory

@@ -12,7 +12,7 @@ from .buffers import empty_host
 from .dtypes import dtype_from_name, dtype_name, itemsize
 from .errors import CorruptPayloadError
 from .format import KIND_TENSOR, pack_blob, unpack_blob
-from .rows import OFFSET_DTYPES, check_offsets_array, check_row_index, gather_condensed_rows, gather_fixed_rows
+from .rows import NO_DEST, OFFSET_DTYPES, check_offsets_array, check_out_rows, check_row_index, gather_condensed_rows, gather_fixed_rows
 
 Device = Union[str, torch.device, None]
 
@@ -218,6 +218,20 @@ def device_with_index(device: Device) -> torch.device:
     if d.type == "cuda" and d.index is None:
         d = torch.device("cuda", torch.cuda.current_device())
     return d
+
+
+def check_decode_out(out: Optional[torch.Tensor], out_rows, shape: Sequence[int], dtype: torch.dtype,
+                     device: Device) -> tuple[torch.Tensor, np.ndarray]:
+    """A decode's output buffer (check_out) and where its rows go: without `out_rows`, `out` of `shape` (or
+    a new one) and NO_DEST; with it, the caller's `out` of any number of rows of shape[1:] and out_rows
+    checked (check_out_rows) as the row of `out` each decoded row goes to (the others are left as they are)."""
+    if out_rows is None:
+        return check_out(out, shape, dtype, device), NO_DEST
+    if not isinstance(out, torch.Tensor) or out.dim() != len(shape):
+        raise ValueError(f"out_rows needs out=, a tensor of rows of shape {tuple(shape[1:])} for them to go into; "
+                         f"got {type(out).__name__}" + (f" of shape {tuple(out.shape)}" if out is not None else ""))
+    out = check_out(out, (out.shape[0],) + tuple(shape[1:]), dtype, device)
+    return out, check_out_rows(out_rows, shape[0], out.shape[0])
 
 
 def check_out(out: Optional[torch.Tensor], shape: Sequence[int], dtype: torch.dtype,

@@ -35,11 +35,11 @@ from typing import Any, Callable, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from ..codec.base import Codec
 from ..data.shards import ShardLayout
 from ..data.store import EncodedTable
 from ..layout.errors import CorruptPayloadError
 from ..layout.rows import PAYLOAD_TAIL, check_offsets_array, check_row_index, offsets_from_lengths
+from ..layout.buffers import empty_host
 from ..layout.tensor import CompressedTensor
 from .cache import decode_rows
 from .sources import COMPRESSED, FeatureSource, assemble
@@ -426,16 +426,24 @@ class ShardedSource(FeatureSource):
     def decode(self, fetched: "Fetched", tally: Tally, checks=None) -> torch.Tensor:
         """Fetched rows decoded on the serving device, in the ids' order, counted into `tally` (not
         collective): the fetched ones (with the host cache tier's hits) in one call, the device tier's
-        hits from device memory."""
+        hits from device memory. On the CPU every row is decoded straight into its batch position
+        (``out_rows``: no second pass over the rows); on a GPU, decoded then placed (``assemble``)."""
         for k, v in fetched.counts.items():
             setattr(tally, k, getattr(tally, k) + v)
-        decoded = _decode(self.codec, fetched.rows, self._device, checks)
         pos, hit_pos = torch.from_numpy(fetched.positions), torch.from_numpy(fetched.hit_positions)
-        if not hit_pos.numel():
-            return assemble(pos.shape[0], pos, decoded, hit_pos, decoded[:0])
         slots = torch.from_numpy(fetched.hit_slots).to(self._device)
-        hits = decode_rows(self.codec, self.cache.device_rows, slots, checks)
-        return assemble(pos.shape[0] + hit_pos.shape[0], pos, decoded, hit_pos, hits)
+        n = pos.shape[0] + hit_pos.shape[0]
+        if self._device.type == "cuda":
+            from .. import gpu
+
+            decoded = gpu.decode(self.codec, fetched.rows.to(self._device), checks=checks)
+            hits = decode_rows(self.codec, self.cache.device_rows, slots, checks) if n > pos.shape[0] else decoded[:0]
+            return assemble(n, pos, decoded, hit_pos, hits)
+        out = empty_host((n,) + tuple(self.shard.shape[1:]), self.dtype)
+        self.codec.decode(fetched.rows, out=out, out_rows=pos)
+        if hit_pos.numel():  # a device tier that a later prepare moved to the CPU
+            self.codec.decode(self.cache.device_rows.index_select(slots), out=out, out_rows=hit_pos)
+        return out
 
     def fetch(self, ids: torch.Tensor, sent: Optional[torch.Tensor], tally: Tally, checks=None,
               name: str = "rows") -> torch.Tensor:
@@ -449,15 +457,6 @@ class ShardedSource(FeatureSource):
     def __repr__(self) -> str:
         return (f"ShardedSource(rank={self.rank}, {self.layout!r}, shard={self.shard!r}, "
                 f"cache_bytes={self.cache_bytes}, device_cache_bytes={self.device_cache_bytes})")
-
-
-def _decode(codec: Codec, rows: CompressedTensor, device: torch.device, checks=None) -> torch.Tensor:
-    """`rows` decoded on `device`: the GPU decoder after one copy, or the codec's CPU decoder."""
-    if device.type == "cuda":
-        from .. import gpu
-
-        return gpu.decode(codec, rows.to(device), checks=checks)
-    return codec.decode(rows)
 
 
 __all__ = ["ShardedSource", "Fetched", "ShardExchange", "ShardExchangeError", "RemoteCache", "split_tiers", "concat_rows", "DEFAULT_TIMEOUT"]

@@ -92,7 +92,7 @@ def test_kernel_entry_points_take_the_tables_fields_in_order():
     fields = {f.name for f in dataclasses.fields(ebp_tables.EBPTables)}
     dec = ebp_decode.DECODE_TABLE_ARGS
     assert set(dec) <= fields
-    assert _params(ebp_decode._decode_impl) == ["payload", "offsets", "words", "rows", *dec, "bad"]
+    assert _params(ebp_decode._decode_impl) == ["payload", "offsets", "dest", "words", "rows", *dec, "bad"]
     enc = ebp_encode.ENCODE_TABLE_ARGS
     assert set(enc) <= fields
     assert _params(ebp_encode._encode_impl) == ["words", "rows", "n_chunks", *enc, "tmp", "lengths",

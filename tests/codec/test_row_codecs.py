@@ -183,3 +183,69 @@ def test_bad_input_names_argument_value_and_accepted(codec_cls):
         codec.decode(ct, out=torch.empty(10, 5))
     out = torch.empty(10, 4)
     assert codec.decode(ct, out=out) is out and torch.equal(out, x)
+
+
+@pytest.mark.parametrize("codec_cls", by_codec(*CODECS, IdentityCodec))
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), dtype=st.sampled_from(DTYPES))
+def test_decode_into_out_rows_scatters_the_rows_bit_exactly(codec_cls, data, dtype):
+    """decode(ct, out=buf, out_rows=r) puts row i at buf[r[i]] (the rows decode() gives, bit for bit) and
+    leaves every other row of buf as it was: serial and parallel kernels, raw, dense and sparse rows."""
+    x = data.draw(row_tensors(dtype=dtype)).contiguous()
+    options = {} if codec_cls is IdentityCodec else data.draw(FIT_OPTIONS[codec_cls.name], label="fit options")
+    codec = codec_cls.fit(x, **options)
+    ct = codec.encode(x)
+    extra = data.draw(st.integers(0, 5), label="rows of out beyond x's")
+    seed = data.draw(st.integers(0, 2**32 - 1), label="seed")
+    rng = np.random.default_rng(seed)
+    n_out = x.shape[0] + extra
+    out_rows = torch.from_numpy(rng.permutation(n_out)[: x.shape[0]])
+    shape = (n_out,) + tuple(x.shape[1:])
+    before = torch.empty(shape, dtype=dtype)  # random bits: NaNs, subnormals, -0.0 among them
+    before.view(-1).view(torch.uint8)[:] = torch.from_numpy(rng.integers(0, 256, before.numel() * x.element_size(),
+                                                                         dtype=np.uint8))
+    out = before.clone()
+    got = codec.decode(ct, out=out, out_rows=out_rows)
+    assert got is out
+    want = before.clone()
+    want[out_rows] = x
+    assert as_bytes(out) == as_bytes(want)
+
+
+@pytest.mark.parametrize("codec_cls", by_codec(*CODECS, IdentityCodec))
+def test_decode_into_out_rows_of_many_rows_takes_the_parallel_kernels(monkeypatch, codec_cls):
+    rng = np.random.default_rng(3)
+    x = torch.from_numpy(rng.normal(0, 0.1, (9000, 37)).astype(np.float32))
+    x[::3, 5:] = 0  # sparse rows for EBP
+    x.view(torch.int32)[::7, 2] = 0x7fc00123  # NaN payloads
+    codec = codec_cls.fit(x)
+    ct = codec.encode(x)
+    out_rows = torch.from_numpy(rng.permutation(12000)[:9000])
+    for min_rows in (1, 10**9):
+        monkeypatch.setattr(bitstream, "PARALLEL_MIN_ROWS", min_rows)
+        out = torch.full((12000, 37), -0.0)
+        codec.decode(ct, out=out, out_rows=out_rows)
+        assert as_bytes(out[out_rows]) == as_bytes(x)
+        rest = np.setdiff1d(np.arange(12000), out_rows.numpy())
+        assert as_bytes(out[torch.from_numpy(rest)]) == as_bytes(torch.full((rest.size, 37), -0.0))
+
+
+@pytest.mark.parametrize("codec_cls", by_codec(*CODECS, IdentityCodec))
+def test_bad_out_rows_are_named(codec_cls):
+    x = torch.randn(6, 4)
+    codec = codec_cls.fit(x)
+    ct = codec.encode(x)
+    out = torch.zeros(8, 4)
+    with pytest.raises(ValueError, match=r"out_rows needs out=, a tensor of rows of shape \(4,\)"):
+        codec.decode(ct, out_rows=torch.arange(6))
+    with pytest.raises(ValueError, match=r"out_rows has 5 entries; accepted: one per decoded row \(6\)"):
+        codec.decode(ct, out=out, out_rows=torch.arange(5))
+    with pytest.raises(IndexError, match=r"out_rows contains 8, outside the valid range \[0, 8\)"):
+        codec.decode(ct, out=out, out_rows=torch.tensor([0, 1, 2, 3, 4, 8]))
+    with pytest.raises(ValueError, match="out_rows names a row of out more than once"):
+        codec.decode(ct, out=out, out_rows=torch.tensor([0, 1, 2, 3, 4, 4]))
+    with pytest.raises(TypeError, match="out_rows must be a 1-d integer tensor"):
+        codec.decode(ct, out=out, out_rows=torch.arange(6.0))
+    with pytest.raises(ValueError, match=r"out has shape \(8, 5\); accepted: \(8, 4\)"):
+        codec.decode(ct, out=torch.zeros(8, 5), out_rows=torch.arange(6))
+    assert torch.equal(out, torch.zeros(8, 4))  # nothing was written by a refused call

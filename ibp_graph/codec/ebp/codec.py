@@ -111,8 +111,9 @@ class EBPCodec(RowCodec):
     def _encode_rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return encode_rows(self._words(rows), rows, self._tables)
 
-    def _decode_rows(self, payload: np.ndarray, offsets: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        return decode_rows(payload, offsets, self._words(rows), rows, self._tables)
+    def _decode_rows(self, payload: np.ndarray, offsets: np.ndarray, rows: np.ndarray,
+                     dest: np.ndarray) -> np.ndarray:
+        return decode_rows(payload, offsets, self._words(rows), rows, self._tables, dest)
 
     # ---- state ------------------------------------------------------------------
     def state_dict(self) -> dict:

@@ -11,6 +11,7 @@ from numba import njit, prange
 
 from ...layout.bitstream import (build_kernels, clz64, copy_bytes, get_bits, ld16, ld64, pdep,
                                  pick_kernel, st8, st64)
+from ...layout.rows import NO_DEST
 from .codes import BAD_ENTRY, DEC_BLOCK, ESC, LUT_BITS, LUT_SIZE
 from .stream import get_gamma
 from .tables import C_HSHIFT, C_TID, C_TIDS, M_DEFAULT, EBPTables
@@ -197,15 +198,15 @@ def _column_info(colp, dlut, t_dict):
 
 
 @njit(inline="always")
-def _decode_row(i, payload, offsets, words, rows, row_nbytes, sparse, HE, LS, IB, low_total, colp,
+def _decode_row(i, dst_row, payload, offsets, words, rows, row_nbytes, sparse, HE, LS, IB, low_total, colp,
                 colm, dlut, t_dict, bad, base, oa, nfull, ntail, epc, HS, wma, wba, cia):
-    """Decode row i alone (raw, dense or sparse); bad[i] = 1 if it is corrupt."""
-    n, d = words.shape
+    """Decode row i alone (raw, dense or sparse) into row dst_row; bad[i] = 1 if it is corrupt."""
+    d = words.shape[1]
     start = offsets[i]
     L = offsets[i + 1] - start
     row = base + start
     if L == row_nbytes:
-        copy_bytes(oa + i * row_nbytes, row, row_nbytes)
+        copy_bytes(oa + dst_row * row_nbytes, row, row_nbytes)
         return
     p = 0
     mode = 0
@@ -214,7 +215,7 @@ def _decode_row(i, payload, offsets, words, rows, row_nbytes, sparse, HE, LS, IB
         p = 1
     ok = True
     if mode == 0:
-        o = oa + i * row_nbytes
+        o = oa + dst_row * row_nbytes
         end = _dense_quad(row, o, row, o, row, o, row, o, p, d, low_total, HE, nfull, ntail, epc,
                           wma, wba, cia)[0]
         if end < 0 or (end + 7) >> 3 != L:
@@ -231,7 +232,7 @@ def _decode_row(i, payload, offsets, words, rows, row_nbytes, sparse, HE, LS, IB
         bad[i] = 1
         return
     for j in range(d):
-        words[i, j] = colm[j, M_DEFAULT]
+        words[dst_row, j] = colm[j, M_DEFAULT]
     ppos = p
     plow = ppos + nnz * IB
     pesc = plow + nnz * LS
@@ -262,20 +263,23 @@ def _decode_row(i, payload, offsets, words, rows, row_nbytes, sparse, HE, LS, IB
         lo = get_bits(row, plow + k * LS, LS)
         if LS < 64:
             lo |= hi << np.uint64(LS)
-        words[i, j] = lo
+        words[dst_row, j] = lo
     if not ok or used != ne or (pc + 7) >> 3 != L:
         bad[i] = 1
 
 
-def _decode_impl(payload, offsets, words, rows, row_nbytes, W, sparse, HE, LS, IB, low_total,
+def _decode_impl(payload, offsets, dest, words, rows, row_nbytes, W, sparse, HE, LS, IB, low_total,
                  colp, colm, wmask, wbits, dlut, t_dict, bad):
-    """Decode every row into rows (n, row_nbytes) (words: its element view); bad[i] = 1 if corrupt.
+    """Decode every row into rows (n, row_nbytes) (words: its element view), row i into row dest[i] (row i
+    when dest is empty); bad[i] = 1 if row i is corrupt.
 
     Rows go in blocks of DEC_BLOCK: the block's dense rows four at a time in lockstep
     (_dense_quad), then raw and sparse rows one by one, with the rows of any group that
     held a corrupt row (decoded again alone, so only that row is reported).
     """
-    n, d = words.shape
+    n = offsets.shape[0] - 1
+    d = words.shape[1]
+    nodest = dest.shape[0] == 0
     base = np.int64(payload.ctypes.data)
     oa = np.int64(rows.ctypes.data)
     nfull = row_nbytes >> 3
@@ -307,10 +311,11 @@ def _decode_impl(payload, offsets, words, rows, row_nbytes, W, sparse, HE, LS, I
             i1 = dense[min(q + 1, nd - 1)]  # fewer than four left: the last one repeats
             i2 = dense[min(q + 2, nd - 1)]
             i3 = dense[min(q + 3, nd - 1)]
-            ends = _dense_quad(base + offsets[i0], oa + i0 * row_nbytes,
-                               base + offsets[i1], oa + i1 * row_nbytes,
-                               base + offsets[i2], oa + i2 * row_nbytes,
-                               base + offsets[i3], oa + i3 * row_nbytes,
+            o0, o1, o2, o3 = (i0, i1, i2, i3) if nodest else (dest[i0], dest[i1], dest[i2], dest[i3])
+            ends = _dense_quad(base + offsets[i0], oa + o0 * row_nbytes,
+                               base + offsets[i1], oa + o1 * row_nbytes,
+                               base + offsets[i2], oa + o2 * row_nbytes,
+                               base + offsets[i3], oa + o3 * row_nbytes,
                                p, d, low_total, HE, nfull, ntail, epc, wma, wba, cia)
             ok = True
             for r, end in ((i0, ends[0]), (i1, ends[1]), (i2, ends[2]), (i3, ends[3])):
@@ -321,7 +326,8 @@ def _decode_impl(payload, offsets, words, rows, row_nbytes, W, sparse, HE, LS, I
                     alone[na] = r
                     na += 1
         for k in range(na):
-            _decode_row(alone[k], payload, offsets, words, rows, row_nbytes, sparse, HE, LS, IB,
+            i = alone[k]
+            _decode_row(i, i if nodest else dest[i], payload, offsets, words, rows, row_nbytes, sparse, HE, LS, IB,
                         low_total, colp, colm, dlut, t_dict, bad, base, oa, nfull, ntail, epc,
                         HS, wma, wba, cia)
 
@@ -334,10 +340,11 @@ DECODE_TABLE_ARGS = ("row_nbytes", "W", "sparse", "HE", "LS", "IB", "low_total",
 
 
 def decode_rows(payload: np.ndarray, offsets: np.ndarray, words: np.ndarray, rows: np.ndarray,
-                t: EBPTables) -> np.ndarray:
-    """Decode into words (n, d) (rows: its byte view); return the indices of corrupt rows."""
-    n = words.shape[0]
+                t: EBPTables, dest: np.ndarray = NO_DEST) -> np.ndarray:
+    """Decode into words (rows: its byte view), row i into row dest[i] (row i when `dest` is empty; offsets
+    and dest checked by the caller); return the indices of corrupt rows."""
+    n = offsets.shape[0] - 1
     bad = np.zeros(n, dtype=np.uint8)
-    pick_kernel(_decode, n)(payload, offsets, words, rows,
+    pick_kernel(_decode, n)(payload, offsets, dest, words, rows,
                             *(getattr(t, name) for name in DECODE_TABLE_ARGS), bad)
     return np.flatnonzero(bad)

@@ -121,8 +121,9 @@ class IBPCodec(RowCodec):
     def _encode_rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return encode_rows(rows, self._tables)
 
-    def _decode_rows(self, payload: np.ndarray, offsets: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        decode_rows(payload, offsets, rows, self._tables)
+    def _decode_rows(self, payload: np.ndarray, offsets: np.ndarray, rows: np.ndarray,
+                     dest: np.ndarray) -> np.ndarray:
+        decode_rows(payload, offsets, rows, self._tables, dest)
         return np.zeros(0, dtype=np.int64)  # every bit string decodes; offsets were checked
 
     # ---- state ------------------------------------------------------------------

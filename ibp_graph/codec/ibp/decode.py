@@ -5,26 +5,30 @@ import numpy as np
 from numba import prange
 
 from ...layout.bitstream import build_kernels, copy_bytes, get_bits, pick_kernel, st32, st64
+from ...layout.rows import NO_DEST
 from .tables import UNIT_BYTES, LOW32, WORD_DTYPE, IBPTables, not_part32, unpack_unit
 
 _ONE = np.uint64(1)
 
 
-def _decode_impl(payload, offsets, words, rows, row_nbytes, cols, header_bits):
-    """Decode every row of payload into words (rows, n_words); rows is its byte view."""
+def _decode_impl(payload, offsets, dest, words, rows, row_nbytes, cols, header_bits):
+    """Decode every row of payload into words (rows, n_words), row i into row dest[i] (row i when dest is
+    empty); rows is its byte view."""
     W = words.itemsize * 8
-    n, n_words = words.shape
+    n = offsets.shape[0] - 1
+    n_words = words.shape[1]
     base = np.int64(payload.ctypes.data)
     dst = np.int64(words.ctypes.data)
     col = np.int64(cols.ctypes.data)
     for i in prange(n):
+        o = np.int64(i) if dest.shape[0] == 0 else dest[i]
         start = offsets[i]
         L = offsets[i + 1] - start
         row = base + start
         if L == row_nbytes:
-            copy_bytes(np.int64(rows.ctypes.data) + i * rows.strides[0], row, row_nbytes)
+            copy_bytes(np.int64(rows.ctypes.data) + o * rows.strides[0], row, row_nbytes)
             continue
-        wrow = dst + i * n_words * (W // 8)
+        wrow = dst + o * n_words * (W // 8)
         p = header_bits
         for c0 in range(0, n_words, 64):
             c1 = min(c0 + 64, n_words)
@@ -56,16 +60,18 @@ _decode = build_kernels(_decode_impl)
 
 
 def decode_rows(payload: np.ndarray, offsets: np.ndarray, out: np.ndarray,
-                tables: IBPTables) -> None:
-    """Decode into out, a (rows, row_nbytes) uint8 array (offsets checked by the caller)."""
+                tables: IBPTables, dest: np.ndarray = NO_DEST) -> None:
+    """Decode into out, a (rows, row_nbytes) uint8 array, row i into out[dest[i]] (out[i] when `dest` is
+    empty); offsets and dest checked by the caller."""
     t = tables
+    n = offsets.shape[0] - 1
     wb = t.W // 8
     if out.shape[1] % wb == 0:
         words, rows = out.view(WORD_DTYPE[t.W]), out
-    else:
-        words = np.empty((out.shape[0], t.n_words), dtype=WORD_DTYPE[t.W])
+    else:  # rows not whole words: decoded in order into whole words, then copied to their places
+        words = np.empty((n, t.n_words), dtype=WORD_DTYPE[t.W])
         rows = words.view(np.uint8)
-    pick_kernel(_decode, out.shape[0])(payload, offsets, words, rows, t.row_nbytes, t.cols,
-                                       t.header_bits)
+    pick_kernel(_decode, n)(payload, offsets, dest if rows is out else NO_DEST, words, rows, t.row_nbytes,
+                            t.cols, t.header_bits)
     if rows is not out:
-        out[:] = rows[:, : out.shape[1]]
+        out[dest if dest.shape[0] else slice(None)] = rows[:, : out.shape[1]]
