@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from ..data.link import LinkPreparedDataset
-from . import sharding
+from . import sharding, startup
 from .config import Config, to_dict
 
 __all__ = ["ogb_ranks", "rank_metrics", "random_mrr", "open_link_dataset", "link_dataset_path", "train_epoch",
@@ -158,24 +158,11 @@ def run_link(cfg: Config, *, setup: Callable, write: Callable, shards: Optional[
     from . import link_frontends
 
     front = front or link_frontends.get(cfg.loader.framework)
-    front.check(cfg)
-    dist, device = setup(cfg.loader.device)
-    front.check_device(device)
-    sharded = cfg.loader.features == "sharded"
-    if sharded:
-        sharding.check_world(dist.world_size)
-        if shards is None:
-            raise ValueError("loader.features='sharded' needs shards=, the function that opens this rank's shards "
-                             "(train/loop.py's open_shards)")
-    ds = open_link_dataset(cfg.data, dist, progress=cfg.output.progress)
-    opened = shards(cfg.data, ds, dist, progress=cfg.output.progress) if sharded else None
-    graph = front.prepare(ds)
-    codecs = list(cfg.loader.codecs) + (["native"] if baseline else [])
-    if opened is not None:
-        sharding.check_codecs(codecs, opened)
-    results = [run_one(cfg, codec, ds, dist, device, front=front, graph=graph, write=write, shards=opened)
-               for codec in codecs]
-    dist.barrier()
+    started = startup.start(cfg, front, setup=setup, open_data=open_link_dataset, open_shards=shards,
+                            baseline=baseline)
+    results = [run_one(cfg, codec, started.ds, started.dist, started.device, front=front, graph=started.graph,
+                       write=write, shards=started.shards) for codec in started.codecs]
+    started.dist.barrier()
     return results
 
 

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from ..files import write_text
 from ..data.prepared import PreparedDataset, add_store
-from . import frontends, sharding
+from . import frontends, sharding, startup
 from .config import HETERO_DATASETS, Config, ConfigError, LoaderConfig, check_config, to_dict
 
 __all__ = ["Dist", "setup_distributed", "resolve_device", "open_dataset", "open_shards", "make_loader", "train_epoch",
@@ -329,19 +329,11 @@ def run(cfg: Config, *, baseline: bool = False) -> list[dict]:
 
         return run_link(cfg, baseline=baseline, setup=setup_distributed, write=_write, shards=open_shards)
     front = frontends.get(cfg.loader.framework, hetero=cfg.data.name in HETERO_DATASETS)
-    front.check(cfg)
-    dist, device = setup_distributed(cfg.loader.device)
-    front.check_device(device)
-    sharded = cfg.loader.features == "sharded"
-    if sharded:
-        sharding.check_world(dist.world_size)
-    ds = open_dataset(cfg.data, dist, progress=cfg.output.progress)
-    shards = open_shards(cfg.data, ds, dist, progress=cfg.output.progress) if sharded else None
-    graph = front.prepare(ds)
-    codecs = list(cfg.loader.codecs) + ([frontends.NATIVE] if baseline else [])
-    if shards is not None:
-        sharding.check_codecs(codecs, shards)
-    results = [run_one(cfg, codec, ds, dist, device, front=front, graph=graph, shards=shards) for codec in codecs]
+    started = startup.start(cfg, front, setup=setup_distributed, open_data=open_dataset, open_shards=open_shards,
+                            baseline=baseline)
+    dist = started.dist
+    results = [run_one(cfg, codec, started.ds, dist, started.device, front=front, graph=started.graph,
+                       shards=started.shards) for codec in started.codecs]
     if dist.world_size > 1:
         dist.barrier()
     return results
