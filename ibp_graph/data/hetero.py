@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
@@ -38,7 +37,6 @@ from ..codec.auto import CodecSpec
 from ..files import read_json, replace_dir, work_dir, write_text
 from ..sampling.hetero import EdgeType, TypedCSC
 from . import checksums
-from .checksums import UnverifiedDataWarning
 from .prepared import (EdgeChunks, LabeledDataset, SPLITS, _load_npy, as_tensor, build_relation_arrays,
                        encode_store)
 
@@ -89,6 +87,7 @@ class HeteroPreparedDataset(LabeledDataset):
     relations: dict[EdgeType, TypedCSC]
     format = FORMAT
     format_version = FORMAT_VERSION
+    records_checksums = False  # every one is written with its checksums (data/verify.py: record_checksums)
 
     @property
     def target(self) -> str:
@@ -186,13 +185,7 @@ class HeteroPreparedDataset(LabeledDataset):
         d, meta_path, meta = cls._read_meta(directory, verify, "ogbn-mag")
         num_nodes, edge_types = _check_meta(meta, meta_path)
         names = _array_names(meta)
-        missing = [p for p in names if not (d / p).is_file()]
-        if missing:
-            raise FileNotFoundError(f"{d} lacks {', '.join(missing)}: prepare again")
-        if verify != "none" and checksums.verify(d, verify, whole=tuple(f"split/{s}.npy" for s in SPLITS),
-                                                 required=names) is None:
-            warnings.warn(f"{d} has no {checksums.MANIFEST}: its arrays are not verified; prepare again",
-                          UnverifiedDataWarning, stacklevel=2)
+        cls._check_arrays(d, verify, names, whole=tuple(f"split/{s}.npy" for s in SPLITS))
         mode = "c" if mmap else None
         x_dict = {}
         for t, info in meta["node_types"].items():

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import os
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Union
@@ -41,7 +40,6 @@ import torch
 from ..files import save_npy, write_text
 from ..sampling.graph import CSCGraph
 from . import checksums
-from .checksums import UnverifiedDataWarning
 from .prepared import HomogeneousFolder, PreparedFolder, SPLITS, _load_npy, as_tensor
 
 __all__ = ["LinkPreparedDataset", "FORMAT", "FORMAT_VERSION", "SPLIT_KEYS", "ARRAYS", "check_part", "check_split",
@@ -173,9 +171,7 @@ class LinkPreparedDataset(PreparedFolder, HomogeneousFolder):
 
     def __repr__(self) -> str:
         sizes = ", ".join(f"{k}={v['source_node'].numel():,}" for k, v in self.split.items())
-        return (f"LinkPreparedDataset({self.name!r}, nodes={self.num_nodes:,}, edges={self.num_edges:,}, "
-                f"x={tuple(self.x.shape)} {self.x.dtype}, {sizes}, negatives={self.num_negatives}, "
-                f"store={'yes' if self.has_store() else 'no'})")
+        return self._repr_with(f"{sizes}, negatives={self.num_negatives}")
 
     @classmethod
     def load(cls, directory: PathLike, *, mmap: bool = True, verify: str = "sample") -> "LinkPreparedDataset":
@@ -185,13 +181,8 @@ class LinkPreparedDataset(PreparedFolder, HomogeneousFolder):
         if not isinstance(meta.get("name"), str) or not isinstance(meta.get("num_negatives"), int):
             raise ValueError(f"{meta_path}: name={meta.get('name')!r}, num_negatives={meta.get('num_negatives')!r}"
                              " are not accepted; expected a string and an integer: prepare again")
-        missing = [p for p in ARRAYS + ("graph/meta.json",) if not (d / p).is_file()]
-        if missing:
-            raise FileNotFoundError(f"{d} lacks {', '.join(missing)}: prepare again")
         small = ("year.npy",) + tuple(a for a in ARRAYS if a.startswith("link/"))
-        if verify != "none" and checksums.verify(d, verify, whole=small, required=ARRAYS) is None:
-            warnings.warn(f"{d} has no {checksums.MANIFEST}: its arrays are not verified; record them with "
-                          f"`ibp-graph verify --write {d}` or prepare again", UnverifiedDataWarning, stacklevel=2)
+        cls._check_arrays(d, verify, ARRAYS, whole=small, also=("graph/meta.json",))
         mode = "c" if mmap else None
         graph = CSCGraph.load(d / "graph", mmap=mmap)
         n = graph.num_nodes

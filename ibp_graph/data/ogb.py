@@ -30,7 +30,7 @@ from ..files import check_free, check_output, open_npy, replace_dir, save_npy, w
 from .prepared import (PreparedDataset, SPLITS, build_csc, encode_store, progress_bar,
                        write_prepared_meta)
 
-__all__ = ["OGBSpec", "OGB_DATASETS", "MissingOGBFilesError", "DamagedOGBFileError", "prepare", "check_files",
+__all__ = ["OGBSpec", "OGBFiles", "OGB_DATASETS", "MissingOGBFilesError", "DamagedOGBFileError", "prepare", "check_files",
            "dataset_dir", "find_dataset_dir", "check_present", "with_copy_source", "required_files", "default_prepared_dir",
            "write_rows"]
 
@@ -56,6 +56,46 @@ class OGBSpec:
     def url(self) -> str:
         """Where OGB publishes the data set (a zip)."""
         return f"{_URL}{self.download_name}.zip"
+
+    @property
+    def raw(self) -> "OGBFiles":
+        """Its raw files: where they are and which `prepare` reads."""
+        raw = ["raw/data.npz", "raw/node-label.npz"] if self.binary else [
+            "raw/edge.csv.gz", "raw/node-feat.csv.gz", "raw/num-node-list.csv.gz", "raw/num-edge-list.csv.gz",
+            "raw/node-label.csv.gz"]
+        return OGBFiles(self.name, self.dir_name, self.download_name, self.url,
+                        tuple(raw + [f"split/{self.split}/{part}.csv.gz" for part in SPLITS]))
+
+
+@dataclass(frozen=True)
+class OGBFiles:
+    """An OGB data set's raw files as OGB publishes them: the data set's `name`, the folder OGB keeps them in
+    under ROOT (`dir_name`), the zip's name and top folder (`download_name`), where the zip is (`url`) and the
+    files a reader needs (`required`, relative to the data set folder)."""
+
+    name: str
+    dir_name: str
+    download_name: str
+    url: str
+    required: tuple[str, ...]
+
+    def dataset_dir(self, root: PathLike) -> Path:
+        """The data set folder under `root`: ROOT itself, ROOT/<dir_name> (OGB's) or ROOT/<download_name> (the
+        zip's), the first that holds raw/ or split/."""
+        return find_dataset_dir(root, self.dir_name, self.download_name)
+
+    def prepared_dir(self, root: PathLike) -> Path:
+        """Where `prepare` writes unless told otherwise: <data set folder>/ibp_prepared."""
+        return self.dataset_dir(root) / "ibp_prepared"
+
+    def check(self, root: PathLike) -> Path:
+        """The data set folder, or MissingOGBFilesError naming each missing file and where OGB publishes it."""
+        return check_present(self.name, root, self.dataset_dir(root), list(self.required), self.url, self.dir_name,
+                             self.download_name)
+
+    def with_copy_source(self, e: "DamagedOGBFileError", src: Path) -> "DamagedOGBFileError":
+        """`e` (about a file of the data set folder `src`), naming where in the zip a good copy is."""
+        return with_copy_source(e, src, self.url, self.download_name)
 
 
 OGB_DATASETS: dict[str, OGBSpec] = {
@@ -108,17 +148,12 @@ def _spec(name: str) -> OGBSpec:
 
 def required_files(name: str) -> list[str]:
     """The raw files (relative to the data set folder) that `prepare` reads."""
-    s = _spec(name)
-    raw = ["raw/data.npz", "raw/node-label.npz"] if s.binary else [
-        "raw/edge.csv.gz", "raw/node-feat.csv.gz", "raw/num-node-list.csv.gz", "raw/num-edge-list.csv.gz",
-        "raw/node-label.csv.gz"]
-    return raw + [f"split/{s.split}/{part}.csv.gz" for part in SPLITS]
+    return list(_spec(name).raw.required)
 
 
 def dataset_dir(name: str, root: PathLike) -> Path:
     """The data set folder under `root`: ROOT itself, ROOT/<dir_name> (OGB's) or ROOT/<zip folder>."""
-    s = _spec(name)
-    return find_dataset_dir(root, s.dir_name, s.download_name)
+    return _spec(name).raw.dataset_dir(root)
 
 
 def find_dataset_dir(root: PathLike, dir_name: str, download_name: str) -> Path:
@@ -133,14 +168,12 @@ def find_dataset_dir(root: PathLike, dir_name: str, download_name: str) -> Path:
 
 def default_prepared_dir(name: str, root: PathLike) -> Path:
     """Where `prepare` writes unless told otherwise: <data set folder>/ibp_prepared."""
-    return dataset_dir(name, root) / "ibp_prepared"
+    return _spec(name).raw.prepared_dir(root)
 
 
 def check_files(name: str, root: PathLike) -> Path:
     """The data set folder, or MissingOGBFilesError naming each missing file and where OGB publishes it."""
-    s = _spec(name)
-    return check_present(name, root, dataset_dir(name, root), required_files(name), s.url, s.dir_name,
-                         s.download_name)
+    return _spec(name).raw.check(root)
 
 
 def check_present(name: str, root: PathLike, d: Path, files: list[str], url: str, dir_name: str,
@@ -408,7 +441,7 @@ def prepare(name: str, root: PathLike, out: Optional[PathLike] = None, *, undire
                                 labeled=labeled, unlabeled_split_nodes_dropped=dropped, **stored)
             replace_dir(tmp, final, keep=PreparedDataset.is_complete if keep_complete else lambda p: False)
     except DamagedOGBFileError as e:
-        raise with_copy_source(e, src, spec.url, spec.download_name) from None
+        raise spec.raw.with_copy_source(e, src) from None
     raw_bytes = int(np.prod(feat_shape)) * feat_dtype.itemsize
     say(f"prepared {name} in {final}: {num_nodes:,} nodes, {num_edges:,} edges"
         f" ({'undirected' if undirected else 'as given'}), x {tuple(feat_shape)} float32, {labeled:,} labeled;"

@@ -36,12 +36,11 @@ import torch
 from ..codec.auto import CodecSpec, check_kind
 from ..files import check_free, check_output, replace_dir, save_npy, work_dir
 from .link import LinkPreparedDataset, check_part, check_split, holdout_mask, write_link_meta, write_split
-from .ogb import (CHUNK_ROWS, DamagedOGBFileError, _csv_chunks, _csv_scalar, check_present,
-                  find_dataset_dir, with_copy_source, write_rows)
+from .ogb import CHUNK_ROWS, DamagedOGBFileError, OGBFiles, _csv_chunks, _csv_scalar, write_rows
 from .prepared import SPLITS, build_csc, encode_store
 
-__all__ = ["NAME", "DIR_NAME", "DOWNLOAD_NAME", "URL", "required_files", "dataset_dir", "default_prepared_dir",
-           "check_files", "read_split", "prepare"]
+__all__ = ["NAME", "DIR_NAME", "DOWNLOAD_NAME", "URL", "OGB_FILES", "required_files", "dataset_dir",
+           "default_prepared_dir", "check_files", "read_split", "prepare"]
 
 PathLike = Union[str, os.PathLike]
 NAME = "ogbl-citation2"
@@ -53,24 +52,17 @@ RAW = ("raw/edge.csv.gz", "raw/node-feat.csv.gz", "raw/node_year.csv.gz", "raw/n
        "raw/num-edge-list.csv.gz")
 
 
+#: its raw files: where they are (ROOT itself, ROOT/ogbl_citation2 as OGB keeps them, or ROOT/citation-v2 as the
+#: zip unpacks) and which `prepare` reads.
+OGB_FILES = OGBFiles(NAME, DIR_NAME, DOWNLOAD_NAME, URL, RAW + tuple(f"split/{SPLIT}/{part}.pt" for part in SPLITS))
+dataset_dir = OGB_FILES.dataset_dir
+default_prepared_dir = OGB_FILES.prepared_dir
+check_files = OGB_FILES.check
+
+
 def required_files() -> list[str]:
     """The files (relative to the data set folder) that `prepare` reads."""
-    return list(RAW) + [f"split/{SPLIT}/{part}.pt" for part in SPLITS]
-
-
-def dataset_dir(root: PathLike) -> Path:
-    """The data set folder under `root`: ROOT itself, ROOT/ogbl_citation2 (OGB's) or ROOT/citation-v2 (the zip's)."""
-    return find_dataset_dir(root, DIR_NAME, DOWNLOAD_NAME)
-
-
-def default_prepared_dir(root: PathLike) -> Path:
-    """Where `prepare` writes unless told otherwise: <data set folder>/ibp_prepared."""
-    return dataset_dir(root) / "ibp_prepared"
-
-
-def check_files(root: PathLike) -> Path:
-    """The data set folder, or MissingOGBFilesError naming each missing file and where OGB publishes it."""
-    return check_present(NAME, root, dataset_dir(root), required_files(), URL, DIR_NAME, DOWNLOAD_NAME)
+    return list(OGB_FILES.required)
 
 
 def _load_pt(path: Path) -> dict:
@@ -170,7 +162,7 @@ def prepare(root: PathLike, out: Optional[PathLike] = None, *, undirected: bool 
                             undirected=undirected, heldout_edges_removed=removed[0], **stored)
             replace_dir(tmp, final, keep=LinkPreparedDataset.is_complete if keep_complete else lambda p: False)
     except DamagedOGBFileError as e:
-        raise with_copy_source(e, src, URL, DOWNLOAD_NAME) from None
+        raise OGB_FILES.with_copy_source(e, src) from None
     sizes = {p: split[p]["source_node"].shape[0] for p in SPLITS}
     say(f"prepared {NAME} in {final}: {num_nodes:,} nodes, {num_edges:,} graph edges "
         f"({'undirected' if undirected else 'as given'}; {removed[0]:,} held-out edges removed), "

@@ -34,43 +34,34 @@ from ..codec.auto import CodecSpec, check_kind
 from ..files import check_free, check_output, open_npy, replace_dir, save_npy, work_dir
 from .hetero import HeteroPreparedDataset, encode_stores, write_hetero_meta, write_relations
 from .maggen import EDGE_TYPES, NODE_TYPES, TARGET
-from .ogb import (CHUNK_ROWS, DamagedOGBFileError, MissingOGBFilesError, _csv_chunks, _damaged, _labels_to_int,
-                  check_present, find_dataset_dir, with_copy_source)
+from .ogb import (CHUNK_ROWS, DamagedOGBFileError, MissingOGBFilesError, OGBFiles, _csv_chunks, _damaged,
+                  _labels_to_int, check_present, with_copy_source)
 from .prepared import SPLITS, progress_bar
 
-__all__ = ["NAME", "URL", "NUM_CLASSES", "required_files", "dataset_dir", "default_prepared_dir", "check_files",
-           "prepare", "prepare_mag240m", "mag240m_dir", "MAG240M_NUM_NODES", "MAG240M_NUM_CLASSES", "MAG240M_DIM",
-           "MAG240M_EDGE_TYPES"]
+__all__ = ["NAME", "URL", "NUM_CLASSES", "OGB_FILES", "required_files", "dataset_dir", "default_prepared_dir",
+           "check_files", "prepare", "prepare_mag240m", "mag240m_dir", "MAG240M_NUM_NODES", "MAG240M_NUM_CLASSES",
+           "MAG240M_DIM", "MAG240M_EDGE_TYPES"]
 
 PathLike = Union[str, os.PathLike]
 NAME = "ogbn-mag"
 #: where OGB publishes the raw files (a zip with the top folder mag/).
 URL = "http://snap.stanford.edu/ogb/data/nodeproppred/mag.zip"
 NUM_CLASSES = 349
-_DIR_NAME, _DOWNLOAD_NAME = "ogbn_mag", "mag"
+#: its raw files: where they are (ROOT itself, ROOT/ogbn_mag as OGB keeps them, or ROOT/mag as the zip unpacks)
+#: and which `prepare` reads.
+OGB_FILES = OGBFiles(NAME, "ogbn_mag", "mag", URL, (
+    "raw/num-node-dict.csv.gz", f"raw/node-feat/{TARGET}/node-feat.csv.gz",
+    f"raw/node-label/{TARGET}/node-label.csv.gz",
+    *(f"raw/relations/{'___'.join(et)}/edge.csv.gz" for et in EDGE_TYPES),
+    *(f"split/time/{TARGET}/{part}.csv.gz" for part in SPLITS)))
+dataset_dir = OGB_FILES.dataset_dir
+default_prepared_dir = OGB_FILES.prepared_dir
+check_files = OGB_FILES.check
 
 
 def required_files() -> list[str]:
     """The raw files (relative to the data set folder) that `prepare` reads."""
-    rel = [f"raw/relations/{'___'.join(et)}/edge.csv.gz" for et in EDGE_TYPES]
-    return (["raw/num-node-dict.csv.gz", f"raw/node-feat/{TARGET}/node-feat.csv.gz",
-             f"raw/node-label/{TARGET}/node-label.csv.gz"] + rel
-            + [f"split/time/{TARGET}/{part}.csv.gz" for part in SPLITS])
-
-
-def dataset_dir(root: PathLike) -> Path:
-    """The data set folder under `root`: ROOT itself, ROOT/ogbn_mag (OGB's) or ROOT/mag (the zip's)."""
-    return find_dataset_dir(root, _DIR_NAME, _DOWNLOAD_NAME)
-
-
-def default_prepared_dir(root: PathLike) -> Path:
-    """Where `prepare` writes unless told otherwise: <data set folder>/ibp_prepared."""
-    return dataset_dir(root) / "ibp_prepared"
-
-
-def check_files(root: PathLike) -> Path:
-    """The data set folder, or MissingOGBFilesError naming each missing file and where OGB publishes it."""
-    return check_present(NAME, root, dataset_dir(root), required_files(), URL, _DIR_NAME, _DOWNLOAD_NAME)
+    return list(OGB_FILES.required)
 
 
 def _num_nodes(path: Path) -> dict[str, int]:
@@ -222,7 +213,7 @@ def prepare(root: PathLike, out: Optional[PathLike] = None, *, store: bool = Tru
                                      edge_types=edge_types, source={"ogb": NAME, "raw": str(src), "url": URL})
             replace_dir(tmp, final, keep=HeteroPreparedDataset.is_complete if keep_complete else lambda p: False)
     except DamagedOGBFileError as e:
-        raise with_copy_source(e, src, URL, _DOWNLOAD_NAME) from None
+        raise OGB_FILES.with_copy_source(e, src) from None
     say(_summary(NAME, final, meta, sizes, stored, time.perf_counter() - t0), flush=True)
     return final
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Optional, Union
@@ -82,6 +82,8 @@ class PreparedFolder:
     _stores: dict = field(default_factory=dict, repr=False, kw_only=True)  # the stores opened so far
     format: ClassVar[str] = ""
     format_version: ClassVar[int] = 0
+    #: whether `ibp-graph verify --write` records checksums for a folder of this kind that has none
+    records_checksums: ClassVar[bool] = True
 
     @property
     def name(self) -> str:
@@ -117,6 +119,21 @@ class PreparedFolder:
             raise ValueError(f"{meta_path} has format {meta.get('format')!r} version {meta.get('version')!r}; "
                              f"this ibp-graph reads {cls.format!r} version {cls.format_version}: prepare again")
         return meta_path.parent, meta_path, meta
+
+    @classmethod
+    def _check_arrays(cls, d: Path, verify: str, arrays: Sequence[str], *, whole: Sequence[str],
+                      also: Sequence[str] = ()) -> None:
+        """A FileNotFoundError naming the files of `arrays` and `also` that folder `d` lacks; then the `arrays`'
+        checksums checked as `verify` says (`whole`: the small ones, read whole), an UnverifiedDataWarning when
+        the folder has no checksums.json."""
+        missing = [p for p in (*arrays, *also) if not (d / p).is_file()]
+        if missing:
+            raise FileNotFoundError(f"{d} lacks {', '.join(missing)}: prepare again")
+        if verify != "none" and checksums.verify(d, verify, whole=whole, required=arrays) is None:
+            fix = f"record them with `ibp-graph verify --write {d}` or prepare again" if cls.records_checksums \
+                else "prepare again"
+            warnings.warn(f"{d} has no {checksums.MANIFEST}: its arrays are not verified; {fix}",
+                          UnverifiedDataWarning, stacklevel=3)
 
 
 @dataclass(frozen=True, eq=False)
@@ -176,6 +193,11 @@ class HomogeneousFolder:
             self._stores["x"] = EncodedTable.load(self.store_dir, mmap=True, verify=self.verify)
         return self._stores["x"]
 
+    def _repr_with(self, task: str) -> str:
+        """The repr of a folder of this kind: name, sizes, features, `task` (what its task adds), store."""
+        return (f"{type(self).__name__}({self.name!r}, nodes={self.num_nodes:,}, edges={self.num_edges:,}, "
+                f"x={tuple(self.x.shape)} {self.x.dtype}, {task}, store={'yes' if self.has_store() else 'no'})")
+
     @property
     def store_codec(self) -> Optional[str]:
         """Name of the codec the feature store was encoded with (None without a store)."""
@@ -195,9 +217,7 @@ class PreparedDataset(LabeledDataset, HomogeneousFolder):
 
     def __repr__(self) -> str:
         sizes = ", ".join(f"{k}={v.numel():,}" for k, v in self.split.items())
-        return (f"PreparedDataset({self.name!r}, nodes={self.num_nodes:,}, edges={self.graph.num_edges:,}, "
-                f"x={tuple(self.x.shape)} {self.x.dtype}, classes={self.num_classes}, {sizes}, "
-                f"store={'yes' if self.has_store() else 'no'})")
+        return self._repr_with(f"classes={self.num_classes}, {sizes}")
 
     @classmethod
     def load(cls, directory: PathLike, *, mmap: bool = True, verify: str = "sample") -> "PreparedDataset":
@@ -211,14 +231,7 @@ class PreparedDataset(LabeledDataset, HomogeneousFolder):
         for key, kind in (("name", str), ("num_classes", int)):
             if not isinstance(meta.get(key), kind):
                 raise ValueError(f"{meta_path}: {key}={meta.get(key)!r} is not accepted; expected {kind.__name__}")
-        missing = [p for p in ARRAYS + ("graph/meta.json",) if not (d / p).is_file()]
-        if missing:
-            raise FileNotFoundError(f"{d} lacks {', '.join(missing)}: prepare again")
-        if verify != "none" and checksums.verify(d, verify, whole=tuple(f"split/{s}.npy" for s in SPLITS),
-                                                 required=ARRAYS) is None:
-            warnings.warn(f"{d} has no {checksums.MANIFEST} (prepared before checksums existed): its arrays are "
-                          f"not verified; record them with `ibp-graph verify --write {d}` or prepare again",
-                          UnverifiedDataWarning, stacklevel=2)
+        cls._check_arrays(d, verify, ARRAYS, whole=tuple(f"split/{s}.npy" for s in SPLITS), also=("graph/meta.json",))
         mode = "c" if mmap else None
         graph = CSCGraph.load(d / "graph", mmap=mmap)
         x = as_tensor(_load_npy(d / "x.npy", mode))

@@ -101,15 +101,14 @@ ld8, ld16, ld32, ld64 = _load(8), _load(16), _load(32), _load(64)
 st8, st32, st64 = _store(8), _store(32), _store(64)
 
 
-def _unary_intrinsic(name: str, doc: str):
+def _unary_intrinsic(emit, doc: str):
+    """A uint64 -> uint64 intrinsic whose LLVM code is ``emit(builder, x)``."""
     @intrinsic
     def op(typingctx, x):
         sig = types.uint64(types.uint64)
 
         def codegen(context, builder, signature, args):
-            fnty = ir.FunctionType(ir.IntType(64), [ir.IntType(64)])
-            fn = cgutils.get_or_insert_function(builder.module, fnty, name)
-            return builder.call(fn, args)
+            return emit(builder, args[0])
 
         return sig, codegen
 
@@ -117,29 +116,23 @@ def _unary_intrinsic(name: str, doc: str):
     return op
 
 
-popcnt = _unary_intrinsic("llvm.ctpop.i64", "Set bits of a uint64 (one popcnt instruction where the CPU has it).")
+def _call_llvm(name: str):
+    """`emit` for `_unary_intrinsic`: a call of the LLVM function `name` (uint64 -> uint64)."""
+    def emit(builder, x):
+        fnty = ir.FunctionType(ir.IntType(64), [ir.IntType(64)])
+        return builder.call(cgutils.get_or_insert_function(builder.module, fnty, name), [x])
+
+    return emit
 
 
-@intrinsic
-def ctz64(typingctx, x):
-    """Trailing zero count of a uint64 (64 for 0)."""
-    sig = types.uint64(types.uint64)
+_DEFINED_AT_ZERO = ir.Constant(ir.IntType(1), 0)  # cttz/ctlz's is_zero_poison=false: 64 for 0
 
-    def codegen(context, builder, signature, args):
-        return builder.cttz(args[0], ir.Constant(ir.IntType(1), 0))
-
-    return sig, codegen
-
-
-@intrinsic
-def clz64(typingctx, x):
-    """Leading zero count of a uint64 (64 for 0)."""
-    sig = types.uint64(types.uint64)
-
-    def codegen(context, builder, signature, args):
-        return builder.ctlz(args[0], ir.Constant(ir.IntType(1), 0))
-
-    return sig, codegen
+popcnt = _unary_intrinsic(_call_llvm("llvm.ctpop.i64"),
+                          "Set bits of a uint64 (one popcnt instruction where the CPU has it).")
+ctz64 = _unary_intrinsic(lambda builder, x: builder.cttz(x, _DEFINED_AT_ZERO),
+                         "Trailing zero count of a uint64 (64 for 0).")
+clz64 = _unary_intrinsic(lambda builder, x: builder.ctlz(x, _DEFINED_AT_ZERO),
+                         "Leading zero count of a uint64 (64 for 0).")
 
 
 def _bmi2_intrinsic(name: str, doc: str):

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from ..data.link import LinkPreparedDataset
-from . import sharding
+from . import epoch_record, sharding, startup
 from .config import Config, to_dict
 
 __all__ = ["ogb_ranks", "rank_metrics", "random_mrr", "open_link_dataset", "link_dataset_path", "train_epoch",
@@ -158,24 +158,11 @@ def run_link(cfg: Config, *, setup: Callable, write: Callable, shards: Optional[
     from . import link_frontends
 
     front = front or link_frontends.get(cfg.loader.framework)
-    front.check(cfg)
-    dist, device = setup(cfg.loader.device)
-    front.check_device(device)
-    sharded = cfg.loader.features == "sharded"
-    if sharded:
-        sharding.check_world(dist.world_size)
-        if shards is None:
-            raise ValueError("loader.features='sharded' needs shards=, the function that opens this rank's shards "
-                             "(train/loop.py's open_shards)")
-    ds = open_link_dataset(cfg.data, dist, progress=cfg.output.progress)
-    opened = shards(cfg.data, ds, dist, progress=cfg.output.progress) if sharded else None
-    graph = front.prepare(ds)
-    codecs = list(cfg.loader.codecs) + (["native"] if baseline else [])
-    if opened is not None:
-        sharding.check_codecs(codecs, opened)
-    results = [run_one(cfg, codec, ds, dist, device, front=front, graph=graph, write=write, shards=opened)
-               for codec in codecs]
-    dist.barrier()
+    started = startup.start(cfg, front, setup=setup, open_data=open_link_dataset, open_shards=shards,
+                            baseline=baseline)
+    results = [run_one(cfg, codec, started.ds, started.dist, started.device, front=front, graph=started.graph,
+                       write=write, shards=started.shards) for codec in started.codecs]
+    started.dist.barrier()
     return results
 
 
@@ -225,32 +212,21 @@ def run_one(cfg: Config, codec: str, ds: LinkPreparedDataset, dist, device: torc
                 ev[part] = evaluate(core, emb, ds.split[part], lk.hits_k, max_edges=lk.max_eval_edges,
                                     rank=dist.rank, world_size=dist.world_size)
             eval_s = dist.max(time.perf_counter() - t)
-        stats = (train_loader.stats, node_loader.stats)
         keys = ["count"] + metrics
         summed = dist.sum([tr["loss_sum"], tr["count"], *[ev.get(p, {}).get(k, 0.0) for p in ("valid", "test")
-                                                          for k in keys],
-                           sum(s.total_sent_bytes for s in stats), sum(s.total_raw_bytes for s in stats),
-                           train_loader.stats.total_sent_bytes, train_loader.stats.total_raw_bytes])
+                                                          for k in keys]])
         loss_sum, count = summed[:2]
         parts = {p: dict(zip(keys, summed[2 + i * len(keys):2 + (i + 1) * len(keys)])) for i, p in
                  enumerate(("valid", "test"))}
-        sent, raw, train_sent, train_raw = summed[-4:]
-        train_s = dist.max(tr["seconds"])
-        rec = {"epoch": epoch, "loss": loss_sum / max(count, 1), "seconds": train_s + eval_s,
-               "train_seconds": train_s, "eval_seconds": eval_s, "sent_bytes": int(sent), "raw_bytes": int(raw),
-               "fraction": sent / raw if raw else 1.0, "train_sent_bytes": int(train_sent),
-               "train_raw_bytes": int(train_raw), "train_pairs": int(count),
-               "train_batches": int(train_loader.stats.batches), "stage_seconds": dict(train_loader.stats.seconds)}
+        rec = {"epoch": epoch, "loss": loss_sum / max(count, 1), "train_pairs": int(count)}
         for p, sums in parts.items():
             for m in metrics:
                 rec[f"{p}_{m}"] = sums[m] / sums["count"] if ev and sums["count"] else None
-        if shards is not None:  # rows of the sharded table: this rank's own, fetched, cache hits; bytes received
-            rec["shard"] = sharding.epoch_counts(dist, stats)
+        rec.update(epoch_record.transfer(dist, (train_loader.stats, node_loader.stats), train_loader.stats,
+                                         train_s=dist.max(tr["seconds"]), eval_s=eval_s, sharded=shards is not None))
         epochs.append(rec)
         shown = "".join(f"  {p} mrr {rec[p + '_mrr']:.4f}" for p in ("valid", "test") if rec[p + "_mrr"] is not None)
-        say(f"epoch {epoch:>2}/{cfg.train.epochs}  loss {rec['loss']:.4f}{shown}  time {rec['seconds']:.1f} s "
-            f"(train {train_s:.1f}, eval {eval_s:.1f})  moved {sent / 1e6:,.1f} MB of {raw / 1e6:,.1f} MB raw "
-            f"({rec['fraction']:.3f})" + ("" if shards is None else sharding.describe_counts(rec["shard"])),
+        say(f"epoch {epoch:>2}/{cfg.train.epochs}  loss {rec['loss']:.4f}{shown}  {epoch_record.describe(rec)}",
             flush=True)
 
     final = _summary(epochs, metrics, chance)

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from ..files import write_text
 from ..data.prepared import PreparedDataset, add_store
-from . import frontends, sharding
+from . import epoch_record, frontends, sharding, startup
 from .config import HETERO_DATASETS, Config, ConfigError, LoaderConfig, check_config, to_dict
 
 __all__ = ["Dist", "setup_distributed", "resolve_device", "open_dataset", "open_shards", "make_loader", "train_epoch",
@@ -329,19 +329,11 @@ def run(cfg: Config, *, baseline: bool = False) -> list[dict]:
 
         return run_link(cfg, baseline=baseline, setup=setup_distributed, write=_write, shards=open_shards)
     front = frontends.get(cfg.loader.framework, hetero=cfg.data.name in HETERO_DATASETS)
-    front.check(cfg)
-    dist, device = setup_distributed(cfg.loader.device)
-    front.check_device(device)
-    sharded = cfg.loader.features == "sharded"
-    if sharded:
-        sharding.check_world(dist.world_size)
-    ds = open_dataset(cfg.data, dist, progress=cfg.output.progress)
-    shards = open_shards(cfg.data, ds, dist, progress=cfg.output.progress) if sharded else None
-    graph = front.prepare(ds)
-    codecs = list(cfg.loader.codecs) + ([frontends.NATIVE] if baseline else [])
-    if shards is not None:
-        sharding.check_codecs(codecs, shards)
-    results = [run_one(cfg, codec, ds, dist, device, front=front, graph=graph, shards=shards) for codec in codecs]
+    started = startup.start(cfg, front, setup=setup_distributed, open_data=open_dataset, open_shards=open_shards,
+                            baseline=baseline)
+    dist = started.dist
+    results = [run_one(cfg, codec, started.ds, dist, started.device, front=front, graph=started.graph,
+                       shards=started.shards) for codec in started.codecs]
     if dist.world_size > 1:
         dist.barrier()
     return results
@@ -396,29 +388,20 @@ def run_one(cfg: Config, codec: str, ds: PreparedDataset, dist: Dist, device: to
         if epoch % cfg.train.eval_every == 0 or epoch == cfg.train.epochs:
             for part in ("valid", "test"):
                 ev[part] = evaluate(model, loaders[part], labels[part], front=front)
-        stats = [ld.stats for ld in loaders.values()]
         summed = dist.sum([tr["loss_sum"], tr["correct"], tr["count"],
-                           *[ev.get(p, {}).get(k, 0.0) for p in ("valid", "test") for k in ("correct", "count")],
-                           sum(s.total_sent_bytes for s in stats), sum(s.total_raw_bytes for s in stats),
-                           loaders["train"].stats.total_sent_bytes, loaders["train"].stats.total_raw_bytes])
-        (loss_sum, correct, count, v_ok, v_n, t_ok, t_n, sent, raw, train_sent, train_raw) = summed
-        train_s = dist.max(tr["seconds"])
-        eval_s = dist.max(sum(e["seconds"] for e in ev.values()))
+                           *[ev.get(p, {}).get(k, 0.0) for p in ("valid", "test") for k in ("correct", "count")]])
+        (loss_sum, correct, count, v_ok, v_n, t_ok, t_n) = summed
         rec = {"epoch": epoch, "loss": loss_sum / max(count, 1), "train_acc": correct / max(count, 1),
                "valid_acc": v_ok / v_n if ev and v_n else None, "test_acc": t_ok / t_n if ev and t_n else None,
-               "seconds": train_s + eval_s, "train_seconds": train_s, "eval_seconds": eval_s,
-               "sent_bytes": int(sent), "raw_bytes": int(raw), "fraction": sent / raw if raw else 1.0,
-               "train_sent_bytes": int(train_sent), "train_raw_bytes": int(train_raw),
-               "train_seeds": int(count), "train_batches": int(loaders["train"].stats.batches),
-               "stage_seconds": dict(loaders["train"].stats.seconds)}
-        if shards is not None:  # rows of the sharded tables: this rank's own, fetched, cache hits; bytes received
-            rec["shard"] = sharding.epoch_counts(dist, stats)
+               "train_seeds": int(count)}
+        rec.update(epoch_record.transfer(dist, [ld.stats for ld in loaders.values()], loaders["train"].stats,
+                                         train_s=dist.max(tr["seconds"]),
+                                         eval_s=dist.max(sum(e["seconds"] for e in ev.values())),
+                                         sharded=shards is not None))
         epochs.append(rec)
         acc = "".join(f"  {p} {rec[p + '_acc']:.4f}" for p in ("valid", "test") if rec[p + "_acc"] is not None)
         say(f"epoch {epoch:>2}/{cfg.train.epochs}  loss {rec['loss']:.4f}  train {rec['train_acc']:.4f}{acc}  "
-            f"time {rec['seconds']:.1f} s (train {train_s:.1f}, eval {eval_s:.1f})  "
-            f"moved {sent / 1e6:,.1f} MB of {raw / 1e6:,.1f} MB raw ({rec['fraction']:.3f})"
-            + ("" if shards is None else sharding.describe_counts(rec["shard"])), flush=True)
+            f"{epoch_record.describe(rec)}", flush=True)
 
     final = _summary(epochs, majority)
     result = {"format": RUN_FORMAT, "version": 1, "name": cfg.name, "dataset": ds.name, "codec": codec,

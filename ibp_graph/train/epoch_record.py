@@ -1,0 +1,34 @@
+"""What an epoch's record says about time and bytes moved, the same for node classification (train/loop.py)
+and link prediction (train/link.py): each loop adds its task's loss and metrics.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from . import sharding
+
+__all__ = ["transfer", "describe"]
+
+
+def transfer(dist, stats: Sequence, train_stats, *, train_s: float, eval_s: float, sharded: bool) -> dict:
+    """An epoch's seconds (`train_s` + `eval_s`, each already the maximum over ranks), the bytes the loaders
+    sent and their raw size (all loaders' `stats`; the training loader's `train_stats`), summed over ranks
+    (`dist`: train/loop.py's Dist), the training loader's batches and stage seconds, and, when `sharded`, the
+    sharded tables' counts (``shard``: sharding.epoch_counts)."""
+    sent, raw, train_sent, train_raw = dist.sum([sum(s.total_sent_bytes for s in stats),
+                                                 sum(s.total_raw_bytes for s in stats),
+                                                 train_stats.total_sent_bytes, train_stats.total_raw_bytes])
+    rec = {"seconds": train_s + eval_s, "train_seconds": train_s, "eval_seconds": eval_s, "sent_bytes": int(sent),
+           "raw_bytes": int(raw), "fraction": sent / raw if raw else 1.0, "train_sent_bytes": int(train_sent),
+           "train_raw_bytes": int(train_raw), "train_batches": int(train_stats.batches),
+           "stage_seconds": dict(train_stats.seconds)}
+    if sharded:  # rows of the sharded tables: this rank's own, fetched, cache hits; bytes received
+        rec["shard"] = sharding.epoch_counts(dist, stats)
+    return rec
+
+
+def describe(rec: dict) -> str:
+    """The epoch line's part about a `transfer` record: time (train, eval), MB moved of MB raw, the shards'."""
+    return (f"time {rec['seconds']:.1f} s (train {rec['train_seconds']:.1f}, eval {rec['eval_seconds']:.1f})  "
+            f"moved {rec['sent_bytes'] / 1e6:,.1f} MB of {rec['raw_bytes'] / 1e6:,.1f} MB raw ({rec['fraction']:.3f})"
+            + (sharding.describe_counts(rec["shard"]) if "shard" in rec else ""))

@@ -1,0 +1,57 @@
+"""A training run's start-up, the same for node classification (train/loop.py) and link prediction
+(train/link.py): check the config with the front-end, join the process group, open the data set (and, for
+`loader.features: sharded`, this rank's shards), prepare the front-end's graph, list the codecs to run.
+
+The openers are handed in (train/loop.py's ``setup_distributed``, ``open_dataset`` or train/link.py's
+``open_link_dataset``, ``open_shards``), so train/link.py still does not import the loop.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+
+from . import sharding
+from .config import Config
+from .frontends import NATIVE
+
+__all__ = ["Started", "start"]
+
+
+@dataclass(frozen=True)
+class Started:
+    """What a run's codecs share: this process's place (`dist`), its `device`, the data set `ds`, the
+    front-end's `graph` of it, the `codecs` to run in order, and this rank's `shards` (None unless sharded)."""
+
+    dist: Any
+    device: torch.device
+    ds: Any
+    graph: Any
+    codecs: list[str]
+    shards: Optional[dict]
+
+
+def start(cfg: Config, front, *, setup: Callable, open_data: Callable, open_shards: Optional[Callable],
+          baseline: bool = False) -> Started:
+    """Start the (checked) experiment `cfg` with front-end `front`: `setup(device_name)` joins the process
+    group and returns (dist, device), `open_data(cfg.data, dist, progress=)` opens the data set,
+    `open_shards(cfg.data, ds, dist, progress=)` this rank's shards for `loader.features: sharded`;
+    `baseline` adds the framework's own loader (codec "native") after `cfg.loader.codecs`."""
+    front.check(cfg)
+    dist, device = setup(cfg.loader.device)
+    front.check_device(device)
+    sharded = cfg.loader.features == "sharded"
+    if sharded:
+        sharding.check_world(dist.world_size)
+        if open_shards is None:
+            raise ValueError("loader.features='sharded' needs open_shards (run_link's shards=), the function that "
+                             "opens this rank's shards (train/loop.py's open_shards); none was given")
+    progress = cfg.output.progress
+    ds = open_data(cfg.data, dist, progress=progress)
+    shards = open_shards(cfg.data, ds, dist, progress=progress) if sharded else None
+    graph = front.prepare(ds)
+    codecs = list(cfg.loader.codecs) + ([NATIVE] if baseline else [])
+    if shards is not None:
+        sharding.check_codecs(codecs, shards)
+    return Started(dist=dist, device=device, ds=ds, graph=graph, codecs=codecs, shards=shards)
