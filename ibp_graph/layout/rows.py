@@ -29,14 +29,18 @@ NO_DEST = np.zeros(0, np.int64)
 OFFSET_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 
 
+def padded_size(nbytes: int) -> int:
+    """A payload's size for `nbytes` of rows: with the decoders' tail padding (PAYLOAD_TAIL), 8-byte aligned."""
+    return (nbytes + PAYLOAD_TAIL + 7) // 8 * 8
+
+
 def offsets_from_lengths(lengths: np.ndarray) -> tuple[np.ndarray, int]:
     """Row offsets (int32 below 2 GiB of rows, else int64) and the padded payload size."""
     total = int(lengths.sum()) if lengths.size else 0
     dtype = np.int32 if total < 2**31 else np.int64
     offsets = np.zeros(lengths.shape[0] + 1, dtype=dtype)
     np.cumsum(lengths, out=offsets[1:])
-    padded = (total + PAYLOAD_TAIL + 7) // 8 * 8
-    return offsets, padded
+    return offsets, padded_size(total)
 
 
 def empty_rows(n_rows: int) -> tuple[np.ndarray, np.ndarray]:

@@ -38,7 +38,7 @@ import torch
 from ..data.shards import ShardLayout
 from ..data.store import EncodedTable
 from ..layout.errors import CorruptPayloadError
-from ..layout.rows import PAYLOAD_TAIL, check_offsets_array, check_row_index, offsets_from_lengths
+from ..layout.rows import check_offsets_array, check_row_index, offsets_from_lengths, padded_size
 from ..layout.buffers import empty_host
 from ..layout.tensor import CompressedTensor
 from .cache import decode_rows
@@ -156,7 +156,7 @@ class ShardExchange:
             out_lengths = _segment_sums(mine.numpy(), wants)
             in_lengths = _segment_sums(lengths.numpy(), asks)
         total_in, total_out = int(in_lengths.sum()), int(out_lengths.sum())
-        payload = torch.empty(_padded(total_in), dtype=torch.uint8)
+        payload = torch.empty(padded_size(total_in), dtype=torch.uint8)
         payload[total_in:] = 0
         self.all_to_all(payload[:total_in], served.payload[:total_out], in_lengths.tolist(), out_lengths.tolist(),
                         what=f"{name}: row bytes")
@@ -188,11 +188,6 @@ def _segment_sums(values: np.ndarray, counts: Sequence[int]) -> np.ndarray:
     ends = np.cumsum(np.asarray(counts, np.int64))
     total = np.concatenate([[0], np.cumsum(values, dtype=np.int64)])
     return total[ends] - total[np.concatenate([[0], ends[:-1]])]
-
-
-def _padded(nbytes: int) -> int:
-    """A payload size with the decoders' tail padding (layout.rows.PAYLOAD_TAIL), 8-byte aligned."""
-    return (nbytes + PAYLOAD_TAIL + 7) // 8 * 8
 
 
 def concat_rows(parts: Sequence[CompressedTensor]) -> CompressedTensor:
