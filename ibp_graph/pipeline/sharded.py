@@ -10,8 +10,8 @@ gives it, encoded with the one codec every shard shares. A :class:`ShardedSource
 3. every owner gathers the rows asked of it from its shard, still compressed (no encode at serve time);
 4. ``all_to_all_single``: each row's stored length (not for fixed-stride identity rows), then the bytes;
 5. all rows become one CompressedTensor (its offsets checked as anything received), decoded once on the
-   serving device (the GPU decoder, or the codec's CPU decoder on all cores) and assembled bit for bit in
-   sampled order.
+   serving device, bit for bit in sampled order (the codec's CPU decoder on all cores writes each row
+   straight to its batch position; the GPU decoder's rows are placed after).
 
 The collectives run on a gloo group of their own (``ShardExchange``), made at the first batch, so that
 DDP's gradient collectives on the default group and the exchange never interleave. Every rank must
