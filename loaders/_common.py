@@ -20,8 +20,6 @@ from ibp_graph.pipeline.decode import DecodeStage
 from ibp_graph.pipeline.features import FeaturePlan
 from ibp_graph.pipeline.grouping import GroupKey
 from ibp_graph.pipeline.stats import LoaderStats
-from ibp_graph.sampling.hetero import HeteroNeighborSampler
-from ibp_graph.sampling.neighbor import NeighborSampler
 from ibp_graph.threads import use_forksafe_layer
 
 #: seconds to wait for a worker's death to become visible after a broken connection to it.
@@ -100,33 +98,6 @@ def setup_codecs(node_attrs: Mapping[str, Any], edge_attrs: Mapping[str, Any], *
         if isinstance(table, EncodedTable) and table.compressed.n_rows:
             table.index_select(torch.zeros(1, dtype=torch.int64))
     return out[0] if refine is None else out
-
-
-def warm_sampler(sampler: Union[NeighborSampler, HeteroNeighborSampler], seeds: torch.Tensor, num_workers: int,
-                 seed_time: Optional[torch.Tensor] = None, input_type: Optional[str] = None) -> None:
-    """Compile (or load from numba's cache) the sampling kernels the batches will run, here, so
-    that forked workers inherit them: the serial ones when DataLoader workers sample (they run
-    serially), else the main process's; a fixed seed, no random generator touched. `seed_time`:
-    the input nodes' times, for a temporal sampler; `input_type`: the seeds' node type, for a
-    heterogeneous one."""
-    if not seeds.numel():
-        return
-    first = None if seed_time is None else seed_time[:2]
-    args = (seeds[:2],) if input_type is None else (input_type, seeds[:2])
-    warm(lambda: sampler.sample(*args, seed=0, seed_time=first), sampler, num_workers)
-
-
-def warm(sample: Callable[[], Any], sampler: Union[NeighborSampler, HeteroNeighborSampler], num_workers: int) -> None:
-    """Run `sample` (one small draw of `sampler`'s) with the kernels the batches will run: the serial ones
-    when DataLoader workers sample, else the main process's (warm_sampler's rule)."""
-    if num_workers > 0 and sampler.parallel is None:
-        sampler.parallel = False
-        try:
-            sample()
-        finally:
-            sampler.parallel = None
-    else:
-        sample()
 
 
 class Codecs:

@@ -351,11 +351,9 @@ class CompressedDGLDataLoader(_DGLDataLoader, _common.Codecs):
         edge_wise = isinstance(graph_sampler, dgl.dataloading.EdgePredictionSampler)
         check_batch_size(batch_size)
         _check_graph(graph)
+        _check_seeds(graph, indices, edge_wise)
         if edge_wise:
-            _check_seed_edges(graph, indices)
             _check_edge_sampler(graph, graph_sampler, indices)
-        else:
-            _check_seeds(graph, indices)
         stores = _node_stores(graph, node_stores)
         node_attrs, edge_attrs, typed = _features(graph, graph_sampler, stores)
         out_device = torch.device(device) if device is not None else torch.device("cpu")
@@ -558,14 +556,23 @@ def _check_graph(graph) -> None:
                                      "not check: its samplers would crash)")
 
 
-def _check_seeds(graph, indices) -> None:
-    """The seed node ids, per node type, in range (DGL's samplers would read out of bounds)."""
-    per_type = indices if isinstance(indices, Mapping) else {graph.ntypes[0]: indices}
-    for t, ids in per_type.items():
-        if t not in graph.ntypes:
-            raise KeyError(f"indices names node type {t!r}; the graph has node types {graph.ntypes}")
-        name = "indices" if not isinstance(indices, Mapping) else f"indices[{t!r}]"
-        _check_in_range(_id_tensor(ids, name, "node ids"), graph.num_nodes(t), name, "node")
+def _check_seeds(graph, indices, edge_wise: bool) -> None:
+    """The seeds' ids in range, per type (DGL's samplers would read out of bounds): node ids, or an edge-wise
+    sampler's edge ids ({etype: ids}, the relation name or the canonical triple, as DGL takes them; a tensor
+    only for a graph with one edge type)."""
+    what, types = ("edge", graph.canonical_etypes) if edge_wise else ("node", graph.ntypes)
+    if isinstance(indices, Mapping):
+        per_type = {(_edge_type if edge_wise else _node_type)(graph, t, "indices"): (f"indices[{t!r}]", ids)
+                    for t, ids in indices.items()}
+    elif edge_wise and len(types) != 1:
+        raise ValueError(f"indices is a tensor of edge ids, but the graph has {len(types)} edge types ({types}); "
+                         "an edge-wise sampler takes {edge type: edge ids} there, e.g. indices={"
+                         + f"{types[0]!r}: ids" + "}")
+    else:
+        per_type = {types[0]: ("indices", indices)}
+    for t, (argname, ids) in per_type.items():
+        n = graph.num_edges(t) if edge_wise else graph.num_nodes(t)
+        _check_in_range(_id_tensor(ids, argname, f"{what} ids"), n, argname, what)
 
 
 def _id_tensor(value: Any, argname: str, what: str) -> torch.Tensor:
@@ -580,21 +587,6 @@ def _check_in_range(ids: torch.Tensor, n: int, argname: str, what: str) -> None:
     bad = first_outside(ids.numpy(), 0, n)
     if bad >= 0:
         raise IndexError(f"{argname} contains {what} {int(ids[bad])} at position {bad}, outside [0, {n})")
-
-
-def _check_seed_edges(graph, indices) -> None:
-    """An edge-wise sampler's seeds: edge ids in range, per edge type ({etype: ids}, the relation name
-    or the canonical triple, as DGL takes them; a tensor only for a graph with one edge type)."""
-    if not isinstance(indices, Mapping):
-        if len(graph.canonical_etypes) != 1:
-            raise ValueError(f"indices is a tensor of edge ids, but the graph has {len(graph.canonical_etypes)} "
-                             f"edge types ({graph.canonical_etypes}); an edge-wise sampler takes "
-                             "{edge type: edge ids} there, e.g. indices={" + f"{graph.canonical_etypes[0]!r}: ids" + "}")
-        per_type = {graph.canonical_etypes[0]: ("indices", indices)}
-    else:
-        per_type = {_edge_type(graph, t, "indices"): (f"indices[{t!r}]", ids) for t, ids in indices.items()}
-    for etype, (argname, ids) in per_type.items():
-        _check_in_range(_id_tensor(ids, argname, "edge ids"), graph.num_edges(etype), argname, "edge")
 
 
 #: what dgl.dataloading.as_edge_prediction_sampler's `exclude` takes (and tensors, callables)

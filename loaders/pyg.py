@@ -127,6 +127,21 @@ class _SampledLoader(_common.Codecs):
         DataLoader.__init__(self, producer, batch_size=None, sampler=self.requests,
                             collate_fn=self.collate_fn, **kwargs)
 
+    def _warm_with(self, sample: Callable[[], Any], num_workers: int) -> None:
+        """Compile (or load from numba's cache) the sampling kernels the batches will run, here, so that forked
+        workers inherit them: run `sample` (one small draw of the loader's sampler, a fixed seed, no random
+        generator touched) with the serial kernels when DataLoader workers sample (they run serially), else
+        with the main process's."""
+        sampler = self._sampler
+        if num_workers > 0 and sampler.parallel is None:
+            sampler.parallel = False
+            try:
+                sample()
+            finally:
+                sampler.parallel = None
+        else:
+            sample()
+
     def _own_tables(self) -> dict:
         """1-d samples of the tensors the loader's batches carry besides the graph's (their groups need codecs)."""
         return {}
@@ -310,13 +325,8 @@ class CompressedNeighborLoader(_SampledLoader, NeighborLoader):
         batch_size = self._setup(**{name: value for name, value in locals().items() if name in _SHARED})
         self.node_sampler = self._sampler
         self.input_type, seeds, mask = self._kind.seeds(input_nodes)
-        input_id = self.input_id
-        if input_id is not None:
-            input_id = torch.as_tensor(input_id)
-            if input_id.shape != seeds.shape:
-                raise ValueError(f"input_id has shape {tuple(input_id.shape)}; accepted: one id per input "
-                                 f"node, shape {tuple(seeds.shape)}")
-        elif mask:  # PyG reports input_id as node ids for a mask, as positions for ids or None
+        input_id = _per_input(self.input_id, seeds.numel(), "input_id", "one id per input node")
+        if input_id is None and mask:  # PyG reports input_id as node ids for a mask, as positions for ids or None
             input_id = seeds
         self.input_time = _input_time(input_time, seeds)
         self.input_data = NodeSamplerInput(input_id=input_id, node=seeds, time=self.input_time,
@@ -333,8 +343,12 @@ class CompressedNeighborLoader(_SampledLoader, NeighborLoader):
         return kind.planner(self.input_data.node, self.input_data.input_id, self.input_time, t)
 
     def _warm(self, num_workers: int) -> None:
-        _common.warm_sampler(self._sampler, self.input_data.node, num_workers, seed_time=self.input_time,
-                             input_type=self.input_type)
+        """Two seeds sampled (with their times for a temporal sampler, their node type for a heterogeneous one)."""
+        seeds, times = self.input_data.node[:2], self.input_time
+        args = (seeds,) if self.input_type is None else (self.input_type, seeds)
+        if seeds.numel():
+            self._warm_with(lambda: self._sampler.sample(*args, seed=0, seed_time=None if times is None else times[:2]),
+                            num_workers)
 
     def _finish_kind(self, batch: DecodedBatch) -> Union[Data, HeteroData]:
         return self._kind.to_batch(batch)
@@ -408,19 +422,10 @@ class CompressedLinkNeighborLoader(_SampledLoader, LinkNeighborLoader):
         self.link_sampler = self._sampler
         self.input_type, src, dst = self._kind.seed_edges(edge_label_index)
         num_edges = int(src.numel())
-        label = prepare_edge_label(edge_label, neg)
-        if label is not None and (label.dim() == 0 or label.shape[0] != num_edges):
-            raise ValueError(f"edge_label has shape {tuple(label.shape)}; accepted: one label per seed edge, "
-                             f"shape ({num_edges}, ...)")
-        if edge_label_time is not None:
-            edge_label_time = torch.as_tensor(edge_label_time)
-            if edge_label_time.shape != (num_edges,):
-                raise ValueError(f"edge_label_time has shape {tuple(edge_label_time.shape)}; accepted: one time per "
-                                 f"seed edge, shape ({num_edges},)")
-        input_id = None if self.input_id is None else torch.as_tensor(self.input_id)
-        if input_id is not None and input_id.shape[:1] != (num_edges,):
-            raise ValueError(f"input_id has shape {tuple(input_id.shape)}; accepted: one id per seed edge, shape "
-                             f"({num_edges},)")
+        label = _per_input(prepare_edge_label(edge_label, neg), num_edges, "edge_label", "one label per seed edge",
+                           rows=True)
+        edge_label_time = _per_input(edge_label_time, num_edges, "edge_label_time", "one time per seed edge")
+        input_id = _per_input(self.input_id, num_edges, "input_id", "one id per seed edge", rows=True)
         self._neg, self.input_time = neg, None
         self.neg_sampling = None if neg is None else NegativeSampling(  # PyG's record, which its helpers read
             neg.mode, neg.amount, *(None if w is None else torch.from_numpy(w.copy())
@@ -453,8 +458,7 @@ class CompressedLinkNeighborLoader(_SampledLoader, LinkNeighborLoader):
         n, planner = int(self.input_data.row.numel()), self._producer.planner
         if n:
             # draw, not sample: transform_sampler_output runs on the batches only (as PyG)
-            _common.warm(lambda: planner.draw(BatchRequest(index=torch.arange(min(2, n)), seed=0)), self._sampler,
-                         num_workers)
+            self._warm_with(lambda: planner.draw(BatchRequest(index=torch.arange(min(2, n)), seed=0)), num_workers)
 
     def _finish_kind(self, batch: DecodedBatch) -> Union[Data, HeteroData]:
         """The kind's batch of the sampled subgraph, with LinkLoader's fields (its filter_fn)."""
@@ -509,9 +513,7 @@ class _Homo:
                 isinstance(edge_label_index[0], (tuple, str)):
             edge_label_index = edge_label_index[1]
         n = self.graph.num_nodes
-        if edge_label_index is None:
-            edge_label_index = edge_list(self.graph.indptr, self.graph.indices, self.graph.e_id)
-        return (None,) + _edge_ids(edge_label_index, n, n, "edge_label_index", "the graph")
+        return (None,) + _edge_ids(edge_label_index, self.graph, n, n, "edge_label_index", "the graph")
 
     def node_counts(self, edge_type: None) -> tuple[int, int]:
         return self.graph.num_nodes, self.graph.num_nodes
@@ -619,11 +621,8 @@ class _Hetero:
                              f"an edge type (one of {self.graph.edge_types}) or (edge type, None | [2, E] tensor)")
         edge_type = self._edge_type(edge_type)
         src, _, dst = edge_type
-        if index is None:
-            csc = self.graph.csc[edge_type]
-            index = edge_list(csc.indptr, csc.indices, csc.e_id)
-        return (edge_type,) + _edge_ids(index, self.graph.num_nodes[src], self.graph.num_nodes[dst],
-                                        "edge_label_index[1]", f"edge type {edge_type!r}")
+        return (edge_type,) + _edge_ids(index, self.graph.csc[edge_type], self.graph.num_nodes[src],
+                                        self.graph.num_nodes[dst], "edge_label_index[1]", f"edge type {edge_type!r}")
 
     def _edge_type(self, edge_type) -> EdgeType:
         """PyG's canonical edge type: (src, rel, dst) as given, or (src, dst) when one relation joins them."""
@@ -815,9 +814,10 @@ def _node_ids(nodes, n: int, name: str, node: str, where: str) -> tuple[torch.Te
     return t, False
 
 
-def _edge_ids(edges, num_src: int, num_dst: int, name: str, where: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Seed edges `edges` ([2, E] source and destination ids below `num_src` / `num_dst`) as two int64 tensors;
-    errors name the argument `name` and the graph as `where`."""
+def _edge_ids(edges, csc, num_src: int, num_dst: int, name: str, where: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Seed edges `edges` ([2, E] source and destination ids below `num_src` / `num_dst`; None: every edge of
+    `csc`, a CSCGraph or TypedCSC) as two int64 tensors; errors name the argument `name` and the graph as `where`."""
+    edges = edge_list(csc.indptr, csc.indices, csc.e_id) if edges is None else edges
     t = edges if isinstance(edges, torch.Tensor) else torch.as_tensor(np.asarray(edges))
     if t.dtype == torch.bool or t.dtype.is_floating_point or t.dtype.is_complex:
         raise TypeError(f"{name} has dtype {t.dtype}; accepted: an integer [2, num_edges] tensor of (source, "
@@ -831,6 +831,18 @@ def _edge_ids(edges, num_src: int, num_dst: int, name: str, where: str) -> tuple
             bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
             raise IndexError(f"{name}[{row}] contains {end} node {bad}, outside [0, {n}) of {where}")
     return t[0].contiguous(), t[1].contiguous()
+
+
+def _per_input(value, n: int, argname: str, accepted: str, rows: bool = False) -> Optional[torch.Tensor]:
+    """`value` (None, or one entry per of the loader's `n` inputs: shape ``(n,)``, or ``(n, ...)`` with `rows`) as
+    a tensor; ValueError naming `argname`, its shape and the `accepted` one otherwise."""
+    if value is None:
+        return None
+    t = torch.as_tensor(value)
+    if (t.shape[:1] if rows else t.shape) != (n,):
+        raise ValueError(f"{argname} has shape {tuple(t.shape)}; accepted: {accepted}, shape ({n},"
+                         f"{' ...' if rows else ''})")
+    return t
 
 
 def _input_time(input_time, seeds: torch.Tensor) -> Optional[torch.Tensor]:
