@@ -45,7 +45,8 @@ import numpy as np
 import torch
 
 from ..jit_cache import install as _install_kernel_cache
-from .hetero import EdgeType, check_seeds, check_time
+from .graph import check_int
+from .hetero import EdgeType, check_seeds, check_time, check_weights
 from .kernels import _GOLDEN, _draw, _draw_unit, _mix64, hop_key, readonly
 
 _install_kernel_cache()  # numba caches this module's kernels per environment (ibp_graph.jit_cache)
@@ -73,21 +74,10 @@ def _check_weight(name: str, weight: Optional[ArrayLike]) -> Optional[np.ndarray
     """A node weight vector as float64: 1-d, finite, >= 0 and not all zero (what torch.multinomial accepts)."""
     if weight is None:
         return None
-    if isinstance(weight, torch.Tensor):
-        w = weight.detach().cpu().numpy()
-    elif isinstance(weight, np.ndarray):
-        w = weight
-    else:
+    if not isinstance(weight, (torch.Tensor, np.ndarray)):
         raise TypeError(f"{name} must be a 1-d torch.Tensor or numpy.ndarray of node weights, got "
                         f"{type(weight).__name__}")
-    if w.dtype == np.bool_ or not (np.issubdtype(w.dtype, np.floating) or np.issubdtype(w.dtype, np.integer)):
-        raise TypeError(f"{name} has dtype {w.dtype}; accepted: a real (float or integer) dtype")
-    if w.ndim != 1:
-        raise ValueError(f"{name} has shape {tuple(w.shape)}; accepted: one weight per node, 1-d")
-    w = np.ascontiguousarray(w, dtype=np.float64)
-    bad = np.flatnonzero(~np.isfinite(w) | (w < 0))
-    if bad.size:
-        raise ValueError(f"{name}[{int(bad[0])}]={float(w[bad[0]])!r}; accepted: finite weights >= 0")
+    w = check_weights(name, weight, None, "one weight per node, ")
     if w.size and not (w > 0).any():
         raise ValueError(f"{name} is all zeros; accepted: weights with at least one positive entry")
     return readonly(w)
@@ -354,8 +344,7 @@ def link_seeds(src: ArrayLike, dst: ArrayLike, *, num_src_nodes: int, num_dst_no
     graph, None for a homogeneous one. `src_node_time` / `dst_node_time`: node times of node-level temporal
     sampling (negatives then exist at their positive's time), as arrays or :class:`NodeTimes` (checked once).
     """
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"seed must be an int, got {seed!r}")
+    seed = check_int("seed", seed, minimum=None)
     if not isinstance(disjoint, bool):
         raise TypeError(f"disjoint must be a bool, got {disjoint!r}")
     edge_type = _check_edge_type(edge_type)
