@@ -325,7 +325,11 @@ def _check_edge_type(edge_type: Any) -> Optional[EdgeType]:
     return edge_type
 
 
-def _unique(ids: np.ndarray) -> Tuple[Tensor, Tensor]:
+def _seed_set(ids: np.ndarray, disjoint: bool) -> Tuple[Tensor, Tensor]:
+    """The seeds of endpoints `ids` and each endpoint's local id: disjoint, every endpoint is its own seed;
+    otherwise the seeds are the sorted distinct ids (PyG's ``unique(..., return_inverse=True)``)."""
+    if disjoint:
+        return torch.from_numpy(ids), torch.arange(ids.shape[0])
     uniq, inverse = np.unique(ids, return_inverse=True)
     return torch.from_numpy(uniq), torch.from_numpy(inverse.reshape(-1).astype(np.int64, copy=False))
 
@@ -390,13 +394,12 @@ def link_seeds(src: ArrayLike, dst: ArrayLike, *, num_src_nodes: int, num_dst_no
 
     # negatives, appended to the endpoints they are drawn for
     num_neg = 0 if neg is None else neg.num_negatives(num_pos)
-    src_neg = dst_neg = None
-    if neg is not None:
-        if neg.is_binary:
-            src_neg = sample_negatives(neg, "src", num_neg, num_src_nodes, seed=int(seed), seed_time=time_np,
-                                       node_time=node_time.get("src"))
-        dst_neg = sample_negatives(neg, "dst", num_neg, num_dst_nodes, seed=int(seed), seed_time=time_np,
-                                   node_time=node_time.get("dst"))
+    drawn = {}
+    for endpoint, count in (("src", num_src_nodes), ("dst", num_dst_nodes)):
+        if neg is not None and (neg.is_binary or endpoint == "dst"):  # triplet: negative destinations only
+            drawn[endpoint] = sample_negatives(neg, endpoint, num_neg, count, seed=seed, seed_time=time_np,
+                                               node_time=node_time.get(endpoint))
+    src_neg, dst_neg = drawn.get("src"), drawn.get("dst")
     src_all = src_np if src_neg is None else np.concatenate([src_np, src_neg])
     dst_all = dst_np if dst_neg is None else np.concatenate([dst_np, dst_neg])
 
@@ -408,23 +411,14 @@ def link_seeds(src: ArrayLike, dst: ArrayLike, *, num_src_nodes: int, num_dst_no
 
     # seeds, and each endpoint's local id
     if one_type:
-        seed_ids = np.concatenate([src_all, dst_all])
-        if disjoint:
-            seeds: Union[Tensor, Dict[str, Tensor]] = torch.from_numpy(seed_ids)
-            local = torch.arange(seed_ids.shape[0])
-        else:
-            seeds, local = _unique(seed_ids)
+        seeds, local = _seed_set(np.concatenate([src_all, dst_all]), disjoint)
         src_local, dst_local = local[:src_all.shape[0]], local[src_all.shape[0]:]
         seed_time = None if time is None else torch.cat([src_time, dst_time])
         if edge_type is not None:
             seeds = {src_type: seeds}
             seed_time = None if seed_time is None else {src_type: seed_time}
     else:
-        if disjoint:
-            src_seeds, src_local = torch.from_numpy(src_all), torch.arange(src_all.shape[0])
-            dst_seeds, dst_local = torch.from_numpy(dst_all), torch.arange(dst_all.shape[0])
-        else:
-            (src_seeds, src_local), (dst_seeds, dst_local) = _unique(src_all), _unique(dst_all)
+        (src_seeds, src_local), (dst_seeds, dst_local) = _seed_set(src_all, disjoint), _seed_set(dst_all, disjoint)
         seeds = {src_type: src_seeds, dst_type: dst_seeds}
         seed_time = None if time is None else {src_type: src_time, dst_type: dst_time}
 
