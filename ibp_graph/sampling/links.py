@@ -310,12 +310,6 @@ def _endpoint_ids(name: str, ids: ArrayLike, num_nodes: int, node_type: Optional
         raise type(err)(f"{name}: {err}") from None
 
 
-def _check_count(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise ValueError(f"{name}={value!r} is not accepted; use an int >= 0")
-    return int(value)
-
-
 def _check_edge_type(edge_type: Any) -> Optional[EdgeType]:
     if edge_type is None:
         return None
@@ -352,8 +346,8 @@ def link_seeds(src: ArrayLike, dst: ArrayLike, *, num_src_nodes: int, num_dst_no
     if not isinstance(disjoint, bool):
         raise TypeError(f"disjoint must be a bool, got {disjoint!r}")
     edge_type = _check_edge_type(edge_type)
-    num_src_nodes = _check_count("num_src_nodes", num_src_nodes)
-    num_dst_nodes = _check_count("num_dst_nodes", num_dst_nodes)
+    num_src_nodes = check_int("num_src_nodes", num_src_nodes, minimum=0)
+    num_dst_nodes = check_int("num_dst_nodes", num_dst_nodes, minimum=0)
     one_type = edge_type is None or edge_type[0] == edge_type[-1]
     if one_type and num_src_nodes != num_dst_nodes:
         raise ValueError(f"num_src_nodes={num_src_nodes} and num_dst_nodes={num_dst_nodes} differ, but source and "
