@@ -386,22 +386,18 @@ def link_seeds(src: ArrayLike, dst: ArrayLike, *, num_src_nodes: int, num_dst_no
         raise ValueError("src_node_time/dst_node_time are given without edge_label_time; accepted: "
                          "edge_label_time (negatives must exist at their positive's time)")
 
-    # negatives, appended to the endpoints they are drawn for
+    # per endpoint: its negatives, its ids (positives, then the negatives drawn for it) and their times (each
+    # its positive's: negative j has positive j % num_pos's)
     num_neg = 0 if neg is None else neg.num_negatives(num_pos)
-    drawn = {}
-    for endpoint, count in (("src", num_src_nodes), ("dst", num_dst_nodes)):
+    ends = {}
+    for endpoint, ids, count in (("src", src_np, num_src_nodes), ("dst", dst_np, num_dst_nodes)):
+        drawn = None
         if neg is not None and (neg.is_binary or endpoint == "dst"):  # triplet: negative destinations only
-            drawn[endpoint] = sample_negatives(neg, endpoint, num_neg, count, seed=seed, seed_time=time_np,
-                                               node_time=node_time.get(endpoint))
-    src_neg, dst_neg = drawn.get("src"), drawn.get("dst")
-    src_all = src_np if src_neg is None else np.concatenate([src_np, src_neg])
-    dst_all = dst_np if dst_neg is None else np.concatenate([dst_np, dst_neg])
-
-    # times: each endpoint has its positive's time (negative j: positive j % num_pos's)
-    src_time = dst_time = None
-    if time is not None:
-        src_time = time[torch.arange(src_all.shape[0]) % num_pos]
-        dst_time = time[torch.arange(dst_all.shape[0]) % num_pos]
+            drawn = sample_negatives(neg, endpoint, num_neg, count, seed=seed, seed_time=time_np,
+                                     node_time=node_time.get(endpoint))
+        ids = ids if drawn is None else np.concatenate([ids, drawn])
+        ends[endpoint] = (drawn, ids, None if time is None else time[torch.arange(ids.shape[0]) % num_pos])
+    (src_neg, src_all, src_time), (dst_neg, dst_all, dst_time) = ends["src"], ends["dst"]
 
     # seeds, and each endpoint's local id
     if one_type:
