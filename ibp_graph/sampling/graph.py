@@ -69,11 +69,11 @@ def as_numpy(name: str, value: ArrayLike, *, integer: bool = False) -> np.ndarra
     return value.detach().numpy() if isinstance(value, torch.Tensor) else value
 
 
-def check_int(name: str, value: object, *, minimum: int) -> int:
-    """`value` as an int >= `minimum`, or an error naming `name`."""
+def check_int(name: str, value: object, *, minimum: Optional[int]) -> int:
+    """`value` as an int >= `minimum` (None: any int), or an error naming `name`."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int >= {minimum}, got {value!r}")
-    if value < minimum:
+        raise TypeError(f"{name} must be an int{'' if minimum is None else f' >= {minimum}'}, got {value!r}")
+    if minimum is not None and value < minimum:
         raise ValueError(f"{name} must be an int >= {minimum}, got {value}")
     return int(value)
 

@@ -70,7 +70,7 @@ from .graph import CSCGraph, TypedCSC, as_numpy, check_int, time_sorted_check
 from .kernels import MAX_FANOUT, induced_edges, readonly, sample_hop, table_insert, table_put_seeds, valid_counts
 
 __all__ = ["EdgeType", "HeteroNeighborSampler", "HeteroSamplerOutput", "TEMPORAL_STRATEGIES", "TypedCSC",
-           "check_num_neighbors", "check_seeds", "check_time", "resolve_num_neighbors"]
+           "check_num_neighbors", "check_seeds", "check_time", "check_weights", "resolve_num_neighbors"]
 
 #: an edge type, as PyG names it: (source node type, relation, destination node type).
 EdgeType = Tuple[str, str, str]
@@ -113,13 +113,15 @@ def check_num_neighbors(num_neighbors: Sequence[int]) -> List[int]:
     return [int(k) for k in num_neighbors]
 
 
-def _real_values(name: str, value, count: int, per: str = "") -> np.ndarray:
-    """`value` (a tensor or array-like) as a numpy array of `count` integer or float values, or an error."""
+def _real_values(name: str, value, count: Optional[int], per: str = "") -> np.ndarray:
+    """`value` (a tensor or array-like) as a numpy array of `count` integer or float values (None: any number,
+    1-d), or an error."""
     a = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
     if a.dtype == np.bool_ or not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
         raise TypeError(f"{name} has dtype {a.dtype}; accepted: a real (float or integer) dtype")
-    if a.shape != (count,):
-        raise ValueError(f"{name} has shape {tuple(a.shape)}; accepted: {per}shape ({count},)")
+    accepted = "1-d" if count is None else f"shape ({count},)"
+    if a.ndim != 1 or (count is not None and a.shape[0] != count):
+        raise ValueError(f"{name} has shape {tuple(a.shape)}; accepted: {per}{accepted}")
     return a
 
 
@@ -134,13 +136,14 @@ def check_time(name: str, value, count: int) -> Optional[np.ndarray]:
     return np.ascontiguousarray(t)
 
 
-def _check_weight(weight, graph, where: str = "") -> np.ndarray:
-    """Edge weights (edge_index order) as float64 in CSC order; non-negative and finite (errors start with `where`)."""
-    w = _real_values(f"{where}weight", weight, graph.num_edges, per="one weight per edge, ").astype(np.float64)
+def check_weights(name: str, value, count: Optional[int], per: str) -> np.ndarray:
+    """Weights (`count` of them, None: any number; `per` says what each weighs, in errors) as contiguous
+    float64, finite and >= 0: the edge weights of weighted sampling, the node weights of negative sampling."""
+    w = np.ascontiguousarray(_real_values(name, value, count, per), dtype=np.float64)
     bad = np.flatnonzero(~np.isfinite(w) | (w < 0))
     if bad.size:
-        raise ValueError(f"{where}weight[{int(bad[0])}]={float(w[bad[0]])!r}; accepted: finite weights >= 0")
-    return np.ascontiguousarray(w[graph.e_id])
+        raise ValueError(f"{name}[{int(bad[0])}]={float(w[bad[0]])!r}; accepted: finite weights >= 0")
+    return w
 
 
 def _typed_times(kind: str, given: Optional[Mapping], counts: Mapping, types: str) -> Optional[dict]:
@@ -312,7 +315,9 @@ class HeteroNeighborSampler:
             if e not in self.graphs:
                 raise ValueError(f"weight names edge type {e!r}, which the graph does not have; its edge "
                                  f"types: {self.edge_types}")
-            w = _check_weight(w, self.graphs[e], "" if homogeneous else f"weight[{e!r}]: ")
+            name = "weight" if homogeneous else f"weight[{e!r}]: weight"
+            w = check_weights(name, w, self.graphs[e].num_edges, "one weight per edge, ")
+            w = w[self.graphs[e].e_id]  # edge_index order -> CSC order
             csum = np.concatenate([[0], np.cumsum(w > 0)])
             indptr = self.graphs[e].indptr
             self._weight[e] = (readonly(w), csum[indptr[1:]] - csum[indptr[:-1]])
@@ -366,8 +371,7 @@ class HeteroNeighborSampler:
         disjoint sample numbers the seeds across the types in the mapping's order (the second
         type's first seed follows the first type's last), as pyg-lib does.
         """
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-            raise TypeError(f"seed must be an int, got {seed!r}")
+        seed = check_int("seed", seed, minimum=None)
         given = self._typed_seeds(input_type, seeds, seed_time)
         times = np.concatenate([self._seed_times(t, s, st) for t, (s, st) in given.items()]) \
             if self.temporal else None

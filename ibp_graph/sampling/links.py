@@ -45,7 +45,8 @@ import numpy as np
 import torch
 
 from ..jit_cache import install as _install_kernel_cache
-from .hetero import EdgeType, check_seeds, check_time
+from .graph import check_int
+from .hetero import EdgeType, check_seeds, check_time, check_weights
 from .kernels import _GOLDEN, _draw, _draw_unit, _mix64, hop_key, readonly
 
 _install_kernel_cache()  # numba caches this module's kernels per environment (ibp_graph.jit_cache)
@@ -73,21 +74,10 @@ def _check_weight(name: str, weight: Optional[ArrayLike]) -> Optional[np.ndarray
     """A node weight vector as float64: 1-d, finite, >= 0 and not all zero (what torch.multinomial accepts)."""
     if weight is None:
         return None
-    if isinstance(weight, torch.Tensor):
-        w = weight.detach().cpu().numpy()
-    elif isinstance(weight, np.ndarray):
-        w = weight
-    else:
+    if not isinstance(weight, (torch.Tensor, np.ndarray)):
         raise TypeError(f"{name} must be a 1-d torch.Tensor or numpy.ndarray of node weights, got "
                         f"{type(weight).__name__}")
-    if w.dtype == np.bool_ or not (np.issubdtype(w.dtype, np.floating) or np.issubdtype(w.dtype, np.integer)):
-        raise TypeError(f"{name} has dtype {w.dtype}; accepted: a real (float or integer) dtype")
-    if w.ndim != 1:
-        raise ValueError(f"{name} has shape {tuple(w.shape)}; accepted: one weight per node, 1-d")
-    w = np.ascontiguousarray(w, dtype=np.float64)
-    bad = np.flatnonzero(~np.isfinite(w) | (w < 0))
-    if bad.size:
-        raise ValueError(f"{name}[{int(bad[0])}]={float(w[bad[0]])!r}; accepted: finite weights >= 0")
+    w = check_weights(name, weight, None, "one weight per node, ")
     if w.size and not (w > 0).any():
         raise ValueError(f"{name} is all zeros; accepted: weights with at least one positive entry")
     return readonly(w)
@@ -320,12 +310,6 @@ def _endpoint_ids(name: str, ids: ArrayLike, num_nodes: int, node_type: Optional
         raise type(err)(f"{name}: {err}") from None
 
 
-def _check_count(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise ValueError(f"{name}={value!r} is not accepted; use an int >= 0")
-    return int(value)
-
-
 def _check_edge_type(edge_type: Any) -> Optional[EdgeType]:
     if edge_type is None:
         return None
@@ -335,7 +319,11 @@ def _check_edge_type(edge_type: Any) -> Optional[EdgeType]:
     return edge_type
 
 
-def _unique(ids: np.ndarray) -> Tuple[Tensor, Tensor]:
+def _seed_set(ids: np.ndarray, disjoint: bool) -> Tuple[Tensor, Tensor]:
+    """The seeds of endpoints `ids` and each endpoint's local id: disjoint, every endpoint is its own seed;
+    otherwise the seeds are the sorted distinct ids (PyG's ``unique(..., return_inverse=True)``)."""
+    if disjoint:
+        return torch.from_numpy(ids), torch.arange(ids.shape[0])
     uniq, inverse = np.unique(ids, return_inverse=True)
     return torch.from_numpy(uniq), torch.from_numpy(inverse.reshape(-1).astype(np.int64, copy=False))
 
@@ -354,13 +342,12 @@ def link_seeds(src: ArrayLike, dst: ArrayLike, *, num_src_nodes: int, num_dst_no
     graph, None for a homogeneous one. `src_node_time` / `dst_node_time`: node times of node-level temporal
     sampling (negatives then exist at their positive's time), as arrays or :class:`NodeTimes` (checked once).
     """
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"seed must be an int, got {seed!r}")
+    seed = check_int("seed", seed, minimum=None)
     if not isinstance(disjoint, bool):
         raise TypeError(f"disjoint must be a bool, got {disjoint!r}")
     edge_type = _check_edge_type(edge_type)
-    num_src_nodes = _check_count("num_src_nodes", num_src_nodes)
-    num_dst_nodes = _check_count("num_dst_nodes", num_dst_nodes)
+    num_src_nodes = check_int("num_src_nodes", num_src_nodes, minimum=0)
+    num_dst_nodes = check_int("num_dst_nodes", num_dst_nodes, minimum=0)
     one_type = edge_type is None or edge_type[0] == edge_type[-1]
     if one_type and num_src_nodes != num_dst_nodes:
         raise ValueError(f"num_src_nodes={num_src_nodes} and num_dst_nodes={num_dst_nodes} differ, but source and "
@@ -399,43 +386,29 @@ def link_seeds(src: ArrayLike, dst: ArrayLike, *, num_src_nodes: int, num_dst_no
         raise ValueError("src_node_time/dst_node_time are given without edge_label_time; accepted: "
                          "edge_label_time (negatives must exist at their positive's time)")
 
-    # negatives, appended to the endpoints they are drawn for
+    # per endpoint: its negatives, its ids (positives, then the negatives drawn for it) and their times (each
+    # its positive's: negative j has positive j % num_pos's)
     num_neg = 0 if neg is None else neg.num_negatives(num_pos)
-    src_neg = dst_neg = None
-    if neg is not None:
-        if neg.is_binary:
-            src_neg = sample_negatives(neg, "src", num_neg, num_src_nodes, seed=int(seed), seed_time=time_np,
-                                       node_time=node_time.get("src"))
-        dst_neg = sample_negatives(neg, "dst", num_neg, num_dst_nodes, seed=int(seed), seed_time=time_np,
-                                   node_time=node_time.get("dst"))
-    src_all = src_np if src_neg is None else np.concatenate([src_np, src_neg])
-    dst_all = dst_np if dst_neg is None else np.concatenate([dst_np, dst_neg])
-
-    # times: each endpoint has its positive's time (negative j: positive j % num_pos's)
-    src_time = dst_time = None
-    if time is not None:
-        src_time = time[torch.arange(src_all.shape[0]) % num_pos]
-        dst_time = time[torch.arange(dst_all.shape[0]) % num_pos]
+    ends = {}
+    for endpoint, ids, count in (("src", src_np, num_src_nodes), ("dst", dst_np, num_dst_nodes)):
+        drawn = None
+        if neg is not None and (neg.is_binary or endpoint == "dst"):  # triplet: negative destinations only
+            drawn = sample_negatives(neg, endpoint, num_neg, count, seed=seed, seed_time=time_np,
+                                     node_time=node_time.get(endpoint))
+        ids = ids if drawn is None else np.concatenate([ids, drawn])
+        ends[endpoint] = (drawn, ids, None if time is None else time[torch.arange(ids.shape[0]) % num_pos])
+    (src_neg, src_all, src_time), (dst_neg, dst_all, dst_time) = ends["src"], ends["dst"]
 
     # seeds, and each endpoint's local id
     if one_type:
-        seed_ids = np.concatenate([src_all, dst_all])
-        if disjoint:
-            seeds: Union[Tensor, Dict[str, Tensor]] = torch.from_numpy(seed_ids)
-            local = torch.arange(seed_ids.shape[0])
-        else:
-            seeds, local = _unique(seed_ids)
+        seeds, local = _seed_set(np.concatenate([src_all, dst_all]), disjoint)
         src_local, dst_local = local[:src_all.shape[0]], local[src_all.shape[0]:]
         seed_time = None if time is None else torch.cat([src_time, dst_time])
         if edge_type is not None:
             seeds = {src_type: seeds}
             seed_time = None if seed_time is None else {src_type: seed_time}
     else:
-        if disjoint:
-            src_seeds, src_local = torch.from_numpy(src_all), torch.arange(src_all.shape[0])
-            dst_seeds, dst_local = torch.from_numpy(dst_all), torch.arange(dst_all.shape[0])
-        else:
-            (src_seeds, src_local), (dst_seeds, dst_local) = _unique(src_all), _unique(dst_all)
+        (src_seeds, src_local), (dst_seeds, dst_local) = _seed_set(src_all, disjoint), _seed_set(dst_all, disjoint)
         seeds = {src_type: src_seeds, dst_type: dst_seeds}
         seed_time = None if time is None else {src_type: src_time, dst_type: dst_time}
 
