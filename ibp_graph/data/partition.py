@@ -4,10 +4,15 @@ A neighbour sampler reads a node's in-neighbours; a partition that keeps neighbo
 their rows local. :func:`metis_layout` partitions the graph with METIS (through ``pymetis``, the
 ``metis`` extra: ``pip install "ibp-graph[metis]"``) into balanced parts with few edges cut, on the
 undirected graph of the CSC's edges (self loops and repeats dropped: METIS takes a simple undirected
-graph). A DGL partition book gives its own assignment: ``ShardLayout.from_assignment(
-gpb.nid2partid(torch.arange(n)).numpy(), W)``.
+graph). :func:`dgl_layout` reads the assignment of a graph partitioned by DGL
+(``dgl.distributed.partition_graph``: its partition config JSON, and the ``orig_nids`` it returns with
+``return_mapping=True``), so that shards follow DistDGL's partitions.
 """
 from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional, Union
 
 import numpy as np
 
@@ -59,4 +64,60 @@ def metis_layout(indptr: np.ndarray, indices: np.ndarray, num_nodes: int, world_
     return ShardLayout.from_assignment(owner, world_size)
 
 
-__all__ = ["PARTITIONS", "metis_layout", "undirected_csr"]
+def dgl_layout(part_config: Union[str, Path], orig_nids=None, *, ntype: Optional[str] = None) -> ShardLayout:
+    """The ShardLayout of a graph partitioned by ``dgl.distributed.partition_graph``: node `i` of your graph
+    goes to the partition DGL put it in. `part_config`: the partition config JSON it wrote (its
+    ``node_map``: each partition's range of DGL's reshuffled node ids); `orig_nids`: the mapping
+    partition_graph returns with ``return_mapping=True`` (``orig_nids[new id]`` = your id; a dict by node
+    type for a heterogeneous graph: pass that type's), or None when your ids are DGL's reshuffled ids;
+    `ntype`: the node type (needed when the graph has several). Partition p becomes rank p. Everything read
+    is checked: a malformed config or mapping raises ValueError naming the file or argument."""
+    path = Path(part_config)
+    try:
+        cfg = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise FileNotFoundError(f"part_config={str(path)!r}: no such file (the JSON that "
+                                "dgl.distributed.partition_graph writes into its out_path)") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is not a DGL partition config (not JSON: {e})") from None
+    parts = cfg.get("num_parts") if isinstance(cfg, dict) else None
+    node_map = cfg.get("node_map") if isinstance(cfg, dict) else None
+    if isinstance(parts, bool) or not isinstance(parts, int) or parts < 1 or not isinstance(node_map, dict) \
+            or not node_map:
+        raise ValueError(f"{path} is not a DGL partition config: it needs num_parts (an int >= 1) and node_map "
+                         "(node type -> each partition's [start, end) of node ids)")
+    if ntype is None:
+        if len(node_map) != 1:
+            raise ValueError(f"{path} partitions node types {sorted(node_map)}; pass ntype= (the one whose "
+                             "feature table is sharded)")
+        ntype = next(iter(node_map))
+    if ntype not in node_map:
+        raise ValueError(f"ntype={ntype!r} is not in {path}; its node types: {sorted(node_map)}")
+    ranges = node_map[ntype]
+    ok = isinstance(ranges, list) and len(ranges) == parts and all(
+        isinstance(r, list) and len(r) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in r)
+        and 0 <= r[0] <= r[1] for r in ranges)
+    if not ok:
+        raise ValueError(f"{path}: node_map[{ntype!r}] must list num_parts={parts} [start, end) pairs of ints "
+                         f"with 0 <= start <= end, got {str(ranges)[:200]}")
+    counts = np.array([e - s for s, e in ranges], np.int64)
+    new_owner = np.repeat(np.arange(parts, dtype=np.int32), counts)  # DGL's reshuffled ids, partition by partition
+    n = int(counts.sum())
+    if orig_nids is None:
+        return ShardLayout.from_assignment(new_owner, parts)
+    orig = np.asarray(orig_nids.numpy() if hasattr(orig_nids, "numpy") else orig_nids)
+    if orig.ndim != 1 or orig.shape[0] != n or orig.dtype.kind not in "iu":
+        raise ValueError(f"orig_nids must be 1-d integer ids, one per node of type {ntype!r} ({n}), got "
+                         f"dtype={orig.dtype} shape={orig.shape}")
+    seen = np.zeros(n, bool)
+    inside = (orig >= 0) & (orig < n)
+    seen[orig[inside]] = True
+    if not inside.all() or int(seen.sum()) != n:
+        raise ValueError(f"orig_nids is not a permutation of 0..{n - 1} (partition_graph's return_mapping=True "
+                         "mapping of this partitioning)")
+    owner = np.empty(n, np.int32)
+    owner[orig] = new_owner
+    return ShardLayout.from_assignment(owner, parts)
+
+
+__all__ = ["PARTITIONS", "metis_layout", "dgl_layout", "undirected_csr"]

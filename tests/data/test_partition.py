@@ -1,4 +1,5 @@
 """METIS node -> rank assignments for sharded tables (data.partition) and `prepare --partition metis`."""
+import json
 import sys
 
 import numpy as np
@@ -74,3 +75,47 @@ def test_prepare_partition_metis_writes_assignment_shards(tmp_path, capsys):
     dst = np.repeat(np.arange(g.num_nodes), np.diff(g.indptr))
     same = lambda owner: float(np.mean(owner[g.indices] == owner[dst]))  # noqa: E731
     assert same(layout.owner_array()) > same(np.repeat([0, 1], [200, 200]))
+
+
+def _part_config(tmp_path, node_map, num_parts):
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps({"graph_name": "g", "num_parts": num_parts, "node_map": node_map}))
+    return path
+
+
+def test_dgl_layout_follows_the_partition_config_and_the_id_mapping(tmp_path):
+    from ibp_graph.data.partition import dgl_layout
+
+    path = _part_config(tmp_path, {"_N": [[0, 4], [4, 4], [4, 10]]}, 3)  # partition 1 empty
+    layout = dgl_layout(path)  # ids are DGL's reshuffled ones
+    assert layout.owner_array().tolist() == [0] * 4 + [2] * 6
+    orig = np.random.default_rng(0).permutation(10)  # orig[new id] = the user's id
+    layout = dgl_layout(path, torch.from_numpy(orig))
+    new_owner = np.array([0] * 4 + [2] * 6)
+    assert np.array_equal(layout.owner_array()[orig], new_owner)
+    for r in range(3):
+        assert np.array_equal(layout.rows_of(r), np.sort(orig[new_owner == r]))
+    hetero = _part_config(tmp_path, {"paper": [[0, 3], [5, 9]], "author": [[3, 5], [9, 10]]}, 2)
+    assert dgl_layout(hetero, ntype="author").owner_array().tolist() == [0, 0, 1]
+
+
+@pytest.mark.parametrize("config, kwargs, match", [
+    ("not json", {}, "is not a DGL partition config \\(not JSON"),
+    ({"num_parts": 0, "node_map": {"_N": []}}, {}, "it needs num_parts \\(an int >= 1\\) and node_map"),
+    ({"num_parts": 2, "node_map": {"_N": [[0, 3]]}}, {}, r"node_map\['_N'\] must list num_parts=2 \[start, end\)"),
+    ({"num_parts": 1, "node_map": {"_N": [[3, 1]]}}, {}, "with 0 <= start <= end"),
+    ({"num_parts": 1, "node_map": {"a": [[0, 2]], "b": [[2, 3]]}}, {}, r"partitions node types \['a', 'b'\]; pass ntype="),
+    ({"num_parts": 1, "node_map": {"a": [[0, 2]]}}, {"ntype": "c"}, r"ntype='c' is not in .*its node types: \['a'\]"),
+    ({"num_parts": 1, "node_map": {"_N": [[0, 3]]}}, {"orig_nids": np.array([0, 1])}, "one per node of type '_N' \\(3\\)"),
+    ({"num_parts": 1, "node_map": {"_N": [[0, 3]]}}, {"orig_nids": np.array([0, 1, 1])}, "is not a permutation of 0..2"),
+    ({"num_parts": 1, "node_map": {"_N": [[0, 3]]}}, {"orig_nids": np.array([0, 1, 3])}, "is not a permutation of 0..2"),
+])
+def test_dgl_layout_refuses_a_malformed_config_or_mapping(tmp_path, config, kwargs, match):
+    from ibp_graph.data.partition import dgl_layout
+
+    path = tmp_path / "g.json"
+    path.write_text(config if isinstance(config, str) else json.dumps(config))
+    with pytest.raises(ValueError, match=match):
+        dgl_layout(path, **kwargs)
+    with pytest.raises(FileNotFoundError, match="part_config='.*missing.json': no such file"):
+        dgl_layout(tmp_path / "missing.json")
