@@ -72,14 +72,23 @@ def _prepare(argv: Sequence[str]) -> int:
                    help="also cut the feature stores into W per-rank shards (PREPARED/shards-W, with a checksummed "
                         "shards.json) for `loader.features: sharded` under torchrun with W ranks; a folder "
                         "prepared already (with its store) is kept and only its shards are written")
-    p.add_argument("--partition", choices=("ranges", "metis"), default="ranges",
-                   help="with --shards: which rank holds which rows: contiguous ranges (default), or METIS parts "
+    p.add_argument("--partition", choices=("ranges", "metis", "dgl"), default="ranges",
+                   help="with --shards: which rank holds which rows: contiguous ranges (default), METIS parts "
                         "of the graph, which keep neighbours together (homogeneous data sets; needs pymetis: "
-                        "pip install 'ibp-graph[metis]')")
+                        "pip install 'ibp-graph[metis]'), or DistDGL's partitions of the same graph (--dgl-config, "
+                        "--dgl-mapping)")
+    p.add_argument("--dgl-config", metavar="JSON",
+                   help="--partition dgl: the partition config dgl.distributed.partition_graph wrote")
+    p.add_argument("--dgl-mapping", metavar="FILE",
+                   help="--partition dgl: the orig_nids partition_graph returned with return_mapping=True, saved "
+                        "with numpy.save (.npy) or torch.save (.pt); omit it if the prepared ids are DGL's own")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     a = p.parse_args(argv)
     if a.partition != "ranges" and a.shards is None:
         p.error(f"--partition {a.partition} without --shards is not accepted: it says how the shards split the rows")
+    if (a.partition == "dgl") != (a.dgl_config is not None) or (a.dgl_mapping and a.dgl_config is None):
+        p.error("--partition dgl and --dgl-config go together (--dgl-mapping only with them): the config names "
+                "DGL's partitions")
     if a.shards is not None and a.shards < 1:
         p.error(f"--shards {a.shards} is not accepted; use the number of ranks of the run, an int >= 1")
     if a.shards is not None and a.no_store:
@@ -107,7 +116,7 @@ def _partition(prepared, a):
     """The ShardLayouts of `--partition` for the prepared folder (None: contiguous ranges)."""
     if a.partition == "ranges":
         return None
-    from .data.partition import metis_layout
+    from .data.partition import dgl_layout, metis_layout
     from .data.prepared import PreparedDataset
     from .data.shards import prepared_kind
 
@@ -115,9 +124,35 @@ def _partition(prepared, a):
         raise ValueError(f"--partition {a.partition} is for node classification data sets (one node type); "
                          f"{prepared} is another kind: use --partition ranges")
     graph = PreparedDataset.load(prepared, verify="none").graph
+    if a.partition == "dgl":
+        layout = dgl_layout(a.dgl_config, _load_ids(a.dgl_mapping) if a.dgl_mapping else None)
+        if (layout.num_rows, layout.world_size) != (graph.num_nodes, a.shards):
+            raise ValueError(f"--dgl-config {a.dgl_config} partitions {layout.num_rows:,} nodes into "
+                             f"{layout.world_size} parts; {prepared} has {graph.num_nodes:,} nodes and --shards is "
+                             f"{a.shards}: partition the same graph into W = --shards parts")
+        return {"x": layout}
     if not a.quiet:
         print(f"partitioning {graph.num_nodes:,} nodes into {a.shards} METIS parts", flush=True)
     return {"x": metis_layout(graph.indptr, graph.indices, graph.num_nodes, a.shards)}
+
+
+def _load_ids(path: str):
+    """Node ids saved with numpy.save (.npy, no pickles) or torch.save (.pt, tensors only)."""
+    import pickle
+
+    import numpy as np
+    import torch
+
+    if path.endswith(".npy"):
+        return np.load(path, allow_pickle=False)
+    try:
+        ids = torch.load(path, weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError) as e:
+        raise ValueError(f"--dgl-mapping {path} is not a tensor saved with torch.save: {e}") from None
+    if not isinstance(ids, torch.Tensor):
+        raise ValueError(f"--dgl-mapping {path} holds a {type(ids).__name__}; accepted: one tensor of node ids "
+                         "(for a heterogeneous graph's dict, save the node type's tensor)")
+    return ids
 
 
 def _generated(a):

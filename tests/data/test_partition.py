@@ -119,3 +119,37 @@ def test_dgl_layout_refuses_a_malformed_config_or_mapping(tmp_path, config, kwar
         dgl_layout(path, **kwargs)
     with pytest.raises(FileNotFoundError, match="part_config='.*missing.json': no such file"):
         dgl_layout(tmp_path / "missing.json")
+
+
+def test_prepare_partition_dgl_writes_shards_of_dgls_partitions(tmp_path, capsys):
+    """`prepare --shards 2 --partition dgl --dgl-config --dgl-mapping`: each rank's shard holds the rows of
+    its DGL partition (a config and mapping as partition_graph writes and returns them)."""
+    from ibp_graph.cli import main
+    from ibp_graph.data.prepared import PreparedDataset
+
+    sets = ["--set", "data.synthetic.num_nodes=300", "--set", "data.synthetic.dim=4"]
+    base = ["prepare", "--dataset", "synthetic", "--root", str(tmp_path), *sets, "--quiet", "--shards", "2"]
+    config = _part_config(tmp_path, {"_N": [[0, 120], [120, 300]]}, 2)
+    orig = torch.from_numpy(np.random.default_rng(4).permutation(300))
+    torch.save(orig, tmp_path / "orig.pt")
+    np.save(tmp_path / "orig.npy", orig.numpy())
+    with pytest.raises(SystemExit):
+        main(base + ["--partition", "dgl"])
+    assert "--partition dgl and --dgl-config go together" in capsys.readouterr().err
+    (tmp_path / "bad.pt").write_bytes(b"not a tensor")
+    assert main(base + ["--partition", "dgl", "--dgl-config", str(config), "--dgl-mapping", str(tmp_path / "bad.pt")]) == 1
+    assert "is not a tensor saved with torch.save" in capsys.readouterr().err
+    (tmp_path / "three").mkdir()
+    three = _part_config(tmp_path / "three", {"_N": [[0, 100], [100, 200], [200, 300]]}, 3)
+    assert main(base + ["--partition", "dgl", "--dgl-config", str(three)]) == 1
+    assert "partitions 300 nodes into 3 parts" in capsys.readouterr().err
+    for mapping in ("orig.pt", "orig.npy"):
+        assert main(base + ["--partition", "dgl", "--dgl-config", str(config),
+                            "--dgl-mapping", str(tmp_path / mapping)]) == 0
+        (d,) = tmp_path.glob("synthetic-300-*")
+        x = PreparedDataset.load(d).x
+        for r, part in enumerate((orig[:120], orig[120:])):
+            shard, layout = load_shard(d / "shards-2", r, world_size=2)
+            assert np.array_equal(layout.rows_of(r), np.sort(part.numpy()))
+            rows = torch.from_numpy(layout.rows_of(r))
+            assert torch.equal(shard.codec.decode(shard.compressed).view(torch.int32), x[rows].view(torch.int32))
