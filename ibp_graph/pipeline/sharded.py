@@ -396,8 +396,8 @@ class ShardedSource(FeatureSource):
         remote = remote[np.argsort(owner[remote], kind="stable")]
         counts = np.bincount(owner[remote], minlength=self.layout.world_size)
         got = self.exchange.rows(self.shard, local[remote], counts, name)
-        mine_pos, dev_pos, host_pos = np.flatnonzero(mine), np.flatnonzero(slot >= 0), np.flatnonzero(slot >= n_dev)
-        dev_pos = dev_pos[slot[dev_pos] < n_dev]
+        mine_pos, host_pos = np.flatnonzero(mine), np.flatnonzero(slot >= n_dev)
+        dev_pos = np.flatnonzero((slot >= 0) & (slot < n_dev))
         parts = [got.rows, self.shard.index_select(torch.from_numpy(local[mine_pos]))]
         if host_pos.size:
             parts.append(cache.host_rows.index_select(torch.from_numpy(slot[host_pos] - n_dev)))
