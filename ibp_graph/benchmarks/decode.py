@@ -8,8 +8,10 @@ memory each call, and into a reused ``out=``), and the whole table is decoded co
 into a reused buffer as the reference. Rows received from other ranks go to scattered batch
 positions: ``placed`` decodes them into new memory and then copies each to its position
 (``pipeline.sources.assemble``, as a GPU does), ``out_rows`` decodes each straight into its
-position of a new batch tensor (``codec.decode(out=, out_rows=)``, what the CPU does). Every speed is GB/s of *decoded* bytes, best of
-``repeat``; ``per core`` divides by the thread count. Prints one table, writes JSON.
+position of a new batch tensor (``codec.decode(out=, out_rows=)``), ``pooled`` the same into a tensor
+of a ``BufferPool`` (the pages of the batch before, dropped: what the loader's CPU decode does). Every
+speed is GB/s of *decoded* bytes, best of ``repeat``; ``per core`` divides by the thread count. Prints
+one table, writes JSON.
 
     python scripts/bench_decode.py --rows 2000000 --batch 434000 --threads 1 2
 """
@@ -25,7 +27,7 @@ import torch
 from ..codec import EBPCodec, IBPCodec
 from ..data.store import EncodedTable
 from ..data.synthetic import make_family
-from ..layout.buffers import empty_host
+from ..layout.buffers import BufferPool, empty_host
 from ..pipeline.sources import assemble
 from ..tables import report_results
 from .codec import best_time
@@ -37,6 +39,7 @@ COLUMNS = [
     ("decode_out_gbps", "decode out= GB/s", ".2f"), ("gather_decode_gbps", "gather+decode GB/s", ".2f"),
     ("decode_per_core_gbps", "decode/core", ".2f"), ("placed_gbps", "placed GB/s", ".2f"),
     ("out_rows_gbps", "out_rows GB/s", ".2f"), ("out_rows_per_core_gbps", "out_rows/core", ".2f"),
+    ("pooled_gbps", "pooled GB/s", ".2f"), ("pooled_per_core_gbps", "pooled/core", ".2f"),
     ("contiguous_gbps", "contiguous GB/s", ".2f"),
     ("contiguous_per_core_gbps", "contiguous/core", ".2f"),
 ]
@@ -64,8 +67,11 @@ def bench_codec(name: str, x: torch.Tensor, batch: int, threads: Sequence[int], 
     out = torch.empty(batch, *x.shape[1:], dtype=x.dtype)
     pos = torch.from_numpy(np.random.default_rng(seed + 1).permutation(batch))  # batch positions of the rows
     scattered = lambda: codec.decode(gathered, out=empty_host(tuple(out.shape), x.dtype), out_rows=pos)  # noqa: E731
-    if not torch.equal(scattered()[pos], x[idx]):
-        raise RuntimeError(f"{name}: decode(out_rows=) differs from the rows in their positions")
+    pool = BufferPool()
+    pooled = lambda: codec.decode(gathered, out=pool.empty(tuple(out.shape), x.dtype), out_rows=pos)  # noqa: E731
+    for how, decoded in (("out_rows", scattered), ("pooled", pooled)):
+        if not torch.equal(decoded()[pos], x[idx]):
+            raise RuntimeError(f"{name}: decode(out_rows=) into {how} memory differs from the rows in their positions")
     whole = torch.empty_like(x)
     row_nbytes = x[0].numel() * x.element_size()
     gb = batch * row_nbytes / 1e9
@@ -78,6 +84,7 @@ def bench_codec(name: str, x: torch.Tensor, batch: int, threads: Sequence[int], 
         t_both = best_time(lambda: codec.decode(table.index_select(idx)), repeat)
         t_placed = best_time(lambda: assemble(batch, pos, codec.decode(gathered), pos[:0], out[:0]), repeat)
         t_scattered = best_time(scattered, repeat)
+        t_pooled = best_time(pooled, repeat)
         t_whole = best_time(lambda: codec.decode(table.compressed, out=whole), repeat)
         whole_gb = x.shape[0] * row_nbytes / 1e9
         results.append({
@@ -86,6 +93,7 @@ def bench_codec(name: str, x: torch.Tensor, batch: int, threads: Sequence[int], 
             "decode_out_gbps": gb / t_out, "gather_decode_gbps": gb / t_both,
             "decode_per_core_gbps": gb / t_decode / n, "placed_gbps": gb / t_placed,
             "out_rows_gbps": gb / t_scattered, "out_rows_per_core_gbps": gb / t_scattered / n,
+            "pooled_gbps": gb / t_pooled, "pooled_per_core_gbps": gb / t_pooled / n,
             "contiguous_gbps": whole_gb / t_whole,
             "contiguous_per_core_gbps": whole_gb / t_whole / n,
         })

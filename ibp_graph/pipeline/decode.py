@@ -3,7 +3,8 @@
 On CUDA the copy (from pinned memory) and the decode kernels (``ibp_graph.gpu``) run on a side
 stream, overlapping the training step on the current stream; each yielded tensor is handed over
 with an event wait and `record_stream`. Without a GPU the stage decodes on the CPU
-(``codec.decode``); with sharded tables (pipeline.sharded) one thread decodes `prefetch` batches'
+(``codec.decode``, into the buffers of a layout.buffers.BufferPool: the pages of batches no tensor holds
+any more); with sharded tables (pipeline.sharded) one thread decodes `prefetch` batches'
 groups ahead and exchanges their rows with the other ranks, overlapping the decode of the rows and
 the training step. Either way a corrupt group raises before its batch is handed out and `meta`
 passes through untouched; then the batch's served rows are read (`features`: pipeline.sources.Serving)
@@ -20,6 +21,7 @@ from typing import Iterator, Mapping, Optional
 import torch
 
 from ..codec.base import Codec
+from ..layout.buffers import BufferPool
 from .batch import DecodedBatch, EncodedBatch
 from .grouping import GroupKey
 from .sources import Serving
@@ -40,6 +42,7 @@ class DecodeStage:
         self._stream = None
         cuda = self.device.type == "cuda"
         self.slots = SlotKeeper(register=register_pinned if cuda else None, release_on_copy=cuda)
+        self._buffers = BufferPool(keep=prefetch + 2)  # the CPU's decoded groups (the user's batch, those ahead)
 
     def _codec(self, key: GroupKey) -> Codec:
         codec = self.codecs.get(key)
@@ -80,7 +83,9 @@ class DecodeStage:
         return self.features.fill(batch.served, out, batch.groups, checks, exchanged)
 
     def _cpu_groups(self, batch: EncodedBatch) -> Mapping[GroupKey, torch.Tensor]:
-        return {k: self._codec(k).decode(ct) for k, ct in batch.groups.items()}
+        # rows of variable length are decoded into a pooled buffer; fixed-stride (identity) ones are a view
+        return {k: self._codec(k).decode(ct, out=None if ct.offsets is None else self._buffers.empty(ct.shape, ct.dtype))
+                for k, ct in batch.groups.items()}
 
     def _cpu_done(self, out: DecodedBatch, tally, seconds: float) -> DecodedBatch:
         if tally is not None:

@@ -39,7 +39,7 @@ from ..data.shards import ShardLayout
 from ..data.store import EncodedTable
 from ..layout.errors import CorruptPayloadError
 from ..layout.rows import check_offsets_array, check_row_index, offsets_from_lengths, padded_size
-from ..layout.buffers import empty_host
+from ..layout.buffers import BufferPool
 from ..layout.tensor import CompressedTensor
 from .cache import decode_rows
 from .sources import COMPRESSED, FeatureSource, assemble
@@ -299,6 +299,7 @@ class ShardedSource(FeatureSource):
         self.cache_bytes, self.device_cache_bytes, self.hotness = int(cache_bytes), int(device_cache_bytes), hotness
         self.cache: Optional[RemoteCache] = None
         self._device: Optional[torch.device] = None
+        self._buffers = BufferPool()  # the CPU's decoded batches: pages of ones no tensor uses any more
 
     @staticmethod
     def _check_rank(shard: EncodedTable, layout: ShardLayout, rank: int) -> None:
@@ -434,7 +435,7 @@ class ShardedSource(FeatureSource):
             decoded = gpu.decode(self.codec, fetched.rows.to(self._device), checks=checks)
             hits = decode_rows(self.codec, self.cache.device_rows, slots, checks) if n > pos.shape[0] else decoded[:0]
             return assemble(n, pos, decoded, hit_pos, hits)
-        out = empty_host((n,) + tuple(self.shard.shape[1:]), self.dtype)
+        out = self._buffers.empty((n,) + tuple(self.shard.shape[1:]), self.dtype)  # every row written
         self.codec.decode(fetched.rows, out=out, out_rows=pos)
         if hit_pos.numel():  # a device tier that a later prepare moved to the CPU
             self.codec.decode(self.cache.device_rows.index_select(slots), out=out, out_rows=hit_pos)

@@ -21,13 +21,14 @@ from __future__ import annotations
 import math
 import multiprocessing.util
 import os
-import sys
 import warnings
 import weakref
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
 import torch
+
+from ..layout.buffers import python_refs, use_count
 
 #: slots per worker: the batch the user holds, the decode stage's, the prefetched 2, the one written.
 SLOTS_PER_WORKER = 5
@@ -69,16 +70,6 @@ def shared_empty(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
 def is_shared(t: torch.Tensor) -> bool:
     """Whether `t` lives in shared memory (handed over by handle, not copied)."""
     return t.untyped_storage().is_shared()
-
-
-def use_count(storage: torch.UntypedStorage) -> int:
-    """How many owners (tensors, storage objects) share `storage`'s memory in this process."""
-    return torch._C._storage_Use_Count(storage._cdata)
-
-
-def python_refs(storage: torch.UntypedStorage) -> int:
-    """References to `storage`'s Python object (one per storage: a user's ``x.untyped_storage()`` shows here)."""
-    return sys.getrefcount(storage)
 
 
 @dataclass(eq=False)

@@ -18,7 +18,7 @@ def test_decode_bench_reports_every_codec_and_thread_count(tmp_path, capsys):
     assert [(r["codec"], r["threads"]) for r in rows] == [("ibp", 1), ("ebp", 1)]
     for r in rows:
         assert r["batch"] == 700 and 0 < r["fraction"] < 1
-        for k in ("gather_gbps", "decode_gbps", "decode_out_gbps", "gather_decode_gbps", "placed_gbps", "out_rows_gbps",
+        for k in ("gather_gbps", "decode_gbps", "decode_out_gbps", "gather_decode_gbps", "placed_gbps", "out_rows_gbps", "pooled_gbps",
                   "contiguous_gbps"):
             assert r[k] > 0
 

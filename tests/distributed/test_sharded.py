@@ -252,3 +252,27 @@ def test_two_cache_tiers_serve_the_hottest_rows_bit_exactly(codec):
     assert tally.remote_hit_bytes == int(cache.lengths[slot[slot >= 0]].sum())
     tiers = cache.tier_nbytes
     assert 0 < tiers["device"] < tiers["host"] and cache.nbytes == tiers["device"] + tiers["host"]
+
+
+def test_decoded_batches_a_user_holds_are_never_written_again():
+    """The CPU decodes fetched rows into pooled buffers (layout.buffers.BufferPool): a batch still held keeps
+    its bits while later batches are decoded; a dropped batch's buffer is reused."""
+    x = torch.randn(12000, 128, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16).float()
+    store = EncodedTable.encode(x, "ibp", progress=False)
+    layout = ShardLayout(12000, 2)
+    shards = [shard_of(store, layout, r) for r in range(2)]
+    source = ShardedSource(shards[0], layout, rank=0, exchange=InProcessExchange(shards, 0))
+    source._device = torch.device("cpu")
+    rng = np.random.default_rng(5)
+    batches = [torch.from_numpy(rng.integers(0, 12000, 9000 + 11 * k)) for k in range(6)]  # > 4 MiB decoded
+    held = {}
+    for k, ids in enumerate(batches):
+        rows = source.decode(source.fetch_compressed(ids), Tally())
+        assert torch.equal(rows.view(torch.int32), x[ids].view(torch.int32)), k
+        if k % 2 == 0:
+            held[k] = rows
+        del rows
+    for k, rows in held.items():
+        assert torch.equal(rows.view(torch.int32), x[batches[k]].view(torch.int32)), k
+    assert len({r.untyped_storage().data_ptr() for r in held.values()}) == len(held)
+    assert source._buffers.reused >= 2  # the odd batches' buffers went back to the pool

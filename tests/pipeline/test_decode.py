@@ -86,3 +86,41 @@ def test_host_bytes_copied_by_encode_and_counted_by_the_stage(codecs):
     batches = [dataclasses.replace(_batch(k, codecs), copied_bytes=100 + k) for k in range(3)]
     list(stage(iter(batches)))
     assert stage.stats.copied_bytes == 303 and stage.stats.as_dict()["copied_bytes_per_batch"] == 101.0
+
+
+def _large(k: int) -> dict:
+    g = torch.Generator().manual_seed(100 + k)
+    n = 9000 + 37 * k  # float32 rows of 128: above layout.buffers.HUGE_PAGE_MIN_NBYTES, so pooled
+    return {"x": torch.randn(n, 128, generator=g).half().float(), "n_id": torch.arange(n),
+            "y": torch.randint(0, 5, (n,), generator=g)}
+
+
+@pytest.fixture(scope="module")
+def large_codecs():
+    sample = _large(0)
+    return build_codecs({"x": sample["x"], "y": sample["y"]}, {}, num_nodes=20000, num_edges=0, codec="ibp")
+
+
+@pytest.mark.parametrize("keep_every", [1, 2, 0])
+def test_decoded_batches_reuse_only_the_buffers_of_batches_nobody_holds(large_codecs, keep_every):
+    """keep_every=1: the user holds every batch; 2: every other one; 0: none (each dropped when read)."""
+    stage = DecodeStage(large_codecs, torch.device("cpu"), prefetch=0)
+    held, ptrs = {}, {}
+    for k, b in enumerate(stage(_batch_of(_large(j), large_codecs, j) for j in range(8))):
+        expected = _large(k)
+        for name, t in expected.items():
+            assert torch.equal(b[name], t), (k, name)
+        ptrs[k] = b["x"].untyped_storage().data_ptr()
+        if keep_every and k % keep_every == 0:
+            held[k] = b
+        del b
+    for k, b in held.items():  # written once, never again
+        for name, t in _large(k).items():
+            assert torch.equal(b[name], t), (k, name)
+    assert len({ptrs[k] for k in held}) == len(held)
+    assert (stage._buffers.reused > 0) == (keep_every != 1)
+
+
+def _batch_of(tensors: dict, codecs, k: int) -> EncodedBatch:
+    batch = encode_tensors(tensors, codecs)
+    return EncodedBatch(batch.groups, batch.layouts, meta={"k": k})
