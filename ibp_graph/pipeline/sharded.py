@@ -9,9 +9,10 @@ gives it, encoded with the one codec every shard shares. A :class:`ShardedSource
 2. ``all_to_all_single``: how many rows it asks of each rank, then the shard rows asked;
 3. every owner gathers the rows asked of it from its shard, still compressed (no encode at serve time);
 4. ``all_to_all_single``: each row's stored length (not for fixed-stride identity rows), then the bytes;
-5. all rows become one CompressedTensor (its offsets checked as anything received), decoded once on the
-   serving device, bit for bit in sampled order (the codec's CPU decoder on all cores writes each row
-   straight to its batch position; the GPU decoder's rows are placed after).
+5. the received rows (their offsets checked as anything received), this rank's and the cache's are
+   decoded bit for bit into sampled order: on the CPU each part by the codec's decoder on all cores,
+   every row written straight to its batch position (into a pooled buffer: layout.buffers.BufferPool);
+   on a GPU the parts joined into one CompressedTensor, copied once, decoded, then placed.
 
 The collectives run on a gloo group of their own (``ShardExchange``), made at the first batch, so that
 DDP's gradient collectives on the default group and the exchange never interleave. Every rank must
@@ -22,8 +23,7 @@ once for a closed connection, after `timeout` seconds for a silent one).
 
 Two byte budgets keep the hottest remote rows (by `hotness`: a node's appearances in the graph's
 neighbour lists, by default) compressed, fetched once at the first batch (RemoteCache): ``cache_bytes``
-in host memory (their bytes join the fetched rows' one decode: on a GPU, one copy over PCIe, but none
-over the network) and, when the loader serves a GPU, ``device_cache_bytes`` in device memory, the
+in host memory (decoded with the fetched rows: on a GPU they cross PCIe, but not the network) and, when the loader serves a GPU, ``device_cache_bytes`` in device memory, the
 hottest of all (decoded there by ``gpu.fetch``: they cross no link at all).
 """
 from __future__ import annotations
@@ -212,15 +212,23 @@ def concat_rows(parts: Sequence[CompressedTensor]) -> CompressedTensor:
 
 @dataclass(frozen=True)
 class Fetched:
-    """A batch's rows of a sharded table: this rank's, the other ranks' and the host cache tier's,
-    compressed (`rows`), with the batch position of each; the positions of the device cache tier's hits
-    and their rows there; the counts for the loader's stats (Tally's shard fields)."""
+    """A batch's rows of a sharded table, compressed, in `parts`: the other ranks', this rank's and the host
+    cache tier's, each ``(rows, positions)`` with the batch position of each row; the positions of the
+    device cache tier's hits and their rows there; the counts for the loader's stats (Tally's shard fields)."""
 
-    rows: CompressedTensor
-    positions: np.ndarray
+    parts: tuple
     hit_positions: np.ndarray
     hit_slots: np.ndarray
     counts: dict
+
+    @property
+    def positions(self) -> np.ndarray:
+        """The batch positions of the parts' rows, in the parts' order."""
+        return np.concatenate([at for _, at in self.parts])
+
+    def joined(self) -> CompressedTensor:
+        """The parts' rows as one CompressedTensor (a copy), in the order of `positions`."""
+        return concat_rows([rows for rows, _ in self.parts])
 
 
 class RemoteCache:
@@ -376,7 +384,7 @@ class ShardedSource(FeatureSource):
             est = max(1.0, self.shard.compressed.row_nbytes * max(self.shard.fraction, 1e-3))
             want = np.sort(order[: int(self.cache_budget / est * 1.25) + 1])
         fetched = self._rows(want, None, "the remote-row cache")
-        got, ids = fetched.rows, want[fetched.positions]  # the fetched rows and their ids, in their order
+        got, ids = fetched.joined(), want[fetched.positions]  # the fetched rows and their ids, in their order
         # the hottest rows by their real sizes (hottest first, then lower id): the device tier, then the host's
         by_heat = np.lexsort((ids, -hot[ids].astype(np.float64))) if ids.size else np.zeros(0, np.int64)
         cost = got.row_lengths().numpy()[by_heat] + (4 if got.offsets is not None else 0)
@@ -399,18 +407,17 @@ class ShardedSource(FeatureSource):
         got = self.exchange.rows(self.shard, local[remote], counts, name)
         mine_pos, host_pos = np.flatnonzero(mine), np.flatnonzero(slot >= n_dev)
         dev_pos = np.flatnonzero((slot >= 0) & (slot < n_dev))
-        parts = [got.rows, self.shard.index_select(torch.from_numpy(local[mine_pos]))]
+        parts = [(got.rows, remote), (self.shard.index_select(torch.from_numpy(local[mine_pos])), mine_pos)]
         if host_pos.size:
-            parts.append(cache.host_rows.index_select(torch.from_numpy(slot[host_pos] - n_dev)))
-        rows = concat_rows(parts)
+            parts.append((cache.host_rows.index_select(torch.from_numpy(slot[host_pos] - n_dev)), host_pos))
         hits = slot[slot >= 0]
         counts = dict(local_rows=int(mine_pos.size), remote_rows=int(remote.size), remote_hits=int(hits.size),
                       remote_hit_bytes=int(cache.lengths[hits].sum()) if hits.size else 0,
                       device_hits=int(dev_pos.size),
                       device_hit_bytes=int(cache.lengths[slot[dev_pos]].sum()) if dev_pos.size else 0,
                       wire_bytes=got.wire_bytes, request_bytes=got.request_bytes,
-                      remote_raw_bytes=int(remote.size) * rows.row_nbytes)
-        return Fetched(rows, np.concatenate([remote, mine_pos, host_pos]), dev_pos, slot[dev_pos], counts)
+                      remote_raw_bytes=int(remote.size) * got.rows.row_nbytes)
+        return Fetched(tuple(parts), dev_pos, slot[dev_pos], counts)
 
     def fetch_compressed(self, ids: torch.Tensor, name: str = "rows") -> "Fetched":
         """Rows `ids`, still compressed: this rank's, the cache's and the other ranks' (collective)."""
@@ -421,22 +428,26 @@ class ShardedSource(FeatureSource):
 
     def decode(self, fetched: "Fetched", tally: Tally, checks=None) -> torch.Tensor:
         """Fetched rows decoded on the serving device, in the ids' order, counted into `tally` (not
-        collective): the fetched ones (with the host cache tier's hits) in one call, the device tier's
-        hits from device memory. On the CPU every row is decoded straight into its batch position
-        (``out_rows``: no second pass over the rows); on a GPU, decoded then placed (``assemble``)."""
+        collective), the device tier's hits from device memory. On the CPU each part (the other ranks',
+        this rank's, the host tier's) is decoded straight into its batch positions (``out_rows``: the
+        compressed rows are not copied into one tensor first, nor the decoded ones moved after); on a
+        GPU the parts are joined (one copy to the device), decoded, then placed (``assemble``)."""
         for k, v in fetched.counts.items():
             setattr(tally, k, getattr(tally, k) + v)
-        pos, hit_pos = torch.from_numpy(fetched.positions), torch.from_numpy(fetched.hit_positions)
+        hit_pos = torch.from_numpy(fetched.hit_positions)
         slots = torch.from_numpy(fetched.hit_slots).to(self._device)
-        n = pos.shape[0] + hit_pos.shape[0]
+        n = sum(at.shape[0] for _, at in fetched.parts) + hit_pos.shape[0]
         if self._device.type == "cuda":
             from .. import gpu
 
-            decoded = gpu.decode(self.codec, fetched.rows.to(self._device), checks=checks)
+            pos = torch.from_numpy(fetched.positions)
+            decoded = gpu.decode(self.codec, fetched.joined().to(self._device), checks=checks)
             hits = decode_rows(self.codec, self.cache.device_rows, slots, checks) if n > pos.shape[0] else decoded[:0]
             return assemble(n, pos, decoded, hit_pos, hits)
         out = self._buffers.empty((n,) + tuple(self.shard.shape[1:]), self.dtype)  # every row written
-        self.codec.decode(fetched.rows, out=out, out_rows=pos)
+        for rows, at in fetched.parts:
+            if at.size:
+                self.codec.decode(rows, out=out, out_rows=torch.from_numpy(at))
         if hit_pos.numel():  # a device tier that a later prepare moved to the CPU
             self.codec.decode(self.cache.device_rows.index_select(slots), out=out, out_rows=hit_pos)
         return out
