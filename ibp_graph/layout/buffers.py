@@ -82,7 +82,8 @@ class BufferPool:
     through a view, is never handed out again, so a batch a user keeps is never written. Without
     a free buffer large enough, a new one (``empty_bytes``: huge pages) is made with `headroom`
     for batches a little larger; at most `keep` buffers are remembered (free ones forgotten
-    first, then the oldest), the others are unmapped when their last user drops them.
+    first, then the oldest), the others are unmapped when their last user drops them (``clear``
+    forgets them all).
     Smaller tensors come from ``empty_host``. ``allocated`` and ``reused`` count the large
     buffers made and handed out again. Safe to share between threads.
     """
@@ -103,6 +104,12 @@ class BufferPool:
 
     def __len__(self) -> int:
         return len(self._storages)
+
+    def clear(self) -> None:
+        """Forget every buffer (e.g. at the end of an epoch): those in use stay valid, and each is unmapped
+        when its last user drops it."""
+        with self._lock:
+            self._storages.clear()
 
     def __reduce__(self):  # a copy (e.g. in a worker process) starts empty: buffers are this process's
         return type(self), (self.keep, self.headroom)

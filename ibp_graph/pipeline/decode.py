@@ -182,7 +182,8 @@ class DecodeStage:
             yield from self._cuda(batches) if self.device.type == "cuda" else self._cpu(batches)
             if self.features is not None and self.features.collective:
                 self.features.end_epoch()  # only at the end of the batches: an abandoned epoch sends no mark
-        finally:  # the epoch is over (or abandoned): keep no idle slot segments mapped
+        finally:  # the epoch is over (or abandoned): keep no idle slot segments mapped, nor idle buffers
+            self._buffers.clear()
             if self.slots.release_on_copy:  # batches queued but not finished: wait for their copies
                 if self._stream is not None:
                     self._stream.synchronize()

@@ -39,7 +39,7 @@ from ..data.shards import ShardLayout
 from ..data.store import EncodedTable
 from ..layout.errors import CorruptPayloadError
 from ..layout.rows import check_offsets_array, check_row_index, offsets_from_lengths, padded_size
-from ..layout.buffers import BufferPool
+from ..layout.buffers import BufferPool, empty_host
 from ..layout.tensor import CompressedTensor
 from .cache import decode_rows
 from .sources import COMPRESSED, FeatureSource, assemble
@@ -47,6 +47,9 @@ from .stats import Tally
 
 #: seconds a collective of the exchange waits for a silent rank before ShardExchangeError.
 DEFAULT_TIMEOUT = 300.0
+#: buffers a ShardedSource's pool remembers: per batch in flight (the decode stage's prefetch of 2, and the
+#: one being decoded) its received, own and host-tier rows, plus the decoded batch held and the one made.
+BUFFERS_KEPT = 12
 
 
 class ShardExchangeError(RuntimeError):
@@ -118,9 +121,11 @@ class ShardExchange:
                                      "left; every rank must take the same number of batches (equal seed splits: "
                                      "the loaders' rank= and world_size=)")
 
-    def rows(self, shard: EncodedTable, asked: np.ndarray, counts: np.ndarray, name: str) -> "Received":
+    def rows(self, shard: EncodedTable, asked: np.ndarray, counts: np.ndarray, name: str,
+             empty: Callable[..., torch.Tensor] = empty_host) -> "Received":
         """Shard rows `asked` of their owners (`counts[r]` of them asked of rank r, in rank order), compressed;
-        meanwhile serves what the other ranks ask of `shard`. Collective."""
+        meanwhile serves what the other ranks ask of `shard`. Collective. The rows served and received are
+        written into ``empty(shape, dtype)`` (e.g. BufferPool.empty)."""
         ws = self.world_size
         send_counts = torch.from_numpy(np.ascontiguousarray(counts, dtype=np.int64))
         recv_counts = self.all_to_all(torch.empty(ws, dtype=torch.int64), send_counts, what=f"{name}: row counts")
@@ -142,7 +147,7 @@ class ShardExchange:
             raise ShardExchangeError(f"rank {self.rank}: rank {by} asked for rows of {name!r} outside this "
                                      f"rank's shard of {shard.n_rows} rows ({e}): the ranks' shard layouts "
                                      "differ") from None
-        served = shard.index_select(theirs)
+        served = shard.index_select(theirs, empty)
         row_nbytes = served.row_nbytes
         n_in = int(send_counts.sum())
         if served.offsets is None:  # fixed stride: every row row_nbytes long
@@ -156,7 +161,7 @@ class ShardExchange:
             out_lengths = _segment_sums(mine.numpy(), wants)
             in_lengths = _segment_sums(lengths.numpy(), asks)
         total_in, total_out = int(in_lengths.sum()), int(out_lengths.sum())
-        payload = torch.empty(padded_size(total_in), dtype=torch.uint8)
+        payload = empty((padded_size(total_in),), torch.uint8)
         payload[total_in:] = 0
         self.all_to_all(payload[:total_in], served.payload[:total_out], in_lengths.tolist(), out_lengths.tolist(),
                         what=f"{name}: row bytes")
@@ -307,7 +312,8 @@ class ShardedSource(FeatureSource):
         self.cache_bytes, self.device_cache_bytes, self.hotness = int(cache_bytes), int(device_cache_bytes), hotness
         self.cache: Optional[RemoteCache] = None
         self._device: Optional[torch.device] = None
-        self._buffers = BufferPool()  # the CPU's decoded batches: pages of ones no tensor uses any more
+        # a batch's buffers (rows served, received, gathered here, decoded): the pages of earlier ones
+        self._buffers = BufferPool(keep=BUFFERS_KEPT)
 
     @staticmethod
     def _check_rank(shard: EncodedTable, layout: ShardLayout, rank: int) -> None:
@@ -404,12 +410,13 @@ class ShardedSource(FeatureSource):
         remote = np.flatnonzero(~mine & (slot < 0))
         remote = remote[np.argsort(owner[remote], kind="stable")]
         counts = np.bincount(owner[remote], minlength=self.layout.world_size)
-        got = self.exchange.rows(self.shard, local[remote], counts, name)
+        empty = self._buffers.empty
+        got = self.exchange.rows(self.shard, local[remote], counts, name, empty)
         mine_pos, host_pos = np.flatnonzero(mine), np.flatnonzero(slot >= n_dev)
         dev_pos = np.flatnonzero((slot >= 0) & (slot < n_dev))
-        parts = [(got.rows, remote), (self.shard.index_select(torch.from_numpy(local[mine_pos])), mine_pos)]
+        parts = [(got.rows, remote), (self.shard.index_select(torch.from_numpy(local[mine_pos]), empty), mine_pos)]
         if host_pos.size:
-            parts.append((cache.host_rows.index_select(torch.from_numpy(slot[host_pos] - n_dev)), host_pos))
+            parts.append((cache.host_rows.index_select(torch.from_numpy(slot[host_pos] - n_dev), empty), host_pos))
         hits = slot[slot >= 0]
         counts = dict(local_rows=int(mine_pos.size), remote_rows=int(remote.size), remote_hits=int(hits.size),
                       remote_hit_bytes=int(cache.lengths[hits].sum()) if hits.size else 0,
@@ -460,6 +467,7 @@ class ShardedSource(FeatureSource):
         """The loader's epoch is over (every batch fetched): tell the other ranks (ShardExchange.end)."""
         if self._device is not None:
             self.exchange.end("the sharded table")
+        self._buffers.clear()  # between epochs no idle buffer stays mapped
 
     def __repr__(self) -> str:
         return (f"ShardedSource(rank={self.rank}, {self.layout!r}, shard={self.shard!r}, "

@@ -169,3 +169,17 @@ def test_a_pool_copied_to_another_process_starts_empty():
 def test_the_pool_refuses_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         BufferPool(**kwargs)
+
+
+def test_clear_forgets_every_buffer_and_leaves_those_in_use_intact():
+    pool = BufferPool()
+    held = pool.empty((ROWS, 128), torch.float32)
+    held.fill_(5.0)
+    dropped = pool.empty((ROWS, 128), torch.float32)
+    del dropped
+    pool.clear()
+    assert len(pool) == 0
+    again = pool.empty((ROWS, 128), torch.float32)  # a new buffer: the forgotten free one is not reused
+    again.fill_(-1.0)
+    assert pool.reused == 0 and pool.allocated == 3 and _ptr(again) != _ptr(held)
+    assert bool((held == 5.0).all())

@@ -119,6 +119,7 @@ def test_decoded_batches_reuse_only_the_buffers_of_batches_nobody_holds(large_co
             assert torch.equal(b[name], t), (k, name)
     assert len({ptrs[k] for k in held}) == len(held)
     assert (stage._buffers.reused > 0) == (keep_every != 1)
+    assert len(stage._buffers) == 0  # the epoch over, no idle buffer stays mapped
 
 
 def _batch_of(tensors: dict, codecs, k: int) -> EncodedBatch:
