@@ -8,8 +8,7 @@ from pathlib import Path
 
 def is_host_file(relative: Path) -> bool:
     """Whether a host of a sharded run needs the file `relative` (a path inside the prepared folder)."""
-    parts = relative.parts
-    return relative.name != "x.npy" and "store" not in parts
+    return relative.name != "x.npy" and "store" not in relative.parts
 
 
 def sharded_host_copy(prepared: Path, dest: Path) -> Path:
