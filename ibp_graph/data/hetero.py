@@ -37,8 +37,8 @@ from ..codec.auto import CodecSpec
 from ..files import read_json, replace_dir, work_dir, write_text
 from ..sampling.hetero import EdgeType, TypedCSC
 from . import checksums
-from .prepared import (EdgeChunks, LabeledDataset, SPLITS, _load_npy, as_tensor, build_relation_arrays,
-                       encode_store)
+from .prepared import (EdgeChunks, LabeledDataset, SPLITS, _check_table, _load_npy, as_tensor,
+                       build_relation_arrays, encode_store)
 
 __all__ = ["HeteroPreparedDataset", "load_relation", "edge_index", "EdgeType", "FORMAT", "FORMAT_VERSION",
            "edge_dir_name", "write_hetero_meta", "write_relations", "reverse_type", "encode_stores", "add_stores"]
@@ -83,7 +83,7 @@ class HeteroPreparedDataset(LabeledDataset):
     """A heterogeneous prepared folder, opened memory-mapped: node types, relations, labels and splits."""
 
     num_nodes_dict: dict[str, int]
-    x_dict: dict[str, torch.Tensor]
+    _x_dict: Optional[dict[str, torch.Tensor]]  # None: opened without features (the property x_dict says so)
     relations: dict[EdgeType, TypedCSC]
     format = FORMAT
     format_version = FORMAT_VERSION
@@ -115,9 +115,38 @@ class HeteroPreparedDataset(LabeledDataset):
         return sum(r.num_edges for r in self.relations.values())
 
     @property
+    def x_dict(self) -> dict[str, torch.Tensor]:
+        """The features of each featured node type, memory-mapped; a ValueError when opened without them."""
+        if self._x_dict is None:
+            raise self._features_missing()
+        return self._x_dict
+
+    @property
     def x(self) -> torch.Tensor:
         """The target type's features (what the homogeneous PreparedDataset calls x)."""
         return self.x_dict[self.target]
+
+    @property
+    def has_features(self) -> bool:
+        """Whether the feature tables were opened (load's `features`)."""
+        return self._x_dict is not None
+
+    @property
+    def feature_shapes(self) -> dict[str, tuple[int, int]]:
+        """{node type: (rows, dim)} of the featured node types (the feature tables), as meta.json records them, in
+        its order."""
+        return {t: self._feature_shape(info, t, info["num_nodes"], f"node_types.{t}.")
+                for t, info in self.meta["node_types"].items() if info.get("x_shape") is not None}
+
+    def feature_file(self, table: str) -> Path:
+        """The file of feature table `table` (a featured node type)."""
+        _check_table(table, list(self.feature_shapes))
+        return self.directory / "nodes" / table / "x.npy"
+
+    def feature(self, table: str) -> torch.Tensor:
+        """Feature table `table`: the features of that node type."""
+        _check_table(table, list(self.feature_shapes))
+        return self.x_dict[table]
 
     def store_dir(self, node_type: str) -> Path:
         """Where `node_type`'s pre-encoded features live (may not exist)."""
@@ -125,7 +154,7 @@ class HeteroPreparedDataset(LabeledDataset):
 
     def has_store(self, node_type: Optional[str] = None) -> bool:
         """Whether every featured node type (or `node_type`) has a pre-encoded store."""
-        types = [node_type] if node_type is not None else list(self.x_dict)
+        types = [node_type] if node_type is not None else list(self.feature_shapes)
         return all((self.store_dir(t) / "meta.json").is_file() for t in types)
 
     def store(self, node_type: Optional[str] = None):
@@ -133,8 +162,8 @@ class HeteroPreparedDataset(LabeledDataset):
         from .store import EncodedTable
 
         t = self.target if node_type is None else node_type
-        if t not in self.x_dict:
-            raise ValueError(f"node_type={t!r} has no features; featured types: {sorted(self.x_dict)}")
+        if t not in self.feature_shapes:
+            raise ValueError(f"node_type={t!r} has no features; featured types: {sorted(self.feature_shapes)}")
         if t not in self._stores:
             self._stores[t] = EncodedTable.load(self.store_dir(t), mmap=True, verify=self.verify)
         return self._stores[t]
@@ -144,11 +173,16 @@ class HeteroPreparedDataset(LabeledDataset):
         """The codec the target type's store was encoded with (None without a store)."""
         return self.meta["node_types"][self.target].get("store_codec") if self.has_store(self.target) else None
 
-    def tables(self, *, store: bool = False) -> tuple[dict, dict, dict]:
+    def tables(self, *, store: bool = False, given: Optional[dict] = None) -> tuple[dict, dict, dict]:
         """The graph as the PyG loaders' per-type tables ``(features, relations, num_nodes)``, served without any
-        edge_index: ``x`` of the featured types (the memory-mapped table, or with `store` the pre-encoded
-        EncodedTable) and the target's ``y``, the TypedCSC of every edge type, every type's node count."""
-        features: dict = {t: {"x": self.store(t) if store else x} for t, x in self.x_dict.items()}
+        edge_index: ``x`` of the featured types (the memory-mapped table, with `store` the pre-encoded
+        EncodedTable, or ``given[type]``: a feature source per featured type, e.g. its shards) and the target's
+        ``y``, the TypedCSC of every edge type, every type's node count."""
+        if given is not None and set(given) != set(self.feature_shapes):
+            raise ValueError(f"given has tables {sorted(given)}; expected one per featured node type "
+                             f"{sorted(self.feature_shapes)}")
+        features: dict = {t: {"x": given[t] if given is not None else self.store(t) if store else self.x_dict[t]}
+                          for t in self.feature_shapes}
         features.setdefault(self.target, {})["y"] = self.y
         return features, dict(self.relations), dict(self.num_nodes_dict)
 
@@ -176,20 +210,23 @@ class HeteroPreparedDataset(LabeledDataset):
                 f"{self.num_edges:,} edges; target {self.target!r}, classes={self.num_classes}, {sizes})")
 
     @classmethod
-    def load(cls, directory: PathLike, *, mmap: bool = True, verify: str = "sample") -> "HeteroPreparedDataset":
+    def load(cls, directory: PathLike, *, mmap: bool = True, verify: str = "sample",
+             features: bool = True) -> "HeteroPreparedDataset":
         """Open a heterogeneous prepared folder, checking its structure and (`verify`) its checksums.
 
         Arrays are copy-on-write memory maps unless mmap=False. A damaged or inconsistent
-        file raises an error naming it.
+        file raises an error naming it. With ``features=False`` no nodes/<type>/x.npy is opened
+        or checked (a host of a sharded run), and ``x_dict`` raises a ValueError saying so.
         """
         d, meta_path, meta = cls._read_meta(directory, verify, "ogbn-mag")
         num_nodes, edge_types = _check_meta(meta, meta_path)
         names = _array_names(meta)
-        cls._check_arrays(d, verify, names, whole=tuple(f"split/{s}.npy" for s in SPLITS))
+        cls._check_arrays(d, verify, names, whole=tuple(f"split/{s}.npy" for s in SPLITS),
+                          skip=() if features else _feature_arrays(meta))
         mode = "c" if mmap else None
         x_dict = {}
         for t, info in meta["node_types"].items():
-            if info.get("x_shape") is None:
+            if info.get("x_shape") is None or not features:
                 continue
             x = _load_npy(d / "nodes" / t / "x.npy", mode)
             if x.ndim != 2 or x.shape[0] != num_nodes[t] or list(x.shape) != info["x_shape"] \
@@ -214,8 +251,11 @@ class HeteroPreparedDataset(LabeledDataset):
                 raise ValueError(f"{d}/split/{s}.npy must hold int64 {target} ids in [0, {num_nodes[target]}); "
                                  f"it holds {idx.dtype} {idx.shape}: prepare again")
             split[s] = torch.from_numpy(idx)
-        return cls(directory=d, meta=meta, num_nodes_dict=num_nodes, x_dict=x_dict, relations=relations,
-                   y=as_tensor(y), split=split, verify=verify)
+        ds = cls(directory=d, meta=meta, num_nodes_dict=num_nodes, _x_dict=x_dict if features else None,
+                 relations=relations, y=as_tensor(y), split=split, verify=verify)
+        if not features:
+            ds.feature_shapes  # noqa: B018 - meta.json's x_shapes checked: what a folder without them answers from
+        return ds
 
 
 def _check_meta(meta: dict, where: Path) -> tuple[dict[str, int], list[tuple]]:
@@ -251,9 +291,14 @@ def _check_meta(meta: dict, where: Path) -> tuple[dict[str, int], list[tuple]]:
     return num_nodes, edge_types
 
 
+def _feature_arrays(meta: dict) -> list[str]:
+    """The feature tables of a heterogeneous prepared folder: nodes/<type>/x.npy of each featured node type."""
+    return [f"nodes/{t}/x.npy" for t, info in meta["node_types"].items() if info.get("x_shape") is not None]
+
+
 def _array_names(meta: dict) -> list[str]:
     """The arrays of a heterogeneous prepared folder (checksummed in its checksums.json)."""
-    names = [f"nodes/{t}/x.npy" for t, info in meta["node_types"].items() if info.get("x_shape") is not None]
+    names = _feature_arrays(meta)
     for et in meta["edge_types"]:
         names += [f"edges/{edge_dir_name(tuple(et[:3]))}/{n}.npy" for n in _RELATION_FILES]
     return names + ["y.npy"] + [f"split/{s}.npy" for s in SPLITS]

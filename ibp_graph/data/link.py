@@ -158,7 +158,7 @@ class LinkPreparedDataset(PreparedFolder, HomogeneousFolder):
     """A prepared link folder, opened memory-mapped: training graph, features, years and the edge split."""
 
     graph: CSCGraph
-    x: torch.Tensor
+    _x: Optional[torch.Tensor]  # None: opened without features (the property x says so)
     year: torch.Tensor
     split: dict = field(default_factory=dict, kw_only=True)
     format = FORMAT
@@ -174,22 +174,26 @@ class LinkPreparedDataset(PreparedFolder, HomogeneousFolder):
         return self._repr_with(f"{sizes}, negatives={self.num_negatives}")
 
     @classmethod
-    def load(cls, directory: PathLike, *, mmap: bool = True, verify: str = "sample") -> "LinkPreparedDataset":
+    def load(cls, directory: PathLike, *, mmap: bool = True, verify: str = "sample",
+             features: bool = True) -> "LinkPreparedDataset":
         """Open a prepared link folder, checking its structure and (`verify`: "sample", "full", "none") its
-        checksums; a damaged or inconsistent file raises an error naming it."""
+        checksums; a damaged or inconsistent file raises an error naming it. With ``features=False`` x.npy is
+        neither opened nor checked (a host of a sharded run), as PreparedDataset.load's."""
         d, meta_path, meta = cls._read_meta(directory, verify, "ogbl-citation2")
         if not isinstance(meta.get("name"), str) or not isinstance(meta.get("num_negatives"), int):
             raise ValueError(f"{meta_path}: name={meta.get('name')!r}, num_negatives={meta.get('num_negatives')!r}"
                              " are not accepted; expected a string and an integer: prepare again")
         small = ("year.npy",) + tuple(a for a in ARRAYS if a.startswith("link/"))
-        cls._check_arrays(d, verify, ARRAYS, whole=small, also=("graph/meta.json",))
+        cls._check_arrays(d, verify, ARRAYS, whole=small, also=("graph/meta.json",),
+                          skip=() if features else ("x.npy",))
         mode = "c" if mmap else None
         graph = CSCGraph.load(d / "graph", mmap=mmap)
         n = graph.num_nodes
-        x = as_tensor(_load_npy(d / "x.npy", mode))
+        x = as_tensor(_load_npy(d / "x.npy", mode)) if features else None
         year = _load_npy(d / "year.npy", None)
-        if x.dim() != 2 or x.shape[0] != n or year.shape != (n,) or year.dtype != np.int64:
-            raise ValueError(f"{d}: x has shape {tuple(x.shape)} and year {year.dtype} {year.shape}; the graph has "
+        if (x is not None and (x.dim() != 2 or x.shape[0] != n)) or year.shape != (n,) or year.dtype != np.int64:
+            shown = "(not opened)" if x is None else tuple(x.shape)
+            raise ValueError(f"{d}: x has shape {shown} and year {year.dtype} {year.shape}; the graph has "
                              f"{n} nodes (expected ({n}, dim) and int64 ({n},)): prepare again")
         raw = {part: {key: _load_npy(d / "link" / f"{part}_{key}.npy", None) for key in keys}
                for part, keys in SPLIT_KEYS.items()}
@@ -198,5 +202,7 @@ class LinkPreparedDataset(PreparedFolder, HomogeneousFolder):
         except ValueError as e:
             raise ValueError(f"{e}: prepare again") from None
         split = {part: {k: torch.from_numpy(v) for k, v in values.items()} for part, values in checked.items()}
-        return cls(directory=d, meta=meta, graph=graph, x=x, year=torch.from_numpy(year), split=split,
-                   verify=verify)
+        ds = cls(directory=d, meta=meta, graph=graph, _x=x, year=torch.from_numpy(year), split=split, verify=verify)
+        if not features:
+            ds.feature_shapes  # noqa: B018 - meta.json's x_shape checked: what a folder without x answers from
+        return ds

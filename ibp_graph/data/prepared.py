@@ -102,6 +102,22 @@ class PreparedFolder:
             return False
         return isinstance(meta, dict) and meta.get("format") == cls.format and meta.get("version") == cls.format_version
 
+    def _features_missing(self) -> ValueError:
+        """The error for code that reads a feature table of a folder opened without them (load(features=False))."""
+        return ValueError(f"{self.directory} was opened without its feature tables (load(features=False): the host "
+                          "of a sharded run reads its rows from its shards, and needs no x.npy); open it with "
+                          "features=True to read them")
+
+    def _feature_shape(self, info: dict, table: str, rows: int, where: str) -> tuple[int, int]:
+        """meta.json's (rows, dim) of feature table `table` (`info`: the mapping that records its x_shape), a
+        ValueError naming `where` when it is not [rows, dim]."""
+        shape = info.get("x_shape")
+        if not (isinstance(shape, list) and len(shape) == 2 and all(isinstance(v, int) and not isinstance(v, bool)
+                                                                     and v >= 0 for v in shape) and shape[0] == rows):
+            raise ValueError(f"{self.directory / 'meta.json'}: {where}x_shape={shape!r} is not accepted for table "
+                             f"{table!r}; expected [{rows}, dim]: prepare again")
+        return tuple(shape)
+
     @classmethod
     def _read_meta(cls, directory: PathLike, verify: str, dataset: str) -> tuple[Path, Path, dict]:
         """(folder, its meta.json's path, meta.json) of a folder of this kind, `verify` checked first; an error
@@ -122,14 +138,17 @@ class PreparedFolder:
 
     @classmethod
     def _check_arrays(cls, d: Path, verify: str, arrays: Sequence[str], *, whole: Sequence[str],
-                      also: Sequence[str] = ()) -> None:
+                      also: Sequence[str] = (), skip: Sequence[str] = ()) -> None:
         """A FileNotFoundError naming the files of `arrays` and `also` that folder `d` lacks; then the `arrays`'
         checksums checked as `verify` says (`whole`: the small ones, read whole), an UnverifiedDataWarning when
-        the folder has no checksums.json."""
-        missing = [p for p in (*arrays, *also) if not (d / p).is_file()]
+        the folder has no checksums.json. `skip`: arrays neither needed nor read (the feature tables of a folder
+        opened without them), so neither looked for nor checked."""
+        needed = [p for p in arrays if p not in skip]
+        missing = [p for p in (*needed, *also) if not (d / p).is_file()]
         if missing:
             raise FileNotFoundError(f"{d} lacks {', '.join(missing)}: prepare again")
-        if verify != "none" and checksums.verify(d, verify, whole=whole, required=arrays) is None:
+        names = needed if skip else None  # None: every file of checksums.json
+        if verify != "none" and checksums.verify(d, verify, names=names, whole=whole, required=arrays) is None:
             fix = f"record them with `ibp-graph verify --write {d}` or prepare again" if cls.records_checksums \
                 else "prepare again"
             warnings.warn(f"{d} has no {checksums.MANIFEST}: its arrays are not verified; {fix}",
@@ -159,9 +178,36 @@ class LabeledDataset(PreparedFolder):
 
 
 class HomogeneousFolder:
-    """What a prepared folder of one graph and one feature table answers: its sizes and the table's pre-encoded
-    store (store/x); from the fields of the dataclass it is mixed into (``directory``, ``graph``, ``verify``,
-    ``_stores``)."""
+    """What a prepared folder of one graph and one feature table answers: its sizes, the table (``x``, table
+    "x") and its pre-encoded store (store/x); from the fields of the dataclass it is mixed into (``directory``,
+    ``meta``, ``graph``, ``_x``, ``verify``, ``_stores``)."""
+
+    @property
+    def x(self) -> torch.Tensor:
+        """The node features (num_nodes, dim), memory-mapped; a ValueError when the folder was opened without them."""
+        if self._x is None:
+            raise self._features_missing()
+        return self._x
+
+    @property
+    def has_features(self) -> bool:
+        """Whether the feature table was opened (load's `features`)."""
+        return self._x is not None
+
+    @property
+    def feature_shapes(self) -> dict[str, tuple[int, int]]:
+        """{table: (rows, dim)} of the folder's feature tables as meta.json records them: its one table, "x"."""
+        return {"x": self._feature_shape(self.meta, "x", self.graph.num_nodes, "")}
+
+    def feature_file(self, table: str = "x") -> Path:
+        """The file of feature table `table` (only "x")."""
+        _check_table(table, ["x"])
+        return self.directory / "x.npy"
+
+    def feature(self, table: str = "x") -> torch.Tensor:
+        """Feature table `table` (only "x": ``x``)."""
+        _check_table(table, ["x"])
+        return self.x
 
     @property
     def num_nodes(self) -> int:
@@ -195,8 +241,9 @@ class HomogeneousFolder:
 
     def _repr_with(self, task: str) -> str:
         """The repr of a folder of this kind: name, sizes, features, `task` (what its task adds), store."""
+        x = f"{tuple(self.x.shape)} {self.x.dtype}" if self.has_features else "not opened"
         return (f"{type(self).__name__}({self.name!r}, nodes={self.num_nodes:,}, edges={self.num_edges:,}, "
-                f"x={tuple(self.x.shape)} {self.x.dtype}, {task}, store={'yes' if self.has_store() else 'no'})")
+                f"x={x}, {task}, store={'yes' if self.has_store() else 'no'})")
 
     @property
     def store_codec(self) -> Optional[str]:
@@ -211,7 +258,7 @@ class PreparedDataset(LabeledDataset, HomogeneousFolder):
     """A prepared folder, opened memory-mapped: graph, features, labels and splits."""
 
     graph: CSCGraph
-    x: torch.Tensor
+    _x: Optional[torch.Tensor]  # None: opened without features (the property x says so)
     format = FORMAT
     format_version = FORMAT_VERSION
 
@@ -220,25 +267,31 @@ class PreparedDataset(LabeledDataset, HomogeneousFolder):
         return self._repr_with(f"classes={self.num_classes}, {sizes}")
 
     @classmethod
-    def load(cls, directory: PathLike, *, mmap: bool = True, verify: str = "sample") -> "PreparedDataset":
+    def load(cls, directory: PathLike, *, mmap: bool = True, verify: str = "sample",
+             features: bool = True) -> "PreparedDataset":
         """Open a prepared folder, checking its structure and (`verify`: "sample", "full", "none") its checksums.
 
         Arrays are copy-on-write memory maps unless mmap=False (a write changes this
         process's copy, never the files). A damaged file raises an error naming it; a
         folder prepared before checksums existed opens with an UnverifiedDataWarning.
+        With ``features=False`` x.npy is neither opened nor checked (nor needed: a host of a
+        sharded run), and ``x`` raises a ValueError saying so; meta.json's x_shape gives
+        `feature_shapes`.
         """
         d, meta_path, meta = cls._read_meta(directory, verify, "NAME")
         for key, kind in (("name", str), ("num_classes", int)):
             if not isinstance(meta.get(key), kind):
                 raise ValueError(f"{meta_path}: {key}={meta.get(key)!r} is not accepted; expected {kind.__name__}")
-        cls._check_arrays(d, verify, ARRAYS, whole=tuple(f"split/{s}.npy" for s in SPLITS), also=("graph/meta.json",))
+        cls._check_arrays(d, verify, ARRAYS, whole=tuple(f"split/{s}.npy" for s in SPLITS), also=("graph/meta.json",),
+                          skip=() if features else ("x.npy",))
         mode = "c" if mmap else None
         graph = CSCGraph.load(d / "graph", mmap=mmap)
-        x = as_tensor(_load_npy(d / "x.npy", mode))
+        x = as_tensor(_load_npy(d / "x.npy", mode)) if features else None
         y = as_tensor(_load_npy(d / "y.npy", mode))
         split = {s: torch.from_numpy(_load_npy(d / "split" / f"{s}.npy", None)) for s in SPLITS}
-        if x.dim() != 2 or x.shape[0] != graph.num_nodes or y.shape != (graph.num_nodes,):
-            raise ValueError(f"{d}: x has shape {tuple(x.shape)} and y shape {tuple(y.shape)}; the graph has "
+        if (x is not None and (x.dim() != 2 or x.shape[0] != graph.num_nodes)) or y.shape != (graph.num_nodes,):
+            shown = "(not opened)" if x is None else tuple(x.shape)
+            raise ValueError(f"{d}: x has shape {shown} and y shape {tuple(y.shape)}; the graph has "
                              f"{graph.num_nodes} nodes (expected ({graph.num_nodes}, dim) and ({graph.num_nodes},)): "
                              "prepare again")
         for s, idx in split.items():
@@ -246,12 +299,21 @@ class PreparedDataset(LabeledDataset, HomogeneousFolder):
                     int(idx.min()) < 0 or int(idx.max()) >= graph.num_nodes)):
                 raise ValueError(f"{d}/split/{s}.npy must hold int64 node ids in [0, {graph.num_nodes}); "
                                  f"it holds {idx.dtype} {tuple(idx.shape)}: prepare again")
-        return cls(directory=d, meta=meta, graph=graph, x=x, y=y, split=split, verify=verify)
+        ds = cls(directory=d, meta=meta, graph=graph, _x=x, y=y, split=split, verify=verify)
+        if not features:
+            ds.feature_shapes  # noqa: B018 - meta.json's x_shape checked: what a folder without x answers from
+        return ds
 
 
 #: the arrays of a prepared folder, checksummed in its checksums.json.
 ARRAYS = ("x.npy", "y.npy", "graph/indptr.npy", "graph/indices.npy", "graph/e_id.npy") + tuple(
     f"split/{s}.npy" for s in SPLITS)
+
+
+def _check_table(table: str, tables: Sequence[str]) -> None:
+    """A ValueError naming `table` and the feature tables of the folder when it is not one of them."""
+    if table not in tables:
+        raise ValueError(f"table={table!r} is not accepted; this folder's feature tables: {list(tables)}")
 
 
 def _read_json(path: Path) -> dict:

@@ -13,14 +13,18 @@ ascending global id; a global id maps to (owner rank, row of the owner's shard).
 On disk (`write_shards`, `load_shard`; ``ibp-graph prepare --shards W``)::
 
     shards.json              the manifest (written last): world_size, and per feature table its layout
-                             (ShardLayout.describe()), codec name and fingerprint, row shape and dtype, and
-                             per rank the shard's folder, rows and the SHA-256 of its meta.json and
+                             (ShardLayout.describe()), codec name and fingerprint, row shape and dtype, the
+                             model's input statistics (``stats``: input_stats.feature_stats of the whole table,
+                             its sample size and seed, the per-column mean and std as float32 bit patterns in
+                             hex) and per rank the shard's folder, rows and the SHA-256 of its meta.json and
                              checksums.json
     rank-<r>/<table>/        rank r's shard of `table` (EncodedTable.save: its own checksums.json)
     layouts/<table>.npy      the node -> rank array of an assignment layout (its SHA-256 in the manifest)
 
 A homogeneous prepared folder has one table, ``x``; a heterogeneous one a table per featured node type.
-A host needs shards.json, layouts/ and its ranks' ``rank-<r>/`` folders. The manifest pins every shard:
+A host needs shards.json, layouts/ and its ranks' ``rank-<r>/`` folders; of the prepared folder, neither the
+raw feature tables (x.npy) nor the store/ they are cut from: the model's input width and statistics are in
+shards.json (`table_input`; a manifest written before them has none: None). The manifest pins every shard:
 a shard swapped for another rank's, replaced or damaged is refused by name (ShardChecksumError).
 """
 from __future__ import annotations
@@ -40,6 +44,7 @@ from ..files import check_output, note_output_entry, read_json, replace_dir, sav
 from ..layout.dtypes import dtype_name
 from ..layout.rows import check_row_index
 from .checksums import MANIFEST as CHECKSUMS, ChecksumError, check_mode
+from .input_stats import SAMPLE_ROWS, SEED, FeatureInput, from_hex, store_stats, to_hex
 from .store import EncodedTable
 
 PathLike = Union[str, os.PathLike]
@@ -266,6 +271,9 @@ def write_shards(source: Any, world_size: int, out: Optional[PathLike] = None, *
     for name, table in sorted(tables.items()):
         if not _TABLE.fullmatch(name):
             raise ValueError(f"table name {name!r} is not accepted; use letters, digits and '_' (it names a folder)")
+        if len(table.shape) != 2:
+            raise ValueError(f"table {name!r} has shape {tuple(table.shape)}; shards hold feature tables of shape "
+                             "(rows, dim), whose input statistics the manifest records")
         layout = (layouts or {}).get(name) or ShardLayout.contiguous(table.n_rows, world_size)
         if not isinstance(layout, ShardLayout):
             raise TypeError(f"layouts[{name!r}] must be a ShardLayout, got {type(layout).__name__}")
@@ -288,7 +296,7 @@ def write_shards(source: Any, world_size: int, out: Optional[PathLike] = None, *
         for name, (table, layout) in plans.items():
             entry = {"layout": layout.describe(), "codec": table.codec.name, "fingerprint": table.codec.fingerprint,
                      "row_shape": list(table.shape[1:]), "dtype": dtype_name(table.dtype),
-                     "owner": None, "ranks": []}
+                     "stats": _stats_entry(table), "owner": None, "ranks": []}
             if layout.kind != "contiguous":
                 (tmp / "layouts").mkdir(exist_ok=True)
                 save_npy(tmp / _owner_file(name), layout.owner_array())
@@ -311,8 +319,15 @@ def write_shards(source: Any, world_size: int, out: Optional[PathLike] = None, *
         sizes = ", ".join(f"{n} {t.codec.name} {t.n_rows:,} rows" for n, (t, _) in plans.items())
         print(f"wrote {out}: {world_size} shard(s) of each table ({sizes}); a rank needs {SHARDS_MANIFEST}"
               + (", layouts/" if any(e["owner"] for e in manifest_tables.values()) else "")
-              + " and its rank-<r>/ folder", flush=True)
+              + " and its rank-<r>/ folder; of the prepared folder, neither x.npy nor store/", flush=True)
     return out
+
+
+def _stats_entry(table: EncodedTable) -> dict:
+    """The manifest's record of a table's input statistics: input_stats.feature_stats of the whole table (from
+    its store's sample rows, decoded: bit for bit those of the raw table), float32 bit patterns in hex."""
+    mean, std = store_stats(table, SAMPLE_ROWS, SEED)
+    return {"sample_rows": SAMPLE_ROWS, "seed": SEED, "mean": to_hex(mean), "std": to_hex(std)}
 
 
 def _is_int(v: Any) -> bool:
@@ -372,6 +387,8 @@ def read_shards_manifest(directory: PathLike) -> dict:
         if not isinstance(t.get("row_shape"), list) or not all(_is_int(v) and v >= 0 for v in t["row_shape"]) \
                 or not isinstance(t.get("dtype"), str):
             raise bad(f"{where}.row_shape/dtype", (t.get("row_shape"), t.get("dtype")), "a list of ints >= 0 and a dtype name")
+        if "stats" in t:  # absent: a manifest written before the statistics were recorded
+            _check_stats(t["stats"], t["row_shape"], f"{where}.stats", bad)
         ranks = t.get("ranks")
         if not isinstance(ranks, list) or len(ranks) != ws:
             raise bad(f"{where}.ranks", ranks if not isinstance(ranks, list) else f"<{len(ranks)} entries>",
@@ -386,6 +403,42 @@ def read_shards_manifest(directory: PathLike) -> dict:
                     isinstance(v, str) and _SHA256.fullmatch(v) for v in sha.values()):
                 raise bad(f"{where}.ranks[{r}].sha256", sha, f"a SHA-256 hex digest of each of {list(PINNED)}")
     return m
+
+
+def _check_stats(stats: Any, row_shape: list, where: str, bad) -> None:
+    """`bad(field, value, expected)` for a stats entry not as `_stats_entry` writes it for rows of `row_shape`."""
+    if not isinstance(stats, dict) or set(stats) != {"sample_rows", "seed", "mean", "std"}:
+        raise bad(where, stats, "a mapping of sample_rows, seed, mean and std")
+    if len(row_shape) != 1:
+        raise bad(where, "<statistics>", f"none for rows of shape {row_shape} (statistics are of rows of one "
+                  "dimension)")
+    if not _is_int(stats["sample_rows"]) or stats["sample_rows"] < 1:
+        raise bad(f"{where}.sample_rows", stats["sample_rows"], "an int >= 1")
+    if not _is_int(stats["seed"]) or stats["seed"] < 0:
+        raise bad(f"{where}.seed", stats["seed"], "an int >= 0")
+    for key in ("mean", "std"):
+        v = stats[key]
+        shown = v if not isinstance(v, list) else f"<{len(v)} entries>"
+        if not isinstance(v, list) or len(v) != row_shape[0]:
+            raise bad(f"{where}.{key}", shown, f"a list of {row_shape[0]} float32 bit patterns in hex (one per column)")
+        try:
+            from_hex(v)
+        except ValueError as e:
+            raise bad(f"{where}.{key}", shown, f"a list of float32 bit patterns in hex ({e})") from None
+
+
+def table_input(directory: PathLike, table: str) -> Optional[FeatureInput]:
+    """The model's input of `table` as the shards folder `directory` records it (row width, and the mean and std
+    of input_stats.feature_stats over the whole table, bit for bit), its manifest checked; None for a manifest
+    written before the statistics were recorded."""
+    tables = read_shards_manifest(directory)["tables"]
+    if table not in tables:
+        raise ValueError(f"table={table!r} is not accepted; {Path(directory)} holds the tables {sorted(tables)}")
+    entry = tables[table]
+    if "stats" not in entry:
+        return None
+    stats = entry["stats"]
+    return FeatureInput(entry["row_shape"][0], from_hex(stats["mean"]), from_hex(stats["std"]))
 
 
 def _layout(directory: Path, name: str, entry: dict) -> ShardLayout:
@@ -470,5 +523,5 @@ def shard_tables(directory: PathLike) -> list[str]:
     return sorted(read_shards_manifest(directory)["tables"])
 
 
-__all__ = ["ShardLayout", "shard_of", "write_shards", "load_shard", "read_shards_manifest", "shard_tables", "prepared_kind",
-           "shard_dir", "default_shards_dir", "ShardChecksumError", "ShardManifestError", "SHARDS_MANIFEST"]
+__all__ = ["ShardLayout", "shard_of", "write_shards", "load_shard", "read_shards_manifest", "shard_tables",
+           "table_input", "prepared_kind", "shard_dir", "default_shards_dir", "ShardChecksumError", "ShardManifestError", "SHARDS_MANIFEST"]

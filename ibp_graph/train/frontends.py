@@ -6,7 +6,9 @@ A front-end turns the prepared data set into loaders, builds the model and runs 
 one batch; the loop (train/loop.py) does everything else the same way for both. Every
 loader factory takes ``tables``: ``{table: feature source}`` serving the data set's feature
 tables instead of its own (``x``, or one per featured node type; `loader.features: sharded`
-gives one ShardedSource per table, train/sharding.py). Each
+gives one ShardedSource per table, train/sharding.py), and ``build_model`` takes ``inputs``:
+``{table: FeatureInput}`` (width and statistics) instead of reading them from the data set's
+tables (a sharded run: from the shards' manifest; its data set is opened without them). Each
 front-end imports its framework only when it is used, so the DGL one runs where
 torch_geometric is not installed (.venv-dgl) and the PyG one where dgl is not.
 """
@@ -16,10 +18,13 @@ from typing import Any, Mapping, Optional
 
 import torch
 
+from ..data.input_stats import FeatureInput
 from ..data.prepared import PreparedDataset
 from .config import FRAMEWORKS
-from .models import HeteroSAGE, build_model, check_arch, feature_stats
+from .models import HeteroSAGE, build_model, check_arch
 
+#: build_model's `inputs`: {table: FeatureInput} (a sharded run's, from its shards), or None (from the data set).
+Inputs = Optional[Mapping[str, FeatureInput]]
 #: the codec label of a run with the framework's own, uncompressed loader (`--baseline`).
 NATIVE = "native"
 
@@ -77,10 +82,11 @@ class PyG:
             return given_table(tables, "x")
         return ds.store() if self.from_store(ds, codec, use_store) else ds.x
 
-    def build_model(self, cfg, ds: PreparedDataset) -> torch.nn.Module:
-        """The NodeClassifier cfg.model describes, inputs standardised with the table's statistics."""
-        return build_model(cfg.model, ds.x.shape[1], ds.num_classes, len(cfg.loader.num_neighbors),
-                           stats=feature_stats(ds.x), framework=self.name)
+    def build_model(self, cfg, ds: PreparedDataset, inputs: Inputs = None) -> torch.nn.Module:
+        """The NodeClassifier cfg.model describes, inputs standardised with the table's statistics (`model_input`)."""
+        x = model_input(ds, inputs, "x")
+        return build_model(cfg.model, x.width, ds.num_classes, len(cfg.loader.num_neighbors), stats=(x.mean, x.std),
+                           framework=self.name)
 
     def forward(self, model, batch, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(logits of the batch's seeds, their classes); `labels[i]` is the class of input node i."""
@@ -132,22 +138,23 @@ class PyGHetero(PyG):
                              "(it needs pyg-lib or torch-sparse)")
         from ..loaders.pyg import CompressedNeighborLoader
 
-        features, relations, num_nodes = ds.tables(store=tables is None and self.from_store(ds, codec, use_store))
-        if tables is not None:
-            for t in ds.x_dict:
-                features[t]["x"] = given_table(tables, t)
+        given = None if tables is None else {t: given_table(tables, t) for t in ds.feature_shapes}
+        features, relations, num_nodes = ds.tables(store=given is None and self.from_store(ds, codec, use_store),
+                                                   given=given)
         return CompressedNeighborLoader((features, relations, num_nodes), list(lc.num_neighbors), input_nodes=(ds.target, input_nodes),
                                         batch_size=batch_size, shuffle=shuffle, codec=codec, device=device,
                                         prefetch=lc.prefetch, num_workers=lc.num_workers,
                                         persistent_workers=lc.num_workers > 0, rank=rank, world_size=world_size)
 
-    def build_model(self, cfg, ds) -> torch.nn.Module:
-        """HeteroSAGE over the data set's types, each featured type standardised with its table's statistics."""
-        model = HeteroSAGE(ds.node_types, ds.edge_types, {t: x.shape[1] for t, x in ds.x_dict.items()},
+    def build_model(self, cfg, ds, inputs: Inputs = None) -> torch.nn.Module:
+        """HeteroSAGE over the data set's types, each featured type standardised with its table's statistics
+        (`model_input`)."""
+        typed = {t: model_input(ds, inputs, t) for t in ds.feature_shapes}
+        model = HeteroSAGE(ds.node_types, ds.edge_types, {t: x.width for t, x in typed.items()},
                            cfg.model.hidden, ds.num_classes, len(cfg.loader.num_neighbors), ds.target,
                            dropout=cfg.model.dropout)
-        for t, x in ds.x_dict.items():
-            model.set_feature_stats(t, *feature_stats(x))
+        for t, x in typed.items():
+            model.set_feature_stats(t, x.mean, x.std)
         self.target = ds.target
         return model
 
@@ -193,7 +200,8 @@ class DGL:
                              f"({type(e).__name__}: {e}); use loader.device=cpu or a CUDA build of dgl") from None
 
     def prepare(self, ds: PreparedDataset):
-        """The prepared data set as a DGL graph (CSC only) with ndata "feat" and "label" (no label: a link folder).
+        """The prepared data set as a DGL graph (CSC only) with ndata "feat" and "label" (no label: a link folder;
+        no "feat": a data set opened without its features, whose loaders take it from ``tables``).
 
         The feature table stays memory-mapped (not copied); DGL wants one id type for the whole
         graph, so int32 indices are widened to int64 (a copy).
@@ -207,7 +215,8 @@ class DGL:
         indices = np.asarray(csc.indices, dtype=np.int64)
         g = dgl.graph(("csc", (as_tensor(csc.indptr), as_tensor(indices), torch.tensor([], dtype=torch.int64))),
                       num_nodes=ds.num_nodes).formats("csc")  # only CSC: workers would build COO and CSR too
-        g.ndata["feat"] = ds.x
+        if ds.has_features:  # a sharded run's loaders serve "feat" from its shards (node_stores)
+            g.ndata["feat"] = ds.x
         if isinstance(ds, PreparedDataset):  # a link folder (task link) has no labels
             g.ndata["label"] = ds.y  # int64, -1 for unlabeled nodes (the splits hold labeled nodes only)
         return g
@@ -246,10 +255,11 @@ class DGL:
 
         return CompressedDGLDataLoader(graph, seeds, sampler, codec=codec, prefetch=lc.prefetch, **kw)
 
-    def build_model(self, cfg, ds: PreparedDataset) -> torch.nn.Module:
-        """DGL's GraphSAGE (BlockSAGE), inputs standardised with the table's statistics."""
-        return build_model(cfg.model, ds.x.shape[1], ds.num_classes, len(cfg.loader.num_neighbors),
-                           stats=feature_stats(ds.x), framework=self.name)
+    def build_model(self, cfg, ds: PreparedDataset, inputs: Inputs = None) -> torch.nn.Module:
+        """DGL's GraphSAGE (BlockSAGE), inputs standardised with the table's statistics (`model_input`)."""
+        x = model_input(ds, inputs, "x")
+        return build_model(cfg.model, x.width, ds.num_classes, len(cfg.loader.num_neighbors), stats=(x.mean, x.std),
+                           framework=self.name)
 
     def forward(self, model, batch, labels: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """(logits of the output nodes, their classes from ``blocks[-1].dstdata["label"]``)."""
@@ -274,11 +284,17 @@ class DGL:
 
 
 def given_table(tables: Mapping[str, Any], name: str) -> Any:
-    """``tables[name]``, or a KeyError naming the tables given and the one a loader needs."""
+    """``tables[name]``, or a KeyError naming the tables given and the one the data set needs."""
     if name not in tables:
-        raise KeyError(f"tables has {sorted(tables)}; this data set's loader needs table {name!r} (open_shards "
-                       "gives one per feature table)")
+        raise KeyError(f"tables has {sorted(tables)}; this data set needs table {name!r} (open_shards gives one "
+                       "per feature table)")
     return tables[name]
+
+
+def model_input(ds, inputs: Inputs, table: str) -> FeatureInput:
+    """Feature table `table`'s model input: ``inputs[table]`` when given (a sharded run: the shards' manifest), else
+    the width and feature_stats of the data set's own table."""
+    return FeatureInput.of(ds.feature(table)) if inputs is None else given_table(inputs, table)
 
 
 def import_dgl():

@@ -68,17 +68,21 @@ def link_dataset_path(data) -> Path:
     return ogb_link.default_prepared_dir(data.root)
 
 
-def open_link_dataset(data, dist, *, progress: bool = True) -> LinkPreparedDataset:
+def open_link_dataset(data, dist, *, progress: bool = True, features: bool = True) -> LinkPreparedDataset:
     """The prepared link folder a DataConfig names, generated or prepared first if missing (by each machine's
     first rank while the others wait; a distributed run does not prepare ogbl-citation2 itself); `dist`: this
-    process's place in the run (train/loop.py's Dist)."""
+    process's place in the run (train/loop.py's Dist). ``features=False`` (`loader.features: sharded`): opened
+    without x.npy, and ready without it and the store where the run's shards are there."""
     path = link_dataset_path(data)
-    ready = LinkPreparedDataset.is_complete(path) and (not data.store or (path / "store" / "x" / "meta.json").is_file())
+    ready = LinkPreparedDataset.is_complete(path) and (
+        not data.store or (path / "store" / "x" / "meta.json").is_file()
+        or (not features and sharding.has_shards(data, path, dist.world_size)))
     if not ready:
         if dist.world_size > 1 and data.name != "synthetic-citation":
             raise FileNotFoundError(f"{path} is not prepared; a distributed run does not prepare {data.name} (it "
                                     "would outlast the process group's timeout): run `ibp-graph prepare --dataset "
-                                    f"{data.name} --root {data.root}` first")
+                                    f"{data.name} --root {data.root}{'' if features else f' --shards {dist.world_size}'}` "
+                                    "first")
         if dist.local_rank == 0:
             if data.name == "synthetic-citation":
                 from ..data import citegen
@@ -94,7 +98,7 @@ def open_link_dataset(data, dist, *, progress: bool = True) -> LinkPreparedDatas
                     ogb_link.prepare(data.root, path, store=data.store, progress=progress and dist.main,
                                      keep_complete=True)
     dist.barrier()
-    return LinkPreparedDataset.load(path)
+    return LinkPreparedDataset.load(path, features=features)
 
 
 def train_epoch(model, loader, optimizer, front, *, max_batches: Optional[int] = None, progress: bool = False,
@@ -167,19 +171,19 @@ def run_link(cfg: Config, *, setup: Callable, write: Callable, shards: Optional[
 
 
 def run_one(cfg: Config, codec: str, ds: LinkPreparedDataset, dist, device: torch.device, *, front, write: Callable,
-            graph=None, shards: Optional[dict] = None) -> dict:
+            graph=None, shards: Optional[sharding.RankShards] = None) -> dict:
     """Train and evaluate the link model with one codec; one line per epoch; the result (and JSON on rank 0,
-    by `write`). `shards`: this rank's shards (loop.open_shards), served to both loaders as one ShardedSource
-    per table (train/sharding.py)."""
+    by `write`). `shards`: this rank's shards (loop.open_shards: sharding.RankShards), served to both loaders as
+    one ShardedSource per table (train/sharding.py), and the model's input width and statistics."""
     t_start = time.perf_counter()
     front.seed(cfg.train.seed)
     say = print if dist.main else (lambda *a, **k: None)
     lc, lk = cfg.loader, cfg.link
-    tables = None if shards is None else sharding.sources(shards, lc)  # for both loaders
+    tables = None if shards is None else sharding.sources(shards.tables, lc)  # for both loaders
     train_loader = front.make_train_loader(ds, graph, cfg, codec, device=device, rank=dist.rank,
                                            world_size=dist.world_size, tables=tables)
     node_loader = front.make_node_loader(ds, graph, cfg, codec, device=device, tables=tables)
-    model = front.build_model(cfg, ds).to(device)
+    model = front.build_model(cfg, ds, None if shards is None else shards.inputs).to(device)
     core = model
     if dist.world_size > 1:
         model = torch.nn.parallel.DistributedDataParallel(

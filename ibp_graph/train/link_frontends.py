@@ -27,8 +27,8 @@ from typing import Any, Mapping, Optional
 import numpy as np
 import torch
 
-from .frontends import DGL, NATIVE, PyG
-from .models import build_link_model, check_arch, feature_stats
+from .frontends import DGL, NATIVE, Inputs, PyG, model_input
+from .models import build_link_model, check_arch
 
 __all__ = ["LinkPyG", "LinkDGL", "get", "train_edge_ids"]
 
@@ -60,10 +60,10 @@ class LinkPyG(PyG):
                                 batch_size=cfg.loader.eval_batch_size, shuffle=False, device=device,
                                 use_store=cfg.data.store, tables=tables)
 
-    def build_model(self, cfg, ds) -> torch.nn.Module:
-        """The LinkModel cfg.model and cfg.link describe, inputs standardised with the table's statistics."""
-        return build_link_model(cfg.model, cfg.link, ds.x.shape[1], len(cfg.loader.num_neighbors),
-                                stats=feature_stats(ds.x), framework=self.name)
+    def build_model(self, cfg, ds, inputs: Inputs = None) -> torch.nn.Module:
+        """The LinkModel cfg.model and cfg.link describe, inputs standardised with the table's statistics
+        (frontends.model_input)."""
+        return link_model(cfg, ds, inputs, self.name)
 
     def forward(self, model, batch, labels=None) -> tuple[torch.Tensor, torch.Tensor]:
         """(logits of the batch's edge_label_index pairs, edge_label as floats).
@@ -126,10 +126,9 @@ class LinkDGL(DGL):
         return self._loader(graph, torch.arange(ds.num_nodes), sampler, lc, codec, tables, batch_size=lc.eval_batch_size,
                             shuffle=False, device=device, use_ddp=False)
 
-    def build_model(self, cfg, ds) -> torch.nn.Module:
-        """The LinkModel with DGL's GraphSAGE (BlockSAGE) encoder."""
-        return build_link_model(cfg.model, cfg.link, ds.x.shape[1], len(cfg.loader.num_neighbors),
-                                stats=feature_stats(ds.x), framework=self.name)
+    def build_model(self, cfg, ds, inputs: Inputs = None) -> torch.nn.Module:
+        """The LinkModel with DGL's GraphSAGE (BlockSAGE) encoder (inputs as LinkPyG's)."""
+        return link_model(cfg, ds, inputs, self.name)
 
     def forward(self, model, batch, labels=None) -> tuple[torch.Tensor, torch.Tensor]:
         """(logits of the pair graph's edges then the negative pair graph's, 1s then 0s)."""
@@ -150,6 +149,14 @@ class LinkDGL(DGL):
                 out = torch.zeros(num_nodes, h.shape[1], device=device)
             out[output_nodes.to(device)] = h
         return out
+
+
+def link_model(cfg, ds, inputs: Inputs, framework: str) -> torch.nn.Module:
+    """The LinkModel of `framework` cfg.model and cfg.link describe, inputs standardised with table x's statistics
+    (frontends.model_input: from `inputs` when given)."""
+    x = model_input(ds, inputs, "x")
+    return build_link_model(cfg.model, cfg.link, x.width, len(cfg.loader.num_neighbors), stats=(x.mean, x.std),
+                            framework=framework)
 
 
 def train_edge_ids(graph, train: dict) -> np.ndarray:

@@ -126,30 +126,33 @@ DDP_GENERATE_MAX_NODES = 5_000_000
 GENERATED = ("synthetic", "synthetic-mag", "synthetic-citation")
 
 
-def open_dataset(cfg, dist: Dist = Dist(), *, progress: bool = True):
+def open_dataset(cfg, dist: Dist = Dist(), *, progress: bool = True, features: bool = True):
     """The prepared data set a DataConfig names (PreparedDataset, or HeteroPreparedDataset for
     HETERO_DATASETS), generated or prepared first if missing.
 
     In a distributed run each machine's first rank does it while the others wait, and
     only for generated data sets of up to DDP_GENERATE_MAX_NODES nodes: preparing
     papers100M takes longer than a process group waits, so that is refused with the
-    command to run beforehand.
+    command to run beforehand. ``features=False`` (`loader.features: sharded`): opened without
+    its feature tables (load(features=False)), and ready without them and without the store
+    where the run's shards are there (a host of a sharded run needs neither).
     """
     path = _prepared_path(cfg)
-    if dist.world_size > 1 and not _ready(cfg, path):
+    if dist.world_size > 1 and not _ready(cfg, path, features, dist.world_size):
         if not _makes_itself(cfg):
+            shards = "" if features else f" --shards {dist.world_size}"
             raise FileNotFoundError(f"{path} is not prepared; a distributed run does not prepare large data sets "
                                     f"(it would outlast the process group's timeout): run "
-                                    f"`{_prepare_command(cfg, path)}` first, once per machine unless the folder is "
-                                    "on a shared disk")
-    if dist.local_rank == 0 and not _ready(cfg, path):
+                                    f"`{_prepare_command(cfg, path, shards)}` first, once per machine unless the "
+                                    "folder is on a shared disk")
+    if dist.local_rank == 0 and not _ready(cfg, path, features, dist.world_size):
         _prepare(cfg, path, progress=progress and dist.main)
     dist.barrier()
     if cfg.name in HETERO_DATASETS:
         from ..data.hetero import HeteroPreparedDataset
 
-        return HeteroPreparedDataset.load(path)
-    return PreparedDataset.load(path)
+        return HeteroPreparedDataset.load(path, features=features)
+    return PreparedDataset.load(path, features=features)
 
 
 def _makes_itself(cfg) -> bool:
@@ -168,31 +171,68 @@ def _prepare_command(cfg, path: Path, extra: str = "") -> str:
     return f"ibp-graph prepare --dataset {cfg.name} --root {cfg.root} --config <this config>{extra}"
 
 
-def open_shards(cfg, ds, dist: Dist, *, progress: bool = True) -> dict:
-    """This rank's shard of every feature table of the prepared data set `ds` and its layout, ``{table:
+def open_shards(cfg, ds, dist: Dist, *, progress: bool = True) -> sharding.RankShards:
+    """This rank's shard of every feature table of the prepared data set `ds` and its layout, ``tables: {table:
     (EncodedTable, ShardLayout)}`` (``x``, or one table per featured node type of a heterogeneous data set),
-    for `loader.features: sharded`: from data.shards, default the prepared folder's shards-<world size>.
+    and each table's model input (``inputs``: width and statistics from the manifest), for `loader.features:
+    sharded`: from data.shards, default the prepared folder's shards-<world size>.
 
     Missing shards are written by each machine's first rank (the others wait) only where the run prepares
     the data set itself (small generated ones); otherwise the error names the `ibp-graph prepare --shards`
-    command to run first. Only this rank's shard is opened.
+    command to run first. Only this rank's shard is opened; neither x.npy nor the store is read, except the
+    feature table where a manifest written before the statistics were recorded has none (`_shard_inputs`).
     """
-    from ..data.shards import SHARDS_MANIFEST, default_shards_dir, load_shard, write_shards
+    from ..data.shards import SHARDS_MANIFEST, load_shard, write_shards
 
-    path = Path(cfg.shards) if cfg.shards else default_shards_dir(ds.directory, dist.world_size)
+    path = sharding.shards_dir(cfg, ds.directory, dist.world_size)
     if not (path / SHARDS_MANIFEST).is_file():
         if cfg.shards or not _makes_itself(cfg):
-            how = _prepare_command(cfg, ds.directory, f" --shards {dist.world_size}")
-            where = f" (it writes {default_shards_dir(ds.directory, dist.world_size)}; point data.shards there)" \
-                if cfg.shards else ""
             raise FileNotFoundError(f"{path} holds no shards ({SHARDS_MANIFEST}); a distributed run does not cut "
-                                    f"the feature table of a large data set itself: run `{how}`{where} first, once "
-                                    "per machine unless the folder is on a shared disk")
+                                    f"the feature table of a large data set itself: run {_shards_command(cfg, ds, dist)}"
+                                    " first, once per machine unless the folder is on a shared disk")
         if dist.local_rank == 0:
             write_shards(ds.directory, dist.world_size, path, progress=progress and dist.main, keep_complete=True)
     dist.barrier()
-    tables = sorted(ds.x_dict) if hasattr(ds, "x_dict") else ["x"]
-    return {t: load_shard(path, dist.rank, t, world_size=dist.world_size, verify=ds.verify) for t in tables}
+    tables = {t: load_shard(path, dist.rank, t, world_size=dist.world_size, verify=ds.verify)
+              for t in sorted(ds.feature_shapes)}
+    return sharding.RankShards(tables, _shard_inputs(cfg, ds, dist, path, tables))
+
+
+def _shards_command(cfg, ds, dist: Dist) -> str:
+    """The `ibp-graph prepare ... --shards W` command that cuts the shards of a run (and where to point
+    data.shards when the run names another folder)."""
+    from ..data.shards import default_shards_dir
+
+    how = _prepare_command(cfg, ds.directory, f" --shards {dist.world_size}")
+    return f"`{how}`" + (f" (it writes {default_shards_dir(ds.directory, dist.world_size)}; point data.shards there)"
+                         if cfg.shards else "")
+
+
+def _shard_inputs(cfg, ds, dist: Dist, path: Path, tables: dict) -> dict:
+    """Each feature table's model input (FeatureInput) as the manifest of shards folder `path` records it, checked
+    against the data set (the table's rows and width in its meta.json); for a manifest written before the
+    statistics were recorded, those of the data set's own table, where its file (x.npy) is on this host."""
+    from ..data.input_stats import FeatureInput
+    from ..data.shards import SHARDS_MANIFEST, ShardManifestError, table_input
+
+    inputs, whole = {}, None
+    for t, (rows, width) in ds.feature_shapes.items():
+        layout = tables[t][1]
+        got = table_input(path, t)
+        if got is None:
+            if not ds.feature_file(t).is_file():
+                raise FileNotFoundError(f"{path / SHARDS_MANIFEST} records no input statistics of table {t!r} (its "
+                                        f"shards were cut by an older ibp-graph) and {ds.feature_file(t)} is not on "
+                                        f"this host to take them from: cut the shards again with "
+                                        f"{_shards_command(cfg, ds, dist)}")
+            whole = whole or type(ds).load(ds.directory, verify=ds.verify)  # the feature tables, once
+            got = FeatureInput.of(whole.feature(t))
+        if (layout.num_rows, got.width) != (rows, width):
+            raise ShardManifestError(f"{path / SHARDS_MANIFEST}: table {t!r} has {layout.num_rows} rows of width "
+                                     f"{got.width}; {ds.directory} records ({rows}, {width}) for it: shards of another "
+                                     f"data set; cut them with {_shards_command(cfg, ds, dist)}")
+        inputs[t] = got
+    return inputs
 
 
 def _generated_nodes(cfg) -> int:
@@ -225,14 +265,22 @@ def _prepared_path(cfg) -> Path:
     return ogb.default_prepared_dir(cfg.name, cfg.root)
 
 
-def _ready(cfg, path: Path) -> bool:
+def _ready(cfg, path: Path, features: bool = True, world_size: int = 1) -> bool:
+    """Whether the prepared folder `path` holds what the run needs: the store unless data.store is off; without
+    `features` (a sharded run), the run's shards (sharding.shards_dir) will do instead."""
     if cfg.name in HETERO_DATASETS:
         from ..data.hetero import HeteroPreparedDataset
 
         if not HeteroPreparedDataset.is_complete(path):
             return False
-        return not cfg.store or HeteroPreparedDataset.load(path, verify="none").has_store()
-    return PreparedDataset.is_complete(path) and (not cfg.store or (path / "store" / "x" / "meta.json").is_file())
+        if not features and sharding.has_shards(cfg, path, world_size):
+            return True
+        return not cfg.store or HeteroPreparedDataset.load(path, verify="none", features=features).has_store()
+    if not PreparedDataset.is_complete(path):
+        return False
+    if not features and sharding.has_shards(cfg, path, world_size):
+        return True
+    return not cfg.store or (path / "store" / "x" / "meta.json").is_file()
 
 
 def _prepare(cfg, path: Path, *, progress: bool) -> None:
@@ -266,7 +314,7 @@ def make_loader(ds, input_nodes: torch.Tensor, cfg: LoaderConfig, codec: str, *,
                 dist: Dist = Dist(), tables=None):
     """The loader of `cfg.framework` over the prepared data set (for dgl, `graph`: its DGL graph; for a
     HeteroPreparedDataset, its HeteroData; built from `ds` when not given); features from the store when the
-    front-end says so, or from `tables` ({table: source}, e.g. sharding.sources(open_shards(...)))."""
+    front-end says so, or from `tables` ({table: source}, e.g. sharding.sources(open_shards(...).tables)))."""
     front = frontends.get(cfg.framework, hetero=not isinstance(ds, PreparedDataset))
     if graph is None:
         graph = front.prepare(ds)
@@ -342,8 +390,8 @@ def run(cfg: Config, *, baseline: bool = False) -> list[dict]:
 def run_one(cfg: Config, codec: str, ds: PreparedDataset, dist: Dist, device: torch.device, *,
             front=None, graph=None, shards=None) -> dict:
     """Train and evaluate with one codec; one line per epoch; the result as a dict (and JSON on rank 0).
-    `shards`: this rank's shards (open_shards), served to the loaders as one ShardedSource per table
-    (train/sharding.py)."""
+    `shards`: this rank's shards (open_shards: sharding.RankShards), served to the loaders as one ShardedSource
+    per table (train/sharding.py), and the model's input widths and statistics."""
     t_start = time.perf_counter()
     front = front or frontends.get(cfg.loader.framework, hetero=cfg.data.name in HETERO_DATASETS)
     if graph is None:
@@ -353,7 +401,7 @@ def run_one(cfg: Config, codec: str, ds: PreparedDataset, dist: Dist, device: to
     lc = cfg.loader
     splits = {k: ds.split[k] for k in ("train", "valid", "test")}
     loaders, labels = {}, {}
-    tables = None if shards is None else sharding.sources(shards, lc)  # for the three loaders
+    tables = None if shards is None else sharding.sources(shards.tables, lc)  # for the three loaders
     for part, idx in splits.items():
         train = part == "train"
         loaders[part] = front.make_loader(ds, graph, idx, lc, codec, shuffle=train, device=device,
@@ -362,7 +410,7 @@ def run_one(cfg: Config, codec: str, ds: PreparedDataset, dist: Dist, device: to
                                           tables=tables)
         labels[part] = ds.y[idx].to(device)
     num_layers = len(lc.num_neighbors)
-    model = front.build_model(cfg, ds).to(device)
+    model = front.build_model(cfg, ds, None if shards is None else shards.inputs).to(device)
     if dist.world_size > 1:
         model = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None,

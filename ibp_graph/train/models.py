@@ -7,6 +7,8 @@ from typing import Optional, Sequence
 
 import torch
 
+from ..data.input_stats import feature_stats  # noqa: F401 - the models' input statistics, re-exported
+
 ARCHS = ("sage", "gcn", "gat")
 #: the link model's decoders: the dot product of the two ends' embeddings, or an MLP on their product.
 DECODERS = ("dot", "mlp")
@@ -172,16 +174,6 @@ class HeteroSAGE(torch.nn.Module):
             out = conv(h, edges)
             h = {t: self.dropout(v.relu()) for t, v in out.items()}
         return self.classify(h[self.target][:batch_size])
-
-
-def feature_stats(x: torch.Tensor, sample_rows: int = 65536, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-column mean and standard deviation of (a random row sample of) a CPU feature table."""
-    n = x.shape[0]
-    if n > sample_rows:
-        pick = torch.randperm(n, generator=torch.Generator().manual_seed(seed))[:sample_rows].sort().values
-        x = x.index_select(0, pick)
-    x = x.double()
-    return x.mean(0).float(), x.std(0).float() if x.shape[0] > 1 else torch.ones(x.shape[1])
 
 
 def check_arch(framework: str, arch: str) -> None:

@@ -1,21 +1,49 @@
 """`loader.features: sharded` in the training loops (node classification, train/loop.py; link prediction,
 train/link.py): what both do with the shards loop.open_shards opened.
 
-A run's shards are ``{table: (EncodedTable, ShardLayout)}``, one entry per feature table of the data set
-(``x``; or one per featured node type of a heterogeneous one). Each run (one codec) serves them as one
+A rank's shards (`RankShards`) are ``tables``: ``{table: (EncodedTable, ShardLayout)}``, one entry per feature
+table of the data set (``x``; or one per featured node type of a heterogeneous one), and ``inputs``: each table's
+model input (width and statistics, data/input_stats.FeatureInput) as the shards' manifest records it, so that a
+host needs neither the raw tables (x.npy) nor the store. Each run (one codec) serves the shards as one
 ShardedSource per table (`sources`), shared by all its loaders (one process group and one remote-row cache
 per table; the loaders take turns, an epoch's training then its evaluation, so their exchanges never
-interleave), handed to each front-end's loader factory as ``tables=``.
+interleave), handed to each front-end's loader factory as ``tables=``; the front-ends build the model from
+``inputs``.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Mapping, Sequence
 
+from ..data.input_stats import FeatureInput
+from ..data.shards import SHARDS_MANIFEST, default_shards_dir
 from ..pipeline.sharded import ShardedSource
 from ..pipeline.stats import SHARD_COUNTS
 from .config import ConfigError
 
-__all__ = ["check_world", "check_codecs", "sources", "epoch_counts", "describe_counts"]
+__all__ = ["RankShards", "shards_dir", "has_shards", "check_world", "check_codecs", "sources", "epoch_counts",
+           "describe_counts"]
+
+
+@dataclass(frozen=True)
+class RankShards:
+    """This rank's shard of every feature table, ``tables``: ``{table: (EncodedTable, ShardLayout)}``, and each
+    table's model input, ``inputs``: ``{table: FeatureInput}`` (in the data set's order of its tables)."""
+
+    tables: dict
+    inputs: dict[str, FeatureInput]
+
+
+def shards_dir(data, prepared: Path, world_size: int) -> Path:
+    """The shards folder of a run of `world_size` ranks: DataConfig `data`'s shards, or the prepared folder's
+    shards-<world size>."""
+    return Path(data.shards) if data.shards else default_shards_dir(prepared, world_size)
+
+
+def has_shards(data, prepared: Path, world_size: int) -> bool:
+    """Whether the run's shards folder (`shards_dir`) holds a finished manifest."""
+    return (shards_dir(data, prepared, world_size) / SHARDS_MANIFEST).is_file()
 
 
 def check_world(world_size: int) -> None:

@@ -22,21 +22,23 @@ __all__ = ["Started", "start"]
 @dataclass(frozen=True)
 class Started:
     """What a run's codecs share: this process's place (`dist`), its `device`, the data set `ds`, the
-    front-end's `graph` of it, the `codecs` to run in order, and this rank's `shards` (None unless sharded)."""
+    front-end's `graph` of it, the `codecs` to run in order, and this rank's `shards` (sharding.RankShards; None
+    unless sharded: then `ds` is opened without its feature tables)."""
 
     dist: Any
     device: torch.device
     ds: Any
     graph: Any
     codecs: list[str]
-    shards: Optional[dict]
+    shards: Optional[sharding.RankShards]
 
 
 def start(cfg: Config, front, *, setup: Callable, open_data: Callable, open_shards: Optional[Callable],
           baseline: bool = False) -> Started:
     """Start the (checked) experiment `cfg` with front-end `front`: `setup(device_name)` joins the process
-    group and returns (dist, device), `open_data(cfg.data, dist, progress=)` opens the data set,
-    `open_shards(cfg.data, ds, dist, progress=)` this rank's shards for `loader.features: sharded`;
+    group and returns (dist, device), `open_data(cfg.data, dist, progress=, features=)` opens the data set (without
+    its feature tables for `loader.features: sharded`: a host needs no x.npy), `open_shards(cfg.data, ds, dist,
+    progress=)` this rank's shards (sharding.RankShards) for `loader.features: sharded`;
     `baseline` adds the framework's own loader (codec "native") after `cfg.loader.codecs`."""
     front.check(cfg)
     dist, device = setup(cfg.loader.device)
@@ -48,10 +50,10 @@ def start(cfg: Config, front, *, setup: Callable, open_data: Callable, open_shar
             raise ValueError("loader.features='sharded' needs open_shards (run_link's shards=), the function that "
                              "opens this rank's shards (train/loop.py's open_shards); none was given")
     progress = cfg.output.progress
-    ds = open_data(cfg.data, dist, progress=progress)
+    ds = open_data(cfg.data, dist, progress=progress, features=not sharded)
     shards = open_shards(cfg.data, ds, dist, progress=progress) if sharded else None
     graph = front.prepare(ds)
     codecs = list(cfg.loader.codecs) + ([NATIVE] if baseline else [])
     if shards is not None:
-        sharding.check_codecs(codecs, shards)
+        sharding.check_codecs(codecs, shards.tables)
     return Started(dist=dist, device=device, ds=ds, graph=graph, codecs=codecs, shards=shards)

@@ -13,8 +13,9 @@ from ibp_graph.data.graphgen import GraphSpec
 from ibp_graph.data.hetero import HeteroPreparedDataset
 from ibp_graph.data.maggen import MagSpec
 from ibp_graph.data.prepared import PreparedDataset
+from ibp_graph.data.input_stats import SAMPLE_ROWS, feature_stats, from_hex, to_hex
 from ibp_graph.data.shards import (SHARDS_MANIFEST, ShardChecksumError, ShardLayout, ShardManifestError,
-                                   default_shards_dir, load_shard, shard_tables, write_shards)
+                                   default_shards_dir, load_shard, shard_tables, table_input, write_shards)
 from ibp_graph.data.store import EncodedTable
 from ibp_graph.files import is_own_output
 
@@ -157,14 +158,81 @@ def test_a_truncated_or_edited_manifest_is_refused_naming_the_field(tmp_path):
         (lambda m: m["tables"]["x"]["ranks"][0]["sha256"].pop("meta.json"), r"tables.x.ranks\[0\].sha256="),
         (lambda m: m["tables"]["x"]["layout"].update(digest="0" * 64), r"tables.x.layout=.* does not describe"),
         (lambda m: m["tables"]["x"].update(fingerprint=1), r"holds codec, fingerprint, shape, dtype"),
+        (lambda m: m["tables"]["x"].update(stats=[]), r"tables.x.stats=\[\] is not accepted; expected a mapping of "
+                                                      r"sample_rows, seed, mean and std"),
+        (lambda m: m["tables"]["x"]["stats"]["mean"].pop(), r"tables.x.stats.mean='<11 entries>' is not accepted; "
+                                                            r"expected a list of 12 float32 bit patterns in hex"),
+        (lambda m: m["tables"]["x"]["stats"].update(std=1.5), r"tables.x.stats.std=1.5 is not accepted; expected a "
+                                                              r"list of 12"),
+        (lambda m: m["tables"]["x"]["stats"]["std"].__setitem__(3, "3F800000"),
+         r"tables.x.stats.std='<12 entries>' is not accepted; expected a list of float32 bit patterns in hex "
+         r"\(entry 3 \('3F800000'\) is not the 8 lowercase hex digits"),
+        (lambda m: m["tables"]["x"]["stats"].update(sample_rows=True), r"tables.x.stats.sample_rows=True is not "
+                                                                       r"accepted; expected an int >= 1"),
     ]
     for change, message in cases:
         edited(change)
         with pytest.raises(ShardManifestError, match=message):
             load_shard(out, 0)
+        if "stats" in message:
+            with pytest.raises(ShardManifestError, match=message):
+                table_input(out, "x")
     path.unlink()
     with pytest.raises(FileNotFoundError, match=r"shards.json is missing"):
         load_shard(out, 0)
+
+
+def _bits(t: torch.Tensor) -> list:
+    return t.view(torch.int32).tolist()
+
+
+@pytest.mark.parametrize("n", [700, SAMPLE_ROWS + 4321])  # the whole table; a random sample of it
+def test_the_manifest_records_the_input_statistics_of_the_whole_table_bit_for_bit(tmp_path, n):
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(n, 6, generator=g)
+    x[:, 0] = x[:, 0] * 1e30 + 1e31          # huge, where float32 sums would lose the small part
+    x[:, 1] = x[:, 1] * 1e-40                # subnormals
+    x[::3, 2] = -0.0
+    x[:, 3] = torch.randint(0, 3, (n,), generator=g) / 3.0  # thirds: no exact float
+    x[5, 4] = float("nan")                   # a NaN mean and std
+    x[:, 5] = 7.25                           # constant: std 0
+    store = EncodedTable.encode(x, "auto", progress=False)
+    out = write_shards(store, 3, tmp_path / "s", progress=False)
+    mean, std = feature_stats(x)
+    got = table_input(out, "x")
+    assert got.width == 6 and got.mean.dtype == got.std.dtype == torch.float32
+    assert _bits(got.mean) == _bits(mean) and _bits(got.std) == _bits(std)  # NaN included, bit for bit
+    assert torch.isnan(got.mean[4]) and got.std[5] == 0 and _bits(feature_stats(x[1:])[0]) != _bits(mean)
+    entry = json.loads((out / SHARDS_MANIFEST).read_text())["tables"]["x"]["stats"]
+    assert entry["sample_rows"] == SAMPLE_ROWS and entry["seed"] == 0 and entry["mean"] == to_hex(mean)
+
+
+def test_statistics_round_trip_their_float32_bit_patterns():
+    values = torch.tensor([0.0, -0.0, 1 / 3, 1e-45, -3.4028235e38, float("inf"), float("nan")], dtype=torch.float32)
+    assert to_hex(values)[:2] == ["00000000", "80000000"]
+    assert _bits(from_hex(to_hex(values))) == _bits(values)
+    with pytest.raises(ValueError, match=r"entry 1 \('0x3f80000'\) is not the 8 lowercase hex digits"):
+        from_hex(["3f800000", "0x3f80000"])
+
+
+def test_a_manifest_written_before_the_statistics_still_opens_and_has_none(tmp_path):
+    x, store = _table()
+    out = write_shards(store, 2, tmp_path / "s", progress=False)
+    m = json.loads((out / SHARDS_MANIFEST).read_text())
+    del m["tables"]["x"]["stats"]
+    (out / SHARDS_MANIFEST).write_text(json.dumps(m))
+    assert table_input(out, "x") is None
+    shard, layout = load_shard(out, 1)
+    assert torch.equal(_rows(shard).view(torch.int32), x[torch.from_numpy(layout.rows_of(1))].view(torch.int32))
+    with pytest.raises(ValueError, match=r"table='paper' is not accepted; .* holds the tables \['x'\]"):
+        table_input(out, "paper")
+
+
+def test_only_tables_of_rows_of_one_dimension_are_sharded(tmp_path):
+    store = EncodedTable.encode(torch.randn(12, 2, 3), "identity", progress=False)
+    with pytest.raises(ValueError, match=r"table 'x' has shape \(12, 2, 3\); shards hold feature tables of shape "
+                                         r"\(rows, dim\)"):
+        write_shards(store, 2, tmp_path / "s", progress=False)
 
 
 def test_wrong_rank_count_and_bad_arguments_are_refused(tmp_path):

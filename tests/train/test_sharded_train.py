@@ -1,7 +1,7 @@
 """Training with `loader.features: sharded`: under torchrun (2 gloo ranks) the same per-epoch losses as with the
 whole table on every rank, for every front-end (PyG homogeneous, PyG heterogeneous, PyG link prediction; DGL node
-classification in .venv-dgl); refused in a single process, without the store, and where no shards exist for a
-large data set."""
+classification in .venv-dgl), also on a host holding neither x.npy nor the store; refused in a single process,
+without the store, and where no shards exist for a large data set."""
 import json
 import os
 import subprocess
@@ -10,11 +10,16 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from ibp_graph.data import citegen, graphgen, maggen
+from ibp_graph.data.input_stats import FeatureInput
 from ibp_graph.data.prepared import PreparedDataset
+from ibp_graph.data.shards import SHARDS_MANIFEST, ShardManifestError, write_shards
+from ibp_graph.data.store import EncodedTable
 from ibp_graph.train.config import ConfigError, load_config
 from ibp_graph.train.loop import Dist, open_shards, run
+from tests.data.host import sharded_host_copy
 from tests.train import tiny
 
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "sharded.yaml"
@@ -38,6 +43,35 @@ def data_root(tmp_path_factory):
 def link_root(tmp_path_factory):
     return tiny.generated_root(tmp_path_factory, TINY_LINK,
                                lambda data, root: citegen.ensure(data.citation, root, progress=False))
+
+
+@pytest.fixture(scope="module")
+def mag_root(tmp_path_factory):
+    return tiny.generated_root(tmp_path_factory, TINY_MAG, lambda data, root: maggen.ensure(data.mag, root, progress=False))
+
+
+#: the generated data sets' makers, by data.name
+ENSURE = {"synthetic": lambda data, root: graphgen.ensure(data.synthetic, root, progress=False),
+          "synthetic-mag": lambda data, root: maggen.ensure(data.mag, root, progress=False),
+          "synthetic-citation": lambda data, root: citegen.ensure(data.citation, root, progress=False)}
+
+
+def host_root(sets: list, root: Path, tmp_path: Path) -> Path:
+    """A data root holding only what a host of a 2-rank sharded run needs (tests.data.host) of the prepared folder
+    CONFIG's run of overrides `sets` trains from under data root `root` (made, and its shards cut, first when no
+    test before did)."""
+    data = load_config(CONFIG, sets + [f"data.root={root}"]).data
+    prepared = ENSURE[data.name](data, root)
+    if not (prepared / "shards-2" / SHARDS_MANIFEST).is_file():
+        write_shards(prepared, 2, progress=False)
+    dest = tmp_path / f"host-{data.name}"
+    sharded_host_copy(prepared, dest / prepared.name)
+    return dest
+
+
+def assert_still_a_host(root: Path) -> None:
+    """The runs from `root` neither regenerated its data set nor encoded a store there."""
+    assert not list(root.rglob("x.npy")) and not list(root.rglob("store"))
 
 
 # Each rank trains once per labelled run of RUNS (the sharded ones and the whole-table one) in one process group
@@ -102,8 +136,8 @@ def test_sharded_features_train_with_the_losses_of_the_whole_table(data_root, tm
     assert (prepared / "shards-2" / "shards.json").is_file()  # a small generated data set: cut by the run
 
 
-def test_heterogeneous_training_takes_a_sharded_table_per_featured_node_type(tmp_path_factory, tmp_path):
-    root = tiny.generated_root(tmp_path_factory, TINY_MAG, lambda data, root: maggen.ensure(data.mag, root, progress=False))
+def test_heterogeneous_training_takes_a_sharded_table_per_featured_node_type(mag_root, tmp_path):
+    root = mag_root
     sets = TINY_MAG + [f"data.root={root}"]
     ranks = train_on_two_ranks(tmp_path, sets, {"sharded": SHARDED, "local": LOCAL})
     for rank in ranks:
@@ -119,19 +153,89 @@ def test_link_prediction_trains_from_the_shards_with_the_losses_of_the_whole_tab
         assert all(m is not None for m in rank["sharded"]["test"])  # evaluated: every node embedded from shards
 
 
+def test_a_host_without_x_npy_or_the_store_trains_with_the_losses_of_the_whole_table(data_root, mag_root, link_root,
+                                                                                      tmp_path):
+    """Node classification, heterogeneous and link prediction, each from a folder holding only what a host needs
+    (no x.npy, no store/): widths and input statistics from shards.json; nothing regenerated there."""
+    hosts = {name: host_root(sets, root, tmp_path) for name, sets, root in
+             (("node", TINY, data_root), ("mag", TINY_MAG, mag_root), ("link", TINY_LINK, link_root))}
+    mag_sets, link_sets = TINY_MAG[len(TINY):], TINY_LINK[len(TINY):]
+    ranks = train_on_two_ranks(tmp_path, TINY, {
+        "host": SHARDED + [f"data.root={hosts['node']}"], "local": LOCAL + [f"data.root={data_root}"],
+        "mag_host": mag_sets + SHARDED + [f"data.root={hosts['mag']}"],
+        "mag_local": mag_sets + LOCAL + [f"data.root={mag_root}"],
+        "link_host": link_sets + SHARDED + [f"data.root={hosts['link']}"],
+        "link_local": link_sets + LOCAL + [f"data.root={link_root}"]})
+    for rank in ranks:
+        for label in ("", "mag_", "link_"):
+            assert_sharded_equals_local(rank, label + "host", label + "local")
+    for root in hosts.values():
+        assert_still_a_host(root)
+
+
+def bits(inp: FeatureInput) -> tuple:
+    """A model input's width and statistics, the floats as their bit patterns (NaN compares equal to itself)."""
+    return inp.width, inp.mean.view(torch.int32).tolist(), inp.std.view(torch.int32).tolist()
+
+
+class SoloDist(Dist):
+    """Rank 0 of 2 that waits for no one: open_shards without a process group."""
+
+    def barrier(self) -> None:
+        pass
+
+
+def test_shards_cut_before_the_statistics_take_them_from_x_npy_or_name_the_command(data_root, tmp_path):
+    cfg = tiny.config(TINY, data_root)
+    d = graphgen.cache_dir(cfg.data.synthetic, data_root)
+    shards = write_shards(d, 2, tmp_path / "shards", progress=False)
+    data = tiny.config(TINY, data_root, None, f"data.shards={shards}").data
+    whole = PreparedDataset.load(d)
+    got = open_shards(data, PreparedDataset.load(d, features=False), SoloDist(0, 2)).inputs["x"]
+    assert bits(got) == bits(FeatureInput.of(whole.x))  # from shards.json
+    manifest = json.loads((shards / SHARDS_MANIFEST).read_text())
+    del manifest["tables"]["x"]["stats"]  # as an older ibp-graph wrote it
+    (shards / SHARDS_MANIFEST).write_text(json.dumps(manifest))
+    got = open_shards(data, PreparedDataset.load(d, features=False), SoloDist(0, 2)).inputs["x"]
+    assert bits(got) == bits(FeatureInput.of(whole.x))  # from x.npy, still on this host
+    host = sharded_host_copy(d, tmp_path / "host" / d.name)
+    with pytest.raises(FileNotFoundError, match=r"shards.json records no input statistics of table 'x' \(its shards "
+                                                r"were cut by an older ibp-graph\) and .*host/.*/x.npy is not on this "
+                                                r"host .*cut the shards again with `ibp-graph prepare --dataset "
+                                                r"synthetic .*--shards 2"):
+        open_shards(data, PreparedDataset.load(host, features=False), SoloDist(0, 2))
+
+
+def test_shards_of_another_table_size_are_refused_naming_both(data_root, tmp_path):
+    d = graphgen.cache_dir(tiny.config(TINY, data_root).data.synthetic, data_root)
+    other = write_shards(EncodedTable.encode(torch.randn(10, 16), "ibp", progress=False), 2, tmp_path / "other",
+                         progress=False)
+    data = tiny.config(TINY, data_root, None, f"data.shards={other}").data
+    with pytest.raises(ShardManifestError, match=r"table 'x' has 10 rows of width 16; .* records \(1200, 16\) for "
+                                                 r"it: shards of another data set"):
+        open_shards(data, PreparedDataset.load(d, features=False), SoloDist(0, 2))
+
+
 @pytest.mark.dgl
 def test_dgl_trains_from_the_shards_with_the_losses_of_the_whole_table(data_root, link_root, tmp_path):
     """Node classification, then link prediction (edge-wise batches, and the node batches of the evaluation's
-    embeddings) in the same process group."""
+    embeddings) in the same process group; both also on a host without x.npy or the store (no ndata "feat")."""
     sets = TINY + [f"data.root={data_root}", "loader.framework=dgl", "loader.num_workers=1"]  # ids from a worker
     link = TINY_LINK[len(TINY):] + [f"data.root={link_root}"]
+    node_host, link_host = host_root(TINY, data_root, tmp_path), host_root(TINY_LINK, link_root, tmp_path)
     ranks = train_on_two_ranks(tmp_path, sets, {"sharded": SHARDED, "local": LOCAL, "link_sharded": link + SHARDED,
-                                                "link_local": link + LOCAL})
+                                                "link_local": link + LOCAL,
+                                                "host": SHARDED + [f"data.root={node_host}"],
+                                                "link_host": link + SHARDED + [f"data.root={link_host}"]})
     for rank in ranks:  # DGL's loader encodes the graph's ndata in its workers: features from the table
         assert_sharded_equals_local(rank, store="table")
         assert_sharded_equals_local(rank, "link_sharded", "link_local", store="table")
+        assert_sharded_equals_local(rank, "host", store="table")
+        assert_sharded_equals_local(rank, "link_host", "link_local", store="table")
         assert rank["sharded"]["framework"] == rank["link_sharded"]["framework"] == "dgl"
         assert all(m is not None for m in rank["link_sharded"]["test"])
+    assert_still_a_host(node_host)
+    assert_still_a_host(link_host)
 
 
 def test_sharded_features_are_refused_in_a_single_process(data_root, tmp_path):
