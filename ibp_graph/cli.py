@@ -236,9 +236,11 @@ def _prepare_dataset(a, p):
 def _verify(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(
         prog="ibp-graph verify",
-        description="Check a feature store or a prepared folder (with its store) against its checksums and "
+        description="Check a feature store, a prepared folder (with its store and shards) or a shards folder "
+                    "against its checksums and "
                     "structure; exit 0 when intact, 1 when damaged or without (complete) checksums.")
-    p.add_argument("dirs", nargs="+", metavar="DIR", help="a prepared folder or a feature store (store/x)")
+    p.add_argument("dirs", nargs="+", metavar="DIR",
+                   help="a prepared folder, a feature store (store/x) or a shards folder (shards-W)")
     p.add_argument("--sample", action="store_true",
                    help="check a few random chunks per large file (what opening does), not every chunk")
     p.add_argument("--write", action="store_true",
