@@ -221,20 +221,29 @@ def get_bits(row, p, n):
     return w & (((_ONE << np.uint64(n & 63)) - _ONE) | (_ZERO - np.uint64(n >> 6)))
 
 
-@intrinsic
-def prefetch(typingctx, addr):
-    """Intrinsic: a read prefetch of the cache line at an integer address (a hint, never faults)."""
-    def codegen(context, builder, signature, args):
-        i8p = ir.IntType(8).as_pointer()
-        i32 = ir.IntType(32)
-        fn = builder.module.declare_intrinsic(
-            "llvm.prefetch", [i8p], ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]))
-        # read, no temporal locality needed past the copy, data cache
-        builder.call(fn, [builder.inttoptr(args[0], i8p), ir.Constant(i32, 0),
-                          ir.Constant(i32, 0), ir.Constant(i32, 1)])
-        return context.get_dummy_value()
+def _prefetch_intrinsic(write: int, locality: int, doc: str):
+    """An intrinsic prefetching the cache line at an integer address (llvm.prefetch: a hint, never faults)."""
+    @intrinsic
+    def op(typingctx, addr):
+        def codegen(context, builder, signature, args):
+            i8p = ir.IntType(8).as_pointer()
+            i32 = ir.IntType(32)
+            fn = builder.module.declare_intrinsic(
+                "llvm.prefetch", [i8p], ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]))
+            builder.call(fn, [builder.inttoptr(args[0], i8p), ir.Constant(i32, write),
+                              ir.Constant(i32, locality), ir.Constant(i32, 1)])  # 1: the data cache
+            return context.get_dummy_value()
 
-    return types.void(addr), codegen
+        return types.void(addr), codegen
+
+    op.__doc__ = doc
+    return op
+
+
+prefetch = _prefetch_intrinsic(0, 0, "Intrinsic: a read prefetch of the cache line at an integer address, "
+                                     "not kept past its use (a copied row).")
+prefetch_write = _prefetch_intrinsic(1, 3, "Intrinsic: a prefetch for writing of the cache line at an integer "
+                                           "address (output a kernel is about to store to).")
 
 
 @njit(inline="always")
