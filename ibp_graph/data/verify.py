@@ -119,8 +119,8 @@ def _check_shards(folder: Path, mode: str) -> str:
     absent = [r for r in range(ws) if r not in here]
     shown = f"ranks {here[0]}-{here[-1]}" if here == list(range(here[0], here[-1] + 1)) and len(here) > 1 \
         else f"rank{'s' if len(here) > 1 else ''} {', '.join(map(str, here))}"
-    return (f"{len(tables)} table(s) x {len(here)} of {ws} ranks' shards ({shown}) checked" +
-            (f"; {len(absent)} rank(s) not on this host (a host needs only its own ranks' rank-<r>/)" if absent else ""))
+    elsewhere = f"; {len(absent)} rank(s) not on this host (a host needs only its own ranks' rank-<r>/)" if absent else ""
+    return f"{len(tables)} table(s) x {len(here)} of {ws} ranks' shards ({shown}) checked{elsewhere}"
 
 
 def check_folder(directory: PathLike, mode: str = "full") -> list[FolderReport]:

@@ -84,7 +84,8 @@ class DecodeStage:
 
     def _cpu_groups(self, batch: EncodedBatch) -> Mapping[GroupKey, torch.Tensor]:
         # rows of variable length are decoded into a pooled buffer; fixed-stride (identity) ones are a view
-        return {k: self._codec(k).decode(ct, out=None if ct.offsets is None else self._buffers.empty(ct.shape, ct.dtype))
+        return {k: self._codec(k).decode(
+                    ct, out=None if ct.offsets is None else self._buffers.empty(ct.shape, ct.dtype))
                 for k, ct in batch.groups.items()}
 
     def _cpu_done(self, out: DecodedBatch, tally, seconds: float) -> DecodedBatch:

@@ -23,8 +23,9 @@ once for a closed connection, after `timeout` seconds for a silent one).
 
 Two byte budgets keep the hottest remote rows (by `hotness`: a node's appearances in the graph's
 neighbour lists, by default) compressed, fetched once at the first batch (RemoteCache): ``cache_bytes``
-in host memory (decoded with the fetched rows: on a GPU they cross PCIe, but not the network) and, when the loader serves a GPU, ``device_cache_bytes`` in device memory, the
-hottest of all (decoded there by ``gpu.fetch``: they cross no link at all).
+in host memory (decoded with the fetched rows: on a GPU they cross PCIe, but not the network) and, when
+the loader serves a GPU, ``device_cache_bytes`` in device memory, the hottest of all (decoded there by
+``gpu.fetch``: they cross no link at all).
 """
 from __future__ import annotations
 
