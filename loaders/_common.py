@@ -7,6 +7,7 @@ import signal
 import threading
 import time
 import warnings
+import weakref
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
 
 import numpy as np
@@ -38,6 +39,31 @@ def start() -> None:
 @functools.cache
 def _refresh_kernel_cache_once() -> None:
     refresh_kernel_cache()
+
+
+class WeakLoaderMethod:
+    """A loader's bound method held without a strong reference to the loader, for the DataLoader it
+    builds on itself (``collate_fn=self.collate_fn`` would make the loader reference itself). A loader
+    in a reference cycle is freed by the cyclic collector, which may close the multiprocessing queues
+    of its persistent workers before the iterator's shutdown asks the workers to stop: each worker then
+    waits out torch's join timeout (5 s each). Held weakly, the loader goes when its last user reference
+    does, and its iterator shuts the workers down at once. Pickled (spawned workers) as the bound method."""
+
+    def __init__(self, method: Callable):
+        self._method = weakref.WeakMethod(method)
+        self.__name__ = method.__name__
+
+    def __call__(self, *args, **kwargs):
+        method = self._method()
+        if method is None:
+            raise RuntimeError(f"{self.__name__} called after its loader was freed")
+        return method(*args, **kwargs)
+
+    def __reduce__(self):
+        method = self._method()
+        if method is None:
+            raise RuntimeError(f"{self.__name__} cannot be pickled: its loader was freed")
+        return getattr, (method.__self__, method.__name__)
 
 
 #: a graph's (or edge type's) transposed sparse adjacency (``T.ToSparseTensor``), sampled as PyG samples

@@ -4,6 +4,7 @@ output made Data or HeteroData), it asks its kind: `_Homo` or `_Hetero`."""
 from __future__ import annotations
 
 import warnings
+import weakref
 from typing import Any, Callable, Iterator, List, Mapping, Optional, Union
 
 import numpy as np
@@ -125,7 +126,7 @@ class _SampledLoader(_common.Codecs):
         if kwargs.get("num_workers", 0) == 0 and not kwargs.get("persistent_workers"):
             kwargs.pop("persistent_workers", None)
         DataLoader.__init__(self, producer, batch_size=None, sampler=self.requests,
-                            collate_fn=self.collate_fn, **kwargs)
+                            collate_fn=_common.WeakLoaderMethod(self.collate_fn), **kwargs)
 
     def _warm_with(self, sample: Callable[[], Any], num_workers: int) -> None:
         """Compile (or load from numba's cache) the sampling kernels the batches will run, here, so that forked
@@ -180,9 +181,15 @@ class _SampledLoader(_common.Codecs):
                 f"{type(self).__name__}.filter_fn runs in a DataLoader worker (e.g. ZipLoader with "
                 f"filter_per_worker=True and num_workers > 0) but device={str(self.device)!r} cannot decode in a "
                 "forked worker; accepted: filter_per_worker=False (decode in the main process) or device='cpu'")
-        if self._stage is None:  # unpickled in a worker process
-            self._stage = _common.decode_stage(self._codecs, self.device, self._prefetch, self.features)[0]
-        return self._finish(next(iter(self._stage(iter([out])))))
+        return self._finish(next(iter(self._own_stage()(iter([out])))))
+
+    def _own_stage(self):
+        """The decode stage; a copy or an unpickled loader (a spawned worker) makes its own, counting into
+        the loader's stats."""
+        if self._stage is None:
+            self._stage = _common.decode_stage(self._codecs, self.device, self._prefetch, self.features,
+                                               stats=self.stats)[0]
+        return self._stage
 
     def _get_iterator(self):
         # torch's iterator of encoded batches (decoding follows in __iter__); PyG's wrapper around
@@ -195,7 +202,7 @@ class _SampledLoader(_common.Codecs):
         it = DataLoader.__iter__(self)
         batches = _common.name_worker_deaths(it, type(self).__name__, "sampling, gathering or encoding",
                                              lambda: _common.worker_processes(getattr(it, "iterator", it)))
-        for batch in self._stage(batches):
+        for batch in self._own_stage()(batches):
             yield self._finish(batch)
 
     def _read_data_again(self) -> None:
@@ -223,6 +230,11 @@ class _SampledLoader(_common.Codecs):
         # what a spawned worker needs (collate_fn is a method: pickling it pickles the loader);
         # the decode stage (a CUDA stream) and a live iterator stay here
         return {**self.__dict__, "_stage": None, "_iterator": None}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        if getattr(self._kind, "_loader", lambda: None)() is None:  # unpickled: the weak reference was not
+            self._kind.attach(self)  # (a shallow copy shares the kind, which keeps serving the original)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"  # PyG's NodeLoader / LinkLoader repr
@@ -483,12 +495,30 @@ class CompressedLinkNeighborLoader(_SampledLoader, LinkNeighborLoader):
         return data
 
 
-class _Homo:
+class _Kind:
+    """What both graph kinds share: the loader they serve, referenced weakly (the loader holds its kind;
+    a cycle would leave a dropped loader to the cyclic collector, see _common.WeakLoaderMethod)."""
+
+    def attach(self, loader: "_SampledLoader") -> None:
+        self._loader = weakref.ref(loader)
+
+    @property
+    def loader(self) -> "_SampledLoader":
+        loader = self._loader()
+        if loader is None:
+            raise RuntimeError(f"{type(self).__name__}: its loader was freed")
+        return loader
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_loader"}
+
+
+class _Homo(_Kind):
     """A Data, (features, CSCGraph) or homogeneous stores: a CSCGraph, node and edge tables, graph-level
     attributes; sampled by NeighborSampler, planned by NeighborPlanner, made Data (PyG's filter_data)."""
 
     def __init__(self, loader: CompressedNeighborLoader, data, time_attr: Optional[str], weight_attr: Optional[str]):
-        self.loader = loader
+        self.attach(loader)
         graph, self.node_attrs, self.edge_attrs, self.graph_attrs = _graph_and_attrs(data)
         # PyG sets a batch's num_nodes when the graph's was set, and for a feature store with attributes
         self.set_num_nodes = (isinstance(data, Data) and "num_nodes" in data) or (
@@ -563,7 +593,7 @@ class _Homo:
         return data
 
 
-class _Hetero:
+class _Hetero(_Kind):
     """A HeteroData, per-type tables or heterogeneous stores (_HeteroGraph); sampled by HeteroNeighborSampler
     (PyG's heterogeneous semantics; "bidirectional": converted edge types carry no ``e_id``, no edge
     attributes and no ``num_sampled_*``), planned by HeteroPlanner (flat names per type, so that row groups
@@ -573,7 +603,7 @@ class _Hetero:
     graph-level attributes unchanged."""
 
     def __init__(self, loader: CompressedNeighborLoader, data, time_attr: Optional[str], weight_attr: Optional[str]):
-        self.loader = loader
+        self.attach(loader)
         self.graph = _HeteroGraph(data, time_attr, weight_attr)
         self.time_attr, self.timed = time_attr, set(self.graph.node_time or ())  # node types with times
 

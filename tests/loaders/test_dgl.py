@@ -568,3 +568,14 @@ def test_a_graph_dgl_would_crash_on_is_refused_by_name(case, message):
     out = expect_clean_exit(run_python(_BAD_GRAPH, case)).strip()
     assert out.startswith("ERROR") and re.search(message, out), out
     assert "DGL does not check" in out
+
+
+@needs_dgl
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_dropped_loader_is_freed_without_the_cyclic_collector(graph, num_workers):
+    from ibp_graph.loaders.dgl import CompressedDGLDataLoader
+    from tests.loaders.lifetime import check_freed_by_refcount
+
+    s = sampler(prefetch_node_feats=["feat"], prefetch_labels=["label"])
+    check_freed_by_refcount(lambda **kw: CompressedDGLDataLoader(graph, torch.arange(0, 2000, 4), s, batch_size=100,
+                                                                 **kw), num_workers)
