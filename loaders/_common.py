@@ -66,6 +66,19 @@ class WeakLoaderMethod:
         return getattr, (method.__self__, method.__name__)
 
 
+def shut_down_with(loader: Any, iterator: Any) -> None:
+    """Shut the persistent workers of torch's `iterator` down when `loader` is freed, however it is freed.
+    Freed by the cyclic collector (a user's object and the loader in a cycle, or the first loader built
+    while numba compiles: its typing exceptions' tracebacks hold the constructor's frame), the loader and
+    the iterator would be collected together, and the workers' queues finalised before the iterator's
+    shutdown asks the workers to stop: each would wait out torch's 5 s join. The finalizer holds the
+    iterator, so it stays whole until the loader is gone and then shuts its workers down at once. Not run
+    at interpreter exit (torch's own exit handling applies)."""
+    shutdown = getattr(iterator, "_shutdown_workers", None)  # torch's _MultiProcessingDataLoaderIter
+    if shutdown is not None:
+        weakref.finalize(loader, shutdown).atexit = False
+
+
 #: a graph's (or edge type's) transposed sparse adjacency (``T.ToSparseTensor``), sampled as PyG samples
 #: it; its values travel as an edge attribute of that name and each batch's adj_t is rebuilt from them.
 ADJ_T = "adj_t"

@@ -385,6 +385,13 @@ class CompressedDGLDataLoader(_DGLDataLoader, _common.Codecs):
             self.stats.note = (f"graph_sampler ({type(graph_sampler).__name__}) prefetches no features: only the "
                                "batches' id columns travel compressed; the batches are DGL's own")
 
+    def _get_iterator(self):
+        # torch's iterator, which DGL's wraps (made once with persistent workers: kept in self._iterator)
+        it = super()._get_iterator()
+        if self.persistent_workers and self.num_workers > 0:
+            _common.shut_down_with(self, it)
+        return it
+
     def __iter__(self) -> Iterator[tuple]:
         it = super().__iter__()
         batches = _common.name_worker_deaths(it, "CompressedDGLDataLoader", "sampling, fetching or encoding",

@@ -45,3 +45,22 @@ def check_freed_by_refcount(make: Callable, num_workers: int) -> None:
         assert time.monotonic() - start < 4.0  # not torch's 5 s join timeout per worker
     finally:
         gc.enable()
+
+
+def check_workers_stop_when_freed_in_a_cycle(make: Callable) -> None:
+    """A loader with 2 persistent workers in a user's reference cycle, dropped: the collection that frees
+    it stops its workers at once (not after torch's 5 s join timeout each)."""
+    loader = make(num_workers=2, persistent_workers=True)
+    assert sum(1 for _ in loader) == len(loader)
+    workers = list(loader._iterator._workers)
+    assert len(workers) == 2 and all(w.is_alive() for w in workers)
+    loader.cycle = [loader]  # e.g. a training object holding the loader, and held by it
+    ref = weakref.ref(loader)
+    del loader
+    start = time.monotonic()
+    gc.collect()
+    assert ref() is None
+    for w in workers:
+        w.join(timeout=10)
+    assert not any(w.is_alive() for w in workers)
+    assert time.monotonic() - start < 4.0

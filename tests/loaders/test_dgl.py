@@ -579,3 +579,13 @@ def test_a_dropped_loader_is_freed_without_the_cyclic_collector(graph, num_worke
     s = sampler(prefetch_node_feats=["feat"], prefetch_labels=["label"])
     check_freed_by_refcount(lambda **kw: CompressedDGLDataLoader(graph, torch.arange(0, 2000, 4), s, batch_size=100,
                                                                  **kw), num_workers)
+
+
+@needs_dgl
+def test_workers_stop_at_once_when_the_loader_is_freed_in_a_cycle(graph):
+    from ibp_graph.loaders.dgl import CompressedDGLDataLoader
+    from tests.loaders.lifetime import check_workers_stop_when_freed_in_a_cycle
+
+    s = sampler(prefetch_node_feats=["feat"], prefetch_labels=["label"])
+    check_workers_stop_when_freed_in_a_cycle(
+        lambda **kw: CompressedDGLDataLoader(graph, torch.arange(0, 2000, 4), s, batch_size=100, **kw))

@@ -1,5 +1,6 @@
-"""A dropped PyG loader is freed by reference counting (tests/loaders/lifetime.py); its collate_fn,
-held weakly by the DataLoader, still pickles into spawned workers; copies of a loader iterate."""
+"""A dropped PyG loader is freed by reference counting, and its workers stop at once when it is freed in
+a cycle (tests/loaders/lifetime.py); its collate_fn, held weakly by the DataLoader, still pickles into
+spawned workers; copies of a loader iterate."""
 import gc
 import pickle
 
@@ -8,7 +9,7 @@ import torch
 
 from ibp_graph.pipeline.requests import BatchRequest
 from ibp_graph.loaders.pyg import CompressedLinkNeighborLoader, CompressedNeighborLoader
-from tests.loaders.lifetime import check_freed_by_refcount
+from tests.loaders.lifetime import check_freed_by_refcount, check_workers_stop_when_freed_in_a_cycle
 from tests.loaders.test_pyg import make_graph
 from tests.loaders.test_pyg_hetero import make_hetero
 
@@ -31,6 +32,11 @@ def _link_homo(**kw):
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_a_dropped_loader_is_freed_without_the_cyclic_collector(make, num_workers):
     check_freed_by_refcount(make, num_workers)
+
+
+@pytest.mark.parametrize("make", [_node_homo, _node_hetero, _link_homo], ids=["node", "hetero", "link"])
+def test_workers_stop_at_once_when_the_loader_is_freed_in_a_cycle(make):
+    check_workers_stop_when_freed_in_a_cycle(make)
 
 
 def test_collate_fn_pickles_as_the_loaders_method_and_names_a_freed_loader():
