@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import signal
+import sys
 import threading
 import time
 import warnings
@@ -288,12 +289,14 @@ def name_worker_deaths(batches: Iterator, loader: str, stages: str,
     loader iterates, its workers are watched by a SIGCHLD handler wrapped around the one in place
     (torch's, or the user's), removed when the iteration ends (_DeathWatch).
     """
+    # held here: a generator left open at interpreter exit is closed after this module's globals are None
+    deaths, finalizing = _DEATHS, sys.is_finalizing
     watched: Optional[list] = None
     try:
         for batch in batches:
             if watched is None:  # the workers exist once the DataLoader iterator has started
                 watched = list(workers())
-                _DEATHS.start(watched, loader, stages)
+                deaths.start(watched, loader, stages)
             yield batch
     except Exception as e:
         if not _may_be_a_death(e) or str(e).startswith(f"{loader}: a worker process died"):
@@ -303,8 +306,8 @@ def name_worker_deaths(batches: Iterator, loader: str, stages: str,
             raise  # a broken connection with every worker alive: not a death
         raise RuntimeError(_message(loader, stages, dead, e)) from e
     finally:
-        if watched is not None:
-            _DEATHS.stop(watched)
+        if watched is not None and not finalizing():  # at exit the process's handlers go with it
+            deaths.stop(watched)
 
 
 def host_table(value: Any, argname: str, num_rows: Optional[int] = None, *,

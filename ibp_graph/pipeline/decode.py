@@ -13,6 +13,7 @@ completed, on the CPU once no tensor of the batch is alive.
 """
 from __future__ import annotations
 
+import sys
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -179,11 +180,14 @@ class DecodeStage:
 
     def __call__(self, batches: Iterator[EncodedBatch]) -> Iterator[DecodedBatch]:
         """Decode the batches, in order."""
+        finalizing = sys.is_finalizing  # held here: closed at interpreter exit, this module's globals are None
         try:
             yield from self._cuda(batches) if self.device.type == "cuda" else self._cpu(batches)
             if self.features is not None and self.features.collective:
                 self.features.end_epoch()  # only at the end of the batches: an abandoned epoch sends no mark
         finally:  # the epoch is over (or abandoned): keep no idle slot segments mapped, nor idle buffers
+            if finalizing():  # an iterator left open at exit: the process's memory goes with it
+                return
             self._buffers.clear()
             if self.slots.release_on_copy:  # batches queued but not finished: wait for their copies
                 if self._stream is not None:

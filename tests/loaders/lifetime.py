@@ -6,6 +6,10 @@ waits out torch's 5 s join timeout. The kernels are compiled first: a numba comp
 of its callers (the constructor's, holding the loader) in a cycle, so the first loader of a process
 with a cold kernel cache is freed by the cyclic collector."""
 import gc
+import os
+import subprocess
+import sys
+import textwrap
 import time
 import weakref
 from typing import Callable
@@ -64,3 +68,14 @@ def check_workers_stop_when_freed_in_a_cycle(make: Callable) -> None:
         w.join(timeout=10)
     assert not any(w.is_alive() for w in workers)
     assert time.monotonic() - start < 4.0
+
+
+def check_exit_is_quiet(script: str) -> None:
+    """`script` (which leaves loaders' iterators open, half-way through an epoch, with and without
+    workers) exits 0 and prints no 'Exception ignored' from generators closed at interpreter exit."""
+    env = {**os.environ, "DGLBACKEND": "pytorch", "PYTHONWARNINGS": "ignore"}
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "exiting" in done.stdout
+    assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr, done.stderr[-3000:]

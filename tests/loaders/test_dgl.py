@@ -589,3 +589,22 @@ def test_workers_stop_at_once_when_the_loader_is_freed_in_a_cycle(graph):
     s = sampler(prefetch_node_feats=["feat"], prefetch_labels=["label"])
     check_workers_stop_when_freed_in_a_cycle(
         lambda **kw: CompressedDGLDataLoader(graph, torch.arange(0, 2000, 4), s, batch_size=100, **kw))
+
+
+@needs_dgl
+def test_exit_with_open_iterators_is_quiet():
+    from tests.loaders.lifetime import check_exit_is_quiet
+
+    check_exit_is_quiet("""
+        import torch, dgl
+        from ibp_graph.loaders.dgl import CompressedDGLDataLoader
+        g = dgl.rand_graph(2000, 10000)
+        g.ndata["feat"] = torch.randn(2000, 16)
+        s = dgl.dataloading.NeighborSampler([5, 5], prefetch_node_feats=["feat"])
+        for w in (0, 2):
+            globals()[f"loader{w}"] = loader = CompressedDGLDataLoader(
+                g, torch.arange(2000), s, batch_size=256, num_workers=w, persistent_workers=w > 0)
+            globals()[f"it{w}"] = it = iter(loader)
+            next(it)
+        print("exiting")
+    """)

@@ -9,7 +9,8 @@ import torch
 
 from ibp_graph.pipeline.requests import BatchRequest
 from ibp_graph.loaders.pyg import CompressedLinkNeighborLoader, CompressedNeighborLoader
-from tests.loaders.lifetime import check_freed_by_refcount, check_workers_stop_when_freed_in_a_cycle
+from tests.loaders.lifetime import (check_exit_is_quiet, check_freed_by_refcount,
+                                    check_workers_stop_when_freed_in_a_cycle)
 from tests.loaders.test_pyg import make_graph
 from tests.loaders.test_pyg_hetero import make_hetero
 
@@ -65,3 +66,18 @@ def test_copies_of_a_loader_give_its_batches():
         assert torch.equal(other.collate_fn(request).n_id, batch.n_id)
         assert next(iter(other)).batch_size == 100
     assert loader._kind.loader is loader  # a shallow copy shares the kind, which still serves the original
+
+
+def test_exit_with_open_iterators_is_quiet():
+    check_exit_is_quiet("""
+        import torch
+        from torch_geometric.data import Data
+        from ibp_graph.loaders.pyg import CompressedNeighborLoader
+        data = Data(x=torch.randn(2000, 16), edge_index=torch.randint(0, 2000, (2, 10000)), num_nodes=2000)
+        for w in (0, 2):
+            globals()[f"loader{w}"] = loader = CompressedNeighborLoader(
+                data, [5, 5], batch_size=256, num_workers=w, persistent_workers=w > 0)
+            globals()[f"it{w}"] = it = iter(loader)
+            next(it)
+        print("exiting")
+    """)
