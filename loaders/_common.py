@@ -74,7 +74,10 @@ def shut_down_with(loader: Any, iterator: Any) -> None:
     the iterator would be collected together, and the workers' queues finalised before the iterator's
     shutdown asks the workers to stop: each would wait out torch's 5 s join. The finalizer holds the
     iterator, so it stays whole until the loader is gone and then shuts its workers down at once. Not run
-    at interpreter exit (torch's own exit handling applies)."""
+    at interpreter exit (torch's own exit handling applies). Only for persistent workers: that iterator is
+    made once (kept in `loader._iterator`); an epoch's own iterator is freed with its epoch."""
+    if not (loader.persistent_workers and loader.num_workers > 0):
+        return
     shutdown = getattr(iterator, "_shutdown_workers", None)  # torch's _MultiProcessingDataLoaderIter
     if shutdown is not None:
         weakref.finalize(loader, shutdown).atexit = False

@@ -386,10 +386,8 @@ class CompressedDGLDataLoader(_DGLDataLoader, _common.Codecs):
                                "batches' id columns travel compressed; the batches are DGL's own")
 
     def _get_iterator(self):
-        # torch's iterator, which DGL's wraps (made once with persistent workers: kept in self._iterator)
-        it = super()._get_iterator()
-        if self.persistent_workers and self.num_workers > 0:
-            _common.shut_down_with(self, it)
+        it = super()._get_iterator()  # torch's iterator, which DGL's wraps
+        _common.shut_down_with(self, it)
         return it
 
     def __iter__(self) -> Iterator[tuple]:

@@ -195,8 +195,7 @@ class _SampledLoader(_common.Codecs):
         # torch's iterator of encoded batches (decoding follows in __iter__); PyG's wrapper around
         # it when filter_per_worker is False, as NodeLoader (the batches are the same either way)
         it = DataLoader._get_iterator(self)
-        if self.persistent_workers and self.num_workers > 0:  # made once: kept in self._iterator
-            _common.shut_down_with(self, it)
+        _common.shut_down_with(self, it)
         return it if self.filter_per_worker else DataLoaderIterator(it, _identity)
 
     def __iter__(self) -> Iterator[Union[Data, HeteroData]]:

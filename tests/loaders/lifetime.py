@@ -1,4 +1,5 @@
-"""The check both front-ends' tests run: a dropped loader is freed by reference counting alone.
+"""The lifetime checks both front-ends' tests run: a dropped loader is freed by reference counting
+alone, one freed in a cycle stops its workers at once, and a script exiting with iterators open is quiet.
 
 A loader in a reference cycle is left to the cyclic collector, which closes the multiprocessing
 queues of its persistent workers before the iterator's shutdown asks them to stop: each worker then
@@ -6,13 +7,11 @@ waits out torch's 5 s join timeout. The kernels are compiled first: a numba comp
 of its callers (the constructor's, holding the loader) in a cycle, so the first loader of a process
 with a cold kernel cache is freed by the cyclic collector."""
 import gc
-import os
-import subprocess
-import sys
-import textwrap
 import time
 import weakref
 from typing import Callable
+
+from tests.faults.isolated import expect_clean_exit, run_python
 
 
 def _freed(ref: weakref.ref, wait: float = 5.0) -> bool:
@@ -73,9 +72,6 @@ def check_workers_stop_when_freed_in_a_cycle(make: Callable) -> None:
 def check_exit_is_quiet(script: str) -> None:
     """`script` (which leaves loaders' iterators open, half-way through an epoch, with and without
     workers) exits 0 and prints no 'Exception ignored' from generators closed at interpreter exit."""
-    env = {**os.environ, "DGLBACKEND": "pytorch", "PYTHONWARNINGS": "ignore"}
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True,
-                          timeout=300, env=env)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "exiting" in done.stdout
+    done = run_python(script, timeout=300)
+    assert "exiting" in expect_clean_exit(done)
     assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr, done.stderr[-3000:]

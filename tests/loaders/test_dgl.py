@@ -570,25 +570,27 @@ def test_a_graph_dgl_would_crash_on_is_refused_by_name(case, message):
     assert "DGL does not check" in out
 
 
+def _small_loader(graph):
+    """(**DataLoader options) -> a small CompressedDGLDataLoader on `graph`, for the lifetime checks."""
+    from ibp_graph.loaders.dgl import CompressedDGLDataLoader
+
+    s = sampler(prefetch_node_feats=["feat"], prefetch_labels=["label"])
+    return lambda **kw: CompressedDGLDataLoader(graph, torch.arange(0, 2000, 4), s, batch_size=100, **kw)
+
+
 @needs_dgl
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_a_dropped_loader_is_freed_without_the_cyclic_collector(graph, num_workers):
-    from ibp_graph.loaders.dgl import CompressedDGLDataLoader
     from tests.loaders.lifetime import check_freed_by_refcount
 
-    s = sampler(prefetch_node_feats=["feat"], prefetch_labels=["label"])
-    check_freed_by_refcount(lambda **kw: CompressedDGLDataLoader(graph, torch.arange(0, 2000, 4), s, batch_size=100,
-                                                                 **kw), num_workers)
+    check_freed_by_refcount(_small_loader(graph), num_workers)
 
 
 @needs_dgl
 def test_workers_stop_at_once_when_the_loader_is_freed_in_a_cycle(graph):
-    from ibp_graph.loaders.dgl import CompressedDGLDataLoader
     from tests.loaders.lifetime import check_workers_stop_when_freed_in_a_cycle
 
-    s = sampler(prefetch_node_feats=["feat"], prefetch_labels=["label"])
-    check_workers_stop_when_freed_in_a_cycle(
-        lambda **kw: CompressedDGLDataLoader(graph, torch.arange(0, 2000, 4), s, batch_size=100, **kw))
+    check_workers_stop_when_freed_in_a_cycle(_small_loader(graph))
 
 
 @needs_dgl
