@@ -71,7 +71,8 @@ def _prepare(argv: Sequence[str]) -> int:
     p.add_argument("--shards", type=int, metavar="W",
                    help="also cut the feature stores into W per-rank shards (PREPARED/shards-W, with a checksummed "
                         "shards.json) for `loader.features: sharded` under torchrun with W ranks; a folder "
-                        "prepared already (with its store) is kept and only its shards are written")
+                        "prepared already (with its store) from the same source, edge directions and --codec (auto "
+                        "takes any) is kept and only its shards are written, another one is prepared again")
     p.add_argument("--partition", choices=("ranges", "metis", "dgl"), default="ranges",
                    help="with --shards: which rank holds which rows: contiguous ranges (default), METIS parts "
                         "of the graph, which keep neighbours together (homogeneous data sets; needs pymetis: "
@@ -172,14 +173,18 @@ GENERATED = ("synthetic", "synthetic-mag", "synthetic-citation")
 
 def _prepared_already(a):
     """The folder `prepare` would write (--out, or the data set's default), when it holds a finished preparation
-    of `a.dataset` with its feature store(s); else None."""
+    of what the arguments ask for (`_differs`) with its feature store(s); else None."""
     from .data import ogb, ogb_link, ogb_mag
     from .data.shards import prepared_kind
 
+    spec = gen = None
+    if a.dataset in GENERATED:
+        spec, gen, root = _generated(a)
+    elif a.config or a.set or (a.directed and a.dataset in ("ogbn-mag", "mag240m")):
+        return None  # refused by _prepare_dataset, saying why
     if a.out:
         d = a.out
-    elif a.dataset in GENERATED:
-        spec, gen, root = _generated(a)
+    elif gen is not None:
         d = gen.cache_dir(spec, a.root or root)
     elif not a.root:
         return None
@@ -192,7 +197,36 @@ def _prepared_already(a):
     if kind is None:
         return None
     ds = kind.load(d, verify="none")
-    return d if ds.name == a.dataset and ds.has_store() else None
+    if ds.name != a.dataset or not ds.has_store():
+        return None
+    differs = _differs(ds.meta, ds.store_codec, a, spec, gen)
+    if differs and not a.quiet:
+        print(f"{d} holds {differs}: preparing it again", flush=True)
+    return None if differs else d
+
+
+def _differs(meta: dict, codec: str, a, spec, gen) -> str:
+    """How the preparation `meta` records differs from what the arguments ask for ("" when it does not): the
+    generator and its spec (generated data sets), edge directions (--directed, OGB's), the store's codec (--codec;
+    auto accepts the codec recorded)."""
+    import dataclasses
+    import json
+
+    source = meta.get("source") if isinstance(meta.get("source"), dict) else {}
+    if gen is not None:
+        wanted = {"generator": gen.__name__, "spec": json.loads(json.dumps(dataclasses.asdict(spec)))}
+        if source.get("generator") != wanted["generator"] or not isinstance(source.get("spec"), dict):
+            return f"a data set of another source ({source}; asked for {wanted['generator']})"
+        changed = [f"{k} {source['spec'].get(k)!r}, asked for {v!r}" for k, v in wanted["spec"].items()
+                   if source["spec"].get(k) != v]
+        if changed:
+            return f"another generated data set ({'; '.join(changed)})"
+    undirected = meta.get("undirected", True)
+    if gen is None and undirected == a.directed:  # generated ones are undirected, --directed or not
+        return f"a graph prepared {'without' if undirected else 'with'} --directed"
+    if a.codec != "auto" and codec != a.codec:
+        return f"a feature store encoded with {codec} (asked for --codec {a.codec})"
+    return ""
 
 
 def _prepare_dataset(a, p):

@@ -20,6 +20,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import shutil
 import socket
 from collections.abc import Callable, Iterable, Iterator
@@ -34,7 +35,7 @@ __all__ = ["atomic_write", "write_bytes", "write_text", "save_npy", "read_json",
 
 PathLike = Union[str, os.PathLike]
 _TMP = ".tmp-"
-#: the file ibp-graph writes into every folder it moves into place: it lists the folder's entries.
+#: the file ibp-graph writes into every folder it moves into place: it lists the folder's entries and paths.
 MARKER = ".ibp-graph-output.json"
 #: meta.json formats of prepared folders written before the marker existed (prepared.py, hetero.py) ...
 _UNMARKED_FORMATS = ("ibp_graph.prepared", "ibp_graph.hetero_prepared")
@@ -86,19 +87,25 @@ def _temp_name(final: Path) -> Path:
     return final.with_name(f"{final.name}{_TMP}{socket.gethostname()}-{os.getpid()}")
 
 
+def _is_temp_name(name: str) -> bool:
+    """Whether `name` is one `_temp_name` writes on this host: ``NAME.tmp-<this host>-<pid>``."""
+    return re.fullmatch(rf".+{re.escape(_TMP + socket.gethostname())}-\d+", name) is not None
+
+
+def _stale(final: Path) -> list[Path]:
+    """The ``<final>.tmp-<this host>-<pid>`` files and folders whose process is gone."""
+    prefix = f"{final.name}{_TMP}{socket.gethostname()}-"
+    if not final.parent.is_dir():
+        return []
+    # another machine's (shared disk) are left alone: its own next run cleans them
+    return [p for p in final.parent.glob(f"{final.name}{_TMP}*") if p.name.startswith(prefix)
+            and p.name[len(prefix):].isdigit() and not pid_alive(int(p.name[len(prefix):]))]
+
+
 def remove_stale(final: Path) -> list[Path]:
     """Remove ``<final>.tmp-<this host>-<pid>`` files and folders whose process is gone; return them."""
-    final = Path(final)
-    prefix = f"{final.name}{_TMP}{socket.gethostname()}-"
     removed = []
-    if not final.parent.is_dir():
-        return removed
-    for p in final.parent.glob(f"{final.name}{_TMP}*"):
-        if not p.name.startswith(prefix):
-            continue  # another machine's (shared disk): its own next run cleans it
-        pid = p.name[len(prefix):]
-        if not pid.isdigit() or pid_alive(int(pid)):
-            continue
+    for p in _stale(Path(final)):
         if p.is_dir() and not p.is_symlink():
             shutil.rmtree(p, ignore_errors=True)
         else:
@@ -223,9 +230,12 @@ def work_dir(final: PathLike) -> Iterator[Path]:
     """A fresh folder ``<final>.tmp-<host>-<pid>`` beside `final`, removed when the block ends.
 
     Folders that dead processes of this host left beside `final` (SIGKILL, power loss)
-    are removed first. Move the result into place with `replace_dir` inside the block.
+    are removed first; when `final` is absent because `replace_dir` was killed between its
+    two renames, the complete copy it left (the new one, else the old) is moved back first.
+    Move the result into place with `replace_dir` inside the block.
     """
     final = Path(final)
+    _restore_interrupted(final)
     remove_stale(final)
     remove_stale(final.with_name(final.name + ".old"))  # replace_dir's, if it was killed mid-way
     tmp = _temp_name(final)
@@ -244,42 +254,105 @@ def work_dir(final: PathLike) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def is_own_output(directory: PathLike) -> bool:
-    """Whether the folder `directory` is an output ibp-graph moved into place and holds nothing else.
+def _restore_interrupted(final: Path) -> None:
+    """Move back the complete folder a `replace_dir` killed between its renames left, if `final` is absent.
 
-    Its marker (`MARKER`) lists its entries; a prepared folder written before markers
-    existed is known by its meta.json's format and its top-level names. Leftover
-    temporaries of ibp-graph's atomic writes (``NAME.tmp-...``) count as its own.
+    Both copies then lie beside it, each with its `MARKER`: the new one (``<final>.tmp-...``,
+    marked just before the renames; a work folder short of that has none) is preferred, else
+    the old one (``<final>.old.tmp-...``). The other is removed as stale afterwards.
+    """
+    if final.exists() or final.is_symlink():
+        return
+    for leftovers in (_stale(final), _stale(final.with_name(final.name + ".old"))):
+        done = [p for p in leftovers if p.is_dir() and not p.is_symlink() and (p / MARKER).is_file()]
+        if done:
+            os.replace(max(done, key=lambda p: p.stat().st_mtime), final)
+            return
+
+
+def _all_paths(d: Path) -> list[str]:
+    """Every file and folder under `d` (paths relative to it), but its `MARKER`."""
+    return sorted(p.relative_to(d).as_posix() for p in d.rglob("*") if p != d / MARKER)
+
+
+def _listed_files(d: Path) -> set[str]:
+    """The files under `d` its checksums manifests (``checksums.json``, in `d` or a subfolder) list."""
+    listed = set()
+    for manifest in d.rglob("checksums.json"):
+        try:
+            names = read_json(manifest).get("files")
+        except ValueError:
+            continue
+        base = manifest.parent.relative_to(d)
+        listed |= {(base / n).as_posix() for n in (names if isinstance(names, dict) else ()) if isinstance(n, str)}
+    return listed
+
+
+#: files ibp-graph writes in every folder of its own beside the data files their manifest lists.
+_BOOKKEEPING = frozenset({"meta.json", "checksums.json", MARKER})
+
+
+def _not_own(directory: PathLike) -> list[str]:
+    """The files and folders (relative paths; folders end in /) under `directory` ibp-graph did not write.
+
+    Its marker (`MARKER`) lists every path it holds; one written before the list existed
+    names the top-level entries only, and a prepared folder written before markers is
+    known by its meta.json's format and its top-level names: below the top, such folders
+    hold what their checksums manifests list and their bookkeeping files (`_BOOKKEEPING`).
+    A subfolder marked as ibp-graph's own output is judged by its own marker. Leftover
+    temporaries of ibp-graph's atomic writes (exactly ``NAME.tmp-<this host>-<pid>``) count as its own.
     """
     d = Path(directory)
-    names = {p.name.split(_TMP)[0] for p in d.iterdir()} - {MARKER}
-    if (d / MARKER).is_file():
-        try:
-            marker = read_json(d / MARKER)
-        except ValueError:
-            return False
-        entries = marker.get("entries")
-        return (marker.get("written_by") == "ibp-graph" and isinstance(entries, list)
-                and names <= {e for e in entries if isinstance(e, str)})
+    top, paths = set(), None
     try:
-        meta = read_json(d / "meta.json")
+        if (d / MARKER).is_file():
+            marker = read_json(d / MARKER)
+            if marker.get("written_by") == "ibp-graph" and isinstance(marker.get("entries"), list):
+                top = {e for e in marker["entries"] if isinstance(e, str)}
+                if isinstance(marker.get("files"), list):
+                    paths = top | {e for e in marker["files"] if isinstance(e, str)}
+        elif read_json(d / "meta.json").get("format") in _UNMARKED_FORMATS:
+            top = _UNMARKED_NAMES
     except ValueError:
-        return False
-    return meta.get("format") in _UNMARKED_FORMATS and names <= _UNMARKED_NAMES
+        pass
+    listed = _listed_files(d) if paths is None and top else set()
+    found, todo = [], [d]
+    while todo:
+        folder = todo.pop()
+        for p in sorted(folder.iterdir()):
+            rel, is_dir = p.relative_to(d).as_posix(), p.is_dir() and not p.is_symlink()
+            if rel == MARKER or _is_temp_name(p.name):
+                continue
+            if folder != d and is_dir and (p / MARKER).is_file() and not _not_own(p):
+                continue  # an output of its own (a store added later)
+            if paths is not None:
+                own = rel in paths
+            else:
+                own = p.name in top if folder == d else is_dir or rel in listed or p.name in _BOOKKEEPING
+            if not own:
+                found.append(rel + "/" if is_dir else rel)
+            elif is_dir:
+                todo.append(p)
+    return sorted(found)
+
+
+def is_own_output(directory: PathLike) -> bool:
+    """Whether the folder `directory` is an output ibp-graph moved into place and holds nothing else (`_not_own`)."""
+    return not _not_own(directory)
 
 
 def note_output_entry(directory: PathLike, name: str) -> None:
-    """Record `name` (an entry ibp-graph added later, e.g. a feature store) in the marker of `directory`, if any."""
-    path = Path(directory) / MARKER
+    """Record `name` (an entry ibp-graph added later, e.g. a feature store) and the paths under it in the marker
+    of `directory`, if any."""
+    d = Path(directory)
+    path = d / MARKER
     if path.is_file():
         marker = read_json(path)
         entries = sorted(set(marker.get("entries") or []) | {name})
+        if isinstance(marker.get("files"), list):  # a marker written before the list existed stays without it
+            under = [p for p in _all_paths(d) if p == name or p.startswith(name + "/")]
+            marker["files"] = sorted(set(marker["files"]) | set(under))
         write_text(path, json.dumps(dict(marker, entries=entries), indent=1) + "\n")
-
-
-def _contents(d: Path, limit: int = 5) -> str:
-    names = sorted(p.name + ("/" if p.is_dir() else "") for p in d.iterdir())
-    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
 def _check_replaceable(final: Path) -> None:
@@ -292,9 +365,11 @@ def _check_replaceable(final: Path) -> None:
     if not final.is_dir():
         raise OutputFolderError(f"output folder {final} is a file, not a folder; nothing was written: pass a new "
                                 "or empty folder")
-    if any(final.iterdir()) and not is_own_output(final):
+    foreign = _not_own(final)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
         raise OutputFolderError(
-            f"output folder {final} holds files ibp-graph did not write ({_contents(final)}); it writes only into "
+            f"output folder {final} holds files ibp-graph did not write ({shown}); it writes only into "
             f"an absent or empty folder or one it prepared before, and nothing was changed: pass a new or empty "
             f"folder, or move those files away")
 
@@ -329,7 +404,7 @@ def replace_dir(tmp: Path, final: Path, *, keep: Callable[[Path], bool] = lambda
     discarded. The folder it replaces is renamed aside first and removed after, so a
     crash in between leaves one of the two complete, never a half-deleted folder; any
     other folder at `final` is an OutputFolderError and stays as it is. The folder moved
-    into place gets a `MARKER` listing its entries.
+    into place gets a `MARKER` listing its entries and every path under it.
     """
     tmp, final = Path(tmp), Path(final)
     if keep(final):
@@ -337,7 +412,8 @@ def replace_dir(tmp: Path, final: Path, *, keep: Callable[[Path], bool] = lambda
         return final
     _check_replaceable(final)  # never a folder of someone else's files
     entries = sorted(p.name for p in tmp.iterdir() if p.name != MARKER)
-    write_text(tmp / MARKER, json.dumps({"written_by": "ibp-graph", "entries": entries}, indent=1) + "\n")
+    write_text(tmp / MARKER, json.dumps({"written_by": "ibp-graph", "entries": entries, "files": _all_paths(tmp)},
+                                        indent=1) + "\n")
     old = None
     if final.exists() or final.is_symlink():
         old = _temp_name(final.with_name(final.name + ".old"))

@@ -250,7 +250,11 @@ class HomogeneousFolder:
         """Name of the codec the feature store was encoded with (None without a store)."""
         if not self.has_store():
             return None
-        return json.loads((self.store_dir / "meta.json").read_text())["codec"]
+        path = self.store_dir / "meta.json"
+        codec = _read_json(path).get("codec")
+        if not isinstance(codec, str):
+            raise ValueError(f"{path}: codec={codec!r} is not accepted; expected the name of a codec: prepare again")
+        return codec
 
 
 @dataclass(frozen=True, eq=False)
@@ -279,15 +283,28 @@ class PreparedDataset(LabeledDataset, HomogeneousFolder):
         `feature_shapes`.
         """
         d, meta_path, meta = cls._read_meta(directory, verify, "NAME")
-        for key, kind in (("name", str), ("num_classes", int)):
-            if not isinstance(meta.get(key), kind):
-                raise ValueError(f"{meta_path}: {key}={meta.get(key)!r} is not accepted; expected {kind.__name__}")
+        num_classes = meta.get("num_classes")
+        if not isinstance(meta.get("name"), str):
+            raise ValueError(f"{meta_path}: name={meta.get('name')!r} is not accepted; expected str")
+        if not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes < 1:
+            raise ValueError(f"{meta_path}: num_classes={num_classes!r} is not accepted; expected an int >= 1: "
+                             "prepare again")
         cls._check_arrays(d, verify, ARRAYS, whole=tuple(f"split/{s}.npy" for s in SPLITS), also=("graph/meta.json",),
                           skip=() if features else ("x.npy",))
         mode = "c" if mmap else None
         graph = CSCGraph.load(d / "graph", mmap=mmap)
-        x = as_tensor(_load_npy(d / "x.npy", mode)) if features else None
-        y = as_tensor(_load_npy(d / "y.npy", mode))
+        x = _load_npy(d / "x.npy", mode) if features else None
+        if x is not None and str(x.dtype) != meta.get("x_dtype"):
+            raise ValueError(f"{d}/x.npy holds {x.dtype}; meta.json records x_dtype={meta.get('x_dtype')!r}: "
+                             "prepare again")
+        x = as_tensor(x) if features else None
+        y = _load_npy(d / "y.npy", mode)
+        if y.dtype != np.int64 or (y.ndim == 1 and y.size and (int(y.min()) < -1 or int(y.max()) >= num_classes)):
+            shown = f"{y.dtype} values in [{int(y.min())}, {int(y.max())}]" if y.size and y.dtype.kind in "iu" \
+                else str(y.dtype)
+            raise ValueError(f"{d}/y.npy must hold int64 classes in [-1, {num_classes}) (-1: unlabeled; meta.json "
+                             f"records num_classes={num_classes}); it holds {shown}: prepare again")
+        y = as_tensor(y)
         split = {s: torch.from_numpy(_load_npy(d / "split" / f"{s}.npy", None)) for s in SPLITS}
         if (x is not None and (x.dim() != 2 or x.shape[0] != graph.num_nodes)) or y.shape != (graph.num_nodes,):
             shown = "(not opened)" if x is None else tuple(x.shape)

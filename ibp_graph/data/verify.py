@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Union
 
+from ..files import read_json
 from ..layout.errors import CodecError
 from . import checksums
 from .hetero import HeteroPreparedDataset
@@ -75,17 +76,25 @@ def _files_checked(m: dict, mode: str, folder: Path, host: bool = False) -> str:
 
 
 def _folders(directory: PathLike) -> list[tuple[Path, str]]:
-    """(folder, kind) of `directory` and, for a prepared folder, of its store."""
+    """(folder, kind) of `directory` and, for a prepared folder, of its stores: each one present, and each one
+    its meta.json records (store_codec) but that is missing, unless the folder holds shards (a host of a sharded
+    run has no store: its shards serve the features)."""
     d = Path(directory)
     kind = kind_of(d)
     todo = [(d, kind)]
-    if kind in ("prepared", "link") and (d / "store" / "x" / "meta.json").is_file():
-        todo.append((d / "store" / "x", "store"))
-    if kind == "hetero":
-        todo += [(p.parent, "store") for p in sorted(d.glob("nodes/*/store/meta.json"))]
-    if kind != "shards":
-        todo += [(p.parent, "shards") for p in sorted(d.glob(f"shards-*/{SHARDS_MANIFEST}"))]
-    return todo
+    shards = [(p.parent, "shards") for p in sorted(d.glob(f"shards-*/{SHARDS_MANIFEST}"))] if kind != "shards" else []
+    if kind in ("prepared", "link", "hetero"):
+        try:
+            meta = read_json(d / "meta.json")
+        except ValueError:
+            meta = {}  # the folder's own check names it
+        types = meta.get("node_types") if kind == "hetero" else {"x": meta}
+        recorded = {d / "nodes" / t / "store" if kind == "hetero" else d / "store" / "x"
+                    for t, info in (types.items() if isinstance(types, dict) else ())
+                    if isinstance(info, dict) and info.get("store_codec") is not None}
+        present = set(d.glob("nodes/*/store") if kind == "hetero" else d.glob("store/x"))
+        todo += [(p, "store") for p in sorted(present | (set() if shards else recorded))]
+    return todo + shards
 
 
 _KINDS = {"prepared": PreparedDataset, "link": LinkPreparedDataset, "hetero": HeteroPreparedDataset}
@@ -134,6 +143,10 @@ def check_folder(directory: PathLike, mode: str = "full") -> list[FolderReport]:
             if k == "shards":  # the shards pin their files themselves: no checksums.json of the folder
                 out.append(FolderReport(folder, k, True, _check_shards(folder, mode)))
                 continue
+            if k == "store" and not folder.is_dir():
+                out.append(FolderReport(folder, k, False, f"{folder} is missing; {Path(directory) / 'meta.json'} "
+                                        "records a feature store there (store_codec): prepare again"))
+                continue
             host = False
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", checksums.UnverifiedDataWarning)  # said in the report line
@@ -161,7 +174,8 @@ def record_checksums(directory: PathLike) -> list[Path]:
     """
     written = []
     for folder, k in _folders(directory):
-        if k == "shards" or (folder / checksums.MANIFEST).exists():  # shards.json pins every shard's files
+        # shards.json pins every shard's files; a store meta.json records but that is missing has none to record
+        if k == "shards" or (folder / checksums.MANIFEST).exists() or not folder.is_dir():
             continue
         if k == "hetero":
             raise ValueError(f"{folder} is a heterogeneous prepared folder without {checksums.MANIFEST}; every "

@@ -490,9 +490,11 @@ def apply_overrides(values: dict, overrides: Sequence[str]) -> dict:
         if not all(parts):
             raise ConfigError(f"--set {item!r}: the key {key!r} is malformed; expected e.g. loader.batch_size")
         try:
-            value = yaml.safe_load(text) if text.strip() else ""
+            value = _load_yaml(text) if text.strip() else ""
         except yaml.YAMLError as e:
             raise ConfigError(f"--set {item!r}: the value is not valid YAML ({e})") from None
+        except ConfigError as e:
+            raise ConfigError(f"--set {item!r}: the value: {e}") from None
         node = out
         for i, p in enumerate(parts[:-1]):
             nxt = node.get(p)
@@ -507,6 +509,58 @@ def apply_overrides(values: dict, overrides: Sequence[str]) -> dict:
 
 def _deep_copy(values: dict) -> dict:
     return {k: _deep_copy(v) if isinstance(v, dict) else v for k, v in (values or {}).items()}
+
+
+#: the most values (keys, items, scalars) an experiment's YAML may expand to, aliases counted each time used.
+MAX_VALUES = 100_000
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML as safe_load reads it, but a key twice in one mapping, an alias inside the value it names (a
+    recursive value) or aliases that expand to more than `MAX_VALUES` values are ConfigErrors naming the line."""
+
+    def compose_document(self):
+        node = super().compose_document()
+        _count_values(node, {}, set())
+        return node
+
+    def construct_mapping(self, node, deep=False):
+        lines = {}
+        for key, _ in node.value:
+            if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                line, name = key.start_mark.line + 1, (key.tag, key.value)
+                if name in lines:
+                    raise ConfigError(f"line {line}: key {key.value!r} appears twice in one mapping (first on line "
+                                      f"{lines[name]}); expected each key once")
+                lines[name] = line
+        return super().construct_mapping(node, deep)
+
+
+def _count_values(node, counted: dict, open_: set) -> int:
+    """The values `node` expands to (its aliases' each time), or a ConfigError for a recursive or too large one."""
+    if id(node) in counted:
+        return counted[id(node)]
+    if id(node) in open_:
+        raise ConfigError(f"line {node.start_mark.line + 1}: the value starting here holds an alias of itself (a "
+                          "recursive value); expected values without recursion")
+    open_.add(id(node))
+    children = [] if isinstance(node, yaml.ScalarNode) else \
+        [c for pair in node.value for c in pair] if isinstance(node, yaml.MappingNode) else node.value
+    n = 1 + sum(_count_values(c, counted, open_) for c in children)
+    if n > MAX_VALUES:
+        raise ConfigError(f"line {node.start_mark.line + 1}: this value expands to more than {MAX_VALUES:,} values "
+                          "(aliases counted each time they are used); expected an experiment's few keys")
+    open_.discard(id(node))
+    counted[id(node)] = n
+    return n
+
+
+def _load_yaml(text: str):
+    """`text` read as YAML by `_Loader`; a yaml.YAMLError when it is not YAML, a ConfigError as `_Loader` says."""
+    try:
+        return yaml.load(text, Loader=_Loader)
+    except RecursionError:
+        raise ConfigError("it nests values too deeply to be read; expected an experiment's few sections") from None
 
 
 def load_config(path: Union[str, os.PathLike, None], overrides: Sequence[str] = ()) -> Config:
@@ -529,9 +583,11 @@ def load_config(path: Union[str, os.PathLike, None], overrides: Sequence[str] = 
         if "\x00" in text:
             raise ConfigError(f"config file {str(p)!r} is binary (it holds NUL bytes); expected a YAML file")
         try:
-            values = yaml.safe_load(text) or {}
+            values = _load_yaml(text) or {}
         except yaml.YAMLError as e:
             raise ConfigError(f"{p} is not valid YAML: {e}") from None
+        except ConfigError as e:
+            raise ConfigError(f"{p}: {e}") from None
         if not isinstance(values, dict):
             raise ConfigError(f"{p} must hold a mapping of sections, got {type(values).__name__}")
     values = apply_overrides(values, overrides)

@@ -101,3 +101,35 @@ def test_recording_checksums_leaves_shards_alone(prepared, tmp_path):
     host = _host(prepared, tmp_path, 0)
     with pytest.raises(ValueError, match="already has checksums.json"):
         record_checksums(host)  # the prepared folder has them; the shards pin their files in shards.json
+
+
+@pytest.mark.parametrize("damage", ["store removed", "store/x removed", "store/x emptied", "store meta.json removed"])
+def test_a_prepared_folders_missing_or_emptied_store_is_not_ok(prepared, tmp_path, damage):
+    d = tmp_path / "p"
+    shutil.copytree(prepared, d)
+    shutil.rmtree(d / "shards-2")  # not a host of a sharded run: its store is its own to check
+    if damage == "store removed":
+        shutil.rmtree(d / "store")
+    elif damage == "store/x removed":
+        shutil.rmtree(d / "store" / "x")
+    else:
+        for p in (d / "store" / "x").iterdir():
+            if damage == "store/x emptied" or p.name == "meta.json":
+                p.unlink()
+    reports = check_folder(d)
+    assert [r.kind for r in reports] == ["prepared", "store"] and reports[0].ok and not reports[1].ok
+    assert str(d / "store" / "x") in reports[1].message
+    if damage.endswith("removed") and "meta" not in damage:
+        assert f"is missing; {d / 'meta.json'} records a feature store there" in reports[1].message
+    proc = subprocess.run([sys.executable, "-m", "ibp_graph.cli", "verify", str(d)], capture_output=True, text=True)
+    assert proc.returncode == 1 and "(store): DAMAGED" in proc.stdout
+
+
+def test_a_heterogeneous_folders_missing_store_is_not_ok(tmp_path):
+    spec = MagSpec(num_papers=300, num_authors=200, num_institutions=10, num_fields=20, dim=8)
+    d = maggen.generate(spec, tmp_path / "mag", progress=False)
+    assert all(r.ok for r in check_folder(d))
+    shutil.rmtree(d / "nodes" / "paper" / "store")
+    reports = _by_kind(check_folder(d))
+    assert reports["hetero"].ok and not reports["store"].ok
+    assert f"{d / 'nodes' / 'paper' / 'store'} is missing" in reports["store"].message

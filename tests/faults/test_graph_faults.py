@@ -174,3 +174,52 @@ def test_a_prepared_graph_records_its_edge_ids_and_an_e_id_beyond_them_is_refuse
     with pytest.raises(ValueError, match=rf"e_id must name edges in \[0, num_edge_ids={meta['num_edge_ids']}\); "
                                          rf"e_id\[5\]={meta['num_edge_ids']}"):
         CSCGraph.load(d / "graph")
+
+
+def edit_meta(d, **changes):
+    meta = json.loads((d / "meta.json").read_text())
+    (d / "meta.json").write_text(json.dumps(dict(meta, **changes)))
+
+
+@pytest.mark.parametrize("num_classes", [True, 0, -5, 2.5, "10", None])
+def test_a_num_classes_that_is_not_an_int_of_at_least_1_is_named(prepared, tmp_path, num_classes):
+    d = fresh(prepared, tmp_path)
+    edit_meta(d, num_classes=num_classes)
+    with pytest.raises(ValueError, match=rf"ds/meta.json: num_classes={num_classes!r} is not accepted; expected an "
+                                         r"int >= 1"):
+        PreparedDataset.load(d)
+
+
+@pytest.mark.parametrize("case", ["fewer classes recorded", "int32", "float", "out of range", "below -1"])
+def test_labels_of_another_dtype_or_outside_the_classes_are_named(prepared, tmp_path, case):
+    d = fresh(prepared, tmp_path)
+    if case == "fewer classes recorded":
+        edit_meta(d, num_classes=1)
+    else:
+        edit(d / "y.npy", {"int32": lambda y: y.astype(np.int32), "float": lambda y: y.astype(np.float64),
+                           "out of range": lambda y: y + SPEC.num_classes, "below -1": lambda y: y - 1}[case])
+    classes = 1 if case == "fewer classes recorded" else SPEC.num_classes
+    with pytest.raises(ValueError, match=rf"ds/y.npy must hold int64 classes in \[-1, {classes}\) .*it holds "):
+        PreparedDataset.load(d, verify="none")  # the structure check catches them, checksums or not
+
+
+@pytest.mark.parametrize("case", ["recorded", "file"])
+def test_features_of_another_dtype_than_recorded_are_named(prepared, tmp_path, case):
+    d = fresh(prepared, tmp_path)
+    if case == "recorded":
+        edit_meta(d, x_dtype="int8")
+    else:
+        edit(d / "x.npy", lambda x: x.astype(np.float64))
+    with pytest.raises(ValueError, match=r"ds/x.npy holds (float32|float64); meta.json records "
+                                         r"x_dtype='(int8|float32)'"):
+        PreparedDataset.load(d, verify="none")
+    # x.npy not opened: not checked
+    assert PreparedDataset.load(d, verify="none", features=False).num_nodes == SPEC.num_nodes
+
+
+@pytest.mark.parametrize("content", ['{"codec": ', '[1]', '{"codec": 5}'])
+def test_a_damaged_store_meta_json_is_named(prepared, tmp_path, content):
+    d = fresh(prepared, tmp_path)
+    (d / "store" / "x" / "meta.json").write_text(content)
+    with pytest.raises(ValueError, match=r"ds/store/x/meta.json(:| is not readable JSON| holds a list)"):
+        PreparedDataset.load(d, verify="none").store_codec  # noqa: B018

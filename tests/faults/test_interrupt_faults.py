@@ -30,7 +30,10 @@ def work_folders(out):
 def start_and_signal(out, sig, num_nodes=300_000, command=None):
     """Start a generation, send `sig` once its work folder exists; return (exit code, work folders seen)."""
     command = command or [sys.executable, "-c", GENERATE, str(out), str(num_nodes)]
-    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # SIGINT as a user's Ctrl-C finds it, even when this run inherited it ignored (a background job of a
+    # non-interactive shell: `cmd &`), which a child Python would keep ignoring
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while not work_folders(out) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -95,3 +98,31 @@ def test_replacing_a_folder_keeps_a_finished_one_when_asked(tmp_path):
     tmp.mkdir()
     files.replace_dir(tmp, final, keep=lambda p: True)
     assert sorted(p.name for p in final.iterdir()) == [files.MARKER, "new"] and not tmp.exists()
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+@pytest.mark.parametrize("left", ["both copies", "the old copy only"])
+def test_a_crash_between_replace_dirs_renames_keeps_a_complete_copy(tmp_path, left):
+    final, tmp = tmp_path / "f", tmp_path / "t"
+    for name in ("old", "new"):
+        tmp.mkdir()
+        (tmp / name).write_text(name)
+        if name == "new":  # replace_dir killed between its renames, as a power loss leaves it
+            break
+        files.replace_dir(tmp, final)
+    pid = dead_pid()
+    files.os.replace(final, tmp_path / f"f.old.tmp-{socket.gethostname()}-{pid}")
+    (tmp / files.MARKER).write_text('{"written_by": "ibp-graph", "entries": ["new"]}')
+    files.os.replace(tmp, tmp_path / f"f.tmp-{socket.gethostname()}-{pid}")
+    if left != "both copies":
+        (tmp_path / f"f.tmp-{socket.gethostname()}-{pid}" / files.MARKER).unlink()  # not finished: no marker
+    with pytest.raises(KeyboardInterrupt):
+        with files.work_dir(final):  # the next run, interrupted
+            raise KeyboardInterrupt
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]
+    assert sorted(p.name for p in final.iterdir()) == [files.MARKER, "new" if left == "both copies" else "old"]

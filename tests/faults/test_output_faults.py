@@ -8,6 +8,7 @@ import errno
 import hashlib
 import json
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -108,6 +109,85 @@ def test_replace_dir_never_removes_a_folder_that_is_not_ibp_graphs(tmp_path):
         files.replace_dir(tmp, final)
     assert snapshot(final) == before and sorted(p.name for p in tmp_path.iterdir()) == ["final", "work"]
 
+
+
+@pytest.mark.parametrize("marker", ["with its file list", "without one (an earlier ibp-graph)",
+                                    "none (before markers)"])
+def test_a_users_file_in_a_subfolder_of_a_prepared_folder_is_refused_and_kept(tmp_path, capsys, marker):
+    d = tmp_path / "ds"
+    assert cli(synthetic(d)) == 0
+    if marker.startswith("without"):
+        m = json.loads((d / files.MARKER).read_text())
+        (d / files.MARKER).write_text(json.dumps({"written_by": "ibp-graph", "entries": m["entries"]}))
+    elif marker.startswith("none"):
+        (d / files.MARKER).unlink()
+    assert files.is_own_output(d)
+    (d / "store" / "notes.txt").write_text("a week of work\n")
+    (d / "graph" / "mine.txt").write_text("mine\n")
+    before = snapshot(d)
+    assert cli(synthetic(d, 400)) == 1
+    err = capsys.readouterr().err
+    assert f"output folder {d} holds files ibp-graph did not write (graph/mine.txt, store/notes.txt)" in err
+    assert snapshot(d) == before and PreparedDataset.load(d).num_nodes == 300
+    for name in ("store/notes.txt", "graph/mine.txt"):
+        (d / name).unlink()
+    (d / "store" / "x" / "results").mkdir()  # a folder of the user's, deeper down
+    (d / "store" / "x" / "results" / "run1.json").write_text("{}\n")
+    assert not files.is_own_output(d)
+    shutil.rmtree(d / "store" / "x" / "results")
+    assert cli(synthetic(d, 400)) == 0 and PreparedDataset.load(d).num_nodes == 400
+
+
+def test_a_store_added_later_is_the_folders_own_and_a_file_in_it_is_not(tmp_path, capsys):
+    d = tmp_path / "ds"
+    assert cli(synthetic(d, 300, "--no-store")) == 0
+    add_store(d, progress=False)
+    assert "store/x/payload.bin" in json.loads((d / files.MARKER).read_text())["files"] and files.is_own_output(d)
+    (d / "store" / "x" / "notes.txt").write_text("mine\n")
+    assert cli(synthetic(d, 400)) == 1 and "(store/x/notes.txt)" in capsys.readouterr().err
+    assert (d / "store" / "x" / "notes.txt").read_text() == "mine\n"
+
+
+def test_only_the_exact_names_of_its_own_temporaries_count_as_ibp_graphs(tmp_path, capsys):
+    d = tmp_path / "ds"
+    assert cli(synthetic(d)) == 0
+    leftover = d / f"meta.json.tmp-{socket.gethostname()}-123"  # an atomic write cut short
+    leftover.write_text("{}")
+    assert files.is_own_output(d)
+    for name in ("meta.json.tmp-backup", "x.npy.tmp-mine", f"meta.json.tmp-{socket.gethostname()}-12a"):
+        (d / name).write_text("keep\n")
+        assert cli(synthetic(d, 400)) == 1 and f"did not write ({name})" in capsys.readouterr().err
+        assert (d / name).read_text() == "keep\n"
+        (d / name).unlink()
+    assert cli(synthetic(d, 400)) == 0 and PreparedDataset.load(d).num_nodes == 400
+
+
+def test_prepare_shards_reuses_a_folder_only_when_it_holds_what_was_asked_for(tmp_path, capsys):
+    d = tmp_path / "ds"
+    assert cli(synthetic(d)) == 0
+    loud = lambda *args: [a for a in synthetic(d, *args) if a != "--quiet"]  # noqa: E731
+    assert cli(loud(300, "--shards", "2")) == 0  # the same: only its shards are written
+    assert f"{d} is prepared already: writing its shards only" in capsys.readouterr().out
+    assert cli(loud(400, "--shards", "2", "--set", "data.synthetic.dim=8")) == 0
+    assert f"{d} holds another generated data set (num_nodes 300, asked for 400; dim 128, asked for 8): " \
+           "preparing it again" in capsys.readouterr().out
+    ds = PreparedDataset.load(d)
+    assert ds.num_nodes == 400 and ds.x.shape[1] == 8 and (d / "shards-2" / "shards.json").is_file()
+    other = "ibp" if ds.store_codec == "identity" else "identity"
+    assert cli(synthetic(d, 400, "--shards", "2", "--set", "data.synthetic.dim=8", "--codec", other)) == 0
+    assert PreparedDataset.load(d).store_codec == other
+    (d / "notes.txt").write_text("mine\n")  # preparing again would lose it: refused, as without --shards
+    assert cli(synthetic(d, 500, "--shards", "2")) == 1
+    assert "holds files ibp-graph did not write (notes.txt)" in capsys.readouterr().err
+    assert PreparedDataset.load(d).num_nodes == 400 and (d / "notes.txt").is_file()
+
+
+def test_prepare_shards_prepares_an_ogb_folder_again_for_other_edge_directions(tmp_path):
+    write_csv(tmp_path)
+    d = tmp_path / "arxiv"
+    args = ["prepare", "--dataset", "ogbn-arxiv", "--root", str(tmp_path), "--out", str(d), "--quiet"]
+    assert cli(args) == 0 and PreparedDataset.load(d).meta["undirected"] is True
+    assert cli(args + ["--shards", "2", "--directed"]) == 0 and PreparedDataset.load(d).meta["undirected"] is False
 
 def _ogb_outs(root: Path, dataset_dir: str, input_dir: str) -> dict:
     d = root / dataset_dir

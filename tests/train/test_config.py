@@ -124,3 +124,34 @@ def test_train_command_reports_config_errors(capsys):
     assert cli(["train", "--keys"]) == 0
     out = capsys.readouterr().out
     assert "loader.batch_size (an integer, default 1024)" in out and "data.synthetic.num_nodes" in out
+
+
+@pytest.mark.parametrize("text, line, key, first", [
+    ("loader:\n  batch_size: 64\nloader:\n  num_workers: 0\n", 3, "loader", 1),
+    ("loader:\n  batch_size: 64\n  batch_size: 128\n", 3, "batch_size", 2),
+    ("loader: {batch_size: 64, batch_size: 128}\n", 1, "batch_size", 1),
+])
+def test_a_key_twice_in_one_mapping_is_refused_naming_it_and_its_lines(tmp_path, text, line, key, first):
+    path = tmp_path / "dup.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=rf"dup.yaml: line {line}: key '{key}' appears twice in one mapping \(first "
+                                          rf"on line {first}\); expected each key once"):
+        load_config(path)
+    with pytest.raises(ConfigError, match=r"--set 'loader=\{a: 1, a: 2\}': the value: line 1: key 'a' appears twice"):
+        load_config(None, ["loader={a: 1, a: 2}"])
+
+
+def test_aliases_are_read_but_a_recursive_or_exploding_one_is_refused_at_once(tmp_path):
+    path = tmp_path / "a.yaml"
+    path.write_text("loader: &l\n  batch_size: 64\n  num_neighbors: &n [5, 5]\nmodel:\n  hidden: 32\n"
+                    "train:\n  epochs: 1\n")
+    assert load_config(path).loader.num_neighbors == [5, 5]
+    path.write_text("loader: &n\n  batch_size: 64\n  num_neighbors: *n\n")
+    with pytest.raises(ConfigError, match=r"a.yaml: line 1: the value starting here holds an alias of itself \(a "
+                                          r"recursive value\)"):
+        load_config(path)
+    laughs = "l0: &l0 {a: 1}\n" + "".join(
+        f"l{i}: &l{i} {{{', '.join(f'k{j}: *l{i - 1}' for j in range(10))}}}\n" for i in range(1, 10))
+    path.write_text(laughs)  # 10**9 values once expanded, from a file of under 1 KiB
+    with pytest.raises(ConfigError, match=r"a.yaml: line 6: this value expands to more than 100,000 values"):
+        load_config(path)
