@@ -37,12 +37,34 @@ def undirected_csr(indptr: np.ndarray, indices: np.ndarray, num_nodes: int) -> t
     return xadj, cols
 
 
+def _check_csc(indptr, indices, num_nodes: int) -> None:
+    """ValueError / IndexError naming the argument unless (`indptr`, `indices`) is a CSC of `num_nodes` nodes:
+    checked before METIS (or numpy inside undirected_csr) meets it."""
+    indptr = np.asarray(indptr)
+    if indptr.ndim != 1 or indptr.dtype.kind not in "iu" or indptr.shape[0] != num_nodes + 1:
+        raise ValueError(f"indptr has shape {indptr.shape} and dtype {indptr.dtype}; accepted: a 1-d integer array "
+                         f"of num_nodes + 1 = {num_nodes + 1} offsets")
+    indices = np.asarray(indices)
+    if indices.ndim != 1 or indices.dtype.kind not in "iu":
+        raise ValueError(f"indices has shape {indices.shape} and dtype {indices.dtype}; accepted: a 1-d integer "
+                         "array of source nodes")
+    if int(indptr[0]) != 0 or int(indptr[-1]) != indices.shape[0] or bool((indptr[1:] < indptr[:-1]).any()):
+        raise ValueError(f"indptr runs from {int(indptr[0])} to {int(indptr[-1])}; accepted: non-decreasing offsets "
+                         f"from 0 to the {indices.shape[0]} entries of indices")
+    if indices.size and (int(indices.min()) < 0 or int(indices.max()) >= num_nodes):
+        bad = int(indices.min()) if int(indices.min()) < 0 else int(indices.max())
+        raise IndexError(f"indices contains {bad}, outside the valid range [0, num_nodes={num_nodes})")
+
+
 def metis_layout(indptr: np.ndarray, indices: np.ndarray, num_nodes: int, world_size: int,
                  *, seed: int = 0) -> ShardLayout:
     """A ShardLayout of `world_size` METIS parts of the graph (CSC `indptr`, `indices`), every part
     non-empty; ImportError naming the extra to install when pymetis is missing."""
     if isinstance(world_size, bool) or not isinstance(world_size, (int, np.integer)) or world_size < 1:
         raise ValueError(f"world_size={world_size!r} is not accepted; use an int >= 1")
+    if isinstance(num_nodes, bool) or not isinstance(num_nodes, (int, np.integer)) or num_nodes < 0:
+        raise ValueError(f"num_nodes={num_nodes!r} is not accepted; use an int >= 0")
+    _check_csc(indptr, indices, int(num_nodes))
     if world_size > num_nodes:
         raise ValueError(f"world_size={world_size} is more than the graph's {num_nodes} nodes; every rank needs "
                          "at least one")

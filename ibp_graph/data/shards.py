@@ -10,6 +10,10 @@ ascending global id; a global id maps to (owner rank, row of the owner's shard).
 
 ``describe()`` is what ranks compare before they exchange rows (the same layout on every rank).
 
+A shard made by `shard_of` or `load_shard` records the rank whose rows it holds (`shard_rank`), so that a
+ShardedSource refuses a shard served by another rank (``load_shard(d, LOCAL_RANK)`` on several hosts, or
+ranks swapped): an even split gives every shard the same row count, and nothing else would tell them apart.
+
 On disk (`write_shards`, `load_shard`; ``ibp-graph prepare --shards W``)::
 
     shards.json              the manifest (written last): world_size, and per feature table its layout
@@ -40,7 +44,8 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from ..files import check_output, note_output_entry, read_json, replace_dir, save_npy, work_dir, write_text
+from ..files import (OutputFolderError, check_output, note_output_entry, read_json, replace_dir, save_npy, work_dir,
+                     write_text)
 from ..layout.dtypes import dtype_name
 from ..layout.rows import check_row_index
 from .checksums import MANIFEST as CHECKSUMS, ChecksumError, check_mode
@@ -64,6 +69,19 @@ class ShardChecksumError(ChecksumError):
 
 class ShardManifestError(ValueError):
     """A shards.json is unreadable, of another format, or inconsistent with itself or with the run."""
+
+
+def check_rank(rank: Any, world_size: int, argname: str = "rank") -> int:
+    """`rank` as an int, or ValueError naming `argname` unless it is an int in [0, world_size)."""
+    if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < world_size:
+        raise ValueError(f"{argname}={rank!r} is not accepted; use an int in [0, world_size={world_size})")
+    return int(rank)
+
+
+def shard_rank(table: EncodedTable) -> Optional[int]:
+    """The rank whose shard `table` is, as `shard_of` or `load_shard` recorded it (the table's `shard_rank`
+    attribute, set by them only); None for a table made otherwise (nothing to check it against)."""
+    return getattr(table, "shard_rank", None)
 
 
 class ShardLayout:
@@ -114,8 +132,10 @@ class ShardLayout:
     def from_assignment(cls, owner: Sequence[int], world_size: Optional[int] = None) -> "ShardLayout":
         """A node -> rank map (`world_size`: default, the largest rank + 1)."""
         owner = np.asarray(owner)
+        if owner.ndim != 1:
+            raise ValueError(f"owner has shape {owner.shape}; accepted: a 1-d integer array, the rank of each node")
         ws = int(owner.max()) + 1 if world_size is None and owner.size else world_size
-        return cls(owner.shape[0] if owner.ndim == 1 else -1, 1 if ws is None else ws, owner=owner)
+        return cls(owner.shape[0], 1 if ws is None else ws, owner=owner)
 
     def locate(self, ids: np.ndarray, argname: str = "ids") -> tuple[np.ndarray, np.ndarray]:
         """(owner rank, shard row) of global row ids `ids` (IndexError naming `argname` for one out of range)."""
@@ -127,8 +147,7 @@ class ShardLayout:
 
     def rows_of(self, rank: int) -> np.ndarray:
         """The global ids rank `rank`'s shard holds, in shard-row order (ascending)."""
-        if not 0 <= rank < self.world_size:
-            raise ValueError(f"rank={rank!r} is not accepted; use an int in [0, world_size={self.world_size})")
+        rank = check_rank(rank, self.world_size)
         if self.bounds is not None:
             return np.arange(self.bounds[rank], self.bounds[rank + 1], dtype=np.int64)
         return np.flatnonzero(self._owner == rank).astype(np.int64)
@@ -160,12 +179,17 @@ class ShardLayout:
 
 def shard_of(store: EncodedTable, layout: ShardLayout, rank: int) -> EncodedTable:
     """Rank `rank`'s shard of a pre-encoded `store` (an EncodedTable): its rows' compressed bytes as they
-    are (one codec for every shard, nothing re-encoded)."""
+    are (one codec for every shard, nothing re-encoded), recording `rank` (`shard_rank`)."""
     if not isinstance(store, EncodedTable):
         raise TypeError(f"store must be an EncodedTable (ibp_graph.data.store), got {type(store).__name__}")
+    if not isinstance(layout, ShardLayout):
+        raise TypeError(f"layout must be a ShardLayout, got {type(layout).__name__}")
     if store.n_rows != layout.num_rows:
         raise ValueError(f"the store has {store.n_rows} rows; the layout splits {layout.num_rows}")
-    return EncodedTable(store.codec, store.index_select(torch.from_numpy(layout.rows_of(rank))))
+    rank = check_rank(rank, layout.world_size)
+    shard = EncodedTable(store.codec, store.index_select(torch.from_numpy(layout.rows_of(rank))))
+    shard.shard_rank = rank
+    return shard
 
 
 # ---------------------------------------------------------------------------------------------
@@ -248,8 +272,10 @@ def write_shards(source: Any, world_size: int, out: Optional[PathLike] = None, *
     `source`: a prepared folder (its pre-encoded stores: ``x``, or one table per featured node type), an
     EncodedTable (table ``x``) or a mapping of table names to EncodedTables. `out`: the shards folder
     (default for a prepared folder: its ``shards-<world_size>/``, recorded as its own); it must be absent,
-    empty or earlier shards, and is written in a work folder and moved into place whole. `layouts`: a
-    ShardLayout per table (default: contiguous ranges); every rank needs at least one row of every table.
+    empty or earlier shards (a folder with a shards.json this wrote; anything else is an OutputFolderError,
+    and nothing is changed), and is written in a work folder and moved into place whole. `layouts`: a
+    ShardLayout per table (default: contiguous ranges; a key naming no table is a ValueError); every rank
+    needs at least one row of every table.
     Each shard keeps its rows' compressed bytes as they are (one codec for every shard). With
     `keep_complete`, shards another process finished first at `out` are kept (machines sharing a disk).
     """
@@ -267,6 +293,11 @@ def write_shards(source: Any, world_size: int, out: Optional[PathLike] = None, *
             raise ValueError("out is required when the source is not a prepared folder")
         out = default_shards_dir(prepared, world_size)
     out = Path(out)
+    if layouts is not None and not isinstance(layouts, Mapping):
+        raise TypeError(f"layouts must be a mapping of table names to ShardLayouts, got {type(layouts).__name__}")
+    unknown = sorted(set(layouts or {}) - set(tables))
+    if unknown:
+        raise ValueError(f"layouts[{unknown[0]!r}] names no table of the source; its tables are {sorted(tables)}")
     plans = {}
     for name, table in sorted(tables.items()):
         if not _TABLE.fullmatch(name):
@@ -286,8 +317,12 @@ def write_shards(source: Any, world_size: int, out: Optional[PathLike] = None, *
                              f"rank {int(empty[0])} would hold no row; every rank needs at least one row "
                              f"(use at most {table.n_rows} ranks{'' if layout.kind == 'contiguous' else ', or an assignment giving every rank a node'})")
         plans[name] = (table, layout)
-    # the stores it reads: store/ (homogeneous), nodes/ (heterogeneous); the rest of the folder may hold `out`
-    check_output(out, [] if prepared is None else [prepared / "store", prepared / "nodes"])
+    # the stores it reads: store/ (homogeneous), nodes/ (heterogeneous), or the folders of tables loaded from
+    # disk; the rest of a prepared folder may hold `out`
+    inputs = [prepared / "store", prepared / "nodes"] if prepared is not None else \
+        [t.guard.path.parent for t in tables.values() if t.guard is not None]
+    check_output(out, inputs)
+    _check_shards_out(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     total = sum(t.n_rows for t, _ in plans.values())
     bar = progress_bar(total, f"shards: {world_size} ranks", progress)
@@ -311,6 +346,8 @@ def write_shards(source: Any, world_size: int, out: Optional[PathLike] = None, *
         manifest = {"format": SHARDS_FORMAT, "version": SHARDS_VERSION, "world_size": world_size,
                     "tables": manifest_tables}
         write_text(tmp / SHARDS_MANIFEST, json.dumps(manifest, indent=1) + "\n")
+        if not (keep_complete and (out / SHARDS_MANIFEST).is_file()):
+            _check_shards_out(out)  # what another process may have put there meanwhile
         replace_dir(tmp, out, keep=lambda p: keep_complete and (p / SHARDS_MANIFEST).is_file())
     bar.close()
     if prepared is not None and out.parent.resolve() == prepared.resolve():
@@ -321,6 +358,18 @@ def write_shards(source: Any, world_size: int, out: Optional[PathLike] = None, *
               + (", layouts/" if any(e["owner"] for e in manifest_tables.values()) else "")
               + " and its rank-<r>/ folder; of the prepared folder, neither x.npy nor store/", flush=True)
     return out
+
+
+def _check_shards_out(out: Path) -> None:
+    """OutputFolderError unless `out` is absent, empty or an earlier shards folder (its shards.json): a folder
+    check_output accepts may be another ibp-graph output, e.g. a prepared data set, which write_shards would
+    replace."""
+    if out.is_dir() and not out.is_symlink() and any(out.iterdir()) and not (out / SHARDS_MANIFEST).is_file():
+        names = sorted(p.name + ("/" if p.is_dir() else "") for p in out.iterdir())
+        held = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        raise OutputFolderError(f"out={str(out)!r} holds {held} and no {SHARDS_MANIFEST}: it is not a shards "
+                                "folder, which write_shards would replace; it writes only into an absent or empty "
+                                "folder or earlier shards, and nothing was changed: pass a new or empty folder")
 
 
 def _stats_entry(table: EncodedTable) -> dict:
@@ -474,7 +523,7 @@ def load_shard(directory: PathLike, rank: int, table: Optional[str] = None, *,
     run's rank count, refused when the shards were written for another. The shard's meta.json and
     checksums.json must be the ones shards.json recorded for this rank and table (ShardChecksumError
     naming them otherwise: a shard swapped, replaced or damaged), and its files their checksums (`verify`,
-    as EncodedTable.load).
+    as EncodedTable.load). The shard records `rank` (`shard_rank`): a ShardedSource of another rank refuses it.
     """
     check_mode(verify)
     d = Path(directory)
@@ -515,6 +564,7 @@ def load_shard(directory: PathLike, rank: int, table: Optional[str] = None, *,
     if got != want:
         raise ShardManifestError(f"{sd}: rank {rank}'s shard of table {table!r} holds codec, fingerprint, shape, "
                                  f"dtype {got}; {SHARDS_MANIFEST} records {want}")
+    shard.shard_rank = rank
     return shard, layout
 
 
@@ -523,5 +573,5 @@ def shard_tables(directory: PathLike) -> list[str]:
     return sorted(read_shards_manifest(directory)["tables"])
 
 
-__all__ = ["ShardLayout", "shard_of", "write_shards", "load_shard", "read_shards_manifest", "shard_tables",
-           "table_input", "prepared_kind", "shard_dir", "default_shards_dir", "ShardChecksumError", "ShardManifestError", "SHARDS_MANIFEST"]
+__all__ = ["ShardLayout", "shard_of", "shard_rank", "check_rank", "write_shards", "load_shard", "read_shards_manifest",
+           "shard_tables", "table_input", "prepared_kind", "shard_dir", "default_shards_dir", "ShardChecksumError", "ShardManifestError", "SHARDS_MANIFEST"]

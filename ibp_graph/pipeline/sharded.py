@@ -36,7 +36,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from ..data.shards import ShardLayout
+from ..data.shards import ShardLayout, check_rank, shard_rank
 from ..data.store import EncodedTable
 from ..layout.errors import CorruptPayloadError
 from ..layout.rows import check_offsets_array, check_row_index, offsets_from_lengths, padded_size
@@ -48,9 +48,18 @@ from .stats import Tally
 
 #: seconds a collective of the exchange waits for a silent rank before ShardExchangeError.
 DEFAULT_TIMEOUT = 300.0
+#: the longest `timeout` accepted (about 116 days): gloo takes it in int64 milliseconds, and a wait of more
+#: than that is no timeout at all.
+MAX_TIMEOUT = 1e7
 #: buffers a ShardedSource's pool remembers: per batch in flight (the decode stage's prefetch of 2, and the
 #: one being decoded) its received, own and host-tier rows, plus the decoded batch held and the one made.
 BUFFERS_KEPT = 12
+
+
+#: how a rank gets its own shard (the usual mistake: LOCAL_RANK, which starts at 0 again on every host).
+_OWN_SHARD = ("every rank must serve its own shard: load_shard(directory, rank) or shard_of(store, layout, rank) "
+              "with the global rank (torch.distributed.get_rank(), torchrun's RANK), not LOCAL_RANK, which is the "
+              "same on every host")
 
 
 class ShardExchangeError(RuntimeError):
@@ -62,8 +71,8 @@ class ShardExchange:
     the default group at `start`, which every rank must call in the same order)."""
 
     def __init__(self, group: Any = None, *, timeout: float = DEFAULT_TIMEOUT):
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-            raise ValueError(f"timeout={timeout!r} is not accepted; use seconds > 0")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_TIMEOUT:
+            raise ValueError(f"timeout={timeout!r} is not accepted; use seconds in (0, {MAX_TIMEOUT:g}]")
         self.group, self.timeout = group, float(timeout)
         self.rank = self.world_size = None
 
@@ -289,7 +298,10 @@ class ShardedSource(FeatureSource):
     `device_cache_bytes`: budgets of hot remote rows kept compressed in host memory and, for a loader
     that serves a GPU, in device memory (RemoteCache); `hotness`: a score per node (array, or a function
     returning one; default: set by the loader from the graph's in-degrees). `rank`: this rank in the
-    exchange's group (default: torch.distributed's rank, read at the first batch)."""
+    exchange's group (default: torch.distributed's rank, read at the first batch). A shard that records
+    whose rows it holds (data.shards.shard_rank: `shard_of`, `load_shard`) must be this rank's: another
+    rank's is refused here when `rank` is given, else at the first batch on every rank (the set-up's
+    all-gather, which also names ranks holding the same shard)."""
 
     delivers = COMPRESSED
     served = True
@@ -318,11 +330,28 @@ class ShardedSource(FeatureSource):
 
     @staticmethod
     def _check_rank(shard: EncodedTable, layout: ShardLayout, rank: int) -> None:
-        if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < layout.world_size:
-            raise ValueError(f"rank={rank!r} is not accepted; use an int in [0, world_size={layout.world_size})")
+        rank = check_rank(rank, layout.world_size)
         if shard.n_rows != layout.counts[rank]:
             raise ValueError(f"the shard has {shard.n_rows} rows; the layout gives rank {rank} "
                              f"{int(layout.counts[rank])} of {layout.num_rows}: a shard of another rank or layout")
+        held = shard_rank(shard)
+        if held is not None and held != rank:
+            raise ValueError(f"rank={rank} was given a shard of rank {held}'s rows; {_OWN_SHARD}")
+
+    def _check_ranks(self, held: list, rows: list) -> None:
+        """ValueError on every rank (what the set-up's all-gather gave each: `held`, the rank whose shard
+        each holds, None for a shard that records none; `rows`, its row count) unless each holds its own."""
+        wrong = [f"rank {r} holds rank {h}'s shard" for r, h in enumerate(held) if h is not None and h != r]
+        if wrong:
+            same = [f"ranks {[r for r, g in enumerate(held) if g == h]} hold the same shard, rank {h}'s"
+                    for h in sorted({h for h in held if h is not None}) if held.count(h) > 1]
+            raise ValueError(f"rank {self.rank}: {'; '.join(same + wrong)}; {_OWN_SHARD}")
+        counts = self.layout.counts
+        bad = [r for r, n in enumerate(rows) if n != counts[r]]
+        if bad:
+            raise ValueError(f"rank {self.rank}: rank {bad[0]}'s shard has {rows[bad[0]]} rows; the layout gives "
+                             f"rank {bad[0]} {int(counts[bad[0]])} of {self.layout.num_rows}: a shard of another "
+                             "rank or layout")
 
     shape = property(lambda self: (self.layout.num_rows,) + tuple(self.shard.shape[1:]))
     dtype = property(lambda self: self.shard.dtype)
@@ -361,17 +390,20 @@ class ShardedSource(FeatureSource):
             raise ValueError(f"the layout has world_size={self.layout.world_size}; the process group has "
                              f"{ex.world_size} ranks")
         if self.rank is None:
-            self._check_rank(self.shard, self.layout, ex.rank)
             self.rank = ex.rank
         elif self.rank != ex.rank:
             raise ValueError(f"rank={self.rank} was given; this process is rank {ex.rank} of the exchange's group")
         mine = self.describe()
-        for r, theirs in enumerate(ex.all_gather(mine, "set-up")):
+        # whose rows each rank's shard holds is checked after the all-gather, so that every rank raises (a rank
+        # raising alone would leave the others waiting for it until `timeout`)
+        gathered = ex.all_gather((mine, shard_rank(self.shard), self.shard.n_rows), "set-up")
+        for r, (theirs, _, _) in enumerate(gathered):
             diff = sorted(k for k in mine if theirs[k] != mine[k])
             if diff:
                 raise ValueError(f"rank {r}'s sharded table differs from rank {self.rank}'s in {diff}: "
                                  f"{ {k: theirs[k] for k in diff} } vs { {k: mine[k] for k in diff} }; every rank "
                                  "needs shards of one layout, encoded with one codec (ibp-graph prepare --shards)")
+        self._check_ranks([h for _, h, _ in gathered], [n for _, _, n in gathered])
         self.cache = self._fill_cache().to(device)
         self._device = device
 

@@ -47,6 +47,18 @@ def test_metis_errors_name_what_is_accepted(monkeypatch):
     with pytest.raises(ValueError, match="world_size=4 is more than the graph's 3 nodes"):
         metis_layout(indptr, indices, 3, 4)
     assert metis_layout(indptr, indices, 3, 1).counts.tolist() == [3]
+    # a CSC that is not one of num_nodes nodes: named before numpy or METIS meets it
+    indptr, indices = np.asarray(indptr), np.asarray(indices)
+    with pytest.raises(IndexError, match=r"indices contains 7, outside the valid range \[0, num_nodes=3\)"):
+        metis_layout(indptr, np.where(indices == 1, 7, indices), 3, 2)
+    with pytest.raises(ValueError, match=r"indptr has shape \(3,\) .*accepted: a 1-d integer array of num_nodes "
+                                         r"\+ 1 = 4 offsets"):
+        metis_layout(indptr[:-1], indices, 3, 2)
+    with pytest.raises(ValueError, match=r"indptr runs from 0 to 2; accepted: non-decreasing offsets from 0 to "
+                                         r"the 1 entries of indices"):
+        metis_layout(indptr, indices[:1], 3, 2)
+    with pytest.raises(ValueError, match=r"num_nodes='3' is not accepted; use an int >= 0"):
+        metis_layout(indptr, indices, "3", 2)
     monkeypatch.setitem(sys.modules, "pymetis", None)
     with pytest.raises(ImportError, match=r"pip install 'ibp-graph\[metis\]'"):
         metis_layout(indptr, indices, 3, 2)

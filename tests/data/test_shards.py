@@ -1,6 +1,7 @@
 """Sharded feature tables: ShardLayout (which rank holds which row), and shards on disk (write_shards,
 load_shard): bit-exact round trips, and every swapped, damaged or inconsistent file refused by name."""
 import json
+import re
 import shutil
 
 import numpy as np
@@ -15,9 +16,10 @@ from ibp_graph.data.maggen import MagSpec
 from ibp_graph.data.prepared import PreparedDataset
 from ibp_graph.data.input_stats import SAMPLE_ROWS, feature_stats, from_hex, to_hex
 from ibp_graph.data.shards import (SHARDS_MANIFEST, ShardChecksumError, ShardLayout, ShardManifestError,
-                                   default_shards_dir, load_shard, shard_tables, table_input, write_shards)
+                                   default_shards_dir, load_shard, shard_of, shard_rank, shard_tables, table_input,
+                                   write_shards)
 from ibp_graph.data.store import EncodedTable
-from ibp_graph.files import is_own_output
+from ibp_graph.files import OutputFolderError, is_own_output
 
 
 # ---- ShardLayout -------------------------------------------------------------------------------------------
@@ -57,6 +59,20 @@ def test_layout_errors_name_the_argument_and_what_is_accepted():
         ShardLayout.contiguous(5, 2).locate(np.array([5]))
     with pytest.raises(ValueError, match=r"rank=2 is not accepted; use an int in \[0, world_size=2\)"):
         ShardLayout.contiguous(5, 2).rows_of(2)
+    for owner in (np.zeros((3, 2), np.int64), np.int64(3)):  # not 1-d: named by its shape, not as num_rows=-1
+        with pytest.raises(ValueError, match=rf"owner has shape {re.escape(str(owner.shape))}; accepted: a 1-d "
+                                             "integer array"):
+            ShardLayout.from_assignment(owner, 2)
+
+
+@pytest.mark.parametrize("rank", [1.5, 1.0, "1", True, -1, 2])
+def test_a_rank_that_is_not_an_int_of_the_layout_is_refused_by_name(rank):
+    lay = ShardLayout.contiguous(10, 2)
+    store = EncodedTable.encode(torch.randn(10, 4), "identity", progress=False)
+    for call in (lambda: lay.rows_of(rank), lambda: shard_of(store, lay, rank)):
+        with pytest.raises(ValueError, match=rf"rank={re.escape(repr(rank))} is not accepted; use an int in "
+                                             r"\[0, world_size=2\)"):
+            call()
 
 
 # ---- shards on disk ----------------------------------------------------------------------------------------
@@ -80,6 +96,7 @@ def test_write_and_load_round_trip_bit_exact(tmp_path, codec):
     for r in range(3):
         shard, layout = load_shard(out, r, world_size=3, verify="full")
         assert layout == ShardLayout.contiguous(x.shape[0], 3)
+        assert shard_rank(shard) == r == shard_rank(shard_of(store, layout, r))  # whose rows it holds
         assert shard.codec.fingerprint == store.codec.fingerprint  # one codec, nothing re-encoded
         got = _rows(shard)
         want = x[torch.from_numpy(layout.rows_of(r))]
@@ -256,6 +273,39 @@ def test_wrong_rank_count_and_bad_arguments_are_refused(tmp_path):
     (tmp_path / "theirs" / "notes.txt").write_text("mine")
     with pytest.raises(ValueError, match="holds files ibp-graph did not write"):
         write_shards(store, 2, tmp_path / "theirs", progress=False)
+
+
+def test_write_shards_replaces_only_earlier_shards_and_never_a_prepared_folder(tmp_path):
+    """out= a prepared folder (ibp-graph's own output, so check_output alone accepts it) is refused, every file
+    of it kept, whether the source is a table opened from its store (its folder is an input) or one that
+    does not say where it came from; out= earlier shards is written again."""
+    d = graphgen.generate(GraphSpec(num_nodes=400, avg_citations=3.0, dim=8), tmp_path / "p", progress=False)
+    files = {p.relative_to(d): p.read_bytes() for p in d.rglob("*") if p.is_file()}
+    for verify in ("sample", "none"):  # "none": no checksum guard, so the table does not know its folder
+        store = EncodedTable.load(d / "store" / "x", verify=verify)
+        for out in (d, d / "store", d / "store" / "x"):
+            with pytest.raises(OutputFolderError, match=re.escape(str(out))):
+                write_shards(store, 2, out, progress=False)
+    with pytest.raises(OutputFolderError, match=rf"out='{re.escape(str(d))}' holds .*meta.json.* and no shards.json: "
+                                                "it is not a shards folder"):
+        write_shards(EncodedTable.load(d / "store" / "x", verify="none"), 2, d, progress=False)
+    assert {p.relative_to(d): p.read_bytes() for p in d.rglob("*") if p.is_file()} == files  # nothing lost
+    PreparedDataset.load(d)
+    _, other = _table(n=400, dim=8)
+    out = write_shards(other, 2, tmp_path / "s", progress=False)
+    out = write_shards(other, 2, out, progress=False)  # its own earlier shards: replaced
+    assert shard_tables(out) == ["x"] and load_shard(out, 1)[0].n_rows == 200
+
+
+def test_a_layouts_key_that_names_no_table_is_refused(tmp_path):
+    _, store = _table(n=100)
+    lay = ShardLayout.from_assignment(np.arange(100) % 2, 2)
+    with pytest.raises(ValueError, match=r"layouts\['papers'\] names no table of the source; its tables are "
+                                         r"\['paper'\]"):
+        write_shards({"paper": store}, 2, tmp_path / "s", layouts={"papers": lay}, progress=False)
+    with pytest.raises(TypeError, match="layouts must be a mapping of table names to ShardLayouts, got list"):
+        write_shards({"paper": store}, 2, tmp_path / "s", layouts=[lay], progress=False)
+    assert not (tmp_path / "s").exists()
 
 
 def test_a_prepared_folder_gets_its_shards_inside_it(tmp_path, capsys):

@@ -131,6 +131,28 @@ def uneven(rank, world):
     return CompressedNeighborLoader(data, num_neighbors=[3], batch_size=64, input_nodes=seeds, codec="ibp"), []
 
 
+def other_shard(rank, world, holds):
+    """Rank r opens rank holds(r)'s shard from disk (rank 0 writes the shards first), e.g. load_shard(d,
+    LOCAL_RANK) on hosts of one rank each: an even split gives every shard the same rows count, so only the
+    rank the shard records tells them apart. Refused on every rank at the first batch."""
+    import torch.distributed as dist
+
+    from ibp_graph.data.shards import load_shard, write_shards
+    from ibp_graph.data.store import EncodedTable
+    from ibp_graph.loaders.pyg import CompressedNeighborLoader
+    from ibp_graph.pipeline.sharded import ShardedSource
+
+    data = graph()
+    d = os.path.join(sys.argv[5], "shards")
+    if rank == 0:
+        write_shards(EncodedTable.encode(data.x, "ibp", progress=False), world, d, progress=False)
+    dist.barrier()
+    shard, layout = load_shard(d, holds(rank), world_size=world)
+    data.x = ShardedSource(shard, layout, timeout=60)  # the rank: torch.distributed's, at the first batch
+    seeds = torch.arange(128)
+    return CompressedNeighborLoader(data, num_neighbors=[3], batch_size=64, input_nodes=seeds, codec="ibp"), []
+
+
 def dies(rank, world):
     """Rank 1 dies after its first batch; rank 0 goes on and must get ShardExchangeError, not hang."""
     ours, ref = pyg_homo(rank, world)
@@ -187,7 +209,9 @@ CASES = {"pyg_homo": pyg_homo, "pyg_homo_cache": lambda r, w: pyg_homo(r, w, cac
                                                 device="cuda"),
          "pyg_homo_ebp_cuda": lambda r, w: pyg_homo(r, w, codec="ebp", device="cuda"),
          "pyg_hetero_cache_cuda": lambda r, w: pyg_hetero(r, w, device_cache_bytes=3000, device="cuda"),
-         "pyg_link": pyg_link, "uneven": uneven, "dies": dies, "mismatch": mismatch, "bad_ids": bad_ids, "corrupt": corrupt}
+         "pyg_link": pyg_link, "uneven": uneven,
+         "all_rank_0": lambda r, w: other_shard(r, w, lambda r: 0),
+         "swapped": lambda r, w: other_shard(r, w, lambda r: w - 1 - r), "dies": dies, "mismatch": mismatch, "bad_ids": bad_ids, "corrupt": corrupt}
 
 
 def main():

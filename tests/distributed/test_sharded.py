@@ -2,6 +2,7 @@
 loader's for the same seeds; a dead rank, a mismatched shard, bad ids and corrupt bytes are clear errors."""
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -95,6 +96,20 @@ def test_shards_of_another_codec_are_refused_at_the_first_batch(tmp_path):
         assert "differs" in err["message"] and "codec" in err["message"]
 
 
+@pytest.mark.parametrize("case, wrong", [
+    ("all_rank_0", ["ranks [0, 1] hold the same shard, rank 0's", "rank 1 holds rank 0's shard"]),
+    ("swapped", ["rank 0 holds rank 1's shard", "rank 1 holds rank 0's shard"])])
+def test_a_rank_serving_another_ranks_shard_is_refused_on_every_rank(case, wrong, tmp_path):
+    """Shards of equal row counts, opened by the wrong ranks (load_shard(d, LOCAL_RANK) on two hosts; swapped
+    ranks): every rank raises at the set-up, naming whose shard each holds and the likely cause, instead of
+    serving other rows (or one rank raising alone and the other waiting for it)."""
+    for r, res in enumerate(run_ranks(case, tmp_path, timeout=120)):
+        err = res.get("error")
+        assert err is not None and err["type"] == "ValueError", res
+        assert err["message"].startswith(f"rank {r}: ") and "not LOCAL_RANK" in err["message"], err
+        assert all(w in err["message"] for w in wrong), err
+
+
 def test_rows_asked_outside_a_shard_are_refused_naming_the_asking_rank(tmp_path):
     ranks = run_ranks("bad_ids", tmp_path)
     err = ranks[0].get("error")
@@ -143,6 +158,9 @@ def test_sharded_source_arguments_are_checked():
         ShardedSource(shard_of(store, ShardLayout.contiguous(10, 3), 0), layout, rank=1)
     with pytest.raises(ValueError, match="timeout=0 is not accepted"):
         ShardExchange(timeout=0)
+    for timeout in (float("inf"), 1e30):  # refused here, not as an OverflowError when the group is made
+        with pytest.raises(ValueError, match=re.escape(f"timeout={timeout!r} is not accepted; use seconds in (0, 1e+07]")):
+            ShardedSource(shard, layout, timeout=timeout)
     source = ShardedSource(shard, layout, rank=0)
     assert source.shape == (10, 4) and source.served and source.collective
     with pytest.raises(TypeError, match="served by the main process"):
@@ -152,6 +170,38 @@ def test_sharded_source_arguments_are_checked():
     if not torch.distributed.is_initialized():
         with pytest.raises(RuntimeError, match="needs torch.distributed initialized"):
             source.prepare("cpu")
+
+
+class GatherExchange:
+    """The set-up's all-gather of a world whose rank r holds rank held[r]'s shard (of this rank's rows count)."""
+
+    def __init__(self, rank, held):
+        self.rank, self.world_size, self.held = rank, len(held), held
+
+    def start(self):
+        pass
+
+    def all_gather(self, obj, what):
+        mine, _, rows = obj
+        return [(mine, h, rows) for h in self.held]
+
+
+def test_a_shard_of_another_rank_is_refused_at_construction_or_set_up():
+    """A shard records whose rows it holds (shard_of, load_shard): another rank's, of the same row count, is
+    refused when the rank is given, and at the set-up when it is read from the group, naming the ranks; a
+    shard made otherwise records none and is taken as before."""
+    store = EncodedTable.encode(torch.randn(10, 4), "ibp", progress=False)
+    layout = ShardLayout.contiguous(10, 2)  # 5 rows each: the row count cannot tell the shards apart
+    shard0 = shard_of(store, layout, 0)
+    with pytest.raises(ValueError, match=r"rank=1 was given a shard of rank 0's rows; .*not LOCAL_RANK"):
+        ShardedSource(shard0, layout, rank=1)
+    ShardedSource(shard0, layout, rank=0)
+    ShardedSource(EncodedTable(shard0.codec, shard0.compressed), layout, rank=1)  # no recorded rank: as before
+    with pytest.raises(ValueError, match=r"rank 1: ranks \[0, 1\] hold the same shard, rank 0's; rank 1 holds "
+                                         r"rank 0's shard; every rank must serve its own shard: .*not LOCAL_RANK"):
+        ShardedSource(shard0, layout, exchange=GatherExchange(1, [0, 0])).prepare("cpu")
+    with pytest.raises(ValueError, match=r"rank 0: rank 0 holds rank 1's shard; rank 1 holds rank 0's shard"):
+        ShardedSource(shard_of(store, layout, 1), layout, exchange=GatherExchange(0, [1, 0])).prepare("cpu")
 
 
 def test_shard_counts_reach_the_stats():
