@@ -144,8 +144,10 @@ class _SampledLoader(_common.Codecs):
             sample()
 
     def _own_tables(self) -> dict:
-        """1-d samples of the tensors the loader's batches carry besides the graph's (their groups need codecs)."""
-        return {}
+        """1-d samples of the tensors the loader's batches carry besides the graph's (their groups need codecs):
+        a given input_id, in its own dtype (PyG only indexes it)."""
+        input_id = self.input_data.input_id
+        return {} if input_id is None else {INPUT_ID: input_id.reshape(-1)}
 
     def _with_own_codecs(self, codecs: dict) -> dict:
         """`codecs` (the kind's), with codecs for the groups only the loader's own tensors form."""
@@ -388,7 +390,10 @@ class CompressedLinkNeighborLoader(_SampledLoader, LinkNeighborLoader):
     ``num_sampled_edges``, per type for a HeteroData), ``input_id`` (the seed edges' positions, or the given
     `input_id`), and ``edge_label_index`` (local ids), ``edge_label``, ``edge_label_time`` (binary or no
     negatives) or ``src_index``, ``dst_pos_index``, ``dst_neg_index``, ``seed_time`` (triplet; on the
-    endpoints' node types for a HeteroData). `codec`, `device`, `prefetch`, `features`, `device_cache`,
+    endpoints' node types for a HeteroData), read, as in PyG, from the metadata `transform_sampler_output`
+    leaves on PyG's SamplerOutput (it gets ``(input_id, edge_label_index, edge_label, edge_label_time)``, triplet
+    ``(input_id, src_index, dst_pos_index, dst_neg_index, seed_time)``); link fields the graph stores (e.g.
+    RandomLinkSplit's) are replaced by the batch's. `codec`, `device`, `prefetch`, `features`, `device_cache`,
     `rank` and `world_size` are ours, as in CompressedNeighborLoader; the rest go to DataLoader.
     """
 
@@ -428,7 +433,11 @@ class CompressedLinkNeighborLoader(_SampledLoader, LinkNeighborLoader):
             raise ValueError(f"edge_label_time is {'set' if edge_label_time is not None else 'None'} but time_attr "
                              f"is {time_attr!r} (as in PyG); accepted: both (temporal sampling) or neither")
         if neg_sampling_ratio is not None and neg_sampling_ratio != 0.0:  # PyG's deprecated form of binary
-            neg_sampling = LinkNegatives("binary", neg_sampling_ratio)
+            try:
+                neg_sampling = LinkNegatives("binary", neg_sampling_ratio)
+            except (TypeError, ValueError) as err:
+                raise type(err)(f"neg_sampling_ratio={neg_sampling_ratio!r} is not accepted; use None, 0 (no "
+                                "negatives) or a finite int or float > 0 (binary negatives per positive)") from None
         neg = LinkNegatives.cast(neg_sampling)
         self.edge_label_index = edge_label_index
         batch_size = self._setup(**{name: value for name, value in locals().items() if name in _SHARED})
@@ -438,7 +447,7 @@ class CompressedLinkNeighborLoader(_SampledLoader, LinkNeighborLoader):
         label = _per_input(prepare_edge_label(edge_label, neg), num_edges, "edge_label", "one label per seed edge",
                            rows=True)
         edge_label_time = _per_input(edge_label_time, num_edges, "edge_label_time", "one time per seed edge")
-        input_id = _per_input(self.input_id, num_edges, "input_id", "one id per seed edge", rows=True)
+        input_id = _per_input(self.input_id, num_edges, "input_id", "one id per seed edge")
         self._neg, self.input_time = neg, None
         self.neg_sampling = None if neg is None else NegativeSampling(  # PyG's record, which its helpers read
             neg.mode, neg.amount, *(None if w is None else torch.from_numpy(w.copy())
@@ -456,7 +465,8 @@ class CompressedLinkNeighborLoader(_SampledLoader, LinkNeighborLoader):
         node_time = kind.node_times(edge_type) if self._neg is not None else (None, None)
         return LinkPlanner(inner, inputs.row, inputs.col, num_src_nodes=num_src, num_dst_nodes=num_dst,
                            edge_type=edge_type, edge_label=inputs.label, edge_label_time=inputs.time,
-                           neg_sampling=self._neg, node_time=node_time, post_sample=self._post_sample)
+                           neg_sampling=self._neg, node_time=node_time,
+                           post_sample=None if self._post_sample is None else self._post_sample.with_metadata)
 
     def _own_tables(self) -> dict:
         """The labels (binary: with a negative's zero) and times the link fields carry, flattened."""
@@ -464,7 +474,7 @@ class CompressedLinkNeighborLoader(_SampledLoader, LinkNeighborLoader):
         if neg is not None and neg.is_binary:
             label = torch.ones(1) if label is None else label
             label = torch.cat([label.reshape(-1), label.new_zeros(1)])
-        own = {} if label is None else {link_name("edge_label"): label.reshape(-1)}
+        own = {**super()._own_tables(), **({} if label is None else {link_name("edge_label"): label.reshape(-1)})}
         return own if time is None else {**own, link_name("edge_label_time"): time.reshape(-1)}
 
     def _warm(self, num_workers: int) -> None:
@@ -520,7 +530,7 @@ class _Homo(_Kind):
 
     def __init__(self, loader: CompressedNeighborLoader, data, time_attr: Optional[str], weight_attr: Optional[str]):
         self.attach(loader)
-        graph, self.node_attrs, self.edge_attrs, self.graph_attrs = _graph_and_attrs(data)
+        graph, self.node_attrs, self.edge_attrs, self.graph_attrs, self.dims = _graph_and_attrs(data)
         # PyG sets a batch's num_nodes when the graph's was set, and for a feature store with attributes
         self.set_num_nodes = (isinstance(data, Data) and "num_nodes" in data) or (
             is_store_pair(data) and bool(self.node_attrs))
@@ -540,6 +550,11 @@ class _Homo(_Kind):
     def seed_edges(self, edge_label_index) -> tuple[None, torch.Tensor, torch.Tensor]:
         """LinkLoader's seed edges: `edge_label_index` ([2, E], or ``(edge type, None | [2, E])`` as PyG takes for
         remote stores), None: the graph's edges; (None, sources, destinations)."""
+        if isinstance(edge_label_index, (tuple, list)) and edge_label_index and \
+                all(isinstance(t, str) for t in edge_label_index):
+            raise ValueError(f"edge_label_index={edge_label_index!r} is an edge type, which a homogeneous graph does "
+                             "not have; accepted: None (the graph's edges), a [2, E] tensor of (source, "
+                             "destination) ids, or (edge type, None | [2, E] tensor)")
         if isinstance(edge_label_index, (tuple, list)) and len(edge_label_index) == 2 and \
                 isinstance(edge_label_index[0], (tuple, str)):
             edge_label_index = edge_label_index[1]
@@ -564,8 +579,8 @@ class _Homo(_Kind):
 
     def read_again(self, data: Data) -> dict:
         """The attributes of `data` read as the constructor reads them (the graph stays); the codecs."""
-        node, edge, self.graph_attrs = _split(data, "data.{}".format, self.graph.num_nodes, self.graph.num_edges,
-                                              (EncodedTable, FeatureSource))
+        node, edge, self.graph_attrs, self.dims = _split(data, "data.{}".format, self.graph.num_nodes,
+                                                         self.graph.num_edges, (EncodedTable, FeatureSource))
         self.node_attrs = node
         self.edge_attrs = {**({ADJ_T: self.edge_attrs[ADJ_T]} if ADJ_T in self.edge_attrs else {}), **edge}
         self.set_num_nodes = "num_nodes" in data
@@ -580,7 +595,7 @@ class _Homo(_Kind):
 
     def to_batch(self, batch: DecodedBatch) -> Data:
         """NeighborLoader's Data: the named tensors, and its fields from the batch's meta."""
-        tensors = dict(batch)
+        tensors = {k: _cat_back(v, self.dims.get(k)) for k, v in batch.items()}
         if ADJ_T in tensors:  # the graph came as adj_t: so do the batches (PyG's filter_edge_store_)
             n = batch.meta["num_nodes"]
             tensors[ADJ_T] = _common.to_adj_t(tensors.pop("edge_index"), tensors[ADJ_T], n, n)
@@ -722,7 +737,7 @@ class _Hetero(_Kind):
         out = HeteroData(**g.graph_attrs)
         for t in g.node_types:
             store = out[t]
-            store.update({**g.node_other[t], **{a: batch[node_name(t, a)] for a in g.node_attrs[t]}})
+            store.update({**g.node_other[t], **{a: g.gathered(t, a, batch[node_name(t, a)]) for a in g.node_attrs[t]}})
             if "n_id" not in g.node_attrs[t]:
                 store.n_id = batch[node_name(t, "n_id")]
             if t in g.num_nodes_set:
@@ -737,7 +752,7 @@ class _Hetero(_Kind):
             edge_index = batch[edge_name(e, "edge_index")].view(2, -1)
             for attr in g.edge_attrs[e]:  # absent where the subgraph's edges have no ids
                 if edge_name(e, attr) in batch:
-                    store[attr] = batch[edge_name(e, attr)]
+                    store[attr] = g.gathered(e, attr, batch[edge_name(e, attr)])
             if ADJ_T in g.edge_attrs[e]:  # the type came as adj_t: so does the batch (PyG's filter_edge_store_)
                 store.adj_t = _common.to_adj_t(edge_index, store.adj_t, out[e[0]].n_id.numel(),
                                                out[e[2]].n_id.numel())
@@ -763,19 +778,24 @@ class _PostSample:
         self.bidirectional, self.transform = bidirectional, transform
 
     def __call__(self, out: HeteroSamplerOutput) -> HeteroSamplerOutput:
+        return self.with_metadata(out, None)[0]
+
+    def with_metadata(self, out: HeteroSamplerOutput, metadata: Any) -> tuple[HeteroSamplerOutput, Any]:
+        """`out` mapped, with PyG's `metadata` on the output the transform gets (a link batch's: PyG's
+        edge_sample), and the metadata the transform left there."""
         fields = dict(node=out.node, row=out.row, col=out.col, edge=out.edge, batch=out.batch,
                       num_sampled_nodes=out.num_sampled_nodes, num_sampled_edges=out.num_sampled_edges)
         homogeneous = list(out.node) == [None]  # a homogeneous graph's output, typed as its one type
         if homogeneous:
             fields = {k: None if v is None else v[None] for k, v in fields.items()}
-        pyg = (PyGSamplerOutput if homogeneous else PyGHeteroSamplerOutput)(**fields)
+        pyg = (PyGSamplerOutput if homogeneous else PyGHeteroSamplerOutput)(**fields, metadata=metadata)
         if self.bidirectional:
             pyg = pyg.to_bidirectional(keep_orig_edges=False)
         if self.transform is not None:
             pyg = self.transform(pyg)
         if homogeneous:
-            return one_type(pyg)
-        return HeteroSamplerOutput(**{k: getattr(pyg, k) for k in fields})
+            return one_type(pyg), pyg.metadata
+        return HeteroSamplerOutput(**{k: getattr(pyg, k) for k in fields}), pyg.metadata
 
 
 def _snapshot(data) -> Optional[tuple]:
@@ -888,11 +908,12 @@ def _input_time(input_time, seeds: torch.Tensor) -> Optional[torch.Tensor]:
 
 
 def _split(store, name: Callable[[str], str], num_nodes: Optional[int], num_edges: Optional[int],
-           stored: tuple = (EncodedTable,)) -> tuple[dict, dict, dict]:
+           stored: tuple = (EncodedTable,)) -> tuple[dict, dict, dict, dict]:
     """A PyG store's node tables (with `num_nodes`: PyG's node attributes, `stored` tables), edge tables
-    (with `num_edges`) as CPU tensors or numpy views, and the other attributes, kept as given; `name`
-    gives an attribute's name in messages."""
-    node, edge, other = {}, {}, {}
+    (with `num_edges`) as CPU tensors or numpy views, the other attributes, kept as given, and the dimension
+    PyG selects each table along where it is not 0 (an index, e.g. a stored ``edge_label_index`` [2, L]:
+    its table has that dimension first, `_cat_back` restores it); `name` gives an attribute's name in messages."""
+    node, edge, other, dims = {}, {}, {}, {}
     # PyG counts a store's nodes from its tensors; tables it cannot read (stores, sources) hide the count
     # from it, and then a tensor with one row per node is a node attribute by PyG's own rule (is_node_attr)
     hidden = num_nodes is not None and "num_nodes" not in store and any(isinstance(v, stored) for v in store.values())
@@ -900,7 +921,12 @@ def _split(store, name: Callable[[str], str], num_nodes: Optional[int], num_edge
         if key in ("edge_index", "num_nodes", ADJ_T):
             continue
         table = isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim > 0
-        per_node = hidden and table and value.shape[0] == num_nodes and (num_nodes != num_edges or "edge" not in key)
+        dim = _cat_dim(store, key, value) if table else 0
+        table = table and dim is not None  # PyG selects a sparse adj along no one dimension: graph-level
+        count = value.shape[dim] if table else None  # the nodes (edges) PyG selects along `dim`
+        per_node = hidden and table and count == num_nodes and (num_nodes != num_edges or "edge" not in key)
+        if table and dim:
+            value = torch.as_tensor(value).movedim(dim, 0)
         if num_nodes is not None and (isinstance(value, stored) or table and (
                 key in _common.NODE_KEYS or per_node or store.is_node_attr(key))):
             # node features by name (x, pos) whose row count does not match num_nodes would
@@ -910,11 +936,27 @@ def _split(store, name: Callable[[str], str], num_nodes: Optional[int], num_edge
         elif num_nodes is not None and isinstance(value, (list, tuple)) and len(value) == num_nodes:
             raise TypeError(f"{name(key)} is a {type(value).__name__} of one entry per node; the loader "
                             "gathers node attributes from tensors or numpy arrays only")
-        elif num_edges is not None and table and store.is_edge_attr(key) and value.shape[0] == num_edges:
+        elif num_edges is not None and table and store.is_edge_attr(key) and count == num_edges:
             edge[key] = _common.host_rows(value, name(key))
         else:
-            other[key] = value  # graph-level: every batch keeps it unchanged, as PyG's filter_data
-    return node, edge, other
+            other[key] = store[key]  # graph-level: every batch keeps it unchanged, as PyG's filter_data
+            continue
+        if dim:
+            dims[key] = dim
+    return node, edge, other, dims
+
+
+def _cat_dim(store, key: str, value) -> Optional[int]:
+    """The dimension PyG's filter_data selects `value` (attribute `key` of `store`) along: its ``__cat_dim__``
+    (-1 for an index or face), made non-negative; None where that is not one dimension (a sparse adj)."""
+    storage = store._store if isinstance(store, Data) else store
+    dim = storage._parent().__cat_dim__(key, value, storage)
+    return dim % value.ndim if isinstance(dim, int) else None
+
+
+def _cat_back(value: torch.Tensor, dim: Optional[int]) -> torch.Tensor:
+    """A gathered table of an attribute PyG selects along `dim` (`_split`'s dims), in the attribute's layout."""
+    return value if not dim else value.movedim(0, dim).contiguous()
 
 
 def _edge_weight(data, weight_attr: Optional[str], num_edges: int) -> Optional[torch.Tensor]:
@@ -951,16 +993,16 @@ def _times(data, time_attr: Optional[str], num_nodes: int, num_edges: int, node_
                      f"({num_edges},) attribute of data; accepted: the name of one-dimensional times")
 
 
-def _graph_and_attrs(data) -> tuple[CSCGraph, dict, dict, dict]:
+def _graph_and_attrs(data) -> tuple[CSCGraph, dict, dict, dict, dict]:
     """The graph to sample from; node- and edge-level attributes (on the CPU; tensors contiguous,
-    numpy arrays as views); graph-level attributes (everything else, kept as given)."""
+    numpy arrays as views); graph-level attributes (everything else, kept as given); `_split`'s dims."""
     if is_store_pair(data):
         stores = read_stores(data)
         csc = stores.csc.get(None)
         num_nodes = stores.num_nodes.get(None, 0)
         graph = CSCGraph.from_edge_index(torch.zeros((2, 0), dtype=torch.int64), num_nodes) if csc is None else \
             CSCGraph(csc.indptr, csc.indices, csc.e_id)
-        return graph, stores.features.get(None, {}), {}, {}
+        return graph, stores.features.get(None, {}), {}, {}, {}
     if isinstance(data, tuple):
         if len(data) != 2 or not isinstance(data[1], CSCGraph) or not hasattr(data[0], "items"):
             raise TypeError("data as a tuple must be (features: dict of node attributes, graph: CSCGraph), "
@@ -971,7 +1013,7 @@ def _graph_and_attrs(data) -> tuple[CSCGraph, dict, dict, dict]:
                                accepted=(torch.Tensor, EncodedTable, FeatureSource),
                                what="a tensor or an EncodedTable (or a FeatureSource: ibp_graph.pipeline.sources)")
             node[key] = value if isinstance(value, (EncodedTable, FeatureSource)) else value.contiguous()
-        return graph, node, {}, {}
+        return graph, node, {}, {}, {}
     if not isinstance(data, Data):
         raise TypeError(f"data must be a torch_geometric.data.Data or HeteroData, a (features, CSCGraph) "
                         "tuple, per-type (features, {edge type: TypedCSC}[, num_nodes]) or a (FeatureStore, "
@@ -989,8 +1031,8 @@ def _graph_and_attrs(data) -> tuple[CSCGraph, dict, dict, dict]:
         edge_index = torch.zeros((2, 0), dtype=torch.int64) if edge_index is None else edge_index
         num_edges = int(edge_index.shape[1])
         graph = CSCGraph.from_edge_index(edge_index, num_nodes)
-    node, more, other = _split(data, "data.{}".format, num_nodes, num_edges, (EncodedTable, FeatureSource))
-    return graph, node, {**edge, **more}, other
+    node, more, other, dims = _split(data, "data.{}".format, num_nodes, num_edges, (EncodedTable, FeatureSource))
+    return graph, node, {**edge, **more}, other, dims
 
 
 class _HeteroGraph:
@@ -1010,6 +1052,7 @@ class _HeteroGraph:
         self.edge_attrs: dict[EdgeType, dict] = {}
         self.edge_other: dict[EdgeType, dict] = {}
         self.graph_attrs: dict = {}
+        self.dims: dict = {}  # per node or edge type, _split's dims
         if isinstance(data, HeteroData):
             self._read_hetero_data(data, dict(counts or {}))
         elif is_store_pair(data):
@@ -1047,8 +1090,8 @@ class _HeteroGraph:
                 raise ValueError(f"data[{t!r}].num_nodes is None and cannot be inferred; accepted: node "
                                  "type stores with node attributes or num_nodes set")
             self.num_nodes[t] = n
-            self.node_attrs[t], _, self.node_other[t] = _split(store, f"data[{t!r}].{{}}".format, n, None,
-                                                               (EncodedTable, FeatureSource))
+            self.node_attrs[t], _, self.node_other[t], self.dims[t] = _split(
+                store, f"data[{t!r}].{{}}".format, n, None, (EncodedTable, FeatureSource))
         for e in edge_types:
             store, (src, _, dst) = data[e], e
             edge = {}
@@ -1067,7 +1110,7 @@ class _HeteroGraph:
                 csc = TypedCSC.from_edge_index(ei, self.num_nodes[src], self.num_nodes[dst])
             except (TypeError, ValueError, IndexError) as err:
                 raise type(err)(f"data[{e!r}].edge_index: {err}") from None
-            _, attrs, other = _split(store, f"data[{e!r}].{{}}".format, None, int(ei.shape[1]))
+            _, attrs, other, self.dims[e] = _split(store, f"data[{e!r}].{{}}".format, None, int(ei.shape[1]))
             self._edge_type(e, csc, {**edge, **attrs}, other)
         self.graph_attrs = dict(data._global_store.items())
 
@@ -1128,6 +1171,10 @@ class _HeteroGraph:
             self._tables(t, n, features.get(t, {}).items(), "features")
         for e, csc in graph.items():
             self._edge_type(e, csc)
+
+    def gathered(self, t, attr: str, value: torch.Tensor) -> torch.Tensor:
+        """The batch's `attr` of node or edge type `t`, gathered as `value`, in the attribute's layout."""
+        return _cat_back(value, self.dims.get(t, {}).get(attr))
 
     def flat_tables(self) -> tuple[dict, dict]:
         """Node and edge attribute tables under their flat names (pipeline.plans.node_name / edge_name)."""

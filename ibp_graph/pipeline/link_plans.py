@@ -10,18 +10,23 @@ batch's size), their shapes in the meta's ``"link"`` entry.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
 
-from ..sampling.hetero import EdgeType
+from ..sampling.hetero import EdgeType, check_time
 from ..sampling.links import LinkSeeds, NegativeSampling, NodeTimes, link_seeds
 from .producer import BatchPlan
 from .requests import BatchRequest
 
 #: the link fields a batch may carry (PyG's LinkLoader), in the order they are put.
 LINK_FIELDS = ("edge_label_index", "edge_label", "edge_label_time", "src_index", "dst_pos_index", "dst_neg_index")
+#: the link fields in PyG's ``SamplerOutput.metadata`` after ``input_id`` (its edge_sample), without negatives or
+#: binary and triplet; the time is the triplet batch's ``seed_time``.
+METADATA_FIELDS = (("edge_label_index", "edge_label", "edge_label_time"),
+                   ("src_index", "dst_pos_index", "dst_neg_index", "edge_label_time"))
 
 
 def link_name(field: str) -> str:
@@ -35,7 +40,9 @@ class LinkPlanner:
     and planned by `planner`; `edge_type` is None for a homogeneous graph. `node_time` gives the
     (src, dst) node times negatives must respect (node-level temporal sampling). A disjoint sample's
     ``batch`` is taken modulo the batch's positives (PyG: the example each subgraph belongs to);
-    `post_sample` then maps the sampler output (PyG's bidirectional subgraph, transform_sampler_output)."""
+    `post_sample` then maps the sampler output and PyG's metadata of it, ``(input_id, *link fields)`` in
+    PyG's order (METADATA_FIELDS), to the batch's (PyG's bidirectional subgraph, transform_sampler_output):
+    ``post_sample(out, metadata) -> (out, metadata)``."""
 
     def __init__(self, planner: Any, src: torch.Tensor, dst: torch.Tensor, *, num_src_nodes: int,
                  num_dst_nodes: int, edge_type: Optional[EdgeType] = None, edge_label: Optional[torch.Tensor] = None,
@@ -44,6 +51,8 @@ class LinkPlanner:
         self.planner, self.src, self.dst = planner, src, dst
         self.num_src_nodes, self.num_dst_nodes, self.edge_type = num_src_nodes, num_dst_nodes, edge_type
         self.edge_label, self.edge_label_time, self.neg_sampling = edge_label, edge_label_time, neg_sampling
+        if edge_label_time is not None:  # once here, not at the batch holding a bad time
+            check_time("edge_label_time", edge_label_time, int(src.numel()))
         # checked once here, not at every batch (link_seeds takes NodeTimes as they are); one array serving
         # both ends (a homogeneous graph's) is checked once
         src_time, dst_time = node_time
@@ -79,13 +88,21 @@ class LinkPlanner:
             out.batch = {t: b % link.num_pos for t, b in out.batch.items()}
         return link, out
 
-    def sample(self, req: BatchRequest) -> tuple[LinkSeeds, Any]:
+    def sample(self, req: BatchRequest) -> tuple[LinkSeeds, Any, Optional[torch.Tensor]]:
+        """`req`'s link seeds, sampler output and input_id after `post_sample` (None: the inner planner's)."""
         link, out = self.draw(req)
-        return link, (out if self.post_sample is None else self.post_sample(out))
+        if self.post_sample is None:
+            return link, out, None
+        fields = METADATA_FIELDS[bool(self.neg_sampling is not None and self.neg_sampling.is_triplet)]
+        metadata = (self.planner.input_id(req),) + tuple(getattr(link, f) for f in fields)
+        out, metadata = self.post_sample(out, metadata)
+        # the batch's link fields are the metadata's, as PyG's LinkLoader.filter_fn reads them
+        return dataclasses.replace(link, **{f: metadata[i + 1] for i, f in enumerate(fields)}), out, metadata[0]
 
-    def plan(self, req: BatchRequest, sampled: tuple[LinkSeeds, Any]) -> tuple[BatchPlan, dict]:
-        link, out = sampled
-        plan, meta = self.planner.plan(req, out)
+    def plan(self, req: BatchRequest, sampled: tuple[LinkSeeds, Any, Optional[torch.Tensor]]
+             ) -> tuple[BatchPlan, dict]:
+        link, out, input_id = sampled
+        plan, meta = self.planner.plan(req, out, input_id=input_id)
         shapes = {}
         for field in LINK_FIELDS:
             value = getattr(link, field)

@@ -72,7 +72,13 @@ class HeteroPlanner:
         out = self.sampler.sample(self.input_type, self.input_nodes[req.index], seed=req.seed, seed_time=seed_time)
         return out if self.post_sample is None else self.post_sample(out)
 
-    def plan(self, req: BatchRequest, out: HeteroSamplerOutput) -> tuple[BatchPlan, dict]:
+    def input_id(self, req: BatchRequest) -> torch.Tensor:
+        """The ``input_id`` of `req`'s seeds: `input_ids` at its positions, else the positions."""
+        return req.index if self.input_ids is None else self.input_ids[req.index]
+
+    def plan(self, req: BatchRequest, out: HeteroSamplerOutput,
+             input_id: Optional[torch.Tensor] = None) -> tuple[BatchPlan, dict]:
+        """The plan of `out`, `req`'s sampled subgraph; `input_id`: the batch's where a transform gave it."""
         plan, empty = BatchPlan(), torch.empty(0, dtype=torch.int64)
         nodes = {t: out.node.get(t, empty) for t in self.sampler.node_types}
         edges = {e: (out.edge or {}).get(e) for e in self.sampler.edge_types}
@@ -87,7 +93,7 @@ class HeteroPlanner:
                 plan.put(edge_name(e, "e_id"), edges[e])
         for t in self.sampler.node_types if out.batch is not None else ():  # disjoint: each node's seed
             plan.put(node_name(t, "batch"), out.batch.get(t, empty))
-        plan.put(INPUT_ID, req.index if self.input_ids is None else self.input_ids[req.index])
+        plan.put(INPUT_ID, self.input_id(req) if input_id is None else input_id)
         if self.input_time is not None:
             plan.put(SEED_TIME, self.input_time[req.index])
         for attrs, ids, name in ((self.node_attrs, nodes, node_name), (self.edge_attrs, edges, edge_name)):

@@ -487,6 +487,31 @@ def test_input_id_follows_pyg_for_masks_and_ids(num_workers):
         assert torch.equal(everything, ids if expect_ids else torch.arange(ids.numel()))
 
 
+@pytest.mark.parametrize("hetero", [False, True])
+@pytest.mark.parametrize("dtype", [torch.int16, torch.int32, torch.float64, torch.bool])
+def test_given_input_id_keeps_its_dtype_as_pyg(dtype, hetero):
+    """PyG only indexes a given input_id: a batch's is input_id[positions], in the dtype it was given;
+    one of another shape is refused naming it."""
+    from torch_geometric.data import HeteroData
+
+    data = make_graph(300, 1000)
+    if hetero:
+        data = HeteroData({"paper": {"x": data.x}, ("paper", "cites", "paper"): {"edge_index": data.edge_index}})
+    ids = (torch.arange(300) % 3 == 0) if dtype == torch.bool else (torch.arange(300) * 7).to(dtype)
+    kw = dict(input_nodes="paper") if hetero else {}
+    loader = CompressedNeighborLoader(data, [3], input_id=ids, batch_size=64, shuffle=True, device="cpu", **kw)
+    seen = []
+    for batch in loader:
+        store = batch["paper"] if hetero else batch
+        positions = store.n_id[:store.batch_size]  # the input nodes are every node, in order
+        assert store.input_id.dtype == dtype and torch.equal(store.input_id, ids[positions])
+        seen.append(positions)
+    assert torch.equal(torch.cat(seen).sort().values, torch.arange(300))
+    with pytest.raises(ValueError, match=r"input_id has shape \(300, 1\); accepted: one id per input node, "
+                                         r"shape \(300,\)"):
+        CompressedNeighborLoader(data, [3], input_id=ids.view(-1, 1), device="cpu", **kw)
+
+
 def test_repr_is_pyg_s_and_the_sampler_is_node_sampler():
     """print(loader) gives PyG's NodeLoader repr (DataLoader's own `sampler` attribute holds the
     batch requests; the neighbour sampler is `node_sampler`, PyG's name for it)."""

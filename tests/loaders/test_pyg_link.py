@@ -149,6 +149,22 @@ def test_given_input_id_is_reported_for_the_batch_edges():
         assert torch.equal(batch.n_id[batch.edge_label_index], data.edge_index[:, batch.input_id // 7])
 
 
+@pytest.mark.parametrize("hetero", [False, True])
+@pytest.mark.parametrize("dtype", [torch.int16, torch.int32, torch.float64, torch.bool])
+def test_given_input_id_keeps_its_dtype_as_pyg(dtype, hetero):
+    """PyG only indexes input_id: a batch's is input_id[positions], in the dtype it was given."""
+    data = make_hetero() if hetero else make_data()
+    num = (data[BUYS] if hetero else data).edge_index.size(1)
+    ids = (torch.arange(num) % 5 == 0) if dtype == torch.bool else (torch.arange(num) * 3).to(dtype)
+    kw = dict(edge_label_index=BUYS) if hetero else {}
+    ref = seeded(link_loader(data, neg_sampling="binary", **kw))
+    got = seeded(link_loader(data, neg_sampling="binary", input_id=ids, **kw))
+    for a, b in zip(got, ref):
+        a, b = (a[BUYS], b[BUYS]) if hetero else (a, b)
+        assert a.input_id.dtype == dtype and torch.equal(a.input_id, ids[b.input_id])
+        assert torch.equal(a.edge_label_index, b.edge_label_index)
+
+
 def test_node_level_temporal_sampling_honours_edge_label_time():
     data = make_data()
     edge_label_time = torch.randint(0, 100, (data.edge_index.size(1),), generator=torch.Generator().manual_seed(3))
@@ -312,6 +328,14 @@ def test_special_float_features_arrive_bit_exact():
     (dict(time_attr="time"), ValueError, "edge_label_time is None but time_attr is 'time'"),
     (dict(edge_label_time=torch.zeros(3), time_attr="time"), ValueError, r"edge_label_time has shape \(3,\)"),
     (dict(neighbor_sampler=object()), NotImplementedError, "CompressedLinkNeighborLoader does not support"),
+    (dict(edge_label_index=CITES), ValueError, r"edge_label_index=\('paper', 'cites', 'paper'\) is an edge type, "
+     r"which a homogeneous graph does not have; accepted: None .*, a \[2, E\] tensor"),
+    (dict(neg_sampling_ratio="1"), TypeError, r"neg_sampling_ratio='1' is not accepted; use None, 0"),
+    (dict(neg_sampling_ratio=-1), ValueError, r"neg_sampling_ratio=-1 is not accepted"),
+    (dict(input_id=torch.arange(3000).view(1500, 2)), ValueError,
+     r"input_id has shape \(1500, 2\); accepted: one id per seed edge, shape \(1500,\)"),
+    (dict(edge_label_time=torch.rand(1500).index_fill_(0, torch.tensor([1400]), float("nan")), time_attr="time"),
+     ValueError, "edge_label_time holds NaN"),  # at construction, not at the batch holding it
 ])
 def test_errors_name_the_argument_and_value(kw, error, match):
     with pytest.raises(error, match=match):
@@ -688,3 +712,121 @@ def test_node_times_are_checked_once_at_construction_not_at_every_batch(monkeypa
     assert not any("node_time" in name for name in calls)
     for a, b in zip(got, ref):
         same_batch(a, b)
+
+
+@pytest.mark.parametrize("neg", [None, "binary", ("triplet", 2)])
+def test_stored_supervision_edges_do_not_break_the_batches_as_in_pyg(neg):
+    """RandomLinkSplit's layout: the Data carries edge_label_index [2, L] and edge_label [L]; with L equal to the
+    node count PyG's filter_data selects both as node attributes (edge_label_index along its cat dim -1) and
+    LinkLoader then overwrites them with the batch's (triplet: deletes edge_label_index, keeps edge_label)."""
+    data = make_data()
+    n = data.num_nodes
+    g = torch.Generator().manual_seed(7)
+    eli, label = torch.randint(0, n, (2, n), generator=g), torch.randint(0, 2, (n,), generator=g).float()
+    stored = data.clone()
+    stored.edge_label_index, stored.edge_label = eli, label
+    kw = dict(edge_label_index=eli, neg_sampling=neg, edge_label=None if neg and neg[0] == "triplet" else label)
+    ref = seeded(link_loader(data, **kw))
+    got = seeded(link_loader(stored, **kw))
+    assert len(got) == len(ref) == n // BATCH
+    for a, b in zip(got, ref):
+        if neg and neg[0] == "triplet":
+            assert "edge_label_index" not in a and torch.equal(a.edge_label, label[a.n_id])
+            del a.edge_label
+        same_batch(a, b)
+
+
+def test_stored_index_attributes_are_selected_along_their_cat_dim_as_pyg_and_link_fields_replace_them():
+    """PyG's filter_data / filter_hetero_data select an attribute along its __cat_dim__ (-1 for an index):
+    node loader batches hold edge_label_index[:, n_id] (Data, L == num_nodes) and [:, e_id] (an edge type's,
+    L == its edge count); link batches get their own link fields instead (triplet: edge_label is kept)."""
+    from torch_geometric.loader.utils import filter_data, filter_hetero_data
+
+    from ibp_graph.loaders.pyg import CompressedNeighborLoader
+
+    g = torch.Generator().manual_seed(7)
+    homo = make_data()
+    homo.edge_label_index = torch.randint(0, homo.num_nodes, (2, homo.num_nodes), generator=g)
+    homo.edge_label = torch.rand(homo.num_nodes, generator=g)
+    homo.face = torch.randint(0, homo.num_nodes, (3, homo.num_nodes), generator=g)  # cat dim -1 as well
+    for b in CompressedNeighborLoader(homo, [3, 2], batch_size=BATCH, device="cpu"):
+        ref = filter_data(homo, b.n_id, b.edge_index[0], b.edge_index[1], b.e_id, None)
+        for key in ("edge_label_index", "edge_label", "face"):
+            assert _same(b[key], ref[key]), key
+    hetero = make_hetero()
+    eli = hetero[BUYS].edge_index.flip(1)
+    for num in (100, hetero[BUYS].num_edges):  # graph-level in PyG; or one per edge: selected by e_id
+        stored = hetero.clone()
+        stored[BUYS].edge_label_index, stored[BUYS].edge_label = eli[:, :num], torch.rand(num, generator=g)
+        for b in CompressedNeighborLoader(stored, [3, 2], input_nodes="user", batch_size=BATCH, device="cpu"):
+            ref = filter_hetero_data(stored, b.n_id_dict, {e: s.edge_index[0] for e, s in b.edge_items()},
+                                     {e: s.edge_index[1] for e, s in b.edge_items()}, b.e_id_dict, None)
+            for key in ("edge_label_index", "edge_label"):
+                assert _same(b[BUYS][key], ref[BUYS][key]), key
+        for neg in ("binary", "triplet"):
+            kw = dict(edge_label_index=(BUYS, eli[:, :100]), neg_sampling=neg)
+            for a, b in zip(seeded(link_loader(stored, **kw)), seeded(link_loader(hetero, **kw))):
+                if neg == "triplet":  # PyG deletes edge_label_index and keeps edge_label, selected if per edge
+                    assert "edge_label_index" not in a[BUYS]
+                    assert a[BUYS].edge_label.numel() == (100 if num == 100 else a[BUYS].e_id.numel())
+                    del a[BUYS].edge_label
+                same_batch(a, b)
+
+
+def _link_metadata(batch, neg, store=None):
+    """PyG's out.metadata of a finished batch: what LinkLoader.filter_fn reads each field from."""
+    s = batch if store is None else batch[store]
+    if neg != "triplet":
+        return s.input_id, s.edge_label_index, s.get("edge_label"), s.get("edge_label_time")
+    src, dst = (batch, batch) if store is None else (batch[store[0]], batch[store[-1]])
+    return s.input_id, src.src_index, dst.dst_pos_index, dst.dst_neg_index, src.get("seed_time")
+
+
+def _same(a, b):
+    return a is None and b is None or isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and \
+        a.dtype == b.dtype and torch.equal(a, b)
+
+
+@pytest.mark.parametrize("hetero", [False, True])
+@pytest.mark.parametrize("neg", [None, "binary", "triplet"])
+def test_transform_sampler_output_gets_pygs_link_metadata_and_the_batch_takes_its_edits(neg, hetero):
+    """PyG's edge_sample puts (input_id, edge_label_index, edge_label, edge_label_time) (binary, none) or
+    (input_id, src_index, dst_pos_index, dst_neg_index, seed_time) (triplet) on out.metadata, and the batch's
+    fields are read from the transformed output's metadata (LinkLoader.filter_fn)."""
+    from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
+
+    data = make_hetero() if hetero else make_data()
+    store = BUYS if hetero else None
+    num = (data[BUYS] if hetero else data).edge_index.size(1)
+    times = torch.randint(0, 100, (num,), generator=torch.Generator().manual_seed(3))
+    kw = dict(neg_sampling=neg, edge_label_time=times, time_attr="time", input_id=torch.arange(num) + 1000)
+    if hetero:
+        kw["edge_label_index"] = BUYS
+    seen = []
+
+    def record(out):
+        assert isinstance(out, HeteroSamplerOutput if hetero else SamplerOutput)
+        seen.append(out.metadata)
+        return out
+
+    def edit(out):  # keep the first half of the examples' fields and reverse them
+        input_id, *fields = out.metadata
+        k = (input_id.numel() + 1) // 2
+        out.metadata = (input_id[:k].flip(0), *(None if f is None else f[..., :k].flip(-1) if f.dim() == 2 and
+                                                neg != "triplet" else f[:k].flip(0) for f in fields))
+        return out
+
+    ref = seeded(link_loader(data, **kw))
+    got = seeded(link_loader(data, transform_sampler_output=record, **kw))
+    assert len(seen) == len(got) == len(ref)
+    for a, b, md in zip(got, ref, seen):
+        same_batch(a, b)
+        assert len(md) == (5 if neg == "triplet" else 4)
+        assert all(_same(x, y) for x, y in zip(md, _link_metadata(b, neg, store)))
+    for a, b in zip(seeded(link_loader(data, transform_sampler_output=edit, **kw)), ref):
+        md_b = _link_metadata(b, neg, store)
+        k = (md_b[0].numel() + 1) // 2
+        expect = (md_b[0][:k].flip(0), *(None if f is None else f[..., :k].flip(-1) if f.dim() == 2 and
+                                         neg != "triplet" else f[:k].flip(0) for f in md_b[1:]))
+        assert all(_same(x, y) for x, y in zip(_link_metadata(a, neg, store), expect))
+        assert torch.equal((a[BUYS] if hetero else a).edge_index, (b[BUYS] if hetero else b).edge_index)
