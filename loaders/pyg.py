@@ -282,7 +282,8 @@ class CompressedNeighborLoader(_SampledLoader, NeighborLoader):
     that have it), `subgraph_type` ("directional", "bidirectional": PyG's conversion of the sampled edges,
     "induced"; `directed=False` means "induced", as PyG), `disjoint` (`batch`), temporal sampling
     (`time_attr` naming node or edge times, `input_time`, `temporal_strategy`; disjoint, as PyG),
-    `transform_sampler_output` (applied in the workers to PyG's (Hetero)SamplerOutput) and
+    `transform_sampler_output` (applied in the workers to PyG's (Hetero)SamplerOutput, whose ``metadata``,
+    ``(input_id, seed_time)``, gives the batch's ``input_id``, ``seed_time`` and ``batch_size``, as in PyG) and
     `filter_per_worker` (either value gives the same batches: workers always sample, gather and encode,
     the main process decodes; it decides, as in PyG, whether `collate_fn(index)` returns the finished
     batch or the encoded one that `filter_fn` finishes). A `neighbor_sampler` raises NotImplementedError
@@ -466,7 +467,7 @@ class CompressedLinkNeighborLoader(_SampledLoader, LinkNeighborLoader):
         return LinkPlanner(inner, inputs.row, inputs.col, num_src_nodes=num_src, num_dst_nodes=num_dst,
                            edge_type=edge_type, edge_label=inputs.label, edge_label_time=inputs.time,
                            neg_sampling=self._neg, node_time=node_time,
-                           post_sample=None if self._post_sample is None else self._post_sample.with_metadata)
+                           post_sample=self._post_sample)
 
     def _own_tables(self) -> dict:
         """The labels (binary: with a negative's zero) and times the link fields carry, flattened."""
@@ -777,12 +778,9 @@ class _PostSample:
     def __init__(self, bidirectional: bool, transform: Optional[Callable]):
         self.bidirectional, self.transform = bidirectional, transform
 
-    def __call__(self, out: HeteroSamplerOutput) -> HeteroSamplerOutput:
-        return self.with_metadata(out, None)[0]
-
-    def with_metadata(self, out: HeteroSamplerOutput, metadata: Any) -> tuple[HeteroSamplerOutput, Any]:
-        """`out` mapped, with PyG's `metadata` on the output the transform gets (a link batch's: PyG's
-        edge_sample), and the metadata the transform left there."""
+    def __call__(self, out: HeteroSamplerOutput, metadata: Any) -> tuple[HeteroSamplerOutput, Any]:
+        """`out` mapped, with PyG's `metadata` on the output the transform gets (PyG's node_sample's
+        ``(input_id, seed_time)``, a link batch's edge_sample's), and the metadata the transform left there."""
         fields = dict(node=out.node, row=out.row, col=out.col, edge=out.edge, batch=out.batch,
                       num_sampled_nodes=out.num_sampled_nodes, num_sampled_edges=out.num_sampled_edges)
         homogeneous = list(out.node) == [None]  # a homogeneous graph's output, typed as its one type

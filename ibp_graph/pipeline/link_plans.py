@@ -102,7 +102,7 @@ class LinkPlanner:
     def plan(self, req: BatchRequest, sampled: tuple[LinkSeeds, Any, Optional[torch.Tensor]]
              ) -> tuple[BatchPlan, dict]:
         link, out, input_id = sampled
-        plan, meta = self.planner.plan(req, out, input_id=input_id)
+        plan, meta = self.planner.plan(req, (out, None if input_id is None else (input_id, None)))
         shapes = {}
         for field in LINK_FIELDS:
             value = getattr(link, field)

@@ -46,14 +46,16 @@ class HeteroPlanner:
     ``n_id``/``e_id`` attribute is gathered instead (as PyG keeps it), other attributes named like an
     index tensor give way. Meta: ``{"num_seeds", "nodes_per_hop": {t: [...]}, "edges_per_hop": {e: [...]}}``
     (None without counts; homogeneous: the one type's lists, and ``"num_nodes"`` sampled). `post_sample`
-    maps each sampler output first (e.g. PyG's bidirectional subgraph); an edge type whose ``edge`` it
-    sets to None gets no ``e_id`` and no edge attributes."""
+    maps each sampler output and PyG's metadata of it, ``(input_id, seed_time)``, first (PyG's bidirectional
+    subgraph, transform_sampler_output: ``post_sample(out, metadata) -> (out, metadata)``); the batch's
+    ``input_id``, ``seed_time`` and seed count are then the metadata's, as PyG's NodeLoader reads them, and an
+    edge type whose ``edge`` it sets to None gets no ``e_id`` and no edge attributes."""
 
     def __init__(self, sampler, input_type: Optional[str], input_nodes: torch.Tensor,
                  node_attrs: Mapping[Any, Mapping[str, Any]], edge_attrs: Mapping[Any, Mapping[str, torch.Tensor]],
                  input_ids: Optional[torch.Tensor] = None, input_time: Optional[torch.Tensor] = None,
                  typed_groups: Optional[Mapping[str, GroupKey]] = None,
-                 post_sample: Optional[Callable[[HeteroSamplerOutput], HeteroSamplerOutput]] = None):
+                 post_sample: Optional[Callable[[HeteroSamplerOutput, tuple], tuple]] = None):
         if input_ids is not None and input_ids.shape != input_nodes.shape:
             raise ValueError(f"input_ids has shape {tuple(input_ids.shape)}; accepted: one id per "
                              f"input node, shape {tuple(input_nodes.shape)}")
@@ -67,18 +69,26 @@ class HeteroPlanner:
     def __len__(self) -> int:
         return int(self.input_nodes.numel())
 
-    def sample(self, req: BatchRequest) -> HeteroSamplerOutput:
-        seed_time = None if self.input_time is None else self.input_time[req.index]
+    def sample(self, req: BatchRequest) -> tuple[HeteroSamplerOutput, Optional[tuple]]:
+        """`req`'s sampled subgraph and its metadata after `post_sample` (None without one: `plan` takes the
+        seeds' own)."""
+        seed_time = self.seed_time(req)
         out = self.sampler.sample(self.input_type, self.input_nodes[req.index], seed=req.seed, seed_time=seed_time)
-        return out if self.post_sample is None else self.post_sample(out)
+        return (out, None) if self.post_sample is None else self.post_sample(out, (self.input_id(req), seed_time))
 
     def input_id(self, req: BatchRequest) -> torch.Tensor:
         """The ``input_id`` of `req`'s seeds: `input_ids` at its positions, else the positions."""
         return req.index if self.input_ids is None else self.input_ids[req.index]
 
-    def plan(self, req: BatchRequest, out: HeteroSamplerOutput,
-             input_id: Optional[torch.Tensor] = None) -> tuple[BatchPlan, dict]:
-        """The plan of `out`, `req`'s sampled subgraph; `input_id`: the batch's where a transform gave it."""
+    def seed_time(self, req: BatchRequest) -> Optional[torch.Tensor]:
+        """The ``seed_time`` of `req`'s seeds (None without `input_time`)."""
+        return None if self.input_time is None else self.input_time[req.index]
+
+    def plan(self, req: BatchRequest, sampled: tuple[HeteroSamplerOutput, Optional[tuple]]) -> tuple[BatchPlan, dict]:
+        """The plan of `sampled` (`sample`'s: `req`'s subgraph, and the metadata a transform left, whose
+        ``(input_id, seed_time)`` the batch carries)."""
+        out, metadata = sampled
+        input_id, seed_time = (self.input_id(req), self.seed_time(req)) if metadata is None else metadata[:2]
         plan, empty = BatchPlan(), torch.empty(0, dtype=torch.int64)
         nodes = {t: out.node.get(t, empty) for t in self.sampler.node_types}
         edges = {e: (out.edge or {}).get(e) for e in self.sampler.edge_types}
@@ -93,9 +103,9 @@ class HeteroPlanner:
                 plan.put(edge_name(e, "e_id"), edges[e])
         for t in self.sampler.node_types if out.batch is not None else ():  # disjoint: each node's seed
             plan.put(node_name(t, "batch"), out.batch.get(t, empty))
-        plan.put(INPUT_ID, self.input_id(req) if input_id is None else input_id)
-        if self.input_time is not None:
-            plan.put(SEED_TIME, self.input_time[req.index])
+        plan.put(INPUT_ID, input_id)
+        if seed_time is not None:
+            plan.put(SEED_TIME, seed_time)
         for attrs, ids, name in ((self.node_attrs, nodes, node_name), (self.edge_attrs, edges, edge_name)):
             for t, tables in attrs.items():
                 for attr, table in tables.items() if ids[t] is not None else ():
@@ -104,9 +114,9 @@ class HeteroPlanner:
         nodes_per_hop, edges_per_hop = _per_type(out.num_sampled_nodes), _per_type(out.num_sampled_edges)
         if self.input_type is None:  # a homogeneous graph: its one type's counts, as PyG's Data has them
             one = lambda counts: None if counts is None else counts[None]  # noqa: E731
-            return plan, {"num_seeds": int(req.index.numel()), "num_nodes": int(nodes[None].numel()),
+            return plan, {"num_seeds": int(input_id.shape[0]), "num_nodes": int(nodes[None].numel()),
                           "nodes_per_hop": one(nodes_per_hop), "edges_per_hop": one(edges_per_hop)}
-        return plan, {"num_seeds": int(req.index.numel()), "nodes_per_hop": nodes_per_hop,
+        return plan, {"num_seeds": int(input_id.shape[0]), "nodes_per_hop": nodes_per_hop,
                       "edges_per_hop": edges_per_hop}
 
 

@@ -111,6 +111,46 @@ def test_transform_sampler_output_is_applied_to_pyg_s_sampler_output_for_both_gr
     assert seen and set(seen) == {HeteroSamplerOutput}
 
 
+
+@pytest.mark.parametrize("case", ["homo", "homo timed", "hetero"])
+def test_transform_sampler_output_gets_pygs_node_metadata_and_the_batch_takes_its_edits(case):
+    """PyG's node_sample puts (input_id, seed_time) on out.metadata, and NodeLoader.filter_fn reads the batch's
+    input_id, seed_time and batch_size from the metadata the transform leaves."""
+    hetero, timed = case == "hetero", case.endswith("timed")
+    data = make_hetero(papers=200, authors=300, insts=10) if hetero else make_graph(num_nodes=200, num_edges=1000)
+    kw = dict(num_neighbors=[3], input_id=torch.arange(200) + 1000, shuffle=True)
+    if hetero:
+        kw["input_nodes"] = "paper"
+    if timed:
+        data.time = torch.randint(0, 100, (200,), generator=torch.Generator().manual_seed(1))
+        kw.update(time_attr="time", input_time=torch.arange(200) % 50 + 60)
+    seen = []
+
+    def record(out):
+        seen.append(out.metadata)
+        return out
+
+    def edit(out):  # half the seeds' ids, doubled and reversed; later times
+        input_id, seed_time = out.metadata
+        k = (input_id.numel() + 1) // 2
+        out.metadata = (input_id[:k].flip(0) * 2, None if seed_time is None else seed_time[:k].flip(0) + 7)
+        return out
+
+    def batches(**more):
+        torch.manual_seed(0)
+        return [b["paper"] if hetero else b for b in loader(data, **kw, **more)]
+
+    ref = batches()
+    assert len(batches(transform_sampler_output=record)) == len(ref) == len(seen)
+    for md, b in zip(seen, ref):
+        assert len(md) == 2 and torch.equal(md[0], b.input_id)
+        assert torch.equal(md[1], b.seed_time) if timed else md[1] is None and "seed_time" not in b
+    for a, b in zip(batches(transform_sampler_output=edit), ref):
+        k = (b.input_id.numel() + 1) // 2
+        assert torch.equal(a.input_id, b.input_id[:k].flip(0) * 2) and a.batch_size == k
+        assert torch.equal(a.seed_time, b.seed_time[:k].flip(0) + 7) if timed else "seed_time" not in a
+        assert torch.equal(a.n_id, b.n_id)  # the subgraph is the same
+
 def test_sampler_and_batch_sampler_order_the_seeds_for_both_graph_kinds():
     from torch.utils.data import BatchSampler, SequentialSampler
 
