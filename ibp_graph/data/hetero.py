@@ -37,7 +37,7 @@ from ..codec.auto import CodecSpec
 from ..files import read_json, replace_dir, work_dir, write_text
 from ..sampling.hetero import EdgeType, TypedCSC
 from . import checksums
-from .prepared import (EdgeChunks, LabeledDataset, SPLITS, _check_table, _load_npy, as_tensor,
+from .prepared import (EdgeChunks, LabeledDataset, SPLITS, _check_table, _load_npy, as_tensor, read_store_codec,
                        build_relation_arrays, encode_store)
 
 __all__ = ["HeteroPreparedDataset", "load_relation", "edge_index", "EdgeType", "FORMAT", "FORMAT_VERSION",
@@ -355,7 +355,7 @@ def write_hetero_meta(directory: PathLike, *, name: str, num_classes: int, targe
             info.update(x_shape=list(x.shape), x_dtype=str(x.dtype))
         store_meta = d / "nodes" / t / "store" / "meta.json"
         if store_meta.is_file():
-            info["store_codec"] = json.loads(store_meta.read_text())["codec"]
+            info["store_codec"] = read_store_codec(store_meta)
         node_types[t] = info
     edges = []
     for et in edge_types:
@@ -398,7 +398,7 @@ def add_stores(directory: PathLike, codec: CodecSpec = "auto", *, progress: bool
                 encode_store(d / "nodes" / t, codec, progress=progress, out=tmp)
                 if not (final / "meta.json").is_file():  # another process may have finished it meanwhile
                     replace_dir(tmp, final)
-        info["store_codec"] = json.loads((final / "meta.json").read_text())["codec"]
+        info["store_codec"] = read_store_codec(final / "meta.json")
         changed = True
     if changed:
         write_text(d / "meta.json", json.dumps(meta, indent=2) + "\n")

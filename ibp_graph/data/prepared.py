@@ -250,11 +250,7 @@ class HomogeneousFolder:
         """Name of the codec the feature store was encoded with (None without a store)."""
         if not self.has_store():
             return None
-        path = self.store_dir / "meta.json"
-        codec = _read_json(path).get("codec")
-        if not isinstance(codec, str):
-            raise ValueError(f"{path}: codec={codec!r} is not accepted; expected the name of a codec: prepare again")
-        return codec
+        return read_store_codec(self.store_dir / "meta.json")
 
 
 @dataclass(frozen=True, eq=False)
@@ -335,6 +331,14 @@ def _check_table(table: str, tables: Sequence[str]) -> None:
 
 def _read_json(path: Path) -> dict:
     return read_json(path, ValueError, ": prepare again")
+
+
+def read_store_codec(path: Path) -> str:
+    """The codec name a feature store's meta.json (`path`) records, checked (ValueError naming the file)."""
+    codec = _read_json(path).get("codec")
+    if not isinstance(codec, str):
+        raise ValueError(f"{path}: codec={codec!r} is not accepted; expected the name of a codec: prepare again")
+    return codec
 
 
 def _load_npy(path: Path, mode: Optional[str]) -> np.ndarray:

@@ -121,3 +121,19 @@ def test_prepare_command_generates_the_configured_mag(tmp_path, capsys):
     assert ds.num_nodes_dict["author"] == 600 and ds.num_classes == 7
     assert cli(["prepare", "--dataset", "synthetic-mag", "--set", "data.mag.papers=1"]) == 1
     assert "unknown key data.mag.papers" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content", ['{"codec": ', '{"codec": 5}'])
+def test_adding_stores_names_a_damaged_store_meta_json(tmp_path, content):
+    """A store folder left with a damaged meta.json (a copy cut short, an edit) is named, not read blindly."""
+    from ibp_graph.cli import main as cli
+    from ibp_graph.data.hetero import add_stores
+
+    assert cli(["prepare", "--dataset", "synthetic-mag", "--root", str(tmp_path), "--no-store", "--quiet",
+                "--set", "data.mag.num_papers=300", "--set", "data.mag.num_authors=300"]) == 0
+    (d,) = tmp_path.glob("synthetic-mag-300-*")
+    store = d / "nodes" / "paper" / "store"
+    store.mkdir()
+    (store / "meta.json").write_text(content)
+    with pytest.raises(ValueError, match=r"nodes/paper/store/meta.json"):
+        add_stores(d, progress=False)
