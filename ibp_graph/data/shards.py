@@ -48,7 +48,7 @@ from ..files import (OutputFolderError, check_output, note_output_entry, read_js
                      write_text)
 from ..layout.dtypes import dtype_name
 from ..layout.rows import check_row_index
-from .checksums import MANIFEST as CHECKSUMS, ChecksumError, check_mode
+from .checksums import MANIFEST as CHECKSUMS, ChecksumError, check_mode, read_manifest
 from .input_stats import SAMPLE_ROWS, SEED, FeatureInput, from_hex, store_stats, to_hex
 from .store import EncodedTable
 
@@ -229,15 +229,16 @@ def _file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _source_tables(source: Any, verify: str) -> tuple[dict, Optional[Path]]:
-    """(table name -> EncodedTable, the prepared folder or None) of what `write_shards` was given."""
+def _source_tables(source: Any, verify: str) -> tuple[dict, Optional[Path], dict]:
+    """(table name -> EncodedTable, the prepared folder or None, table name -> its raw file in that folder) of
+    what `write_shards` was given."""
     if isinstance(source, EncodedTable):
-        return {"x": source}, None
+        return {"x": source}, None, {}
     if isinstance(source, Mapping):
         for name, table in source.items():
             if not isinstance(table, EncodedTable):
                 raise TypeError(f"source[{name!r}] must be an EncodedTable, got {type(table).__name__}")
-        return dict(source), None
+        return dict(source), None, {}
     if not isinstance(source, (str, os.PathLike)):
         raise TypeError(f"source must be a prepared folder, an EncodedTable or a mapping of them, got "
                         f"{type(source).__name__}")
@@ -249,7 +250,9 @@ def _source_tables(source: Any, verify: str) -> tuple[dict, Optional[Path]]:
             raise FileNotFoundError(f"{d} has no pre-encoded feature store, which the shards are cut from: "
                                     f"prepare it with a store (without --no-store)")
         hetero = hasattr(ds, "x_dict")
-        return ({t: ds.store(t) for t in sorted(ds.x_dict)} if hetero else {"x": ds.store()}), d
+        names = sorted(ds.x_dict) if hetero else ["x"]
+        tables = {t: ds.store(t) for t in names} if hetero else {"x": ds.store()}
+        return tables, d, {t: ds.feature_file(t).relative_to(d).as_posix() for t in names}
     raise FileNotFoundError(f"{d} is not a finished prepared data set (no valid meta.json): prepare it first "
                             "(ibp-graph prepare --dataset NAME)")
 
@@ -285,7 +288,7 @@ def write_shards(source: Any, world_size: int, out: Optional[PathLike] = None, *
     if isinstance(world_size, bool) or not isinstance(world_size, (int, np.integer)) or world_size < 1:
         raise ValueError(f"world_size={world_size!r} is not accepted; use an int >= 1 (the ranks of the run)")
     world_size = int(world_size)
-    tables, prepared = _source_tables(source, verify)
+    tables, prepared, raw_files = _source_tables(source, verify)
     if not tables:
         raise ValueError("the source has no feature table to shard")
     if out is None:
@@ -331,7 +334,8 @@ def write_shards(source: Any, world_size: int, out: Optional[PathLike] = None, *
         for name, (table, layout) in plans.items():
             entry = {"layout": layout.describe(), "codec": table.codec.name, "fingerprint": table.codec.fingerprint,
                      "row_shape": list(table.shape[1:]), "dtype": dtype_name(table.dtype),
-                     "stats": _stats_entry(table), "owner": None, "ranks": []}
+                     "stats": _stats_entry(table), "owner": None, "ranks": [],
+                     "source": None if prepared is None else source_digest(prepared, raw_files[name])}
             if layout.kind != "contiguous":
                 (tmp / "layouts").mkdir(exist_ok=True)
                 save_npy(tmp / _owner_file(name), layout.owner_array())
@@ -438,6 +442,9 @@ def read_shards_manifest(directory: PathLike) -> dict:
             raise bad(f"{where}.row_shape/dtype", (t.get("row_shape"), t.get("dtype")), "a list of ints >= 0 and a dtype name")
         if "stats" in t:  # absent: a manifest written before the statistics were recorded
             _check_stats(t["stats"], t["row_shape"], f"{where}.stats", bad)
+        source = t.get("source")  # absent: a manifest written before it was recorded
+        if source is not None and (not isinstance(source, str) or not _SHA256.fullmatch(source)):
+            raise bad(f"{where}.source", source, "null or a SHA-256 hex digest (source_digest)")
         ranks = t.get("ranks")
         if not isinstance(ranks, list) or len(ranks) != ws:
             raise bad(f"{where}.ranks", ranks if not isinstance(ranks, list) else f"<{len(ranks)} entries>",
@@ -474,6 +481,29 @@ def _check_stats(stats: Any, row_shape: list, where: str, bad) -> None:
             from_hex(v)
         except ValueError as e:
             raise bad(f"{where}.{key}", shown, f"a list of float32 bit patterns in hex ({e})") from None
+
+
+def source_digest(prepared: PathLike, file: str) -> Optional[str]:
+    """Which raw table a shards folder was cut from: the SHA-256 of the checksums.json entry (size and chunk
+    digests) of `file` (a path in the prepared folder `prepared`), comparable on a host that holds the folder's
+    checksums.json but not the file; None where the folder lists no such file."""
+    m = read_manifest(prepared)
+    entry = None if m is None else m["files"].get(file)
+    return None if entry is None else hashlib.sha256(json.dumps(entry, sort_keys=True).encode()).hexdigest()
+
+
+def check_source(directory: PathLike, table: str, prepared: PathLike, file: str) -> None:
+    """ShardManifestError unless shards folder `directory`'s `table` was cut from `file` of the prepared folder
+    `prepared` as its checksums.json records it now (a manifest or folder that records none is not compared):
+    shards of another data set of the same shape would otherwise be served as this one's."""
+    tables = read_shards_manifest(directory)["tables"]
+    if table not in tables:
+        raise ValueError(f"table={table!r} is not accepted; {Path(directory)} holds the tables {sorted(tables)}")
+    recorded, here = tables[table].get("source"), source_digest(prepared, file)
+    if recorded is not None and here is not None and recorded != here:
+        raise ShardManifestError(f"{Path(directory) / SHARDS_MANIFEST}: table {table!r} was cut from another "
+                                 f"{file} than the one {Path(prepared)} holds (its checksums.json entry differs): "
+                                 "shards of another data set; cut them again from this folder")
 
 
 def table_input(directory: PathLike, table: str) -> Optional[FeatureInput]:

@@ -210,10 +210,11 @@ def _shards_command(cfg, ds, dist: Dist) -> str:
 
 def _shard_inputs(cfg, ds, dist: Dist, path: Path, tables: dict) -> dict:
     """Each feature table's model input (FeatureInput) as the manifest of shards folder `path` records it, checked
-    against the data set (the table's rows and width in its meta.json); for a manifest written before the
+    against the data set (the table's rows and width in its meta.json, the raw table it was cut from as its
+    checksums.json records it: data.shards.check_source); for a manifest written before the
     statistics were recorded, those of the data set's own table, where its file (x.npy) is on this host."""
     from ..data.input_stats import FeatureInput
-    from ..data.shards import SHARDS_MANIFEST, ShardManifestError, table_input
+    from ..data.shards import SHARDS_MANIFEST, ShardManifestError, check_source, table_input
 
     inputs, whole = {}, None
     for t, (rows, width) in ds.feature_shapes.items():
@@ -231,6 +232,7 @@ def _shard_inputs(cfg, ds, dist: Dist, path: Path, tables: dict) -> dict:
             raise ShardManifestError(f"{path / SHARDS_MANIFEST}: table {t!r} has {layout.num_rows} rows of width "
                                      f"{got.width}; {ds.directory} records ({rows}, {width}) for it: shards of another "
                                      f"data set; cut them with {_shards_command(cfg, ds, dist)}")
+        check_source(path, t, ds.directory, ds.feature_file(t).relative_to(ds.directory).as_posix())
         inputs[t] = got
     return inputs
 

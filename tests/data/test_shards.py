@@ -3,6 +3,7 @@ load_shard): bit-exact round trips, and every swapped, damaged or inconsistent f
 import json
 import re
 import shutil
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from ibp_graph.data.maggen import MagSpec
 from ibp_graph.data.prepared import PreparedDataset
 from ibp_graph.data.input_stats import SAMPLE_ROWS, feature_stats, from_hex, to_hex
 from ibp_graph.data.shards import (SHARDS_MANIFEST, ShardChecksumError, ShardLayout, ShardManifestError,
-                                   default_shards_dir, load_shard, shard_of, shard_rank, shard_tables, table_input,
+                                   check_source, default_shards_dir, load_shard, shard_of, shard_rank, shard_tables, table_input,
                                    write_shards)
 from ibp_graph.data.store import EncodedTable
 from ibp_graph.files import OutputFolderError, is_own_output
@@ -296,6 +297,35 @@ def test_write_shards_replaces_only_earlier_shards_and_never_a_prepared_folder(t
     out = write_shards(other, 2, out, progress=False)  # its own earlier shards: replaced
     assert shard_tables(out) == ["x"] and load_shard(out, 1)[0].n_rows == 200
 
+
+
+def test_shards_record_the_raw_table_they_were_cut_from_and_another_data_sets_are_refused(tmp_path):
+    """Two generated data sets of one shape (seeds 0 and 1): shards cut from one are refused for the other by
+    name, accepted for their own (on a host copy without x.npy and store/ too); a table given without its
+    prepared folder, and a manifest written before the record existed, are not compared."""
+    spec = GraphSpec(num_nodes=400, avg_citations=3.0, dim=8)
+    a = graphgen.generate(spec, tmp_path / "a", progress=False)
+    b = graphgen.generate(replace(spec, seed=1), tmp_path / "b", progress=False)
+    shards = write_shards(b, 2, tmp_path / "s", progress=False)
+    check_source(shards, "x", b, "x.npy")
+    host = tmp_path / "host"  # a host's copy: neither x.npy nor store/
+    shutil.copytree(b, host, ignore=shutil.ignore_patterns("x.npy", "store"))
+    check_source(shards, "x", host, "x.npy")
+    with pytest.raises(ShardManifestError, match=rf"table 'x' was cut from another x.npy than the one "
+                                                 rf"{re.escape(str(a))} holds .*shards of another data set"):
+        check_source(shards, "x", a, "x.npy")
+    m = json.loads((shards / SHARDS_MANIFEST).read_text())
+    assert re.fullmatch(r"[0-9a-f]{64}", m["tables"]["x"]["source"])
+    del m["tables"]["x"]["source"]  # as an older ibp-graph wrote it
+    (shards / SHARDS_MANIFEST).write_text(json.dumps(m))
+    check_source(shards, "x", a, "x.npy")
+    m["tables"]["x"]["source"] = "x.npy"
+    (shards / SHARDS_MANIFEST).write_text(json.dumps(m))
+    with pytest.raises(ShardManifestError, match=r"tables.x.source"):
+        check_source(shards, "x", b, "x.npy")
+    loose = write_shards(EncodedTable.load(b / "store" / "x"), 2, tmp_path / "t", progress=False)
+    assert json.loads((loose / SHARDS_MANIFEST).read_text())["tables"]["x"]["source"] is None
+    check_source(loose, "x", a, "x.npy")
 
 def test_a_layouts_key_that_names_no_table_is_refused(tmp_path):
     _, store = _table(n=100)
