@@ -389,21 +389,23 @@ class ShardedSource(FeatureSource):
         if ex.world_size != self.layout.world_size:
             raise ValueError(f"the layout has world_size={self.layout.world_size}; the process group has "
                              f"{ex.world_size} ranks")
-        if self.rank is None:
-            self.rank = ex.rank
-        elif self.rank != ex.rank:
-            raise ValueError(f"rank={self.rank} was given; this process is rank {ex.rank} of the exchange's group")
         mine = self.describe()
-        # whose rows each rank's shard holds is checked after the all-gather, so that every rank raises (a rank
-        # raising alone would leave the others waiting for it until `timeout`)
-        gathered = ex.all_gather((mine, shard_rank(self.shard), self.shard.n_rows), "set-up")
-        for r, (theirs, _, _) in enumerate(gathered):
+        # the ranks given and whose rows each rank's shard holds are checked after the all-gather, so that every
+        # rank raises (a rank raising alone would leave the others waiting for it until `timeout`)
+        gathered = ex.all_gather((mine, shard_rank(self.shard), self.shard.n_rows, self.rank), "set-up")
+        given = [f"rank={g} was given to rank {r} of the exchange's group" for r, (*_, g) in enumerate(gathered)
+                 if g is not None and g != r]
+        if given:
+            raise ValueError(f"rank {ex.rank}: {'; '.join(given)}; leave rank=None (torch.distributed's rank) or "
+                             "give each process its own")
+        self.rank = ex.rank
+        for r, (theirs, *_) in enumerate(gathered):
             diff = sorted(k for k in mine if theirs[k] != mine[k])
             if diff:
                 raise ValueError(f"rank {r}'s sharded table differs from rank {self.rank}'s in {diff}: "
                                  f"{ {k: theirs[k] for k in diff} } vs { {k: mine[k] for k in diff} }; every rank "
                                  "needs shards of one layout, encoded with one codec (ibp-graph prepare --shards)")
-        self._check_ranks([h for _, h, _ in gathered], [n for _, _, n in gathered])
+        self._check_ranks([h for _, h, _, _ in gathered], [n for _, _, n, _ in gathered])
         self.cache = self._fill_cache().to(device)
         self._device = device
 

@@ -173,17 +173,19 @@ def test_sharded_source_arguments_are_checked():
 
 
 class GatherExchange:
-    """The set-up's all-gather of a world whose rank r holds rank held[r]'s shard (of this rank's rows count)."""
+    """The set-up's all-gather of a world whose rank r holds rank held[r]'s shard (of this rank's rows count) and
+    was given rank=given[r] (None: read from the group; this rank's own is what it sends)."""
 
-    def __init__(self, rank, held):
+    def __init__(self, rank, held, given=None):
         self.rank, self.world_size, self.held = rank, len(held), held
+        self.given = given or [None] * len(held)
 
     def start(self):
         pass
 
     def all_gather(self, obj, what):
-        mine, _, rows = obj
-        return [(mine, h, rows) for h in self.held]
+        mine, _, rows, own = obj
+        return [(mine, h, rows, own if r == self.rank else g) for r, (h, g) in enumerate(zip(self.held, self.given))]
 
 
 def test_a_shard_of_another_rank_is_refused_at_construction_or_set_up():
@@ -203,6 +205,19 @@ def test_a_shard_of_another_rank_is_refused_at_construction_or_set_up():
     with pytest.raises(ValueError, match=r"rank 0: rank 0 holds rank 1's shard; rank 1 holds rank 0's shard"):
         ShardedSource(shard_of(store, layout, 1), layout, exchange=GatherExchange(0, [1, 0])).prepare("cpu")
 
+
+
+def test_a_rank_given_that_is_not_the_process_rank_is_refused_on_every_rank():
+    """rank= names this process's rank in the exchange's group; another is refused after the set-up's
+    all-gather, on the rank given it and on the others (which would otherwise wait for it until the timeout)."""
+    store = EncodedTable.encode(torch.randn(10, 4), "ibp", progress=False)
+    layout = ShardLayout.contiguous(10, 2)
+    shard0 = shard_of(store, layout, 0)
+    with pytest.raises(ValueError, match=r"rank 1: rank=0 was given to rank 1 of the exchange's group; leave "
+                                         r"rank=None"):
+        ShardedSource(shard0, layout, rank=0, exchange=GatherExchange(1, [0, 0])).prepare("cpu")
+    with pytest.raises(ValueError, match=r"rank 0: rank=0 was given to rank 1 of the exchange's group"):
+        ShardedSource(shard0, layout, exchange=GatherExchange(0, [0, 0], given=[None, 0])).prepare("cpu")
 
 def test_shard_counts_reach_the_stats():
     stats = LoaderStats()
