@@ -23,7 +23,7 @@ import os
 import re
 import shutil
 import socket
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Optional, Union
 
@@ -355,6 +355,11 @@ def note_output_entry(directory: PathLike, name: str) -> None:
         write_text(path, json.dumps(dict(marker, entries=entries), indent=1) + "\n")
 
 
+def listing(items: Sequence[str], limit: int = 5) -> str:
+    """The first `limit` of `items` for a message, and how many more there are."""
+    return ", ".join(items[:limit]) + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
 def _check_replaceable(final: Path) -> None:
     """OutputFolderError unless `final` is absent, an empty folder, or ibp-graph's own earlier output."""
     if final.is_symlink():
@@ -367,9 +372,8 @@ def _check_replaceable(final: Path) -> None:
                                 "or empty folder")
     foreign = _not_own(final)
     if foreign:
-        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
         raise OutputFolderError(
-            f"output folder {final} holds files ibp-graph did not write ({shown}); it writes only into "
+            f"output folder {final} holds files ibp-graph did not write ({listing(foreign)}); it writes only into "
             f"an absent or empty folder or one it prepared before, and nothing was changed: pass a new or empty "
             f"folder, or move those files away")
 

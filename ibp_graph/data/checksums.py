@@ -21,7 +21,7 @@ import numpy as np
 import xxhash
 
 from ..layout.errors import CorruptPayloadError
-from ..files import read_json, write_text
+from ..files import listing, read_json, write_text
 
 __all__ = ["MANIFEST", "ALGORITHM", "CHUNK_BYTES", "VERIFY_MODES", "SAMPLE_CHUNKS", "ChecksumError",
            "UnverifiedDataWarning", "Damage", "check_mode", "write_manifest", "read_manifest", "find_damage", "verify"]
@@ -63,9 +63,8 @@ class Damage:
         if self.size is not None:
             return (f"{path} has {self.size} bytes; {MANIFEST} recorded {self.expected_size}: "
                     "the file is truncated or replaced")
-        ranges = ", ".join(f"{c} (bytes {c * chunk_bytes}..{(c + 1) * chunk_bytes - 1})" for c in self.chunks[:5])
-        more = f" and {len(self.chunks) - 5} more" if len(self.chunks) > 5 else ""
-        return f"{path}: checksum differs in chunk(s) {ranges}{more} of {chunk_bytes} bytes"
+        ranges = listing([f"{c} (bytes {c * chunk_bytes}..{(c + 1) * chunk_bytes - 1})" for c in self.chunks])
+        return f"{path}: checksum differs in chunk(s) {ranges} of {chunk_bytes} bytes"
 
 
 def check_mode(verify: object, argname: str = "verify") -> str:

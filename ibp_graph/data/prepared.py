@@ -293,7 +293,7 @@ class PreparedDataset(LabeledDataset, HomogeneousFolder):
         if x is not None and str(x.dtype) != meta.get("x_dtype"):
             raise ValueError(f"{d}/x.npy holds {x.dtype}; meta.json records x_dtype={meta.get('x_dtype')!r}: "
                              "prepare again")
-        x = as_tensor(x) if features else None
+        x = None if x is None else as_tensor(x)
         y = _load_npy(d / "y.npy", mode)
         if y.dtype != np.int64 or (y.ndim == 1 and y.size and (int(y.min()) < -1 or int(y.max()) >= num_classes)):
             shown = f"{y.dtype} values in [{int(y.min())}, {int(y.max())}]" if y.size and y.dtype.kind in "iu" \

@@ -44,8 +44,8 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from ..files import (OutputFolderError, check_output, note_output_entry, read_json, replace_dir, save_npy, work_dir,
-                     write_text)
+from ..files import (OutputFolderError, check_output, listing, note_output_entry, read_json, replace_dir, save_npy,
+                     work_dir, write_text)
 from ..layout.dtypes import dtype_name
 from ..layout.rows import check_row_index
 from .checksums import MANIFEST as CHECKSUMS, ChecksumError, check_mode, read_manifest
@@ -369,8 +369,7 @@ def _check_shards_out(out: Path) -> None:
     check_output accepts may be another ibp-graph output, e.g. a prepared data set, which write_shards would
     replace."""
     if out.is_dir() and not out.is_symlink() and any(out.iterdir()) and not (out / SHARDS_MANIFEST).is_file():
-        names = sorted(p.name + ("/" if p.is_dir() else "") for p in out.iterdir())
-        held = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        held = listing(sorted(p.name + ("/" if p.is_dir() else "") for p in out.iterdir()))
         raise OutputFolderError(f"out={str(out)!r} holds {held} and no {SHARDS_MANIFEST}: it is not a shards "
                                 "folder, which write_shards would replace; it writes only into an absent or empty "
                                 "folder or earlier shards, and nothing was changed: pass a new or empty folder")
