@@ -18,7 +18,7 @@ from ..codec import IBPCodec, IdentityCodec
 from ..codec.auto import KINDS, CodecSpec, fit_named
 from ..codec.base import DEFAULT_SAMPLE_ROWS, Codec, random_rows
 from ..data.store import EncodedTable
-from .grouping import SCALAR_BLOCK, GroupKey, group_key, store_key, typed_key
+from .grouping import ROWS, SCALAR_BLOCK, SCALARS, GroupKey, group_key, store_key, typed_key
 
 #: codec names build_codecs (and every loader's `codec=`) accepts; "auto" is the default.
 CODEC_NAMES = KINDS
@@ -60,9 +60,32 @@ class BytesIdentityCodec(IdentityCodec):
         return f"BytesIdentityCodec({self})"
 
 
+class UnseenGroupCodec(IdentityCodec):
+    """Identity for a group the set-up did not see (e.g. ids a `transform_sampler_output` gave another
+    dtype): its rows are sent as they are, exact; `str()` says so (the loader's `stats`)."""
+
+    def __str__(self) -> str:
+        return "identity (a group the set-up did not see)"
+
+    def __repr__(self) -> str:
+        return f"UnseenGroupCodec(dtype={self.dtype}, row_shape={self.row_shape})"
+
+
+def codec_for(codecs: Mapping[GroupKey, Codec], key: GroupKey) -> Codec:
+    """Group `key`'s codec in `codecs`, else, for a group of raw rows or elements, an UnseenGroupCodec (the
+    same in every process: the encoding worker and the decoding stage agree without telling each other);
+    a store's or a typed group's codec is always set up, so KeyError, naming the groups that have one."""
+    codec = codecs.get(key)
+    if codec is not None:
+        return codec
+    if key.kind in (SCALARS, ROWS):
+        return UnseenGroupCodec(dtype=key.codec_dtype, row_shape=key.codec_row_shape)
+    raise KeyError(f"no codec for group {str(key)!r}; codecs exist for {sorted(map(str, codecs))}")
+
+
 def describe(codec: Codec) -> str:
     """A codec as `stats` names it: its kind, or why a group is sent as identity bytes."""
-    return str(codec) if isinstance(codec, BytesIdentityCodec) else codec.name
+    return str(codec) if isinstance(codec, (BytesIdentityCodec, UnseenGroupCodec)) else codec.name
 
 
 def _fit(tables: list[torch.Tensor], kind: str, seed: int = 0, limit: int = DEFAULT_SAMPLE_ROWS) -> Codec:
@@ -171,5 +194,6 @@ def split_row_groups(tables: Mapping[str, torch.Tensor], codecs: Mapping[GroupKe
     return out, typed, report
 
 
-__all__ = ["build_codecs", "split_row_groups", "value_range_codec", "describe", "BytesIdentityCodec", "CODEC_NAMES",
+__all__ = ["build_codecs", "split_row_groups", "value_range_codec", "describe", "codec_for", "BytesIdentityCodec",
+           "UnseenGroupCodec", "CODEC_NAMES",
            "CodecSpec", "SPLIT_GAIN", "SPLIT_SAMPLE_ROWS"]

@@ -21,9 +21,12 @@ from typing import Iterator, Mapping, Optional
 
 import torch
 
+from ..codec import IdentityCodec
 from ..codec.base import Codec
+from ..layout import CompressedTensor
 from ..layout.buffers import BufferPool
 from .batch import DecodedBatch, EncodedBatch
+from .codec_setup import codec_for, describe
 from .grouping import GroupKey
 from .sources import Serving
 from .stats import LoaderStats
@@ -45,11 +48,16 @@ class DecodeStage:
         self.slots = SlotKeeper(register=register_pinned if cuda else None, release_on_copy=cuda)
         self._buffers = BufferPool(keep=prefetch + 2)  # the CPU's decoded groups (the user's batch, those ahead)
 
-    def _codec(self, key: GroupKey) -> Codec:
+    def _codec(self, key: GroupKey, ct: CompressedTensor) -> Codec:
+        """Group `key`'s codec; a group the set-up did not see, which the workers sent as identity
+        (codec_for), gets that identity, named in the stats' codecs from its first batch on."""
         codec = self.codecs.get(key)
         if codec is None:
-            raise KeyError(f"the batch has group {str(key)!r}, for which this stage has no codec; "
-                           f"codecs exist for {sorted(map(str, self.codecs))}")
+            if ct.codec != IdentityCodec.name:
+                raise KeyError(f"the batch has group {str(key)!r} ({ct.codec}), for which this stage has no "
+                               f"codec; codecs exist for {sorted(map(str, self.codecs))}")
+            self.codecs[key] = codec = codec_for(self.codecs, key)
+            self.stats.codecs[str(key)] = describe(codec)
         return codec
 
     def _count(self, batch: EncodedBatch) -> None:
@@ -85,7 +93,7 @@ class DecodeStage:
 
     def _cpu_groups(self, batch: EncodedBatch) -> Mapping[GroupKey, torch.Tensor]:
         # rows of variable length are decoded into a pooled buffer; fixed-stride (identity) ones are a view
-        return {k: self._codec(k).decode(
+        return {k: self._codec(k, ct).decode(
                     ct, out=None if ct.offsets is None else self._buffers.empty(ct.shape, ct.dtype))
                 for k, ct in batch.groups.items()}
 
@@ -146,7 +154,7 @@ class DecodeStage:
             start.record()
             on_device = {k: ct.to(self.device, non_blocking=True) for k, ct in batch.groups.items()}
             copied.record()
-            out, tally = self._decoded(batch, {k: gpu.decode(self._codec(k), ct, checks=checks)
+            out, tally = self._decoded(batch, {k: gpu.decode(self._codec(k, ct), ct, checks=checks)
                                                for k, ct in on_device.items()}, checks)
             done.record()
         return batch, out, tally, events, checks

@@ -22,6 +22,7 @@ import torch
 from ..codec.base import Codec
 from ..layout import CompressedTensor
 from .batch import EncodedBatch
+from .codec_setup import codec_for
 from .grouping import (SCALAR_BLOCK, SCALARS, GroupKey, GroupLayout, Member, group_dtype_name, group_key,
                        one_tensor_group, store_key, write_group)
 from .sources import COMPRESSED, FeatureSource, Served, as_source
@@ -187,10 +188,7 @@ def encode_group(key: GroupKey, data: torch.Tensor, codecs: Mapping[GroupKey, Co
                  ) -> tuple[CompressedTensor, int]:
     """Group `key`'s `data` encoded and placed in `buffers`, and the host bytes written (encode output
     that is not a view of `data`, and its copy into `buffers`)."""
-    codec = codecs.get(key)
-    if codec is None:
-        raise KeyError(f"no codec for group {str(key)!r}; codecs exist for {sorted(map(str, codecs))}")
-    ct = codec.encode(data)
+    ct = codec_for(codecs, key).encode(data)
     placed, copied = place(ct, buffers)
     return placed, copied + _new_nbytes(ct.payload, data) + (0 if ct.offsets is None else _new_nbytes(ct.offsets, data))
 

@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from ibp_graph.pipeline.batch import DecodedBatch, EncodedBatch
-from ibp_graph.pipeline.codec_setup import build_codecs
+from ibp_graph.pipeline.codec_setup import build_codecs, codec_for
 from ibp_graph.pipeline.decode import DecodeStage
-from ibp_graph.pipeline.grouping import GroupKey, ROWS
+from ibp_graph.pipeline.grouping import GroupKey, ROWS, store_key
 from ibp_graph.pipeline.producer import encode_tensors
 
 
@@ -72,6 +72,23 @@ def test_unknown_group_and_bad_prefetch_are_refused(codecs):
         list(DecodeStage(only_rows, torch.device("cpu"))(iter([batch])))
     with pytest.raises(ValueError, match="prefetch=-1 is not accepted"):
         DecodeStage(codecs, torch.device("cpu"), prefetch=-1)
+
+
+def test_a_group_the_set_up_did_not_see_travels_as_identity_both_ways(codecs):
+    """Workers encode a group without a codec (e.g. ids a transform made int32) as identity, and the stage
+    decodes it as such, bit for bit, and names it; a store's group without its codec is refused."""
+    tensors = {**_tensors(1), "n_id": torch.arange(21, dtype=torch.int32), "w": torch.randn(21, 3).double()}
+    batch = encode_tensors(tensors, codecs)
+    assert {str(k): ct.codec for k, ct in batch.groups.items()} == {
+        "float32[8]": "ibp", "int64[*]": "ibp", "int32[*]": "identity", "float64[3]": "identity"}
+    stage = DecodeStage(codecs, torch.device("cpu"))
+    out = next(iter(stage(iter([batch]))))
+    for name, t in tensors.items():
+        assert out[name].dtype == t.dtype and torch.equal(out[name], t), name
+    assert stage.stats.codecs["int32[*]"] == stage.stats.codecs["float64[3]"] == \
+        "identity (a group the set-up did not see)"
+    with pytest.raises(KeyError, match="no codec for group 'x@store'"):
+        codec_for(codecs, store_key("x", torch.float32, (8,)))
 
 
 def test_host_bytes_copied_by_encode_and_counted_by_the_stage(codecs):
