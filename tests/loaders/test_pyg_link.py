@@ -830,3 +830,31 @@ def test_transform_sampler_output_gets_pygs_link_metadata_and_the_batch_takes_it
                                          neg != "triplet" else f[:k].flip(0) for f in md_b[1:]))
         assert all(_same(x, y) for x, y in zip(_link_metadata(a, neg, store), expect))
         assert torch.equal((a[BUYS] if hetero else a).edge_index, (b[BUYS] if hetero else b).edge_index)
+
+
+@pytest.mark.parametrize("hetero", [False, True])
+@pytest.mark.parametrize("neg", [None, "binary", "triplet"])
+def test_link_metadata_a_transform_gives_other_dtypes_reaches_the_batch_in_them(neg, hetero):
+    """As PyG's filter_fn, the batch's link fields are the metadata's tensors, in whatever dtype the transform
+    left (int32 ids, float64 labels and times): groups the set-up did not see travel as identity."""
+    data = make_hetero() if hetero else make_data()
+    store = BUYS if hetero else None
+    num = (data[BUYS] if hetero else data).edge_index.size(1)
+    times = torch.randint(0, 100, (num,), generator=torch.Generator().manual_seed(3))
+    kw = dict(neg_sampling=neg, edge_label_time=times, time_attr="time", input_id=torch.arange(num) + 1000)
+    if hetero:
+        kw["edge_label_index"] = BUYS
+    other = {torch.int64: torch.int32, torch.float32: torch.float64}
+
+    def retype(out):
+        out.metadata = tuple(None if f is None else f.to(other.get(f.dtype, f.dtype)) for f in out.metadata)
+        return out
+
+    ref = seeded(link_loader(data, **kw))
+    got = seeded(link_loader(data, transform_sampler_output=retype, **kw))
+    assert len(got) == len(ref)
+    for a, b in zip(got, ref):
+        for x, y in zip(_link_metadata(a, neg, store), _link_metadata(b, neg, store)):
+            assert (x is None) == (y is None)
+            if y is not None:
+                assert x.dtype == other.get(y.dtype, y.dtype) and torch.equal(x, y.to(x.dtype))
