@@ -321,6 +321,10 @@ def host_table(value: Any, argname: str, num_rows: Optional[int] = None, *,
         raise TypeError(f"{argname} must be {what}, got {type(value).__name__}")
     if isinstance(value, torch.Tensor) and value.device.type != "cpu":
         raise ValueError(f"{argname} is on {value.device}; the loader reads features from host memory")
+    if isinstance(value, torch.Tensor) and value.layout != torch.strided:
+        raise TypeError(f"{argname} is a {value.layout} tensor; the loader gathers and compresses dense rows "
+                        f"(sparse rows such as bag-of-words compress well dense); accepted: a dense (strided) "
+                        f"tensor, e.g. {argname}.to_dense(), a numpy array or np.memmap, or an EncodedTable")
     if num_rows is not None and value.shape[0] != num_rows:
         raise ValueError(f"{argname} has {value.shape[0]} rows; the graph has {num_rows} nodes")
     return value

@@ -309,3 +309,25 @@ def test_a_prepared_folder_is_served_from_its_tables_as_its_hetero_data(tmp_path
             assert torch.equal(a[e].edge_index, b[e].edge_index) and a[e].num_sampled_edges == b[e].num_sampled_edges
             # to_hetero_data numbers edges by CSC position; the tables keep the folder's edge ids
             assert torch.equal(b[e].e_id, torch.from_numpy(np.asarray(ds.relations[e].e_id, dtype=np.int64))[a[e].e_id])
+
+
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+def test_sparse_attributes_are_refused_by_name_with_what_is_accepted(layout):
+    """PyG gathers rows of a sparse node attribute with index_select; the workers gather and compress dense
+    rows, so a sparse table is refused at construction, naming it (it failed in torch's contiguous())."""
+    def sparse(t):
+        return t.to_sparse() if layout == "coo" else t.to_sparse_csr()
+
+    data = make_graph(num_nodes=200, num_edges=1000)
+    data.x = sparse(data.x)
+    with pytest.raises(TypeError, match=r"data\.x is a torch\.sparse_\w+ tensor.*accepted: a dense \(strided\) "
+                                        r"tensor, e\.g\. data\.x\.to_dense\(\)"):
+        CompressedNeighborLoader(data, num_neighbors=[2], batch_size=8)
+    data = make_graph(num_nodes=200, num_edges=1000)
+    data.edge_attr = sparse(data.edge_attr)
+    with pytest.raises(TypeError, match=r"data\.edge_attr is a torch\.sparse_\w+ tensor"):
+        CompressedNeighborLoader(data, num_neighbors=[2], batch_size=8)
+    hetero = make_hetero(papers=100, authors=120, insts=10)
+    hetero["paper"].x = sparse(hetero["paper"].x)
+    with pytest.raises(TypeError, match=r"data\['paper'\]\.x is a torch\.sparse_\w+ tensor"):
+        CompressedNeighborLoader(hetero, num_neighbors=[2], input_nodes="paper", batch_size=8)
