@@ -10,9 +10,11 @@ ascending global id; a global id maps to (owner rank, row of the owner's shard).
 
 ``describe()`` is what ranks compare before they exchange rows (the same layout on every rank).
 
-A shard made by `shard_of` or `load_shard` records the rank whose rows it holds (`shard_rank`), so that a
-ShardedSource refuses a shard served by another rank (``load_shard(d, LOCAL_RANK)`` on several hosts, or
-ranks swapped): an even split gives every shard the same row count, and nothing else would tell them apart.
+A shard made by `shard_of` or `load_shard` records the rank whose rows it holds (`shard_rank`) and the layout it
+was cut by (`shard_layout`: its describe()), so that a ShardedSource refuses a shard served by another rank
+(``load_shard(d, LOCAL_RANK)`` on several hosts, or ranks swapped) or with another layout of the same per-rank
+counts (contiguous ranges and a METIS assignment, two assignments): an even split gives every shard the same row
+count, and nothing else would tell them apart.
 
 On disk (`write_shards`, `load_shard`; ``ibp-graph prepare --shards W``)::
 
@@ -82,6 +84,28 @@ def shard_rank(table: EncodedTable) -> Optional[int]:
     """The rank whose shard `table` is, as `shard_of` or `load_shard` recorded it (the table's `shard_rank`
     attribute, set by them only); None for a table made otherwise (nothing to check it against)."""
     return getattr(table, "shard_rank", None)
+
+
+def shard_layout(table: EncodedTable) -> Optional[dict]:
+    """The description (ShardLayout.describe()) of the layout `table` was cut by, as `shard_of` or `load_shard`
+    recorded it (the table's `shard_layout` attribute, set by them only); None for a table made otherwise."""
+    return getattr(table, "shard_layout", None)
+
+
+def layout_name(description: dict) -> str:
+    """A layout's description (ShardLayout.describe()) as a message names it: kind, sizes and digest."""
+    return (f"the {description['kind']} layout of {description['num_rows']} rows over {description['world_size']} "
+            f"ranks (digest {description['digest'][:16]})")
+
+
+def check_cut_by(shard: EncodedTable, layout: "ShardLayout", argname: str = "layout") -> None:
+    """ValueError naming both layouts unless `shard` was cut by `layout` (or records no layout: `shard_layout`):
+    a shard read by another layout of the same per-rank counts would serve other rows as its own."""
+    cut = shard_layout(shard)
+    if cut is not None and cut["digest"] != layout.digest():
+        raise ValueError(f"{argname}={layout!r} is not accepted for this shard: it was cut by {layout_name(cut)}, "
+                         f"and {argname} is {layout_name(layout.describe())}, which would read other rows as its "
+                         "rows; accepted: the layout it was cut by (load_shard returns it with the shard)")
 
 
 class ShardLayout:
@@ -179,7 +203,8 @@ class ShardLayout:
 
 def shard_of(store: EncodedTable, layout: ShardLayout, rank: int) -> EncodedTable:
     """Rank `rank`'s shard of a pre-encoded `store` (an EncodedTable): its rows' compressed bytes as they
-    are (one codec for every shard, nothing re-encoded), recording `rank` (`shard_rank`)."""
+    are (one codec for every shard, nothing re-encoded), recording `rank` (`shard_rank`) and `layout`
+    (`shard_layout`)."""
     if not isinstance(store, EncodedTable):
         raise TypeError(f"store must be an EncodedTable (ibp_graph.data.store), got {type(store).__name__}")
     if not isinstance(layout, ShardLayout):
@@ -188,7 +213,7 @@ def shard_of(store: EncodedTable, layout: ShardLayout, rank: int) -> EncodedTabl
         raise ValueError(f"the store has {store.n_rows} rows; the layout splits {layout.num_rows}")
     rank = check_rank(rank, layout.world_size)
     shard = EncodedTable(store.codec, store.index_select(torch.from_numpy(layout.rows_of(rank))))
-    shard.shard_rank = rank
+    shard.shard_rank, shard.shard_layout = rank, layout.describe()
     return shard
 
 
@@ -251,7 +276,7 @@ def _source_tables(source: Any, verify: str) -> tuple[dict, Optional[Path], dict
                                     f"prepare it with a store (without --no-store)")
         hetero = hasattr(ds, "x_dict")
         names = sorted(ds.x_dict) if hetero else ["x"]
-        tables = {t: ds.store(t) for t in names} if hetero else {"x": ds.store()}
+        tables = {t: ds.store(t) for t in names}
         return tables, d, {t: ds.feature_file(t).relative_to(d).as_posix() for t in names}
     raise FileNotFoundError(f"{d} is not a finished prepared data set (no valid meta.json): prepare it first "
                             "(ibp-graph prepare --dataset NAME)")
@@ -552,7 +577,8 @@ def load_shard(directory: PathLike, rank: int, table: Optional[str] = None, *,
     run's rank count, refused when the shards were written for another. The shard's meta.json and
     checksums.json must be the ones shards.json recorded for this rank and table (ShardChecksumError
     naming them otherwise: a shard swapped, replaced or damaged), and its files their checksums (`verify`,
-    as EncodedTable.load). The shard records `rank` (`shard_rank`): a ShardedSource of another rank refuses it.
+    as EncodedTable.load). The shard records `rank` (`shard_rank`) and the layout (`shard_layout`): a ShardedSource
+    of another rank or layout refuses it.
     """
     check_mode(verify)
     d = Path(directory)
@@ -593,7 +619,7 @@ def load_shard(directory: PathLike, rank: int, table: Optional[str] = None, *,
     if got != want:
         raise ShardManifestError(f"{sd}: rank {rank}'s shard of table {table!r} holds codec, fingerprint, shape, "
                                  f"dtype {got}; {SHARDS_MANIFEST} records {want}")
-    shard.shard_rank = rank
+    shard.shard_rank, shard.shard_layout = rank, layout.describe()
     return shard, layout
 
 
@@ -602,5 +628,5 @@ def shard_tables(directory: PathLike) -> list[str]:
     return sorted(read_shards_manifest(directory)["tables"])
 
 
-__all__ = ["ShardLayout", "shard_of", "shard_rank", "check_rank", "write_shards", "load_shard", "read_shards_manifest",
-           "shard_tables", "table_input", "prepared_kind", "shard_dir", "default_shards_dir", "ShardChecksumError", "ShardManifestError", "SHARDS_MANIFEST"]
+__all__ = ["ShardLayout", "shard_of", "shard_rank", "shard_layout", "check_cut_by", "layout_name", "check_rank",
+           "write_shards", "load_shard", "read_shards_manifest", "shard_tables", "table_input", "prepared_kind", "shard_dir", "default_shards_dir", "ShardChecksumError", "ShardManifestError", "SHARDS_MANIFEST"]

@@ -36,7 +36,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from ..data.shards import ShardLayout, check_rank, shard_rank
+from ..data.shards import ShardLayout, check_cut_by, check_rank, layout_name, shard_layout, shard_rank
 from ..data.store import EncodedTable
 from ..layout.errors import CorruptPayloadError
 from ..layout.rows import check_offsets_array, check_row_index, offsets_from_lengths, padded_size
@@ -301,7 +301,9 @@ class ShardedSource(FeatureSource):
     exchange's group (default: torch.distributed's rank, read at the first batch). A shard that records
     whose rows it holds (data.shards.shard_rank: `shard_of`, `load_shard`) must be this rank's: another
     rank's is refused here when `rank` is given, else at the first batch on every rank (the set-up's
-    all-gather, which also names ranks holding the same shard)."""
+    all-gather, which also names ranks holding the same shard). One that records the layout it was cut by
+    (data.shards.shard_layout) must have been cut by `layout`: another layout, even of the same per-rank
+    counts, is refused here and, for any rank's shard, at the set-up on every rank."""
 
     delivers = COMPRESSED
     served = True
@@ -318,6 +320,7 @@ class ShardedSource(FeatureSource):
         for argname, v in (("cache_bytes", cache_bytes), ("device_cache_bytes", device_cache_bytes)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
                 raise ValueError(f"{argname}={v!r} is not accepted; use an int number of bytes >= 0")
+        check_cut_by(shard, layout)
         if rank is not None:
             self._check_rank(shard, layout, rank)
         self.shard, self.layout, self.rank = shard, layout, rank
@@ -338,9 +341,18 @@ class ShardedSource(FeatureSource):
         if held is not None and held != rank:
             raise ValueError(f"rank={rank} was given a shard of rank {held}'s rows; {_OWN_SHARD}")
 
-    def _check_ranks(self, held: list, rows: list) -> None:
+    def _check_ranks(self, held: list, rows: list, cut: list) -> None:
         """ValueError on every rank (what the set-up's all-gather gave each: `held`, the rank whose shard
-        each holds, None for a shard that records none; `rows`, its row count) unless each holds its own."""
+        each holds, None for a shard that records none; `rows`, its row count; `cut`, the description of the
+        layout its shard was cut by, None for one that records none) unless each holds its own, cut by the
+        layout every rank was given."""
+        mine = self.layout.describe()
+        other = [f"rank {r}'s shard was cut by {layout_name(c)}" for r, c in enumerate(cut)
+                 if c is not None and c["digest"] != mine["digest"]]
+        if other:
+            raise ValueError(f"rank {self.rank}: {'; '.join(other)}; the ranks were given {layout_name(mine)}, "
+                             "which would read other rows as those shards' rows: give every rank the layout its "
+                             "shard was cut by (load_shard returns it with the shard)")
         wrong = [f"rank {r} holds rank {h}'s shard" for r, h in enumerate(held) if h is not None and h != r]
         if wrong:
             same = [f"ranks {[r for r, g in enumerate(held) if g == h]} hold the same shard, rank {h}'s"
@@ -392,8 +404,9 @@ class ShardedSource(FeatureSource):
         mine = self.describe()
         # the ranks given and whose rows each rank's shard holds are checked after the all-gather, so that every
         # rank raises (a rank raising alone would leave the others waiting for it until `timeout`)
-        gathered = ex.all_gather((mine, shard_rank(self.shard), self.shard.n_rows, self.rank), "set-up")
-        given = [f"rank={g} was given to rank {r} of the exchange's group" for r, (*_, g) in enumerate(gathered)
+        gathered = ex.all_gather((mine, shard_rank(self.shard), self.shard.n_rows, self.rank,
+                                  shard_layout(self.shard)), "set-up")
+        given = [f"rank={g} was given to rank {r} of the exchange's group" for r, (*_, g, _) in enumerate(gathered)
                  if g is not None and g != r]
         if given:
             raise ValueError(f"rank {ex.rank}: {'; '.join(given)}; leave rank=None (torch.distributed's rank) or "
@@ -405,7 +418,8 @@ class ShardedSource(FeatureSource):
                 raise ValueError(f"rank {r}'s sharded table differs from rank {self.rank}'s in {diff}: "
                                  f"{ {k: theirs[k] for k in diff} } vs { {k: mine[k] for k in diff} }; every rank "
                                  "needs shards of one layout, encoded with one codec (ibp-graph prepare --shards)")
-        self._check_ranks([h for _, h, _, _ in gathered], [n for _, _, n, _ in gathered])
+        self._check_ranks([h for _, h, _, _, _ in gathered], [n for _, _, n, _, _ in gathered],
+                          [c for *_, c in gathered])
         self.cache = self._fill_cache().to(device)
         self._device = device
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from ibp_graph.benchmarks.ranks import free_port
-from ibp_graph.data.shards import ShardLayout, shard_of
+from ibp_graph.data.shards import ShardLayout, shard_layout, shard_of
 from ibp_graph.data.store import EncodedTable
 from ibp_graph.pipeline.sharded import Received, ShardedSource, ShardExchange, concat_rows, split_tiers
 from ibp_graph.pipeline.stats import LoaderStats, Tally
@@ -154,8 +154,11 @@ def test_sharded_source_arguments_are_checked():
         ShardedSource(shard, layout, device_cache_bytes=1.5)
     with pytest.raises(ValueError, match="device_cache_bytes=100 is not accepted for a loader that decodes on cpu"):
         ShardedSource(shard, layout, device_cache_bytes=100).prepare("cpu")  # before any collective
+    third = shard_of(store, ShardLayout.contiguous(10, 3), 0)
     with pytest.raises(ValueError, match="the layout gives rank 1 5 of 10: a shard of another rank"):
-        ShardedSource(shard_of(store, ShardLayout.contiguous(10, 3), 0), layout, rank=1)
+        ShardedSource(EncodedTable(third.codec, third.compressed), layout, rank=1)  # no layout recorded: its rows
+    with pytest.raises(ValueError, match=r"it was cut by the contiguous layout of 10 rows over 3 ranks"):
+        ShardedSource(third, layout, rank=1)
     with pytest.raises(ValueError, match="timeout=0 is not accepted"):
         ShardExchange(timeout=0)
     for timeout in (float("inf"), 1e30):  # refused here, not as an OverflowError when the group is made
@@ -173,19 +176,22 @@ def test_sharded_source_arguments_are_checked():
 
 
 class GatherExchange:
-    """The set-up's all-gather of a world whose rank r holds rank held[r]'s shard (of this rank's rows count) and
-    was given rank=given[r] (None: read from the group; this rank's own is what it sends)."""
+    """The set-up's all-gather of a world whose rank r holds rank held[r]'s shard (of this rank's rows count), cut
+    by the layout cut[r] describes (default: this rank's shard's), and was given rank=given[r] (None: read from the
+    group; this rank's own is what it sends)."""
 
-    def __init__(self, rank, held, given=None):
+    def __init__(self, rank, held, given=None, cut=None):
         self.rank, self.world_size, self.held = rank, len(held), held
-        self.given = given or [None] * len(held)
+        self.given, self.cut = given or [None] * len(held), cut
 
     def start(self):
         pass
 
     def all_gather(self, obj, what):
-        mine, _, rows, own = obj
-        return [(mine, h, rows, own if r == self.rank else g) for r, (h, g) in enumerate(zip(self.held, self.given))]
+        mine, _, rows, own, cut = obj
+        cuts = self.cut or [cut] * self.world_size
+        return [(mine, h, rows, own if r == self.rank else g, cuts[r])
+                for r, (h, g) in enumerate(zip(self.held, self.given))]
 
 
 def test_a_shard_of_another_rank_is_refused_at_construction_or_set_up():
@@ -205,6 +211,43 @@ def test_a_shard_of_another_rank_is_refused_at_construction_or_set_up():
     with pytest.raises(ValueError, match=r"rank 0: rank 0 holds rank 1's shard; rank 1 holds rank 0's shard"):
         ShardedSource(shard_of(store, layout, 1), layout, exchange=GatherExchange(0, [1, 0])).prepare("cpu")
 
+
+
+def test_a_shard_cut_by_another_layout_of_the_same_counts_is_refused_at_construction_or_set_up():
+    """A shard records the layout it was cut by (shard_of, load_shard): read by another layout of the same per-rank
+    counts (contiguous ranges and an assignment, two assignments) it would serve other rows as its own; refused
+    when the source is made, naming both layouts, and at the set-up on every rank for any rank's shard. A shard
+    made otherwise records none and is taken as before."""
+    x = torch.arange(40, dtype=torch.float32).reshape(10, 4)  # row i names node i
+    store = EncodedTable.encode(x, "identity", progress=False)
+    ranges = ShardLayout.contiguous(10, 2)
+    evens = ShardLayout.from_assignment(np.arange(10) % 2, 2)  # 5 rows each, as the ranges
+    halves = ShardLayout.from_assignment(np.array([0, 1] * 2 + [1, 0] * 3), 2)
+    assert ranges.counts.tolist() == evens.counts.tolist() == halves.counts.tolist() == [5, 5]
+    for cut_by, read_by in ((ranges, evens), (evens, ranges), (evens, halves)):
+        shard = shard_of(store, cut_by, 0)
+        assert shard_layout(shard) == cut_by.describe()
+        name = lambda lay: (rf"the {lay.kind} layout of 10 rows over 2 ranks \(digest "  # noqa: E731
+                            rf"{lay.digest()[:16]}\)")
+        with pytest.raises(ValueError, match=rf"^layout=ShardLayout\({read_by.kind}, num_rows=10, world_size=2\) is "
+                                             rf"not accepted for this shard: it was cut by {name(cut_by)}, and layout "
+                                             rf"is {name(read_by)}, .*accepted: the layout it was cut by"):
+            ShardedSource(shard, read_by, rank=0)
+        with pytest.raises(ValueError, match=rf"layout=.* it was cut by {name(cut_by)}"):
+            ShardedSource(shard, read_by)  # with no rank given too
+        ShardedSource(shard, cut_by, rank=0)
+        ShardedSource(EncodedTable(shard.codec, shard.compressed), read_by, rank=0)  # none recorded: as before
+        # rank 1's shard was cut by another layout: refused on this rank too, whose own shard is right
+        mine = shard_of(store, read_by, 0)
+        ex = GatherExchange(0, [0, 1], cut=[read_by.describe(), cut_by.describe()])
+        with pytest.raises(ValueError, match=rf"^rank 0: rank 1's shard was cut by {name(cut_by)}; the ranks were "
+                                             rf"given {name(read_by)}, which would read other rows"):
+            ShardedSource(mine, read_by, exchange=ex).prepare("cpu")
+    # what the refusal prevents: rank 0's rows by the even split, read from the ranges' shard, are other rows
+    ids = np.array([0, 2, 4])
+    rows = lambda shard, lay: store.codec.decode(shard.index_select(torch.from_numpy(lay.locate(ids)[1])))  # noqa: E731
+    assert torch.equal(rows(shard_of(store, evens, 0), evens), x[ids])
+    assert not torch.equal(rows(shard_of(store, ranges, 0), evens), x[ids])
 
 
 def test_a_rank_given_that_is_not_the_process_rank_is_refused_on_every_rank():
