@@ -60,9 +60,10 @@ def _prepare(argv: Sequence[str]) -> int:
                                  "an earlier prepared folder, which is replaced, and outside the input")
     p.add_argument("--directed", action="store_true", help="keep OGB's edge directions (default: undirected)")
     p.add_argument("--no-store", action="store_true", help="skip the pre-encoded feature store")
-    p.add_argument("--codec", default="auto", choices=KINDS,
+    p.add_argument("--codec", choices=KINDS,
                    help="the feature store's codec (default auto: the smallest of ibp and ebp on a row "
-                        "sample, identity when neither gains); the prepared folder records the choice")
+                        "sample, identity when neither gains); the prepared folder records the choice. With "
+                        "--shards, a folder prepared already keeps its store unless --codec is given: see --shards")
     p.add_argument("--config",
                    help="synthetic, synthetic-mag, synthetic-citation: take data.synthetic / data.mag / "
                         "data.citation from this experiment file")
@@ -71,8 +72,10 @@ def _prepare(argv: Sequence[str]) -> int:
     p.add_argument("--shards", type=int, metavar="W",
                    help="also cut the feature stores into W per-rank shards (PREPARED/shards-W, with a checksummed "
                         "shards.json) for `loader.features: sharded` under torchrun with W ranks; a folder "
-                        "prepared already (with its store) from the same source, edge directions and --codec (auto "
-                        "takes any) is kept and only its shards are written, another one is prepared again")
+                        "prepared already (with its store) from the same source and edge directions is kept and "
+                        "only its shards are written, another one is prepared again. Without --codec its store is "
+                        "kept whatever its codec; with --codec NAME only a store of that codec, and with --codec "
+                        "auto only one of the codec auto picks now (fitted again on a row sample of the features)")
     p.add_argument("--partition", choices=("ranges", "metis", "dgl"), default="ranges",
                    help="with --shards: which rank holds which rows: contiguous ranges (default), METIS parts "
                         "of the graph, which keep neighbours together (homogeneous data sets; needs pymetis: "
@@ -101,8 +104,6 @@ def _prepare(argv: Sequence[str]) -> int:
         prepared = _prepared_already(a) if a.shards is not None else None
         if prepared is None:
             prepared = _prepare_dataset(a, p)
-        elif not a.quiet:
-            print(f"{prepared} is prepared already: writing its shards only", flush=True)
         if a.shards is not None:
             from .data.shards import write_shards
 
@@ -199,16 +200,40 @@ def _prepared_already(a):
     ds = kind.load(d, verify="none")
     if ds.name != a.dataset or not ds.has_store():
         return None
-    differs = _differs(ds.meta, ds.store_codec, a, spec, gen)
-    if differs and not a.quiet:
+    differs = _differs(ds.meta, a, spec, gen) or _store_differs(ds, a.codec)
+    if not a.quiet and differs:
         print(f"{d} holds {differs}: preparing it again", flush=True)
+    elif not a.quiet:
+        codecs = ", ".join(sorted({ds.store(t).codec.name for t in ds.feature_shapes}))
+        kept = "" if a.codec is not None else f" (its store's codec, {codecs}, is kept: --codec NAME or --codec " \
+                                              "auto asks for one)"
+        print(f"{d} is prepared already: writing its shards only{kept}", flush=True)
     return None if differs else d
 
 
-def _differs(meta: dict, codec: str, a, spec, gen) -> str:
+def _store_differs(ds, asked) -> str:
+    """How the feature stores of the prepared folder `ds` differ from `--codec` (`asked`; "" when they do not):
+    None keeps any; a codec name wants every table's store of that codec; "auto" wants each of the codec auto
+    picks for its table now (fit_named on the table's row sample, as the store was encoded: a store encoded by
+    auto is kept, one encoded with --codec identity where auto picks ebp is not)."""
+    from .codec.auto import fit_named
+
+    if asked is None:
+        return ""
+    for table in ds.feature_shapes:
+        have = ds.store(table).codec.name
+        want = fit_named(ds.feature(table), "auto").name if asked == "auto" else asked
+        if have != want:
+            which = f"table {table!r}'s" if len(ds.feature_shapes) > 1 else "a"
+            picks = f", which picks {want} for it" if asked == "auto" else ""
+            return f"{which} feature store encoded with {have} (asked for --codec {asked}{picks})"
+    return ""
+
+
+def _differs(meta: dict, a, spec, gen) -> str:
     """How the preparation `meta` records differs from what the arguments ask for ("" when it does not): the
-    generator and its spec (generated data sets), edge directions (--directed, OGB's), the store's codec (--codec;
-    auto accepts the codec recorded)."""
+    generator and its spec (generated data sets), edge directions (--directed, OGB's); the store's codec is
+    `_store_differs`'."""
     import dataclasses
     import json
 
@@ -224,14 +249,13 @@ def _differs(meta: dict, codec: str, a, spec, gen) -> str:
     undirected = meta.get("undirected", True)
     if gen is None and undirected == a.directed:  # generated ones are undirected, --directed or not
         return f"a graph prepared {'without' if undirected else 'with'} --directed"
-    if a.codec != "auto" and codec != a.codec:
-        return f"a feature store encoded with {codec} (asked for --codec {a.codec})"
     return ""
 
 
 def _prepare_dataset(a, p):
     """Prepare (or generate) the data set the arguments name; return its folder."""
     store, progress = not a.no_store, not a.quiet
+    a = argparse.Namespace(**dict(vars(a), codec=a.codec or "auto"))  # --codec's default
     if a.dataset in GENERATED:
         spec, gen, root = _generated(a)
         return gen.generate(spec, a.out or gen.cache_dir(spec, a.root or root), store=store, codec=a.codec,

@@ -228,13 +228,15 @@ class HomogeneousFolder:
         """Whether the folder holds a pre-encoded feature store."""
         return (self.store_dir / "meta.json").is_file()
 
-    def store(self):
-        """The pre-encoded features (EncodedTable, memory-mapped), with the codec they were encoded with.
+    def store(self, table: str = "x"):
+        """The pre-encoded features of `table` (only "x": EncodedTable, memory-mapped), with the codec they were
+        encoded with.
 
         Opened (and verified as `verify` says) once; later calls return the same table.
         """
         from .store import EncodedTable
 
+        _check_table(table, ["x"])
         if "x" not in self._stores:
             self._stores["x"] = EncodedTable.load(self.store_dir, mmap=True, verify=self.verify)
         return self._stores["x"]

@@ -17,8 +17,8 @@ from ibp_graph.data.maggen import MagSpec
 from ibp_graph.data.prepared import PreparedDataset
 from ibp_graph.data.input_stats import SAMPLE_ROWS, feature_stats, from_hex, to_hex
 from ibp_graph.data.shards import (SHARDS_MANIFEST, ShardChecksumError, ShardLayout, ShardManifestError,
-                                   check_source, default_shards_dir, load_shard, shard_of, shard_rank, shard_tables, table_input,
-                                   write_shards)
+                                   check_source, default_shards_dir, load_shard, shard_layout, shard_of, shard_rank,
+                                   shard_tables, table_input, write_shards)
 from ibp_graph.data.store import EncodedTable
 from ibp_graph.files import OutputFolderError, is_own_output
 
@@ -98,6 +98,7 @@ def test_write_and_load_round_trip_bit_exact(tmp_path, codec):
         shard, layout = load_shard(out, r, world_size=3, verify="full")
         assert layout == ShardLayout.contiguous(x.shape[0], 3)
         assert shard_rank(shard) == r == shard_rank(shard_of(store, layout, r))  # whose rows it holds
+        assert shard_layout(shard) == layout.describe() == shard_layout(shard_of(store, layout, r))  # cut by
         assert shard.codec.fingerprint == store.codec.fingerprint  # one codec, nothing re-encoded
         got = _rows(shard)
         want = x[torch.from_numpy(layout.rows_of(r))]
@@ -111,7 +112,7 @@ def test_assignment_layout_round_trip(tmp_path):
     out = write_shards({"x": store}, 2, tmp_path / "s", layouts={"x": lay}, progress=False)
     for r in range(2):
         shard, layout = load_shard(out, r)
-        assert layout == lay
+        assert layout == lay and shard_layout(shard) == lay.describe()  # the layout it was cut by, recorded
         assert torch.equal(_rows(shard).view(torch.int32), x[torch.from_numpy(lay.rows_of(r))].view(torch.int32))
     np.save(out / "layouts" / "x.npy", owner[::-1].copy())  # another assignment
     with pytest.raises(ShardChecksumError, match=r"layouts/x.npy: its SHA-256 differs .* table 'x'"):
@@ -384,3 +385,31 @@ def test_prepare_shards_command_writes_and_reuses_a_prepared_folder(tmp_path, ca
         with pytest.raises(SystemExit):
             main(["prepare", "--dataset", "synthetic", "--root", str(tmp_path), *sets, *bad])
         assert message in capsys.readouterr().err
+
+
+def test_prepare_shards_keeps_a_stores_codec_unless_codec_asks_for_another(tmp_path, capsys):
+    """`prepare --shards W` on a folder prepared already: without --codec its store is kept whatever its codec (and
+    the line says which); --codec NAME keeps only a store of that codec; --codec auto only one of the codec auto
+    picks now (fitted again on a row sample), so a store encoded with --codec identity is encoded again."""
+    from ibp_graph.cli import main
+
+    base = ["prepare", "--dataset", "synthetic", "--root", str(tmp_path), "--set", "data.synthetic.num_nodes=1200",
+            "--set", "data.synthetic.dim=16"]
+    assert main([*base, "--codec", "identity", "--quiet"]) == 0
+    (d,) = tmp_path.glob("synthetic-1200-*")
+    codecs = lambda: (PreparedDataset.load(d).store_codec,  # noqa: E731
+                      json.loads((d / "shards-2" / SHARDS_MANIFEST).read_text())["tables"]["x"]["codec"])
+    capsys.readouterr()
+    for asked in ([], ["--codec", "identity"]):
+        assert main([*base, "--shards", "2", *asked]) == 0
+        out = capsys.readouterr().out
+        assert f"{d} is prepared already: writing its shards only" in out and codecs() == ("identity", "identity")
+        assert ("its store's codec, identity, is kept: --codec NAME or --codec auto asks for one" in out) == (not asked)
+    assert main([*base, "--shards", "2", "--codec", "auto"]) == 0
+    assert f"{d} holds a feature store encoded with identity (asked for --codec auto, which picks ebp for it): " \
+           "preparing it again" in capsys.readouterr().out
+    assert codecs() == ("ebp", "ebp")
+    assert main([*base, "--shards", "2", "--codec", "auto"]) == 0  # auto's own store: kept
+    assert f"{d} is prepared already: writing its shards only\n" in capsys.readouterr().out
+    assert main([*base, "--shards", "2", "--codec", "ibp", "--quiet"]) == 0
+    assert codecs() == ("ibp", "ibp")
