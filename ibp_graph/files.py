@@ -6,7 +6,9 @@ the old file or the new one, never half of one, and a folder can be saved onto i
 (a memory map of the old file keeps its pages after the rename). Long jobs work in a
 folder ``<final>.tmp-<host>-<pid>`` beside their result; it is removed when the job
 ends, however it ends short of SIGKILL, and folders of dead processes on this host are
-removed by the next job that works beside the same result.
+removed by the next job that works beside the same result. Another host's (a shared disk) are
+never removed, since whether their process still runs cannot be told from here: in an output
+folder they are refused naming each one's path, host and pid.
 
 Nothing a user keeps is deleted or overwritten: a finished folder is moved into place only
 over an empty folder or one ibp-graph marked as its own output (`MARKER`), and `check_output`
@@ -90,6 +92,12 @@ def _temp_name(final: Path) -> Path:
 def _is_temp_name(name: str) -> bool:
     """Whether `name` is one `_temp_name` writes on this host: ``NAME.tmp-<this host>-<pid>``."""
     return re.fullmatch(rf".+{re.escape(_TMP + socket.gethostname())}-\d+", name) is not None
+
+
+def _other_host_temp(name: str) -> Optional[tuple[str, int]]:
+    """(host, pid) of a name `_temp_name` writes on another host (``NAME.tmp-<host>-<pid>``), else None."""
+    m = re.fullmatch(rf".+?{re.escape(_TMP)}(.+)-(\d+)", name)
+    return None if m is None or m.group(1) == socket.gethostname() else (m.group(1), int(m.group(2)))
 
 
 def _stale(final: Path) -> list[Path]:
@@ -371,6 +379,17 @@ def _check_replaceable(final: Path) -> None:
         raise OutputFolderError(f"output folder {final} is a file, not a folder; nothing was written: pass a new "
                                 "or empty folder")
     foreign = _not_own(final)
+    temps = {rel: _other_host_temp(Path(rel).name) for rel in foreign}
+    theirs = {rel: t for rel, t in temps.items() if t is not None}
+    if theirs:  # ibp-graph's on another host (shared disk): whether its process still runs cannot be told here
+        named = ", ".join(f"{final / rel} (process {pid} on host {host!r})" for rel, (host, pid) in theirs.items())
+        others = [rel for rel in foreign if rel not in theirs]
+        raise OutputFolderError(
+            f"output folder {final} holds {len(theirs)} temporar{'y' if len(theirs) == 1 else 'ies'} that ibp-graph "
+            f"processes on other hosts are writing or left behind: {named}; from this host ibp-graph cannot tell "
+            "whether such a process still runs, so it deletes none of them and nothing was changed: delete each one "
+            "whose host has no ibp-graph process still preparing into this folder (rm -r PATH), then run again"
+            + (f"; it also holds files ibp-graph did not write ({listing(others)}): move those away" if others else ""))
     if foreign:
         raise OutputFolderError(
             f"output folder {final} holds files ibp-graph did not write ({listing(foreign)}); it writes only into "

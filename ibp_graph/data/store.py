@@ -38,7 +38,7 @@ from . import checksums
 from ..index_checks import first_bad_step
 from .checksums import UnverifiedDataWarning, check_mode, write_manifest
 from .guard import ChunkGuard
-from ..files import atomic_write, read_json, save_npy, write_bytes, write_text
+from ..files import OutputFolderError, atomic_write, read_json, save_npy, write_bytes, write_text
 
 PathLike = Union[str, os.PathLike]
 #: rows encoded per step by `EncodedTable.encode` (bounded memory for huge tables).
@@ -129,6 +129,8 @@ class EncodedTable:
         """
         if not isinstance(chunk_rows, int) or chunk_rows < 1:
             raise ValueError(f"chunk_rows={chunk_rows!r} is not accepted; use an int >= 1")
+        if directory is not None:
+            _check_store_dir(Path(directory))
         if isinstance(codec, str) or codec is None:
             codec = fit_named(table, codec, argname="codec")
         fixed = codec.name == IdentityCodec.name  # fixed-stride rows, no offsets
@@ -170,9 +172,11 @@ class EncodedTable:
         """Write the table into `directory` (created if needed), file by file atomically, with checksums.
 
         Saving onto the folder the table was loaded from works: each file is written under a
-        temporary name and renamed over the old one, whose memory map stays valid.
+        temporary name and renamed over the old one, whose memory map stays valid. A folder that holds
+        files of a store's names but no store is refused (OutputFolderError), nothing written.
         """
         d = Path(directory)
+        _check_store_dir(d)
         if self.guard is not None:  # new checksums over an unverified chunk would bless its damage
             self.guard.check_all(self.compressed)
         d.mkdir(parents=True, exist_ok=True)
@@ -261,6 +265,22 @@ class EncodedTable:
 
 #: the files every store has (offsets.npy too, except for the identity codec).
 FILES = ("payload.bin", "codec.bin", "meta.json")
+
+
+def _check_store_dir(d: Path) -> None:
+    """OutputFolderError unless the folder `d` a store is written into is absent, holds no file of a store's names,
+    or holds a store (its meta.json a store's): writing would replace, or delete, a user's files of those names."""
+    taken = [f for f in (*FILES, "offsets.npy", checksums.MANIFEST) if (d / f).exists() or (d / f).is_symlink()]
+    if not taken:
+        return
+    try:
+        _read_meta(d / "meta.json")
+        return
+    except CorruptPayloadError:
+        pass
+    raise OutputFolderError(f"directory={str(d)!r} is not accepted: it holds {', '.join(taken)} but no encoded "
+                            "table (its meta.json is not a store's), and writing a store there would replace those "
+                            "files; nothing was written: pass an absent or empty folder, or one holding a store")
 
 
 def store_files(directory: PathLike) -> tuple[str, ...]:

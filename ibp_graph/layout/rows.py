@@ -76,6 +76,10 @@ def check_offsets_array(offsets: np.ndarray, payload_nbytes: int, row_nbytes: in
                                   f"least {need} (rows plus {PAYLOAD_TAIL} bytes of tail padding)")
 
 
+#: torch's uint64 (torch 2.3 and later; None before, where no tensor has it).
+_UINT64 = getattr(torch, "uint64", None)
+
+
 def check_row_index(rows, n_rows: int, argname: str = "rows") -> np.ndarray:
     """Validate a 1-d integer row index against n_rows; return it as contiguous int64 numpy."""
     if isinstance(rows, np.ndarray):
@@ -85,6 +89,10 @@ def check_row_index(rows, n_rows: int, argname: str = "rows") -> np.ndarray:
     if rows.dim() != 1 or rows.dtype.is_floating_point or rows.dtype == torch.bool or rows.is_complex():
         raise TypeError(f"{argname} must be a 1-d integer tensor, got dtype={rows.dtype} "
                         f"shape={tuple(rows.shape)}")
+    if rows.dtype == _UINT64 and rows.numel():  # ids of 2**63 and more would wrap to negative int64
+        top = int(rows.detach().cpu().numpy().max())
+        if top >= n_rows:
+            raise IndexError(f"{argname} contains {top}, outside the valid range [0, {n_rows})")
     idx = rows.detach().to("cpu", torch.int64).numpy()
     if idx.size:
         lo, hi = int(idx.min()), int(idx.max())

@@ -114,6 +114,31 @@ def test_saving_identity_over_an_older_table_drops_its_offsets(tmp_path, emb):
     assert np.array_equal(loaded.decode_rows(torch.arange(10)).numpy(), emb[:10].numpy())
 
 
+def test_a_folder_of_a_users_files_of_a_stores_names_is_refused_and_kept(tmp_path, emb):
+    """save and encode(directory=) write meta.json, payload.bin, offsets.npy, codec.bin and checksums.json (and
+    delete offsets.npy for the identity codec): into a folder that holds such files but no store (a user's notes,
+    a prepared folder's meta.json) they are refused, every file kept; a store's own folder is written again."""
+    from ibp_graph.files import OutputFolderError
+
+    table = EncodedTable.encode(emb[:100], "identity", progress=False)
+    d = tmp_path / "mine"
+    d.mkdir()
+    (d / "meta.json").write_text('{"notes": "mine"}')
+    (d / "offsets.npy").write_bytes(b"mine")
+    for write in (lambda: table.save(d), lambda: EncodedTable.encode(emb[:100], "ibp", directory=d, progress=False)):
+        with pytest.raises(OutputFolderError, match=rf"^directory='{d}' is not accepted: it holds meta.json, "
+                                                    r"offsets.npy but no encoded table .*nothing was written"):
+            write()
+        assert sorted(p.name for p in d.iterdir()) == ["meta.json", "offsets.npy"]
+        assert (d / "meta.json").read_text() == '{"notes": "mine"}' and (d / "offsets.npy").read_bytes() == b"mine"
+    (d / "notes.txt").write_text("mine")  # no name of a store's: written beside it
+    (d / "meta.json").unlink()
+    (d / "offsets.npy").unlink()
+    table.save(d)
+    EncodedTable.encode(emb[:100], "ibp", directory=d, progress=False)  # over its own store: replaced
+    assert (d / "notes.txt").read_text() == "mine" and EncodedTable.load(d).codec.name == "ibp"
+
+
 @pytest.mark.parametrize("name", ["identity", "ibp", "ebp"])
 def test_a_table_from_a_codecs_own_encode_saves_and_loads(tmp_path, emb, name):
     """Not only EncodedTable.encode's chunked payload: a codec's whole-table encode (identity: no tail padding)."""

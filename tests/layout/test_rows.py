@@ -134,6 +134,16 @@ def test_check_row_index():
         check_row_index(torch.tensor([3]), 3)
 
 
+@pytest.mark.parametrize("ids", [np.array([1, 2**63 + 5], np.uint64), torch.tensor([1, 2**64 - 1], dtype=torch.uint64),
+                                 np.array([2**63], np.uint64)], ids=["numpy", "torch", "2**63"])
+def test_a_uint64_id_above_int64_is_refused_as_given_not_wrapped(ids):
+    """uint64 ids of 2**63 and more wrap to negative int64: the error shows the id the caller gave."""
+    top = int(np.asarray(ids).max())
+    with pytest.raises(IndexError, match=rf"^ids contains {top}, outside the valid range \[0, 10\)$"):
+        check_row_index(ids, 10, "ids")
+    assert check_row_index(np.array([9, 0], np.uint64), 10).tolist() == [9, 0]  # in range: accepted as before
+
+
 # ---- fixed-stride raw rows ------------------------------------------------------------------
 @settings(max_examples=60, deadline=None)
 @given(n_rows=st.integers(1, 300), row_nbytes=st.sampled_from([1, 2, 3, 4, 6, 8, 12, 36, 512, 520,
