@@ -38,7 +38,7 @@ from . import checksums
 from ..index_checks import first_bad_step
 from .checksums import UnverifiedDataWarning, check_mode, write_manifest
 from .guard import ChunkGuard
-from ..files import OutputFolderError, atomic_write, read_json, save_npy, write_bytes, write_text
+from ..files import OutputFolderError, atomic_write, read_json, save_npy, work_dir, write_bytes, write_text
 
 PathLike = Union[str, os.PathLike]
 #: rows encoded per step by `EncodedTable.encode` (bounded memory for huge tables).
@@ -137,52 +137,53 @@ class EncodedTable:
         n = table.shape[0]
         lengths = np.zeros(n, dtype=np.int64)
         bar = _progress(n, "encoding rows", progress)
-        with contextlib.ExitStack() as stack:  # the payload file takes its name only once complete
-            path = None
-            if directory is not None:
-                Path(directory).mkdir(parents=True, exist_ok=True)
-                path = stack.enter_context(atomic_write(Path(directory) / "payload.bin"))
-            sink = stack.enter_context(_PayloadSink(path))
-            stack.callback(bar.close)
-            for lo in range(0, n, chunk_rows):
-                hi = min(n, lo + chunk_rows)
-                ct = codec.encode(table[lo:hi].contiguous())
-                lengths[lo:hi] = ct.row_lengths().numpy()
-                sink.write(ct.payload.numpy()[: int(lengths[lo:hi].sum())])
-                bar.update(hi - lo)
-            payload = sink.finish()
-        if payload is None:
-            payload = torch.from_numpy(np.memmap(Path(directory) / "payload.bin", dtype=np.uint8, mode="c"))
-        offsets = None
-        if not fixed:
-            total = int(lengths.sum())
-            offsets = np.zeros(n + 1, dtype=np.int32 if total < 2**31 else np.int64)
-            np.cumsum(lengths, out=offsets[1:])
-            offsets = torch.from_numpy(offsets)
-        compressed = CompressedTensor(payload=payload, offsets=offsets,
-                                      shape=tuple(table.shape), dtype=table.dtype,
-                                      codec=codec.name, fingerprint=codec.fingerprint)
-        out = cls(codec, compressed)
-        if directory is not None:
-            out._write_sidecars(Path(directory))
+        with contextlib.ExitStack() as staged:  # the store's files take their names only once all are complete
+            work = None if directory is None else staged.enter_context(_staged(Path(directory)))
+            with contextlib.ExitStack() as stack:
+                path = None if work is None else stack.enter_context(atomic_write(work / "payload.bin"))
+                sink = stack.enter_context(_PayloadSink(path))
+                stack.callback(bar.close)
+                for lo in range(0, n, chunk_rows):
+                    hi = min(n, lo + chunk_rows)
+                    ct = codec.encode(table[lo:hi].contiguous())
+                    lengths[lo:hi] = ct.row_lengths().numpy()
+                    sink.write(ct.payload.numpy()[: int(lengths[lo:hi].sum())])
+                    bar.update(hi - lo)
+                payload = sink.finish()
+            if payload is None:  # the file keeps its inode when moved into `directory`: the map stays valid
+                payload = torch.from_numpy(np.memmap(work / "payload.bin", dtype=np.uint8, mode="c"))
+            offsets = None
+            if not fixed:
+                total = int(lengths.sum())
+                offsets = np.zeros(n + 1, dtype=np.int32 if total < 2**31 else np.int64)
+                np.cumsum(lengths, out=offsets[1:])
+                offsets = torch.from_numpy(offsets)
+            compressed = CompressedTensor(payload=payload, offsets=offsets,
+                                          shape=tuple(table.shape), dtype=table.dtype,
+                                          codec=codec.name, fingerprint=codec.fingerprint)
+            out = cls(codec, compressed)
+            if work is not None:
+                out._write_sidecars(work)
         return out
 
     # ---- files -----------------------------------------------------------------
     def save(self, directory: PathLike) -> Path:
-        """Write the table into `directory` (created if needed), file by file atomically, with checksums.
+        """Write the table into `directory` (created if needed), with checksums.
 
-        Saving onto the folder the table was loaded from works: each file is written under a
-        temporary name and renamed over the old one, whose memory map stays valid. A folder that holds
-        files of a store's names but no store is refused (OutputFolderError), nothing written.
+        The files are written in a work folder beside `directory` and then renamed into it, checksums.json
+        last: a store saved over another is the old one until the new one is complete (an interruption
+        before leaves the old one, loadable), and saving onto the folder the table was loaded from works
+        (its memory maps stay valid). A folder that holds files of a store's names but no store is
+        refused (OutputFolderError), nothing written.
         """
         d = Path(directory)
         _check_store_dir(d)
         if self.guard is not None:  # new checksums over an unverified chunk would bless its damage
             self.guard.check_all(self.compressed)
-        d.mkdir(parents=True, exist_ok=True)
-        with atomic_write(d / "payload.bin") as tmp:
-            self.compressed.payload.numpy().tofile(tmp)
-        self._write_sidecars(d)
+        with _staged(d) as work:
+            with atomic_write(work / "payload.bin") as tmp:
+                self.compressed.payload.numpy().tofile(tmp)
+            self._write_sidecars(work)
         return d
 
     def _write_sidecars(self, d: Path) -> None:
@@ -193,8 +194,6 @@ class EncodedTable:
                 "dtype": dtype_name(self.dtype), "codec": self.codec.name,
                 "fingerprint": self.codec.fingerprint, "payload_bytes": self.compressed.payload.numel()}
         write_text(d / "meta.json", json.dumps(meta, indent=2))
-        if self.compressed.offsets is None:  # fixed stride: a stale offsets file from an earlier table must not linger
-            (d / "offsets.npy").unlink(missing_ok=True)
         write_manifest(d, store_files(d))
 
     @classmethod
@@ -281,6 +280,24 @@ def _check_store_dir(d: Path) -> None:
     raise OutputFolderError(f"directory={str(d)!r} is not accepted: it holds {', '.join(taken)} but no encoded "
                             "table (its meta.json is not a store's), and writing a store there would replace those "
                             "files; nothing was written: pass an absent or empty folder, or one holding a store")
+
+
+@contextlib.contextmanager
+def _staged(d: Path):
+    """A work folder beside `d` (files.work_dir: removed however the block ends) for a store's files, moved into
+    `d` when the block succeeds, checksums.json last (a stale offsets.npy of an earlier variable-stride store
+    removed before it): a store saved over another stays the old one while the new one is written (its payload:
+    minutes at papers100M size), and only the few renames at the end could leave a mix, which its checksums
+    refuse."""
+    d.parent.mkdir(parents=True, exist_ok=True)
+    with work_dir(d) as work:
+        yield work
+        d.mkdir(exist_ok=True)
+        names = sorted(os.listdir(work), key=lambda name: name == checksums.MANIFEST)
+        for name in names:
+            if name == checksums.MANIFEST and "offsets.npy" not in names:
+                (d / "offsets.npy").unlink(missing_ok=True)
+            os.replace(work / name, d / name)
 
 
 def store_files(directory: PathLike) -> tuple[str, ...]:

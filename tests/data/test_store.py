@@ -139,6 +139,42 @@ def test_a_folder_of_a_users_files_of_a_stores_names_is_refused_and_kept(tmp_pat
     assert (d / "notes.txt").read_text() == "mine" and EncodedTable.load(d).codec.name == "ibp"
 
 
+@pytest.mark.parametrize("via", ["save", "encode"])
+def test_a_store_saved_over_another_and_interrupted_leaves_the_old_one_loadable(tmp_path, emb, monkeypatch, via):
+    """save / encode(directory=) write every file in a work folder beside the store and move them in at the end:
+    interrupted before (here: in codec.bin's write, after the payload), the old store loads as it was, bit for
+    bit, and no work folder is left; uninterrupted, the new one replaces it (its memory map valid)."""
+    import ibp_graph.data.store as store
+
+    d = tmp_path / "t"
+    old = EncodedTable.encode(emb, "ibp", directory=d, progress=False)
+    before = {p.name: p.read_bytes() for p in d.iterdir()}
+    real = store.write_bytes
+
+    def interrupted(path, data):
+        raise KeyboardInterrupt("interrupted while writing codec.bin")
+
+    monkeypatch.setattr(store, "write_bytes", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        if via == "save":
+            EncodedTable.encode(emb[:50], "identity", progress=False).save(d)
+        else:
+            EncodedTable.encode(emb[:50], "identity", directory=d, progress=False)
+    assert {p.name: p.read_bytes() for p in d.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t"]  # the work folder went
+    loaded = EncodedTable.load(d, verify="full")
+    assert loaded.shape == old.shape and np.array_equal(loaded.decode_rows(torch.arange(20)).numpy(), emb[:20].numpy())
+    monkeypatch.setattr(store, "write_bytes", real)
+    new = EncodedTable.encode(emb[:50], "identity", progress=False).save(d) if via == "save" else \
+        EncodedTable.encode(emb[:50], "identity", directory=d, progress=False)
+    loaded = EncodedTable.load(d, verify="full")
+    assert loaded.shape == (50,) + tuple(emb.shape[1:]) and not (d / "offsets.npy").exists()
+    assert np.array_equal(loaded.decode_rows(torch.arange(50)).numpy(), emb[:50].numpy())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t"]
+    if via == "encode":  # the returned table's map reads the file now in `d`
+        assert np.array_equal(new.decode_rows(torch.arange(50)).numpy(), emb[:50].numpy())
+
+
 @pytest.mark.parametrize("name", ["identity", "ibp", "ebp"])
 def test_a_table_from_a_codecs_own_encode_saves_and_loads(tmp_path, emb, name):
     """Not only EncodedTable.encode's chunked payload: a codec's whole-table encode (identity: no tail padding)."""
