@@ -117,12 +117,12 @@ class _Detached:
 class _Meta:
     """The front-end's pass-through in an EncodedBatch: the slots and the detached columns (from the
     worker) and, once in the main process, the sampler's result that DGL moved to `device`
-    ((input_nodes, output_nodes, blocks), or an edge-wise sampler's (input_nodes, pair_graph,
-    [neg_pair_graph,] blocks))."""
+    ((input_nodes, output_nodes, blocks), an edge-wise sampler's (input_nodes, pair_graph,
+    [neg_pair_graph,] blocks), or a subgraph sampler's one graph)."""
 
     slots: tuple[_Slot, ...]
     detached: tuple[_Detached, ...] = ()
-    sampled: Optional[tuple] = None
+    sampled: Any = None
 
 
 class _Encoded:
@@ -149,13 +149,17 @@ class _Encoded:
 
 def _graphs(out: Any) -> list[tuple[str, Any]]:
     """(place, graph) of the sampled graphs of a sampler's result, in DGL's order: a node-wise sampler's
-    (input_nodes, output_nodes, blocks-or-graph), or an edge-wise one's (input_nodes, pair_graph,
-    [neg_pair_graph,] blocks), as dgl.dataloading.EdgePredictionSampler returns them."""
+    (input_nodes, output_nodes, blocks-or-graph), an edge-wise one's (input_nodes, pair_graph,
+    [neg_pair_graph,] blocks), as dgl.dataloading.EdgePredictionSampler returns them, or one subgraph
+    (ClusterGCNSampler, SAINTSampler)."""
+    if isinstance(out, dgl.DGLGraph):
+        return [("subgraph", out)]
     if not (isinstance(out, tuple) and len(out) in (3, 4)):
         raise TypeError(f"graph_sampler.sample returned {type(out).__name__}"
                         f"{f' of {len(out)}' if isinstance(out, tuple) else ''}; CompressedDGLDataLoader "
-                        "handles node-wise samplers returning (input_nodes, output_nodes, blocks) and edge-wise "
-                        "ones returning (input_nodes, pair_graph, [neg_pair_graph,] blocks)")
+                        "handles node-wise samplers returning (input_nodes, output_nodes, blocks), edge-wise "
+                        "ones returning (input_nodes, pair_graph, [neg_pair_graph,] blocks) and subgraph "
+                        "samplers returning one DGLGraph")
     pairs = [("pair_graph", out[1])] + ([("neg_pair_graph", out[2])] if len(out) == 4 else [])
     if len(out) == 3 and not isinstance(out[1], dgl.DGLGraph):  # node-wise: out[1] is output_nodes
         pairs = []
@@ -213,14 +217,18 @@ class _CompressingSampler(_DGLSampler):
     the hand-over copies nothing.
     """
 
-    def __init__(self, sampler, codecs: dict[GroupKey, Codec], sources: Mapping[tuple, tuple]):
+    def __init__(self, sampler, codecs: dict[GroupKey, Codec], sources: Mapping[tuple, tuple],
+                 check_seeds: Optional[bool] = None):
         super().__init__()
         self.sampler = sampler
         self.codecs = codecs
         self.sources = dict(sources)
         self.ring = SlotRing()
+        self.check_seeds = check_seeds  # edge_wise: each batch's seeds checked as ids (None: not checked)
 
     def sample(self, g, indices):
+        if self.check_seeds is not None:  # a batch of an indices dataset (the loader could not check them)
+            _check_seeds(g, _batch_ids(indices), self.check_seeds, argname="a batch of the indices dataset")
         t0 = time.perf_counter()
         out = self.sampler.sample(g, indices)
         t1 = time.perf_counter()
@@ -236,7 +244,7 @@ class _CompressingSampler(_DGLSampler):
                                     for key in _detach(_columns(sub, side, type_), parent))
         batch = produce(plan, self.codecs, OutputBuffers.for_this_process(self.ring),
                         meta=_Meta(tuple(slots), tuple(detached)), seconds={"sample": t1 - t0})
-        return (*out, _Encoded(batch))
+        return (*out, _Encoded(batch)) if isinstance(out, tuple) else (out, _Encoded(batch))
 
     def _take(self, g, sub, where: _Slot, kind: str, plan: BatchPlan) -> list[_Slot]:
         """Plan the rows of the LazyFeature columns of one of `sub`'s frames; their slots, in frame order.
@@ -288,11 +296,16 @@ class CompressedDGLDataLoader(_DGLDataLoader, _common.Codecs):
     yields DGL's (input_nodes, output_nodes, blocks), bit for bit; given edge ids (``{etype: ids}`` on a
     heterogeneous graph) and an edge-wise sampler (``dgl.dataloading.as_edge_prediction_sampler``, with or
     without a ``negative_sampler``, any ``exclude``), DGL's (input_nodes, pair_graph, neg_pair_graph,
-    blocks), or (input_nodes, pair_graph, blocks) without negatives. The features loaded are the ones the
+    blocks), or (input_nodes, pair_graph, blocks) without negatives; a subgraph sampler's one graph
+    (``ClusterGCNSampler``, ``SAINTSampler``: their indices are partition ids or batch numbers, as DGL reads
+    them). `indices` DGL cannot make a tensor of is iterated as DGL iterates it (a dataset whose items are
+    the batches), each batch's ids checked as it comes. The features loaded are the ones the
     sampler names, as for DGL (``NeighborSampler(fanouts, prefetch_node_feats=[...], prefetch_labels=[...])``,
     per type on a heterogeneous graph: ``{"paper": ["feat"]}``; an edge-wise sampler's node-wise one's, and
-    its own ``prefetch_labels``, edge columns of the pair graph), grouped by dtype and row shape across
-    types, one codec per group. Ours: `codec` (``"auto"``, the default: per group the smallest of IBP and
+    its own ``prefetch_labels``, edge columns of the pair graph; a subgraph sampler's ``prefetch_ndata`` /
+    ``prefetch_edata``), grouped by dtype and row shape across types, one codec per group. The sampler's
+    ``output_device`` must be None or the CPU (the workers sample on the CPU; `device` is where batches go).
+    Ours: `codec` (``"auto"``, the default: per group the smallest of IBP and
     EBP, or identity when neither gains; ``"ibp"``, ``"ebp"``, ``"identity"`` or a fitted codec object),
     `prefetch` (batches decoded ahead on a CUDA device), `node_stores` (node features served from
     pre-encoded tables, ``{"feat": EncodedTable}`` or ``{"paper": {"feat": EncodedTable}}``, instead of
@@ -350,10 +363,14 @@ class CompressedDGLDataLoader(_DGLDataLoader, _common.Codecs):
                             f"{type(graph_sampler).__name__}")
         edge_wise = isinstance(graph_sampler, dgl.dataloading.EdgePredictionSampler)
         check_batch_size(batch_size)
+        _check_output_device(graph_sampler, edge_wise)
         _check_graph(graph)
-        _check_seeds(graph, indices, edge_wise)
+        seeds = _tensorized(indices)
+        by_id = isinstance(graph_sampler, _ID_SEEDED)
+        if by_id and seeds is not None:
+            _check_seeds(graph, seeds, edge_wise)
         if edge_wise:
-            _check_edge_sampler(graph, graph_sampler, indices)
+            _check_edge_sampler(graph, graph_sampler, seeds)
         stores = _node_stores(graph, node_stores)
         node_attrs, edge_attrs, typed = _features(graph, graph_sampler, stores)
         out_device = torch.device(device) if device is not None else torch.device("cpu")
@@ -373,7 +390,8 @@ class CompressedDGLDataLoader(_DGLDataLoader, _common.Codecs):
             num_edges=max([graph.num_edges(t) for t in graph.canonical_etypes] or [0]), codec=codec,
             device=out_device)
         # its ring (pipeline.transport) is made here, before the workers start
-        self._compressing = _CompressingSampler(graph_sampler, self._codecs, _sources(graph, typed, node_attrs))
+        self._compressing = _CompressingSampler(graph_sampler, self._codecs, _sources(graph, typed, node_attrs),
+                                                check_seeds=edge_wise if by_id and seeds is None else None)
         super().__init__(graph, indices, self._compressing,
                          device=device, use_ddp=use_ddp, ddp_seed=ddp_seed, batch_size=batch_size,
                          drop_last=drop_last, shuffle=shuffle, use_prefetch_thread=use_prefetch_thread,
@@ -405,13 +423,14 @@ class CompressedDGLDataLoader(_DGLDataLoader, _common.Codecs):
 
 def _with_graphs(batches: Iterator[tuple]) -> Iterator[EncodedBatch]:
     """DGL's (*sampled, _Encoded) -> the EncodedBatch, the sampler's result riding in its meta."""
-    for *sampled, enc in batches:
-        yield replace(enc.batch, meta=replace(enc.batch.meta, sampled=tuple(sampled)))
+    for *sampled, enc in batches:  # a subgraph sampler's one graph stays one graph
+        sampled = sampled[0] if len(sampled) == 1 else tuple(sampled)
+        yield replace(enc.batch, meta=replace(enc.batch.meta, sampled=sampled))
 
 
-def _fill(decoded: DecodedBatch, parent) -> tuple:
-    """DGL's batch (the sampler's result: (input_nodes, output_nodes, blocks), or (input_nodes, pair_graph,
-    [neg_pair_graph,] blocks)): the decoded features put where DGL's prefetcher puts them (in place of
+def _fill(decoded: DecodedBatch, parent) -> Any:
+    """DGL's batch (the sampler's result: (input_nodes, output_nodes, blocks), (input_nodes, pair_graph,
+    [neg_pair_graph,] blocks), or one subgraph): the decoded features put where DGL's prefetcher puts them (in place of
     their placeholders, through DGL's views), the detached columns re-attached to `parent`'s storage."""
     meta: _Meta = decoded.meta
     graphs = [g for _, g in _graphs(meta.sampled)]
@@ -561,23 +580,66 @@ def _check_graph(graph) -> None:
                                      "not check: its samplers would crash)")
 
 
-def _check_seeds(graph, indices, edge_wise: bool) -> None:
-    """The seeds' ids in range, per type (DGL's samplers would read out of bounds): node ids, or an edge-wise
-    sampler's edge ids ({etype: ids}, the relation name or the canonical triple, as DGL takes them; a tensor
-    only for a graph with one edge type)."""
+#: DGL's samplers whose indices are node ids (node-wise) or, wrapped by as_edge_prediction_sampler, edge ids:
+#: the loader checks those before DGL samples; other samplers' indices mean what their sample() makes of them
+#: (ClusterGCNSampler: partition ids, SAINTSampler: batch numbers), as in DGL
+_ID_SEEDED = (dgl.dataloading.BlockSampler, dgl.dataloading.ShaDowKHopSampler, dgl.dataloading.EdgePredictionSampler)
+
+
+def _tensorized(indices: Any) -> Any:
+    """`indices` as DGL's DataLoader reads them: a tensor or a dict of tensors (other values converted with
+    torch.tensor, as DGL converts them), or None for what DGL iterates as a dataset of its own (its items are
+    the batches)."""
+    try:
+        if isinstance(indices, Mapping):
+            return {k: v if torch.is_tensor(v) else torch.tensor(v) for k, v in indices.items()}
+        return indices if torch.is_tensor(indices) else torch.tensor(indices)
+    except Exception:  # DGL's DataLoader catches anything here alike
+        return None
+
+
+def _batch_ids(batch: Any) -> Any:
+    """An indices dataset's batch as _check_seeds reads it: a single id is a batch of one (DGL's samplers
+    take it so)."""
+    if isinstance(batch, Mapping):
+        return {k: _batch_ids(v) for k, v in batch.items()}
+    ids = torch.as_tensor(batch)
+    return ids.reshape(1) if ids.dim() == 0 else ids
+
+
+def _check_output_device(sampler, edge_wise: bool) -> None:
+    """The sampler's `output_device`: None or the CPU (the workers sample, gather and encode on the CPU)."""
+    named = [("graph_sampler", sampler)] + ([("graph_sampler.sampler", sampler.sampler)] if edge_wise else [])
+    for argname, s in named:
+        value = getattr(s, "output_device", None)
+        if value is not None and torch.device(value).type != "cpu":
+            raise NotImplementedError(
+                f"{argname}.output_device={value!r} is not supported: CompressedDGLDataLoader samples and gathers "
+                f"on the CPU (in its workers) and decodes on `device`; accepted: output_device=None or 'cpu', "
+                f"with device={str(value)!r} given to the loader for the batches")
+
+
+def _check_seeds(graph, indices, edge_wise: bool, argname: str = "indices") -> None:
+    """The seeds' ids on the CPU and in range, per type (DGL's samplers would read out of bounds): node ids, or
+    an edge-wise sampler's edge ids ({etype: ids}, the relation name or the canonical triple, as DGL takes them;
+    a tensor only for a graph with one edge type)."""
     what, types = ("edge", graph.canonical_etypes) if edge_wise else ("node", graph.ntypes)
     if isinstance(indices, Mapping):
-        per_type = {(_edge_type if edge_wise else _node_type)(graph, t, "indices"): (f"indices[{t!r}]", ids)
+        per_type = {(_edge_type if edge_wise else _node_type)(graph, t, argname): (f"{argname}[{t!r}]", ids)
                     for t, ids in indices.items()}
     elif edge_wise and len(types) != 1:
-        raise ValueError(f"indices is a tensor of edge ids, but the graph has {len(types)} edge types ({types}); "
-                         "an edge-wise sampler takes {edge type: edge ids} there, e.g. indices={"
+        raise ValueError(f"{argname} is a tensor of edge ids, but the graph has {len(types)} edge types "
+                         f"({types}); an edge-wise sampler takes {{edge type: edge ids}} there, e.g. {argname}={{"
                          + f"{types[0]!r}: ids" + "}")
     else:
-        per_type = {types[0]: ("indices", indices)}
-    for t, (argname, ids) in per_type.items():
+        per_type = {types[0]: (argname, indices)}
+    for t, (name, ids) in per_type.items():
+        ids = _id_tensor(ids, name, f"{what} ids")
+        if ids.device.type != "cpu":  # DGL: "Expect graph and indices to be on the same device"
+            raise ValueError(f"{name} is on {ids.device}; the loader samples on the CPU (use_uva is not supported): "
+                             "accepted: indices on the CPU")
         n = graph.num_edges(t) if edge_wise else graph.num_nodes(t)
-        _check_in_range(_id_tensor(ids, argname, f"{what} ids"), n, argname, what)
+        _check_in_range(ids, n, name, what)
 
 
 def _id_tensor(value: Any, argname: str, what: str) -> torch.Tensor:
@@ -600,12 +662,15 @@ EXCLUDE = (None, "self", "reverse_id", "reverse_types")
 
 def _check_edge_sampler(graph, sampler, indices) -> None:
     """The arguments of an edge-wise sampler (as_edge_prediction_sampler) that DGL reads only in the
-    workers, per batch: its negative sampler, `exclude` and the reverse edges it names."""
+    workers, per batch: its negative sampler, `exclude` and the reverse edges it names. `indices` None: an
+    indices dataset, whose batches' form (edge ids, or a dict per edge type) shows only as they come; the
+    reverse edges are then checked in the form given."""
     neg = sampler.negative_sampler
     if neg is not None and not callable(neg):
         raise TypeError(f"graph_sampler.negative_sampler={neg!r} is not callable; accepted: None or a callable "
                         "(g, eids) -> (src, dst), e.g. dgl.dataloading.negative_sampler.Uniform(5)")
-    exclude, typed = sampler.exclude, isinstance(indices, Mapping)
+    exclude = sampler.exclude
+    typed = isinstance(indices if indices is not None else sampler.reverse_eids, Mapping)
     if callable(exclude) or torch.is_tensor(exclude) or (
             isinstance(exclude, Mapping) and all(torch.is_tensor(v) for v in exclude.values())):
         return
@@ -619,11 +684,16 @@ def _check_edge_sampler(graph, sampler, indices) -> None:
                             + ("indices per edge type, DGL needs {canonical edge type: reverse edge ids}"
                                if typed else "one tensor of edge ids, DGL needs one tensor: edge i's reverse id"))
         per_type = ({graph.canonical_etypes[0]: rev} if not typed else rev)
-        for t in ([_edge_type(graph, t, "indices") for t in indices] if typed else per_type):
+        seed_types = indices if typed and indices is not None else per_type
+        for t in [_edge_type(graph, t, "indices" if seed_types is indices else "graph_sampler.reverse_eids")
+                  for t in seed_types]:
             if t not in per_type:  # DGL looks reverse_eids up by the canonical type of the seeds
                 raise KeyError(f"graph_sampler.reverse_eids has no entry for edge type {t!r} of indices; its keys "
                                f"are {list(per_type)}: DGL looks them up by the canonical edge type")
             argname = f"graph_sampler.reverse_eids[{t!r}]" if typed else "graph_sampler.reverse_eids"
+            if not torch.is_tensor(per_type[t]):  # DGL gathers from it with torch.index_select, in the workers
+                raise TypeError(f"{argname} is {type(per_type[t]).__name__}; accepted: a torch tensor of edge "
+                                "ids (DGL reads it with torch.index_select)")
             ids, n = _id_tensor(per_type[t], argname, "edge ids"), graph.num_edges(t)
             if ids.numel() != n:
                 raise ValueError(f"{argname} has {ids.numel()} entries; accepted: one reverse edge id per edge "
@@ -631,7 +701,7 @@ def _check_edge_sampler(graph, sampler, indices) -> None:
             _check_in_range(ids, n, argname, "edge id")
     elif exclude == "reverse_types":
         rev = sampler.reverse_etypes
-        if not typed or not isinstance(rev, Mapping):
+        if not isinstance(rev, Mapping) or not isinstance(indices, (Mapping, type(None))):
             raise TypeError("exclude='reverse_types' takes indices per edge type and graph_sampler.reverse_etypes "
                             f"{{edge type: its reverse edge type}}; got indices {type(indices).__name__} and "
                             f"reverse_etypes {type(rev).__name__}")
@@ -640,15 +710,19 @@ def _check_edge_sampler(graph, sampler, indices) -> None:
             _edge_type(graph, v, f"graph_sampler.reverse_etypes[{k!r}]")
 
 
-def _prefetched(sampler) -> list[tuple[str, Any, str]]:
-    """(argument name, value, NODE or EDGE) of what `sampler` marks lazy: a BlockSampler's
-    prefetch_node_feats, prefetch_labels (nodes of the last block) and prefetch_edge_feats; an edge-wise
-    sampler's are its node-wise sampler's plus its own prefetch_labels (edges of the pair graph)."""
+#: the sampler attributes naming what it marks lazy: a BlockSampler's (ShaDowKHopSampler's) node features,
+#: labels (nodes of the last block) and edge features; a subgraph sampler's (ClusterGCNSampler, SAINTSampler)
+_PREFETCH = (("prefetch_node_feats", NODE), ("prefetch_labels", NODE), ("prefetch_edge_feats", EDGE),
+             ("prefetch_ndata", NODE), ("prefetch_edata", EDGE))
+
+
+def _prefetched(sampler, prefix: str = "graph_sampler") -> list[tuple[str, Any, str]]:
+    """(argument name, value, NODE or EDGE) of what `sampler` marks lazy (_PREFETCH); an edge-wise sampler's
+    are its node-wise sampler's plus its own prefetch_labels (edges of the pair graph)."""
     if isinstance(sampler, dgl.dataloading.EdgePredictionSampler):
-        return ([(f"graph_sampler.sampler.{a}", v, k) for a, v, k in _prefetched(sampler.sampler)]
-                + [("graph_sampler.prefetch_labels", sampler.prefetch_labels, EDGE)])
-    return [(f"graph_sampler.{arg}", getattr(sampler, arg, None), kind) for arg, kind in
-            (("prefetch_node_feats", NODE), ("prefetch_labels", NODE), ("prefetch_edge_feats", EDGE))]
+        return (_prefetched(sampler.sampler, f"{prefix}.sampler")
+                + [(f"{prefix}.prefetch_labels", sampler.prefetch_labels, EDGE)])
+    return [(f"{prefix}.{arg}", getattr(sampler, arg, None), kind) for arg, kind in _PREFETCH]
 
 
 def _features(graph, sampler, stores: Mapping) -> tuple[dict, dict, dict]:
