@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Optional, Sequence, Union
 
 import numpy as np
@@ -99,6 +99,17 @@ def write_manifest(directory: PathLike, names: Sequence[str], *, chunk_bytes: in
     return write_text(d / MANIFEST, json.dumps(manifest, separators=(",", ":")) + "\n")
 
 
+def _count(value) -> bool:
+    """Whether `value` is a JSON integer (not a bool, which Python counts as one)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _inside(name: str) -> bool:
+    """Whether a manifest's file name is a path below its folder (relative, no '..', not empty)."""
+    parts = PurePosixPath(name).parts
+    return bool(parts) and not PurePosixPath(name).is_absolute() and "\\" not in name and ".." not in parts
+
+
 def read_manifest(directory: PathLike, required: Sequence[str] = ()) -> Optional[dict]:
     """The folder's checksums.json (None when it has none); a ChecksumError naming it if it is damaged,
     lists no files, or lacks an entry for a file of `required` (the folder's data files)."""
@@ -107,12 +118,16 @@ def read_manifest(directory: PathLike, required: Sequence[str] = ()) -> Optional
         return None
     m = read_json(path, ChecksumError, "; re-run the step that wrote the folder")
     ok = (m.get("format") == _FORMAT and m.get("algorithm") == ALGORITHM
-          and isinstance(m.get("chunk_bytes"), int) and m["chunk_bytes"] > 0 and isinstance(m.get("files"), dict)
-          and all(isinstance(v, dict) and isinstance(v.get("size"), int) and isinstance(v.get(ALGORITHM), list)
-                  for v in m["files"].values()))
+          and _count(m.get("chunk_bytes")) and m["chunk_bytes"] > 0 and isinstance(m.get("files"), dict)
+          and all(isinstance(v, dict) and _count(v.get("size")) and v["size"] >= 0
+                  and isinstance(v.get(ALGORITHM), list) for v in m["files"].values()))
     if not ok:
         raise ChecksumError(f"{path} is not a checksum list of this ibp-graph (format {_FORMAT!r}, "
                             f"algorithm {ALGORITHM!r}); re-run the step that wrote the folder")
+    outside = [name for name in m["files"] if not _inside(name)]
+    if outside:  # its names are read below the folder only
+        raise ChecksumError(f"{path} names {listing(outside)}, outside its folder (accepted: relative paths "
+                            "without '..'); re-run the step that wrote the folder")
     unlisted = [name for name in required if name not in m["files"]]
     if not m["files"] or unlisted:
         what = "lists no files" if not m["files"] else f"has no entry for {', '.join(unlisted)}"

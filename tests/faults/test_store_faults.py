@@ -375,6 +375,30 @@ def test_a_checksum_list_lacking_a_file_is_refused_at_open_and_by_verify(stores,
     assert proc.returncode == 2 and "already has checksums.json" in proc.stderr  # never recorded over
 
 
+def _also(name):
+    def edit(files):
+        files[name] = dict(files["meta.json"])
+    return edit
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda f: f["payload.bin"].update(size=True), r"is not a checksum list of this ibp-graph"),
+    (lambda f: f["payload.bin"].update(size=-1), r"is not a checksum list of this ibp-graph"),
+    (_also("../../etc/passwd"), r"names \.\./\.\./etc/passwd, outside its folder"),
+    (_also("/etc/passwd"), r"names /etc/passwd, outside its folder"),
+])
+def test_a_checksum_list_of_bool_sizes_or_paths_outside_its_folder_is_refused(stores, tmp_path, edit, message):
+    """Nothing read from disk is trusted: a size true (an int to Python) or negative, and file names that leave
+    the folder (which verify would read and hash) are refused as a damaged list, at open and by verify."""
+    d = fresh(stores, tmp_path, "ibp")
+    edit_manifest(d, edit)
+    with pytest.raises(ChecksumError, match=message):
+        EncodedTable.load(d, verify="full")
+    proc = subprocess.run([sys.executable, "-m", "ibp_graph.cli", "verify", str(d)], capture_output=True, text=True,
+                          cwd=ROOT)
+    assert proc.returncode == 1 and "DAMAGED" in proc.stdout and re.search(message, proc.stdout), proc.stdout
+
+
 def test_a_prepared_folders_checksum_list_lacking_an_array_is_refused(tmp_path):
     from ibp_graph.data import graphgen
     from ibp_graph.data.graphgen import GraphSpec
