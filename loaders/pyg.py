@@ -26,7 +26,7 @@ from ibp_graph.pipeline.plans import (INPUT_ID, SEED_TIME, HeteroPlanner, Neighb
 from ibp_graph.pipeline.producer import BatchProducer
 from ibp_graph.pipeline.requests import BatchRequest, BatchRequests, DrawnRequests, check_batch_size
 from ibp_graph.pipeline.sources import FeatureSource
-from ibp_graph.sampling.graph import CSCGraph, index_dtype, sorted_by_time
+from ibp_graph.sampling.graph import CSCGraph, edge_id_dtype, index_dtype, sorted_by_time
 from ibp_graph.sampling.hetero import EdgeType, HeteroNeighborSampler, HeteroSamplerOutput, TypedCSC
 from ibp_graph.sampling.links import NegativeSampling as LinkNegatives
 from ibp_graph.sampling.links import prepare_edge_label
@@ -1024,7 +1024,7 @@ def _graph_and_attrs(data) -> tuple[CSCGraph, dict, dict, dict, dict]:
         indptr, indices, edge[ADJ_T] = _common.read_adj_t(data.adj_t, num_nodes, num_nodes, "data.adj_t")
         num_edges = int(indices.shape[0])
         graph = CSCGraph(indptr, indices.astype(index_dtype(num_nodes)),
-                         np.arange(num_edges, dtype=index_dtype(num_edges)))
+                         np.arange(num_edges, dtype=edge_id_dtype(num_edges)))
     else:  # without edges (PyG's to_csc): batches hold the seeds only
         edge_index = torch.zeros((2, 0), dtype=torch.int64) if edge_index is None else edge_index
         num_edges = int(edge_index.shape[1])

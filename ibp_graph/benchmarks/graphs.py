@@ -28,7 +28,7 @@ from ..data.store import EncodedTable
 from ..data.synthetic import make_family
 from ..layout.rows import PAYLOAD_TAIL
 from ..layout.tensor import CompressedTensor
-from ..sampling.graph import CSCGraph, index_dtype
+from ..sampling.graph import CSCGraph, edge_id_dtype, index_dtype
 
 #: edges drawn per task of the parallel generator.
 EDGE_CHUNK = 1 << 22
@@ -68,7 +68,7 @@ def power_law_csc(num_nodes: int, avg_degree: float, *, seed: int = 0, max_degre
 
     with ThreadPoolExecutor(_threads(threads)) as pool:
         list(pool.map(fill, range(len(chunk_seeds))))
-    e_id = np.arange(num_edges, dtype=index_dtype(num_edges))
+    e_id = np.arange(num_edges, dtype=edge_id_dtype(num_edges))
     return CSCGraph(indptr, indices, e_id)
 
 

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from ..codec.auto import CodecSpec
-from ..sampling.graph import CSCGraph, index_dtype
+from ..sampling.graph import CSCGraph, edge_id_dtype, index_dtype
 from . import checksums
 from .checksums import UnverifiedDataWarning, check_mode
 from ..files import disk_full_error, note_output_entry, open_npy, read_json, replace_dir, save_npy, work_dir, write_text
@@ -484,7 +484,7 @@ def build_csc(edge_chunks: EdgeChunks, num_nodes: int, directory: PathLike, *, u
     ``num_edges + k``, as ``torch.cat([ei, ei.flip(0)], 1)`` would number it); `dedup`
     removes repeated (source, destination) pairs, keeping each node's in-neighbours
     sorted by id, like PyG's ``to_undirected`` / ``coalesce``. Memory: two int64 arrays of
-    ``num_nodes + 1`` plus one chunk; the indices and edge ids (int32 where they fit) are written to memory-mapped
+    ``num_nodes + 1`` plus one chunk; the indices and edge ids (32-bit where they fit) are written to memory-mapped
     files in ``directory`` (``CSCGraph.save`` layout) and returned memory-mapped.
     """
     d = Path(directory)
@@ -537,7 +537,7 @@ def _write_csc_arrays(edge_chunks: EdgeChunks, num_src: int, num_dst: int, d: Pa
     num_edges = int(indptr[-1])
     fill = indptr[:-1].copy()
     indices = open_npy(d / "indices.npy", index_dtype(num_src), (num_edges,))
-    e_id = open_npy(d / "e_id.npy", index_dtype(num_edges), (num_edges,))
+    e_id = open_npy(d / "e_id.npy", edge_id_dtype(num_edges), (num_edges,))
     indices, e_id = np.asarray(indices), np.asarray(e_id)  # plain ndarray views for the kernels
     e0 = 0
     bar = progress_bar(n_input, "graph: placing edges", progress, unit="edges")

@@ -18,8 +18,8 @@ from ..jit_cache import install as _install_kernel_cache
 
 _install_kernel_cache()  # numba caches this module's kernels per environment (ibp_graph.jit_cache)
 
-__all__ = ["CSCGraph", "TypedCSC", "as_numpy", "check_edge_ids", "check_int", "index_dtype", "sorted_by_time",
-           "time_sorted_check"]
+__all__ = ["CSCGraph", "TypedCSC", "as_numpy", "check_edge_ids", "check_int", "edge_id_dtype", "index_dtype",
+           "sorted_by_time", "time_sorted_check"]
 
 ArrayLike = Union[torch.Tensor, np.ndarray]
 
@@ -33,6 +33,16 @@ def index_dtype(count: int) -> np.dtype:
     ids fit (its ``indices`` take 13 GB instead of 26); the 3.2 G edge ids of its undirected
     form do not (1.6 G directed ones would)."""
     return np.dtype(np.int32) if count <= np.iinfo(np.int32).max + 1 else np.dtype(np.int64)
+
+
+def edge_id_dtype(count: int) -> np.dtype:
+    """The dtype of ``e_id`` for edge ids ``0 .. count - 1``: int32 when they fit in it, uint32 when they fit
+    in 32 bits, else int64. The 3.2 G edge ids of ogbn-papers100M's undirected form fit in uint32: its
+    ``e_id`` takes 13 GB instead of 26. Edge ids are read only by the sampler (which widens them to int64)
+    and by numpy; a batch's ``e_id`` is int64 whatever this dtype."""
+    if count <= np.iinfo(np.int32).max + 1:
+        return np.dtype(np.int32)
+    return np.dtype(np.uint32) if count <= np.iinfo(np.uint32).max + 1 else np.dtype(np.int64)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -111,7 +121,7 @@ def _edge_index_csc(edge_index: ArrayLike, num_src: int, num_dst: int, homogeneo
             raise ValueError(f"edge_index[{row}] contains {what} node id {lo if lo < 0 else hi}, outside the valid "
                              f"range [0, {n}) " + (f"for num_nodes={n}" if homogeneous else "of its node type"))
     indices = np.empty(src.shape[0], dtype=index_dtype(num_src))
-    e_id = np.empty(src.shape[0], dtype=index_dtype(src.shape[0]))
+    e_id = np.empty(src.shape[0], dtype=edge_id_dtype(src.shape[0]))
     return _counting_sort_by_dst(src, dst, num_dst, indices, e_id), indices, e_id
 
 
@@ -141,7 +151,7 @@ class _CSC:
         destinations' count, a homogeneous graph's nodes); e_id (:func:`check_edge_ids`)."""
         indptr, indices, e_id = self.indptr, self.indices, self.e_id
         for name, arr in (("indptr", indptr), ("indices", indices), ("e_id", e_id)):
-            accepted = ("int64",) if name == "indptr" else ("int32", "int64")
+            accepted = {"indptr": ("int64",), "indices": ("int32", "int64"), "e_id": ("int32", "uint32", "int64")}[name]
             if not isinstance(arr, np.ndarray) or arr.dtype.name not in accepted or arr.ndim != 1:
                 raise TypeError(f"{name} must be a 1-d numpy array of {' or '.join(accepted)}, got "
                                 f"{type(arr).__name__} {getattr(arr, 'dtype', '')} {getattr(arr, 'shape', '')}")
@@ -174,8 +184,8 @@ class CSCGraph(_CSC):
     (PyG's ``edge_index[0]`` where ``edge_index[1] == v``, in original edge order) and
     ``e_id`` holds, for each CSC position, the edge's column in the original
     ``edge_index``. All three are 1-d numpy arrays (possibly read-only memory maps):
-    ``indptr`` int64, ``indices`` and ``e_id`` int32 or int64 (``index_dtype`` of the node
-    and edge counts: int32 whenever the ids fit).
+    ``indptr`` int64, ``indices`` int32 or int64 (``index_dtype`` of the node count: int32
+    whenever the ids fit), ``e_id`` int32, uint32 or int64 (``edge_id_dtype`` of the edge count).
 
     ``num_edge_ids`` is the number of edge ids ``e_id`` draws from (the columns of that
     ``edge_index``, the rows of its edge attributes; at least ``num_edges``, more when

@@ -207,3 +207,25 @@ def test_papers100m_script_trains_one_epoch_on_the_miniature(tmp_path, capsys):
     result = json.loads(run.read_text())
     assert result["dataset"] == "ogbn-papers100M" and result["codec"] == "auto" and result["features"] == "store"
     assert len(result["epochs"]) == 1 and 0 < result["final"]["fraction"] < 1.2
+
+
+@pytest.mark.parametrize("undirected, dedup", [(False, False), (True, False), (True, True)])
+def test_a_graph_built_with_uint32_edge_ids_equals_the_int32_one(tmp_path, monkeypatch, undirected, dedup):
+    """build_csc writes e_id as uint32 when the edge ids pass 2**31 (ogbn-papers100M's 3.2 G undirected edges:
+    13 GB instead of 26); its placement, dedup and compaction kernels give the int32 build's arrays."""
+    from ibp_graph.data import prepared as prep
+
+    rng = np.random.default_rng(7)
+    src, dst = rng.integers(0, 300, 4000), rng.integers(0, 300, 4000)
+
+    def chunks():
+        for lo in range(0, 4000, 1500):
+            yield src[lo:lo + 1500], dst[lo:lo + 1500]
+
+    narrow = prep.build_csc(chunks, 300, tmp_path / "a", undirected=undirected, dedup=dedup, progress=False)
+    monkeypatch.setattr(prep, "edge_id_dtype", lambda count: np.dtype(np.uint32))
+    wide = prep.build_csc(chunks, 300, tmp_path / "b", undirected=undirected, dedup=dedup, progress=False)
+    assert narrow.e_id.dtype == np.int32 and wide.e_id.dtype == np.uint32
+    assert wide.num_edge_ids == narrow.num_edge_ids == 4000 * (2 if undirected else 1)
+    for name in ("indptr", "indices", "e_id"):
+        np.testing.assert_array_equal(getattr(wide, name), getattr(narrow, name))

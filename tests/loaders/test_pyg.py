@@ -375,6 +375,26 @@ def test_pre_encoded_store_gives_the_same_batches_without_encoding():
         assert loader.codecs["x@store"] is table.codec
 
 
+def test_a_graph_with_uint32_edge_ids_above_2_31_gives_them_in_batches():
+    """A prepared graph of more than 2**31 edge ids keeps e_id as uint32 (edge_id_dtype): batches carry its ids
+    as int64, unchanged (no sign wrap), with the int32 graph's nodes, edges and features."""
+    from ibp_graph.sampling.graph import CSCGraph
+
+    data = make_graph()
+    graph = CSCGraph.from_edge_index(data.edge_index, data.num_nodes)
+    high = CSCGraph(graph.indptr, graph.indices, (graph.e_id.astype(np.int64) + 2**31).astype(np.uint32))
+    runs = []
+    for g in (graph, high):
+        torch.manual_seed(5)
+        runs.append(list(CompressedNeighborLoader(({"x": data.x, "y": data.y}, g), [4, 2], batch_size=300,
+                                                  shuffle=True, num_workers=1)))
+    assert len(runs[0]) == len(runs[1]) > 1
+    for a, b in zip(*runs):
+        for key in ("x", "y", "n_id", "edge_index", "input_id"):
+            assert torch.equal(a[key], b[key]), key
+        assert b.e_id.dtype == torch.int64 and torch.equal(b.e_id, a.e_id + 2**31)
+
+
 @pytest.mark.parametrize("store_codec", ["ebp", "auto"])
 def test_ebp_encoded_store_gives_the_same_batches(store_codec):
     from ibp_graph.data.store import EncodedTable

@@ -685,12 +685,14 @@ def test_heterogeneous_stores_give_the_link_batches_of_the_hetero_data(neg):
                     assert torch.equal(store_a[key], store_b[key]), key
 
 
-def test_all_edges_of_a_prepared_graph_whose_edge_ids_are_not_positions():
+@pytest.mark.parametrize("ids", [lambda e: e.astype("int64") * 2,  # ids of a larger graph
+                                 lambda e: (e.astype("int64") + 2**31).astype("uint32")])  # of > 2**31 edges
+def test_all_edges_of_a_prepared_graph_whose_edge_ids_are_not_positions(ids):
     from ibp_graph.sampling.graph import CSCGraph
 
     data = make_data()
     graph = CSCGraph.from_edge_index(data.edge_index, data.num_nodes)
-    shifted = CSCGraph(graph.indptr, graph.indices, graph.e_id.astype("int64") * 2)  # ids of a larger graph
+    shifted = CSCGraph(graph.indptr, graph.indices, ids(graph.e_id))
     loader = link_loader(({"x": data.x}, shifted), edge_label_index=None, batch_size=2000)
     batch = next(iter(loader))
     assert sorted(map(tuple, batch.n_id[batch.edge_label_index].t().tolist())) == \

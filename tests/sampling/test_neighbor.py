@@ -139,6 +139,70 @@ def test_int32_and_int64_graphs_sample_the_same():
         CSCGraph(small.indptr.astype(np.int32), small.indices, small.e_id)
 
 
+def test_edge_id_dtype_is_32_bit_while_ids_fit_in_32_bits():
+    """Edge ids take int32 while they fit, uint32 up to 2**32 (papers100M's 3.2 G undirected edges), then int64."""
+    from ibp_graph.sampling.graph import edge_id_dtype
+
+    assert edge_id_dtype(0) == edge_id_dtype(2**31) == np.int32
+    assert edge_id_dtype(2**31 + 1) == edge_id_dtype(3_231_371_744) == edge_id_dtype(2**32) == np.uint32
+    assert edge_id_dtype(2**32 + 1) == edge_id_dtype(2**40) == np.int64
+
+
+_OPTIONS = [dict(), dict(subgraph_type="induced"), dict(subgraph_type="bidirectional"), dict(replace=True),
+            dict(disjoint=True), dict(parallel=True)]
+
+
+@pytest.mark.parametrize("options", _OPTIONS + [dict(weight="w"), dict(edge_time="t")], ids=repr)
+def test_uint32_edge_ids_sample_like_int32_ones(options):
+    """A graph whose e_id is uint32 (edge ids between 2**31 and 2**32) samples exactly like its int32 copy,
+    weighted and temporal by edge included (both index edge-order arrays through e_id); outputs are int64."""
+    rng = np.random.default_rng(4)
+    ei = random_edge_index(rng, 300, 3000)
+    small = CSCGraph.from_edge_index(ei, 300)
+    wide = CSCGraph(small.indptr, small.indices, small.e_id.astype(np.uint32), small.num_edge_ids)
+    given = {k: {"w": rng.random(3000), "t": rng.integers(0, 50, 3000)}.get(v, v) for k, v in options.items()}
+    seeds = torch.tensor([5, 17, 250, 3], dtype=torch.int64)
+    time = dict(seed_time=torch.full((4,), 40)) if "edge_time" in given else {}
+    a = NeighborSampler(small, [4, 3], **given).sample(seeds, seed=11, **time)
+    b = NeighborSampler(wide, [4, 3], **given).sample(seeds, seed=11, **time)
+    assert sample_edges_equal(a, b) and b.edge.dtype == torch.int64 and b.edge.numel() > 0
+
+
+@pytest.mark.parametrize("options", _OPTIONS + [dict(node_time="t")], ids=repr)
+def test_uint32_edge_ids_above_2_31_come_out_as_given(options):
+    """Edge ids at and above 2**31 in a uint32 e_id reach the output as the same non-negative int64 values (no
+    sign wrap), and the graph survives save/load with that dtype."""
+    rng = np.random.default_rng(5)
+    ei = random_edge_index(rng, 300, 3000)
+    small = CSCGraph.from_edge_index(ei, 300)
+    high = CSCGraph(small.indptr, small.indices, (small.e_id.astype(np.int64) + 2**31).astype(np.uint32),
+                    2**31 + 3000)
+    given = {k: rng.integers(0, 50, 300) if v == "t" else v for k, v in options.items()}
+    seeds = torch.tensor([5, 17, 250, 3], dtype=torch.int64)
+    a = NeighborSampler(small, [4, 3], **given).sample(seeds, seed=11)
+    b = NeighborSampler(high, [4, 3], **given).sample(seeds, seed=11)
+    assert torch.equal(a.node, b.node) and torch.equal(a.row, b.row) and torch.equal(a.col, b.col)
+    assert b.edge.dtype == torch.int64 and b.edge.numel() > 0 and torch.equal(b.edge, a.edge + 2**31)
+
+
+def test_a_uint32_graph_round_trips_and_its_ids_are_checked(tmp_path):
+    ei = random_edge_index(np.random.default_rng(6), 50, 400)
+    small = CSCGraph.from_edge_index(ei, 50)
+    high = CSCGraph(small.indptr, small.indices, (small.e_id.astype(np.int64) + 2**32 - 400).astype(np.uint32),
+                    2**32)
+    back = CSCGraph.load(high.save(tmp_path / "g"))
+    assert back.e_id.dtype == np.uint32 and back.num_edge_ids == 2**32
+    np.testing.assert_array_equal(back.e_id, high.e_id)
+    with pytest.raises(ValueError, match=r"e_id must name edges in \[0, num_edge_ids=4294967295\); e_id\[\d+\]=4294967295"):
+        CSCGraph(small.indptr, small.indices, high.e_id, 2**32 - 1)
+    repeated = high.e_id.copy()
+    repeated[1] = repeated[0]
+    with pytest.raises(ValueError, match=r"e_id must name every edge once; e_id\[1\]=42949"):
+        CSCGraph(small.indptr, small.indices, repeated, 2**32)
+    with pytest.raises(TypeError, match="e_id must be a 1-d numpy array of int32 or uint32 or int64, got ndarray uint16"):
+        CSCGraph(small.indptr, small.indices, small.e_id.astype(np.uint16))
+
+
 def test_csc_matches_brute_force():
     rng = np.random.default_rng(0)
     ei = random_edge_index(rng, 50, 400)
