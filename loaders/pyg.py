@@ -48,7 +48,16 @@ except ImportError as e:  # pragma: no cover - exercised only without torch_geom
 #: the arguments both loaders take and hand to _SampledLoader._setup as they are.
 _SHARED = ("data", "num_neighbors", "replace", "subgraph_type", "disjoint", "temporal_strategy", "time_attr",
            "weight_attr", "transform", "transform_sampler_output", "filter_per_worker", "directed", "codec", "device",
-           "prefetch", "features", "device_cache", "kwargs")
+           "prefetch", "features", "device_cache", "edge_ids", "kwargs")
+
+
+def _check_edge_ids(edge_ids, named: List[str]) -> None:
+    """Refuse a non-bool `edge_ids`, and False for a graph whose edges carry attributes (`named`)."""
+    if not isinstance(edge_ids, bool):
+        raise TypeError(f"edge_ids={edge_ids!r} is not accepted; use True (batches carry e_id) or False")
+    if not edge_ids and named:
+        raise ValueError(f"edge_ids=False is not accepted for a graph with edge attributes ({', '.join(named)}): "
+                         "batches gather them by edge id; accepted: edge_ids=True, or the graph without them")
 
 
 class _SampledLoader(_common.Codecs):
@@ -68,7 +77,7 @@ class _SampledLoader(_common.Codecs):
 
     def _setup(self, *, data, num_neighbors, replace, subgraph_type, disjoint, temporal_strategy, time_attr,
                weight_attr, transform, transform_sampler_output, filter_per_worker, directed, codec, device,
-               prefetch, features, device_cache, kwargs: dict) -> int:
+               prefetch, features, device_cache, edge_ids, kwargs: dict) -> int:
         """The checks, fields, kind and sampler both loaders make from their shared arguments; `kwargs`
         (DataLoader's) lose what PyG's loaders drop; returns the batch size."""
         subgraph_type = _subgraph_type(subgraph_type, directed)
@@ -102,8 +111,9 @@ class _SampledLoader(_common.Codecs):
         if hetero:
             _common.refuse_served(features, device_cache, "a HeteroData")
         self._kind = kind = (_Hetero if hetero else _Homo)(self, data, time_attr, weight_attr)
+        _check_edge_ids(edge_ids, kind.edge_attr_names())
         self._sampler = kind.sampler(num_neighbors, replace=replace, subgraph_type=subgraph_type,
-                                     disjoint=disjoint, temporal_strategy=temporal_strategy)
+                                     disjoint=disjoint, temporal_strategy=temporal_strategy, edge_ids=edge_ids)
         bidirectional = hetero and subgraph_type == "bidirectional"  # the homogeneous sampler makes its own
         self._post_sample = _PostSample(bidirectional, transform_sampler_output) \
             if bidirectional or transform_sampler_output is not None else None
@@ -296,7 +306,9 @@ class CompressedNeighborLoader(_SampledLoader, NeighborLoader):
     epoch's seeds; default: every seed, as PyG's loader, also under torch.distributed), `features` (where
     node features are read: ``"worker"``, ``"zero_copy"`` or ``"auto"``, pipeline.features) and
     `device_cache` (bytes, or a fraction of device memory, for compressed hot rows: pipeline.cache; 0:
-    none) are ours. Remaining keyword arguments go to DataLoader (`batch_size`, `shuffle`, `drop_last`,
+    none) and `edge_ids` (False: batches carry no ``e_id``, and the sampler never reads the graph's edge
+    ids, one random memory access less per sampled edge; refused for a graph with edge attributes, which
+    are gathered by edge id) are ours. Remaining keyword arguments go to DataLoader (`batch_size`, `shuffle`, `drop_last`,
     `generator`, `sampler` or `batch_sampler` over input positions, `num_workers`, ...); `dataset` and
     `collate_fn` are dropped, as PyG's NodeLoader does.
 
@@ -331,6 +343,7 @@ class CompressedNeighborLoader(_SampledLoader, NeighborLoader):
         world_size: Optional[int] = None,
         features: str = "auto",
         device_cache: Union[int, float] = 0,
+        edge_ids: bool = True,
         **kwargs: Any,
     ):
         self._refuse_neighbor_sampler(neighbor_sampler)
@@ -427,6 +440,7 @@ class CompressedLinkNeighborLoader(_SampledLoader, LinkNeighborLoader):
         world_size: Optional[int] = None,
         features: str = "auto",
         device_cache: Union[int, float] = 0,
+        edge_ids: bool = True,
         **kwargs: Any,
     ):
         self._refuse_neighbor_sampler(neighbor_sampler)
@@ -539,6 +553,9 @@ class _Homo(_Kind):
         self.weight = _edge_weight(data, weight_attr, graph.num_edges)
         self.times = _times(data, time_attr, graph.num_nodes, graph.num_edges, self.node_attrs)
 
+    def edge_attr_names(self) -> List[str]:
+        return list(self.edge_attrs)
+
     def sampler(self, num_neighbors, **options) -> NeighborSampler:
         return NeighborSampler(self.graph, num_neighbors, weight=self.weight, node_time=self.times[0],
                                edge_time=self.times[1], **options)
@@ -623,6 +640,9 @@ class _Hetero(_Kind):
         self.attach(loader)
         self.graph = _HeteroGraph(data, time_attr, weight_attr)
         self.time_attr, self.timed = time_attr, set(self.graph.node_time or ())  # node types with times
+
+    def edge_attr_names(self) -> List[str]:
+        return [edge_name(e, a) for e, attrs in self.graph.edge_attrs.items() for a in attrs]
 
     def sampler(self, num_neighbors, *, subgraph_type: str, **options) -> HeteroNeighborSampler:
         g = self.graph

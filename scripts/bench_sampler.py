@@ -4,7 +4,9 @@
 Both sample the same seed batches of a power-law graph with the same fan-out and build the
 relabelled multi-hop subgraph a loader hands on (ours: `NeighborSampler.sample`, PyG's
 layout; DGL: `dgl.dataloading.NeighborSampler.sample_blocks`, its message-flow blocks).
-Printed: seeds/s and sampled edges/s per sampler, best of `--repeat` passes, and the ratio.
+Printed: seeds/s and sampled edges/s per sampler, best of `--repeat` rounds (the samplers take
+turns within a round), and the ratio; ours twice, with edge ids and with ``edge_ids=False`` (no
+e_id read per sampled edge).
 The two do not sample the same number of edges: PyG's layout (ours) samples each node once,
 at the hop where it is first reached, while DGL's blocks sample every destination node of
 each layer again, the earlier hops' nodes included. Seeds/s is what a loader delivers;
@@ -35,34 +37,37 @@ def power_law_edges(num_nodes: int, avg_degree: int, seed: int = 0) -> tuple[np.
     return src, dst
 
 
-def _best(fn, batches: Sequence[np.ndarray], repeat: int) -> tuple[float, int]:
-    """(best seconds over `repeat` passes through all batches, sampled edges in one pass)."""
-    best, edges = float("inf"), 0
+def _interleaved(samplers: dict, batches: Sequence[np.ndarray], repeat: int) -> list:
+    """Rows {sampler, seconds, edges}: each sampler's best pass through all batches over `repeat` rounds, the
+    samplers taking turns within a round (this machine's load moves more between phases than within one).
+    `samplers` maps a name to `one(i, seeds) -> edges sampled`."""
+    best = {name: float("inf") for name in samplers}
+    edges = {}
     for _ in range(repeat):
-        t = time.perf_counter()
-        edges = sum(fn(i, b) for i, b in enumerate(batches))
-        best = min(best, time.perf_counter() - t)
-    return best, edges
+        for name, one in samplers.items():
+            t = time.perf_counter()
+            edges[name] = sum(one(i, b) for i, b in enumerate(batches))
+            best[name] = min(best[name], time.perf_counter() - t)
+    return [{"sampler": name, "seconds": best[name], "edges": edges[name]} for name in samplers]
 
 
-def bench_ours(src, dst, num_nodes, batches, fanout, repeat) -> dict:
-    """ibp-graph's sampler, serial kernels (one core)."""
-    from ibp_graph.sampling import CSCGraph, NeighborSampler
+def ours(graph, batches, fanout, edge_ids: bool = True):
+    """(name, one batch) of ibp-graph's sampler on `graph` (a CSCGraph), serial kernels (one core);
+    `edge_ids=False`: the sampler reads no edge ids (batches without e_id)."""
+    from ibp_graph.sampling import NeighborSampler
 
-    graph = CSCGraph.from_edge_index(torch.from_numpy(np.stack([src, dst])), num_nodes)
-    sampler = NeighborSampler(graph, fanout, parallel=False)
+    sampler = NeighborSampler(graph, fanout, parallel=False, edge_ids=edge_ids)
     sampler.sample(torch.from_numpy(batches[0]), seed=0)  # compile outside the timing
 
     def one(i, seeds):
         out = sampler.sample(torch.from_numpy(seeds), seed=i)
         return int(out.row.numel())
 
-    sec, edges = _best(one, batches, repeat)
-    return {"sampler": "ibp-graph NeighborSampler", "seconds": sec, "edges": edges}
+    return "ibp-graph NeighborSampler" + ("" if edge_ids else ", edge_ids=False"), one
 
 
-def bench_dgl(src, dst, num_nodes, batches, fanout, repeat) -> Optional[dict]:
-    """DGL's NeighborSampler (C++), one OpenMP thread; None when dgl does not import."""
+def dgl_sampler(src, dst, num_nodes, batches, fanout):
+    """(name, one batch) of DGL's NeighborSampler (C++), one OpenMP thread; None when dgl does not import."""
     os.environ.setdefault("DGLBACKEND", "pytorch")
     try:
         import dgl
@@ -79,8 +84,7 @@ def bench_dgl(src, dst, num_nodes, batches, fanout, repeat) -> Optional[dict]:
         _, _, blocks = sampler.sample_blocks(g, torch.from_numpy(seeds))
         return int(sum(b.num_edges() for b in blocks))
 
-    sec, edges = _best(one, batches, repeat)
-    return {"sampler": f"DGL {dgl.__version__} NeighborSampler", "seconds": sec, "edges": edges}
+    return f"DGL {dgl.__version__} NeighborSampler", one
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -113,11 +117,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"graph: {a.num_nodes:,} nodes, {src.size:,} edges; {a.batches} batches of {a.batch_size} "
           f"seeds, fan-out {a.num_neighbors}; one thread; best of {a.repeat} (built in "
           f"{time.perf_counter() - t:.1f} s)", flush=True)
-    rows = [bench_ours(src, dst, a.num_nodes, batches, a.num_neighbors, a.repeat)]
-    if not a.no_dgl:
-        row = bench_dgl(src, dst, a.num_nodes, batches, a.num_neighbors, a.repeat)
-        if row is not None:
-            rows.append(row)
+    from ibp_graph.sampling import CSCGraph
+
+    graph = CSCGraph.from_edge_index(torch.from_numpy(np.stack([src, dst])), a.num_nodes)
+    samplers = dict(ours(graph, batches, a.num_neighbors, edge_ids) for edge_ids in (True, False))
+    named = None if a.no_dgl else dgl_sampler(src, dst, a.num_nodes, batches, a.num_neighbors)
+    if named is not None:
+        samplers[named[0]] = named[1]
+    rows = _interleaved(samplers, batches, a.repeat)
     for r in rows:
         r["seeds_per_s"] = a.batches * a.batch_size / r["seconds"]
         r["edges_per_s"] = r["edges"] / r["seconds"]

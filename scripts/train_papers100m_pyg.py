@@ -14,7 +14,8 @@ identity) into DATA/ogbn_papers100M/ibp_prepared; later runs memory-map it. The 
 step is plain PyG::
 
     loader = CompressedNeighborLoader(({"x": store}, graph), [15, 10, 5], input_nodes=train_idx,
-                                      batch_size=1024, shuffle=True, num_workers=8, device="cuda")
+                                      batch_size=1024, shuffle=True, num_workers=8, device="cuda",
+                                      edge_ids=False)  # no batch.e_id: the sampler skips edge ids
     for batch in loader:                      # a torch_geometric.data.Data on the GPU
         out = model(batch.x, batch.edge_index)[: batch.batch_size]
         loss = F.cross_entropy(out, y[batch.input_id])

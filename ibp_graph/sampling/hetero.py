@@ -231,6 +231,10 @@ class HeteroNeighborSampler:
     `node_time` or `edge_time` (numpy arrays or tensors: one time per node of a type, per
     edge of a type) make it temporal, with `temporal_strategy` "uniform" or "last"; `weight`
     (one per edge of a type, in its ``edge_index`` order) makes that type's draws weighted.
+    ``edge_ids=False`` leaves the edge ids out (``edge[e]`` None for every type): the sampler
+    then never reads ``e_id`` after construction, one random memory access less per sampled
+    edge (and none of ``e_id``'s pages in memory while training), for batches that need no
+    ``e_id`` and gather no edge attributes.
 
     ``homogeneous=True`` is the layout of :class:`~ibp_graph.sampling.neighbor.NeighborSampler`
     (one node type, one edge type, a :class:`CSCGraph` as its graph): draws keyed by (seed, hop,
@@ -246,9 +250,9 @@ class HeteroNeighborSampler:
                  edge_time: Optional[Mapping[EdgeType, np.ndarray]] = None,
                  temporal_strategy: str = "uniform",
                  weight: Optional[Mapping[EdgeType, Union[torch.Tensor, np.ndarray]]] = None,
-                 homogeneous: bool = False) -> None:
+                 homogeneous: bool = False, edge_ids: bool = True) -> None:
         for name, flag in (("replace", replace), ("induced", induced), ("disjoint", disjoint),
-                           ("homogeneous", homogeneous)):
+                           ("homogeneous", homogeneous), ("edge_ids", edge_ids)):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be a bool, got {flag!r}")
         if temporal_strategy not in TEMPORAL_STRATEGIES:
@@ -293,9 +297,13 @@ class HeteroNeighborSampler:
         self.num_hops = len(next(iter(self.num_neighbors.values()))) if self.num_neighbors else \
             0 if isinstance(num_neighbors, Mapping) else len(num_neighbors)
         self.replace, self.parallel, self.induced, self.disjoint = replace, parallel, induced, disjoint
-        self.temporal_strategy, self.homogeneous = temporal_strategy, homogeneous
-        # read-only views: in-memory and memory-mapped graphs share one compiled kernel
-        self._csc = {e: tuple(readonly(a) for a in (g.indptr, g.indices, g.e_id)) for e, g in self.graphs.items()}
+        self.temporal_strategy, self.homogeneous, self.edge_ids = temporal_strategy, homogeneous, edge_ids
+        # read-only views: in-memory and memory-mapped graphs share one compiled kernel; without edge ids
+        # the kernels get an empty e_id of the graph's dtype (the same compiled kernel; they write CSC
+        # positions, which sample() drops)
+        self._csc = {e: (readonly(g.indptr), readonly(g.indices),
+                         readonly(g.e_id if edge_ids else np.empty(0, dtype=g.e_id.dtype)))
+                     for e, g in self.graphs.items()}
         self._max_degree = {e: int(np.diff(g.indptr).max()) if g.num_dst else 0 for e, g in self.graphs.items()}
         types = f"node types {self.node_types}, edge types {self.edge_types}"
         self.node_time = _typed_times("node", node_time, self.num_nodes, types)
@@ -304,9 +312,10 @@ class HeteroNeighborSampler:
         # edges' times; pyg-lib leaves the others unrestricted), checked sorted per neighbourhood, once
         self._pos_time: Dict[EdgeType, np.ndarray] = {}
         by_node, by_edge = self.node_time or {}, self.edge_time or {}
-        for e, (indptr, indices, e_id) in self._csc.items():
+        for e, g in self.graphs.items():
             if e[0] in by_node or e in by_edge:
-                pos_time = by_node[e[0]][indices] if e[0] in by_node else by_edge[e][e_id]
+                indptr, indices = self._csc[e][:2]
+                pos_time = by_node[e[0]][indices] if e[0] in by_node else by_edge[e][g.e_id]
                 time_sorted_check("graph" if homogeneous else f"graphs[{e!r}]", indptr, pos_time)
                 self._pos_time[e] = readonly(np.ascontiguousarray(pos_time))
         # per weighted edge type: its weights in CSC order, and each destination's positive-weight in-edges
@@ -442,6 +451,8 @@ class HeteroNeighborSampler:
         if self.induced:
             return self._induced(node, tables)
         row, col, edge = ({e: cat([part[i] for part in sampled[e]]) for e in self.edge_types} for i in range(3))
+        if not self.edge_ids:
+            edge = {e: None for e in self.edge_types}
         return HeteroSamplerOutput(
             node=node, row=row, col=col, edge=edge,
             num_sampled_nodes={t: [int(p.shape[0]) for p in nodes[t]] for t in self.node_types},
@@ -476,6 +487,7 @@ class HeteroNeighborSampler:
             src_type, _, dst_type = e
             r, c, k = induced_edges(*self._csc[e], readonly(node[dst_type].numpy()), *tables[src_type][:2],
                                     *tables[dst_type][:2], self.homogeneous)
-            row[e], col[e], edge[e] = torch.from_numpy(r), torch.from_numpy(c), torch.from_numpy(k)
+            row[e], col[e], edge[e] = torch.from_numpy(r), torch.from_numpy(c), \
+                torch.from_numpy(k) if self.edge_ids else None
         return HeteroSamplerOutput(node=node, row=row, col=col, edge=edge, num_sampled_nodes=None,
                                    num_sampled_edges=None)

@@ -44,7 +44,8 @@ class SamplerOutput:
 
     ``node``: global ids (int64), seeds first. ``row``/``col``: local source/destination
     indices into ``node`` (``edge_index = stack([row, col])``). ``edge``: global edge
-    ids. ``num_sampled_nodes``: seeds, then new nodes per hop (``len == hops + 1``).
+    ids (None from a sampler made with ``edge_ids=False``). ``num_sampled_nodes``: seeds,
+    then new nodes per hop (``len == hops + 1``).
     ``num_sampled_edges``: edges per hop (``len == hops``). Both are None for the
     bidirectional and induced subgraphs. ``batch``: the seed position of every node
     (disjoint sampling only, else None).
@@ -53,7 +54,7 @@ class SamplerOutput:
     node: torch.Tensor
     row: torch.Tensor
     col: torch.Tensor
-    edge: torch.Tensor
+    edge: Optional[torch.Tensor]
     num_sampled_nodes: Optional[List[int]]
     num_sampled_edges: Optional[List[int]]
     batch: Optional[torch.Tensor] = None
@@ -69,8 +70,8 @@ class NeighborSampler:
     ``num_neighbors[h]`` in-neighbours are drawn per frontier node at hop ``h`` (``-1``: all of
     them); ``weight`` (one per edge), ``node_time`` (one per node) or ``edge_time`` (one per edge),
     edges in ``edge_index`` order, make the draws weighted or temporal. ``replace``, ``disjoint``,
-    ``temporal_strategy`` and ``parallel`` are :class:`HeteroNeighborSampler`'s, ``subgraph_type``
-    (one of :data:`SUBGRAPH_TYPES`) PyG's.
+    ``temporal_strategy``, ``parallel`` and ``edge_ids`` are :class:`HeteroNeighborSampler`'s,
+    ``subgraph_type`` (one of :data:`SUBGRAPH_TYPES`) PyG's.
     """
 
     def __init__(self, graph: CSCGraph, num_neighbors: Sequence[int], *,
@@ -79,7 +80,7 @@ class NeighborSampler:
                  subgraph_type: str = "directional", disjoint: bool = False,
                  node_time: Union[torch.Tensor, np.ndarray, None] = None,
                  edge_time: Union[torch.Tensor, np.ndarray, None] = None,
-                 temporal_strategy: str = "uniform") -> None:
+                 temporal_strategy: str = "uniform", edge_ids: bool = True) -> None:
         if not isinstance(graph, CSCGraph):
             raise TypeError(f"graph must be a CSCGraph, got {type(graph).__name__}")
         # flags, the temporal strategy and the other combinations are checked by HeteroNeighborSampler
@@ -101,7 +102,7 @@ class NeighborSampler:
             induced=subgraph_type == "induced", disjoint=disjoint,
             node_time=None if self.node_time is None else {_NODE: self.node_time},
             edge_time=None if edge_time is None else {_EDGE: edge_time}, temporal_strategy=temporal_strategy,
-            weight=None if weight is None else {_EDGE: weight}, homogeneous=True)
+            weight=None if weight is None else {_EDGE: weight}, homogeneous=True, edge_ids=edge_ids)
         self.num_neighbors = self._typed.num_neighbors[_EDGE]
         self.replace, self.disjoint, self.temporal_strategy = replace, self._typed.disjoint, temporal_strategy
 
@@ -140,20 +141,21 @@ class NeighborSampler:
         nodes_per_hop = None if out.num_sampled_nodes is None else out.num_sampled_nodes[_NODE]
         edges_per_hop = None if out.num_sampled_edges is None else out.num_sampled_edges[_EDGE]
         if self.subgraph_type == "bidirectional":
-            row, col, edge = (torch.from_numpy(a) for a in _bidirectional(
-                row.numpy(), col.numpy(), edge.numpy(), max(int(node.numel()), 1)))
+            row, col, edge = (None if a is None else torch.from_numpy(a) for a in _bidirectional(
+                row.numpy(), col.numpy(), None if edge is None else edge.numpy(), max(int(node.numel()), 1)))
             nodes_per_hop = edges_per_hop = None
         return SamplerOutput(node=node, row=row, col=col, edge=edge, num_sampled_nodes=nodes_per_hop,
                              num_sampled_edges=edges_per_hop, batch=None if out.batch is None else out.batch[_NODE])
 
 
-def _bidirectional(row: np.ndarray, col: np.ndarray, edge: np.ndarray, n: int):
+def _bidirectional(row: np.ndarray, col: np.ndarray, edge: Optional[np.ndarray], n: int):
     """The edges plus their reversals, each (row, col) pair once (its first occurrence, forward
-    edges first), sorted by (col, row): PyG's to_bidirectional (coalesce, sort_by_row=False)."""
-    r2, c2, e2 = np.concatenate([row, col]), np.concatenate([col, row]), np.concatenate([edge, edge])
+    edges first), sorted by (col, row): PyG's to_bidirectional (coalesce, sort_by_row=False);
+    the edge ids of the kept pairs (None without edge ids)."""
+    r2, c2 = np.concatenate([row, col]), np.concatenate([col, row])
     order = np.argsort(c2 * n + r2, kind="stable")
     key = (c2 * n + r2)[order]
     keep = np.ones(key.shape[0], dtype=bool)
     keep[1:] = key[1:] != key[:-1]
     sel = order[keep]
-    return r2[sel], c2[sel], e2[sel]
+    return r2[sel], c2[sel], None if edge is None else np.concatenate([edge, edge])[sel]

@@ -73,7 +73,8 @@ class PyG:
         return CompressedNeighborLoader(({"x": x}, ds.graph), list(lc.num_neighbors), input_nodes=input_nodes,
                                         batch_size=batch_size, shuffle=shuffle, codec=codec, device=device,
                                         prefetch=lc.prefetch, num_workers=lc.num_workers,
-                                        persistent_workers=lc.num_workers > 0, rank=rank, world_size=world_size)
+                                        persistent_workers=lc.num_workers > 0, rank=rank, world_size=world_size,
+                                        edge_ids=False)  # the models read no e_id: the sampler skips them
 
     def features(self, ds, codec: str, use_store: bool, tables: Optional[Mapping[str, Any]]) -> Any:
         """The feature table a loader reads: ``tables["x"]`` when given, else the store when from_store says
@@ -144,7 +145,8 @@ class PyGHetero(PyG):
         return CompressedNeighborLoader((features, relations, num_nodes), list(lc.num_neighbors), input_nodes=(ds.target, input_nodes),
                                         batch_size=batch_size, shuffle=shuffle, codec=codec, device=device,
                                         prefetch=lc.prefetch, num_workers=lc.num_workers,
-                                        persistent_workers=lc.num_workers > 0, rank=rank, world_size=world_size)
+                                        persistent_workers=lc.num_workers > 0, rank=rank, world_size=world_size,
+                                        edge_ids=False)  # the models read no e_id: the sampler skips them
 
     def build_model(self, cfg, ds, inputs: Inputs = None) -> torch.nn.Module:
         """HeteroSAGE over the data set's types, each featured type standardised with its table's statistics

@@ -27,11 +27,13 @@ def _run(tmp_path, capsys, *extra):
 
 def test_sampler_benchmark_ours(tmp_path, capsys):
     data, printed = _run(tmp_path, capsys, "--no-dgl")
-    (row,) = data["rows"]
-    assert row["sampler"].startswith("ibp-graph") and "ibp-graph NeighborSampler" in printed
-    assert row["edges"] > 0 and row["seconds"] > 0
+    row, no_ids = data["rows"]
+    assert row["sampler"] == "ibp-graph NeighborSampler" and "ibp-graph NeighborSampler" in printed
+    assert no_ids["sampler"] == "ibp-graph NeighborSampler, edge_ids=False" and no_ids["sampler"] in printed
+    assert row["edges"] == no_ids["edges"] > 0 and row["seconds"] > 0  # the same draws, without edge ids
     assert row["seeds_per_s"] == pytest.approx(2 * 64 / row["seconds"])
     assert row["edges_per_s"] == pytest.approx(row["edges"] / row["seconds"])
+    assert no_ids["vs_ours"] == pytest.approx(row["seconds"] / no_ids["seconds"])
     assert row["vs_ours"] == 1.0 and data["args"]["num_neighbors"] == [4, 3]
 
 
@@ -44,8 +46,8 @@ def test_sampler_benchmark_refuses_bad_arguments(capsys):
 @pytest.mark.dgl
 def test_sampler_benchmark_with_dgl(tmp_path, capsys):
     data, printed = _run(tmp_path, capsys)
-    assert [r["sampler"].split()[0] for r in data["rows"]] == ["ibp-graph", "DGL"]
-    dgl_row = data["rows"][1]
+    assert [r["sampler"].split()[0] for r in data["rows"]] == ["ibp-graph", "ibp-graph", "DGL"]
+    dgl_row = data["rows"][2]
     # DGL re-samples earlier hops' nodes at each layer, so it never samples fewer edges
     assert dgl_row["edges"] >= data["rows"][0]["edges"] > 0
     assert "DGL" in printed

@@ -501,3 +501,35 @@ def test_seeds_of_several_types_start_their_types_and_one_type_keeps_its_stream(
         assert (out.batch["a"] < 5).all() and (out.batch["b"] < 5).all()
     with pytest.raises(TypeError, match="seeds with input_type=None must map node types"):
         sampler.sample(None, a, seed=5)
+
+
+@pytest.mark.parametrize("options", [dict(), dict(induced=True), dict(disjoint=True), dict(replace=True),
+                                     dict(weight="w"), dict(node_time="t"), dict(edge_time="t")], ids=repr)
+def test_without_edge_ids_the_sample_is_the_same_less_its_edge_ids(options):
+    """edge_ids=False: the same nodes, rows, columns and counts for every option, and edge[e] None for every
+    edge type (weights and edge times, in edge_index order, are still put in CSC order through e_id)."""
+    num_nodes, ei = random_hetero(seed=4)
+    rng = np.random.default_rng(4)
+    kw = {}
+    if "weight" in options:
+        kw["weight"] = {e: rng.random(v.shape[1]) for e, v in ei.items()}
+    if "node_time" in options:
+        kw["node_time"] = {t: rng.integers(0, 20, n) for t, n in num_nodes.items()}
+    if "edge_time" in options:
+        kw["edge_time"] = {e: rng.integers(0, 20, v.shape[1]) for e, v in ei.items()}
+    kw.update({k: v for k, v in options.items() if k in ("induced", "disjoint", "replace")})
+    make = (lambda **o: temporal_sampler(num_nodes, ei, [3, 2], **kw, **o)[0]) if "node_time" in kw or \
+        "edge_time" in kw else (lambda **o: make_sampler(num_nodes, ei, [3, 2], **kw, **o))
+    seeds = torch.tensor([0, 5, 17, 33])
+    time = dict(seed_time=torch.full((4,), 15)) if "edge_time" in kw else {}
+    a = make().sample("paper", seeds, seed=9, **time)
+    b = make(edge_ids=False).sample("paper", seeds, seed=9, **time)
+    assert sum(v.numel() for v in a.row.values()) > 0
+    for e in ei:
+        assert torch.equal(a.row[e], b.row[e]) and torch.equal(a.col[e], b.col[e]), e
+        assert a.edge[e] is not None and b.edge[e] is None, e
+    for t in num_nodes:
+        assert torch.equal(a.node[t], b.node[t]), t
+    assert (a.num_sampled_nodes, a.num_sampled_edges) == (b.num_sampled_nodes, b.num_sampled_edges)
+    with pytest.raises(TypeError, match="edge_ids must be a bool, got 0"):
+        make(edge_ids=0)

@@ -2,10 +2,15 @@
 from __future__ import annotations
 
 import itertools
+import json
 import re
 import math
 import multiprocessing as mp
+import signal
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 
 import numba
 import numpy as np
@@ -15,6 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ibp_graph.sampling import CSCGraph, NeighborSampler, SamplerOutput
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # ----------------------------------------------------------------------------------
@@ -808,3 +815,48 @@ def test_huge_fan_outs_under_the_workqueue_layer_never_give_garbage_ids(monkeypa
     assert "num_neighbors[0]=17179869184 would sample 858,993,459,200 edges" in out[0]
     assert "num_neighbors[('v', 'to', 'v')][0]=17179869184 would sample" in out[1]
     assert all(" bytes, more than the " in line for line in out[:4])
+
+
+@pytest.mark.parametrize("options", _OPTIONS + [dict(weight="w"), dict(edge_time="t"), dict(node_time="t")],
+                         ids=repr)
+def test_without_edge_ids_the_homogeneous_sample_is_the_same_less_its_edge_ids(options):
+    rng = np.random.default_rng(8)
+    ei = random_edge_index(rng, 300, 3000)
+    g = CSCGraph.from_edge_index(ei, 300)
+    given = {k: {"w": rng.random(3000), "t": rng.integers(0, 50, 300 if k == "node_time" else 3000)}.get(v, v)
+             for k, v in options.items()}
+    seeds = torch.tensor([5, 17, 250, 3], dtype=torch.int64)
+    time = dict(seed_time=torch.full((4,), 40)) if "edge_time" in given else {}
+    a = NeighborSampler(g, [4, 3], **given).sample(seeds, seed=11, **time)
+    b = NeighborSampler(g, [4, 3], edge_ids=False, **given).sample(seeds, seed=11, **time)
+    assert a.edge.numel() > 0 and b.edge is None
+    assert torch.equal(a.node, b.node) and torch.equal(a.row, b.row) and torch.equal(a.col, b.col)
+    assert (a.num_sampled_nodes, a.num_sampled_edges) == (b.num_sampled_nodes, b.num_sampled_edges)
+
+
+_NO_E_ID_READS = r"""
+import json, os, sys
+import torch
+from ibp_graph.sampling import CSCGraph, NeighborSampler
+d, edge_ids = sys.argv[1], sys.argv[2] == "1"
+s = NeighborSampler(CSCGraph.load(d, mmap=True), [4, 3], edge_ids=edge_ids)
+os.truncate(os.path.join(d, "e_id.npy"), 0)  # from here on a read of e_id's pages is SIGBUS
+print(json.dumps([s.sample(torch.arange(b, b + 8), seed=b).row.tolist() for b in range(0, 200, 8)]))
+"""
+
+
+def test_without_edge_ids_the_sampler_never_reads_e_id_after_construction(tmp_path):
+    """A memory-mapped graph whose e_id.npy is truncated after the sampler was built: sampling without edge ids
+    gives the rows it gives from an intact graph (e_id's pages never touched: not kept in memory while
+    training); with edge ids the first read of e_id kills the process (SIGBUS), which shows the test bites."""
+    ei = random_edge_index(np.random.default_rng(9), 300, 3000)
+    g = CSCGraph.from_edge_index(ei, 300)
+    want = [NeighborSampler(g, [4, 3]).sample(torch.arange(b, b + 8), seed=b).row.tolist() for b in range(0, 200, 8)]
+    runs = {}
+    for edge_ids in ("0", "1"):
+        d = g.save(tmp_path / f"g{edge_ids}")
+        runs[edge_ids] = subprocess.run([sys.executable, "-c", _NO_E_ID_READS, str(d), edge_ids],
+                                        capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert runs["0"].returncode == 0, runs["0"].stderr
+    assert json.loads(runs["0"].stdout) == want
+    assert runs["1"].returncode == -signal.SIGBUS, (runs["1"].returncode, runs["1"].stderr[-2000:])

@@ -120,7 +120,7 @@ def test_the_pyg_factory_calls_compressed_link_neighbor_loader_with_pygs_argumen
     assert torch.equal(kw.pop("edge_label_index"), torch.stack([train["source_node"], train["target_node"]]))
     assert kw == dict(edge_label=None, neg_sampling="binary", neg_sampling_ratio=2.0, batch_size=512, shuffle=True,
                       codec="auto", device=torch.device("cpu"), prefetch=2, num_workers=0, persistent_workers=False,
-                      rank=1, world_size=2)
+                      rank=1, world_size=2, edge_ids=False)  # the model reads no e_id: the sampler skips them
     LinkPyG().make_train_loader(ds, None, cfg, "identity", device=torch.device("cpu"))
     assert calls[-1][0][0][0]["x"] is ds.x  # other codecs encode the raw table
 
