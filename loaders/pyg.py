@@ -112,6 +112,7 @@ class _SampledLoader(_common.Codecs):
             _common.refuse_served(features, device_cache, "a HeteroData")
         self._kind = kind = (_Hetero if hetero else _Homo)(self, data, time_attr, weight_attr)
         _check_edge_ids(edge_ids, kind.edge_attr_names())
+        self._edge_ids = edge_ids
         self._sampler = kind.sampler(num_neighbors, replace=replace, subgraph_type=subgraph_type,
                                      disjoint=disjoint, temporal_strategy=temporal_strategy, edge_ids=edge_ids)
         bidirectional = hetero and subgraph_type == "bidirectional"  # the homogeneous sampler makes its own
@@ -227,6 +228,7 @@ class _SampledLoader(_common.Codecs):
         if seen == self._seen or seen is None or getattr(self, "_iterator", None) is not None:
             return
         codecs = self._with_own_codecs(self._kind.read_again(self.data))
+        _check_edge_ids(self._edge_ids, self._kind.edge_attr_names())  # an edge attribute added since
         self._codecs = {k: self._codecs.get(k, c) for k, c in codecs.items()}  # unchanged groups keep theirs
         self._producer.codecs = dict(self._codecs)
         self._producer.planner = self._planner()

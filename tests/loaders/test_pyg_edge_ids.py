@@ -84,3 +84,18 @@ def test_edge_ids_false_is_refused_for_edge_attributes_and_a_non_bool_by_name():
     with pytest.raises(TypeError, match=r"edge_ids='no' is not accepted; use True \(batches carry e_id\) or "
                                         "False"):
         CompressedNeighborLoader(featured_graph(), [2], edge_ids="no")
+
+
+def test_an_edge_attribute_added_after_construction_is_refused_at_the_next_epoch():
+    """The loader reads `data` again at each epoch (as PyG): an edge attribute added since cannot be gathered
+    without edge ids, so the epoch raises by name instead of leaving it out of the batches silently."""
+    data = featured_graph()
+    loader = CompressedNeighborLoader(data, [3], batch_size=500, edge_ids=False, device="cpu", codec="identity")
+    first = list(loader)
+    data.edge_weight = torch.rand(data.num_edges)
+    with pytest.raises(ValueError, match=r"edge_ids=False is not accepted for a graph with edge attributes "
+                                         r"\(edge_weight\)"):
+        list(loader)
+    del data.edge_weight
+    again = list(loader)
+    assert len(again) == len(first) and all("e_id" not in b and "edge_weight" not in b for b in again)
