@@ -22,6 +22,10 @@ def test_loader_benchmark_variants_and_bytes(tmp_path, capsys):
     # the store saves the worker its per-batch feature encode; auto's store is EBP here, smaller
     assert abs(by["ibp-store"]["mb_per_batch"] / by["ibp"]["mb_per_batch"] - 1) < 0.02
     assert by["auto-store"]["mb_per_batch"] < by["ibp-store"]["mb_per_batch"]
+    # without edge ids: the same features, no e_id group (fewer raw and sent bytes), the same batches otherwise
+    no_eid = by["auto-store-no-eid"]
+    assert no_eid["raw_mb_per_batch"] < by["auto-store"]["raw_mb_per_batch"]
+    assert no_eid["mb_per_batch"] < by["auto-store"]["mb_per_batch"]
     # host bytes copied in the worker: identity's encode copies nothing, ibp's writes a payload
     assert 0 < by["identity"]["copied_mb_per_batch"] < by["ibp"]["copied_mb_per_batch"]
     text = capsys.readouterr().out

@@ -99,3 +99,17 @@ def test_an_edge_attribute_added_after_construction_is_refused_at_the_next_epoch
     del data.edge_weight
     again = list(loader)
     assert len(again) == len(first) and all("e_id" not in b and "edge_weight" not in b for b in again)
+
+
+def test_remote_store_batches_without_edge_ids_are_the_same_less_e_id():
+    """PyG's (FeatureStore, GraphStore) backend: batches carry e_id with edge ids and none without."""
+    from torch_geometric.testing import MyFeatureStore
+
+    from tests.loaders.test_pyg_inputs import graph_store
+
+    data = featured_graph()
+    fs = MyFeatureStore()
+    fs.put_tensor(data.x, group_name=None, attr_name="x", index=None)
+    gs = graph_store({None: data.edge_index}, "csc", {None: (data.num_nodes, data.num_nodes)})
+    check_same_less_e_id(*runs(CompressedNeighborLoader, (fs, gs), num_neighbors=[3, 2], batch_size=400,
+                               input_nodes=torch.arange(0, 2000, 3), codec="identity"))
