@@ -306,12 +306,13 @@ class CompressedNeighborLoader(_SampledLoader, NeighborLoader):
     identity bytes, named in `codecs`; groups several node types share get a codec per type where that
     pays: `split_report`), `device`, `prefetch`, `rank`/`world_size` (this process's share of every
     epoch's seeds; default: every seed, as PyG's loader, also under torch.distributed), `features` (where
-    node features are read: ``"worker"``, ``"zero_copy"`` or ``"auto"``, pipeline.features) and
+    node features are read: ``"worker"``, ``"zero_copy"`` or ``"auto"``, pipeline.features),
     `device_cache` (bytes, or a fraction of device memory, for compressed hot rows: pipeline.cache; 0:
     none) and `edge_ids` (False: batches carry no ``e_id``, and the sampler never reads the graph's edge
     ids, one random memory access less per sampled edge; refused for a graph with edge attributes, which
-    are gathered by edge id) are ours. Remaining keyword arguments go to DataLoader (`batch_size`, `shuffle`, `drop_last`,
-    `generator`, `sampler` or `batch_sampler` over input positions, `num_workers`, ...); `dataset` and
+    are gathered by edge id) are ours. Remaining keyword arguments go to DataLoader (`batch_size`,
+    `shuffle`, `drop_last`, `generator`, `sampler` or `batch_sampler` over input positions, `num_workers`,
+    ...); `dataset` and
     `collate_fn` are dropped, as PyG's NodeLoader does.
 
     Starting a loader makes numba's threading layer fork-safe unless the user chose one
@@ -410,7 +411,7 @@ class CompressedLinkNeighborLoader(_SampledLoader, LinkNeighborLoader):
     leaves on PyG's SamplerOutput (it gets ``(input_id, edge_label_index, edge_label, edge_label_time)``, triplet
     ``(input_id, src_index, dst_pos_index, dst_neg_index, seed_time)``); link fields the graph stores (e.g.
     RandomLinkSplit's) are replaced by the batch's. `codec`, `device`, `prefetch`, `features`, `device_cache`,
-    `rank` and `world_size` are ours, as in CompressedNeighborLoader; the rest go to DataLoader.
+    `edge_ids`, `rank` and `world_size` are ours, as in CompressedNeighborLoader; the rest go to DataLoader.
     """
 
     def __init__(
