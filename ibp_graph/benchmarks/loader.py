@@ -104,17 +104,16 @@ def run(*, num_nodes: int = 200_000, avg_degree: int = 15, batch_size: int = 512
     rows = []
     x_dev = x.to(device) if device != "cpu" else None
     for variant in (GPU_VARIANTS if device != "cpu" else VARIANTS):
-        features = {**stores, "auto-store-no-eid": stores["auto-store"], "resident": None}.get(variant, x)
+        base = variant.removesuffix("-no-eid")  # the same loader without edge ids
+        features = {**stores, "resident": None}.get(base, x)
         data = Data(y=y, edge_index=edge_index, num_nodes=num_nodes)
         if features is not None:
             data.x = features
-        codec = {"identity": "identity", "resident": "identity", "auto-store": "auto",
-                 "auto-store-no-eid": "auto"}.get(variant, "ibp")
+        codec = {"identity": "identity", "resident": "identity", "auto-store": "auto"}.get(base, "ibp")
         torch.manual_seed(0)
         loader = CompressedNeighborLoader(data, list(num_neighbors), batch_size=batch_size, shuffle=True,
                                           num_workers=num_workers, codec=codec, device=device,
-                                          persistent_workers=num_workers > 0,
-                                          edge_ids=variant != "auto-store-no-eid")
+                                          persistent_workers=num_workers > 0, edge_ids=base == variant)
         def use(batch):
             if variant == "resident":
                 batch.x = x_dev.index_select(0, batch.n_id)  # gathered where it already lives

@@ -450,9 +450,8 @@ class HeteroNeighborSampler:
         node = {t: cat(nodes[t]) for t in self.node_types}
         if self.induced:
             return self._induced(node, tables)
-        row, col, edge = ({e: cat([part[i] for part in sampled[e]]) for e in self.edge_types} for i in range(3))
-        if not self.edge_ids:
-            edge = {e: None for e in self.edge_types}
+        row, col = ({e: cat([part[i] for part in sampled[e]]) for e in self.edge_types} for i in range(2))
+        edge = {e: cat([part[2] for part in sampled[e]]) if self.edge_ids else None for e in self.edge_types}
         return HeteroSamplerOutput(
             node=node, row=row, col=col, edge=edge,
             num_sampled_nodes={t: [int(p.shape[0]) for p in nodes[t]] for t in self.node_types},
