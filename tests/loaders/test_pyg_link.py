@@ -775,6 +775,19 @@ def test_stored_index_attributes_are_selected_along_their_cat_dim_as_pyg_and_lin
                 same_batch(a, b)
 
 
+def _timed_link_case(neg, hetero):
+    """A graph, the edge store its examples come from (None: homogeneous) and link-loader arguments with
+    example times and input ids offset from the edge positions."""
+    data = make_hetero() if hetero else make_data()
+    store = BUYS if hetero else None
+    num = (data[BUYS] if hetero else data).edge_index.size(1)
+    times = torch.randint(0, 100, (num,), generator=torch.Generator().manual_seed(3))
+    kw = dict(neg_sampling=neg, edge_label_time=times, time_attr="time", input_id=torch.arange(num) + 1000)
+    if hetero:
+        kw["edge_label_index"] = BUYS
+    return data, store, kw
+
+
 def _link_metadata(batch, neg, store=None):
     """PyG's out.metadata of a finished batch: what LinkLoader.filter_fn reads each field from."""
     s = batch if store is None else batch[store]
@@ -797,13 +810,7 @@ def test_transform_sampler_output_gets_pygs_link_metadata_and_the_batch_takes_it
     fields are read from the transformed output's metadata (LinkLoader.filter_fn)."""
     from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
 
-    data = make_hetero() if hetero else make_data()
-    store = BUYS if hetero else None
-    num = (data[BUYS] if hetero else data).edge_index.size(1)
-    times = torch.randint(0, 100, (num,), generator=torch.Generator().manual_seed(3))
-    kw = dict(neg_sampling=neg, edge_label_time=times, time_attr="time", input_id=torch.arange(num) + 1000)
-    if hetero:
-        kw["edge_label_index"] = BUYS
+    data, store, kw = _timed_link_case(neg, hetero)
     seen = []
 
     def record(out):
@@ -839,13 +846,7 @@ def test_transform_sampler_output_gets_pygs_link_metadata_and_the_batch_takes_it
 def test_link_metadata_a_transform_gives_other_dtypes_reaches_the_batch_in_them(neg, hetero):
     """As PyG's filter_fn, the batch's link fields are the metadata's tensors, in whatever dtype the transform
     left (int32 ids, float64 labels and times): groups the set-up did not see travel as identity."""
-    data = make_hetero() if hetero else make_data()
-    store = BUYS if hetero else None
-    num = (data[BUYS] if hetero else data).edge_index.size(1)
-    times = torch.randint(0, 100, (num,), generator=torch.Generator().manual_seed(3))
-    kw = dict(neg_sampling=neg, edge_label_time=times, time_attr="time", input_id=torch.arange(num) + 1000)
-    if hetero:
-        kw["edge_label_index"] = BUYS
+    data, store, kw = _timed_link_case(neg, hetero)
     other = {torch.int64: torch.int32, torch.float32: torch.float64}
 
     def retype(out):
