@@ -889,7 +889,7 @@ def _node_ids(nodes, n: int, name: str, node: str, where: str) -> tuple[torch.Te
 def _edge_ids(edges, csc, num_src: int, num_dst: int, name: str, where: str) -> tuple[torch.Tensor, torch.Tensor]:
     """Seed edges `edges` ([2, E] source and destination ids below `num_src` / `num_dst`; None: every edge of
     `csc`, a CSCGraph or TypedCSC) as two int64 tensors; errors name the argument `name` and the graph as `where`."""
-    edges = edge_list(csc.indptr, csc.indices, csc.e_id) if edges is None else edges
+    edges = edge_list(csc.indptr, csc.indices, csc.checked_e_id()) if edges is None else edges
     t = edges if isinstance(edges, torch.Tensor) else torch.as_tensor(np.asarray(edges))
     if t.dtype == torch.bool or t.dtype.is_floating_point or t.dtype.is_complex:
         raise TypeError(f"{name} has dtype {t.dtype}; accepted: an integer [2, num_edges] tensor of (source, "
@@ -1089,7 +1089,7 @@ class _HeteroGraph:
             if self.node_time is not None and e[0] in self.node_time:
                 self.csc[e] = sorted_by_time(csc, self.node_time[e[0]][csc.indices])
             elif self.edge_time is not None and e in self.edge_time:
-                self.csc[e] = sorted_by_time(csc, self.edge_time[e][csc.e_id])
+                self.csc[e] = sorted_by_time(csc, self.edge_time[e][csc.checked_e_id()])
         self.weight = _hetero_weights(self, weight_attr)
         names = [node_name(t, a) for t in self.node_types for a in {**self.node_attrs[t], "n_id": None}]
         names += [edge_name(e, a) for e in self.edge_types for a in {**self.edge_attrs[e], "e_id": None}]

@@ -72,8 +72,8 @@ def load_relation(directory: PathLike, num_src: int, num_dst: int, num_edges: in
         raise ValueError(f"{d}: indptr {indptr.shape}, indices {indices.shape}, e_id {e_id.shape}; meta.json "
                          f"records {num_dst} destination nodes and {num_edges} edges (expected ({num_dst + 1},), "
                          f"({num_edges},), ({num_edges},)): prepare again")
-    try:  # TypedCSC checks dtypes, indptr's range and steps, and every source id against num_src
-        return TypedCSC(indptr, indices, e_id, num_src)
+    try:  # TypedCSC checks dtypes, indptr's range and steps, every source id against num_src; e_id at its first use
+        return TypedCSC(indptr, indices, e_id, num_src, defer_e_id_check=str(d))
     except (TypeError, ValueError) as e:
         raise ValueError(f"{d} is not a valid edge type: {e}: prepare again") from None
 

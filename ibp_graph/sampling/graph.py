@@ -133,6 +133,19 @@ class _CSC:
     indices: np.ndarray
     e_id: np.ndarray
 
+    def checked_e_id(self) -> np.ndarray:
+        """``e_id``, checked (:func:`check_edge_ids`) before its first use for a graph made with
+        ``defer_e_id_check=True`` (``load``'s: a batch without edge ids never reads them, nor their pages);
+        ValueError naming the graph's folder for a damaged one. What reads ``e_id`` reads it through this."""
+        pending = self.__dict__.get("_e_id_pending")
+        if pending is not None:
+            try:
+                check_edge_ids(self.e_id, self.num_edge_ids)
+            except ValueError as e:
+                raise ValueError(f"{pending} is not a valid graph: {e}") from None
+            object.__setattr__(self, "_e_id_pending", None)
+        return self.e_id
+
     @property
     def num_dst(self) -> int:
         """Number of destination nodes (``len(indptr) - 1``)."""
@@ -142,13 +155,20 @@ class _CSC:
     def num_edges(self) -> int:
         return self.indices.shape[0]
 
+    @property
+    def edge_value_count(self) -> int:
+        """Entries of a per-edge array (times, weights) that ``e_id`` indexes: ``num_edge_ids`` when recorded
+        (more than ``num_edges`` once repeated edges were removed), else ``num_edges``."""
+        return self.num_edges if self.num_edge_ids is None else self.num_edge_ids
+
     def in_degree(self) -> np.ndarray:
         """Number of in-edges of every destination node (int64)."""
         return np.diff(self.indptr)
 
-    def _check(self, rows: str, what: str, bound_name: str, bound: Optional[int]) -> None:
+    def _check(self, rows: str, what: str, bound_name: str, bound: Optional[int], defer: Union[bool, str]) -> None:
         """dtypes; indptr's length, range and steps; every source id (`what`) below `bound` (None: the
-        destinations' count, a homogeneous graph's nodes); e_id (:func:`check_edge_ids`)."""
+        destinations' count, a homogeneous graph's nodes); e_id (:func:`check_edge_ids`) now, or with `defer`
+        (True, or the name of the graph's folder for the error) at its first use (:meth:`checked_e_id`)."""
         indptr, indices, e_id = self.indptr, self.indices, self.e_id
         for name, arr in (("indptr", indptr), ("indices", indices), ("e_id", e_id)):
             accepted = {"indptr": ("int64",), "indices": ("int32", "int64"), "e_id": ("int32", "uint32", "int64")}[name]
@@ -173,7 +193,10 @@ class _CSC:
         bad = first_outside(indices, 0, bound)
         if bad >= 0:
             raise ValueError(f"indices must name {what} in [0, {bound_name}={bound}); indices[{bad}]={int(indices[bad])}")
-        check_edge_ids(e_id, self.num_edge_ids)
+        if defer:
+            object.__setattr__(self, "_e_id_pending", "the graph" if defer is True else defer)
+        else:
+            check_edge_ids(e_id, self.num_edge_ids)
 
 
 @dataclass(frozen=True, eq=False)
@@ -192,12 +215,16 @@ class CSCGraph(_CSC):
     repeated edges were removed): ``e_id`` must name distinct edges in
     ``[0, num_edge_ids)``. ``from_edge_index`` records it, ``save`` and ``load`` keep it;
     None (not recorded) checks only that the ids are distinct and non-negative.
+
+    ``defer_e_id_check`` (True, or a name for errors, e.g. the folder) checks ``e_id`` at its
+    first use (:meth:`checked_e_id`) instead of now; every other array is checked now.
     """
 
     num_edge_ids: Optional[int] = None
+    defer_e_id_check: Union[bool, str] = dataclasses.field(default=False, kw_only=True, repr=False)
 
     def __post_init__(self) -> None:
-        self._check("num_nodes", "nodes", "num_nodes", None)
+        self._check("num_nodes", "nodes", "num_nodes", None, self.defer_e_id_check)
 
     @property
     def num_nodes(self) -> int:
@@ -232,7 +259,10 @@ class CSCGraph(_CSC):
         """Read a folder written by :meth:`save`, checking its structure; ``mmap=True`` maps the arrays read-only.
 
         A damaged file raises ValueError naming it and what is wrong (a graph that would
-        make the sampler read outside its arrays never gets that far).
+        make the sampler read outside its arrays never gets that far). ``e_id`` is mapped
+        here and checked at its first use (:meth:`checked_e_id`: a sampler made with
+        ``edge_ids=True``, a time or weight per edge): papers100M's 3.2 G edge ids
+        are read at start-up only by a run that needs them.
         """
         path = Path(directory)
         meta_path = path / "meta.json"
@@ -254,8 +284,8 @@ class CSCGraph(_CSC):
             except (OSError, ValueError, EOFError) as e:
                 raise ValueError(f"{f} is not a readable .npy array ({e}): the file is missing, truncated "
                                  "or damaged") from None
-        try:
-            graph = cls(**arrays, num_edge_ids=meta.get("num_edge_ids"))
+        try:  # e_id checked at its first use: batches without edge ids never read it (nor its pages)
+            graph = cls(**arrays, num_edge_ids=meta.get("num_edge_ids"), defer_e_id_check=str(path))
         except (TypeError, ValueError) as e:
             raise ValueError(f"{path} is not a valid graph: {e}") from None
         if graph.num_nodes != meta["num_nodes"] or graph.num_edges != meta["num_edges"]:
@@ -280,9 +310,10 @@ class TypedCSC(_CSC):
 
     num_src: int
     num_edge_ids: Optional[int] = None
+    defer_e_id_check: Union[bool, str] = dataclasses.field(default=False, kw_only=True, repr=False)
 
     def __post_init__(self) -> None:
-        self._check("num_dst", "source nodes", "num_src", self.num_src)
+        self._check("num_dst", "source nodes", "num_src", self.num_src, self.defer_e_id_check)
 
     @classmethod
     def from_edge_index(cls, edge_index: ArrayLike, num_src: int, num_dst: int,
@@ -318,7 +349,7 @@ def sorted_by_time(graph: Graph, key: np.ndarray) -> Graph:
     dst = np.repeat(np.arange(graph.indptr.shape[0] - 1, dtype=np.int64), np.diff(graph.indptr))
     order = np.lexsort((key, dst))  # stable: ties keep CSC order
     return dataclasses.replace(graph, indices=np.ascontiguousarray(graph.indices[order]),
-                               e_id=np.ascontiguousarray(graph.e_id[order]))
+                               e_id=np.ascontiguousarray(graph.checked_e_id()[order]), defer_e_id_check=False)
 
 
 def time_sorted_check(name: str, indptr: np.ndarray, key: np.ndarray) -> None:

@@ -302,12 +302,12 @@ class HeteroNeighborSampler:
         # the kernels get an empty e_id of the graph's dtype (the same compiled kernel; they write CSC
         # positions, which sample() drops)
         self._csc = {e: (readonly(g.indptr), readonly(g.indices),
-                         readonly(g.e_id if edge_ids else np.empty(0, dtype=g.e_id.dtype)))
+                         readonly(g.checked_e_id() if edge_ids else np.empty(0, dtype=g.e_id.dtype)))
                      for e, g in self.graphs.items()}
         self._max_degree = {e: int(np.diff(g.indptr).max()) if g.num_dst else 0 for e, g in self.graphs.items()}
         types = f"node types {self.node_types}, edge types {self.edge_types}"
         self.node_time = _typed_times("node", node_time, self.num_nodes, types)
-        self.edge_time = _typed_times("edge", edge_time, {e: g.num_edges for e, g in self.graphs.items()}, types)
+        self.edge_time = _typed_times("edge", edge_time, {e: g.edge_value_count for e, g in self.graphs.items()}, types)
         # the time at each CSC position of the edge types sampled temporally (their neighbours' or
         # edges' times; pyg-lib leaves the others unrestricted), checked sorted per neighbourhood, once
         self._pos_time: Dict[EdgeType, np.ndarray] = {}
@@ -315,7 +315,7 @@ class HeteroNeighborSampler:
         for e, g in self.graphs.items():
             if e[0] in by_node or e in by_edge:
                 indptr, indices = self._csc[e][:2]
-                pos_time = by_node[e[0]][indices] if e[0] in by_node else by_edge[e][g.e_id]
+                pos_time = by_node[e[0]][indices] if e[0] in by_node else by_edge[e][g.checked_e_id()]
                 time_sorted_check("graph" if homogeneous else f"graphs[{e!r}]", indptr, pos_time)
                 self._pos_time[e] = readonly(np.ascontiguousarray(pos_time))
         # per weighted edge type: its weights in CSC order, and each destination's positive-weight in-edges
@@ -325,8 +325,8 @@ class HeteroNeighborSampler:
                 raise ValueError(f"weight names edge type {e!r}, which the graph does not have; its edge "
                                  f"types: {self.edge_types}")
             name = "weight" if homogeneous else f"weight[{e!r}]: weight"
-            w = check_weights(name, w, self.graphs[e].num_edges, "one weight per edge, ")
-            w = w[self.graphs[e].e_id]  # edge_index order -> CSC order
+            w = check_weights(name, w, self.graphs[e].edge_value_count, "one weight per edge, ")
+            w = w[self.graphs[e].checked_e_id()]  # edge_index order -> CSC order
             csum = np.concatenate([[0], np.cumsum(w > 0)])
             indptr = self.graphs[e].indptr
             self._weight[e] = (readonly(w), csum[indptr[1:]] - csum[indptr[:-1]])

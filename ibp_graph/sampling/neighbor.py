@@ -69,7 +69,8 @@ class NeighborSampler:
 
     ``num_neighbors[h]`` in-neighbours are drawn per frontier node at hop ``h`` (``-1``: all of
     them); ``weight`` (one per edge), ``node_time`` (one per node) or ``edge_time`` (one per edge),
-    edges in ``edge_index`` order, make the draws weighted or temporal. ``replace``, ``disjoint``,
+    edges in ``edge_index`` order (one per edge id, ``graph.edge_value_count``), make the draws
+    weighted or temporal. ``replace``, ``disjoint``,
     ``temporal_strategy``, ``parallel`` and ``edge_ids`` are :class:`HeteroNeighborSampler`'s,
     ``subgraph_type`` (one of :data:`SUBGRAPH_TYPES`) PyG's.
     """
@@ -93,9 +94,9 @@ class NeighborSampler:
         self.graph = graph
         self.subgraph_type = subgraph_type
         self.node_time = check_time("node_time", node_time, graph.num_nodes)
-        edge_time = check_time("edge_time", edge_time, graph.num_edges)
+        edge_time = check_time("edge_time", edge_time, graph.edge_value_count)
         if temporal:  # built once in time order: each node's in-edges by time, ties in CSC order
-            key = self.node_time[graph.indices] if edge_time is None else edge_time[graph.e_id]
+            key = self.node_time[graph.indices] if edge_time is None else edge_time[graph.checked_e_id()]
             graph = sorted_by_time(graph, key)
         self._typed = HeteroNeighborSampler(
             {_NODE: graph.num_nodes}, {_EDGE: graph}, num_neighbors, replace=replace, parallel=parallel,

@@ -4,12 +4,14 @@ import shutil
 
 import numpy as np
 import pytest
+import torch
 
 from ibp_graph.data import graphgen
 from ibp_graph.data.checksums import ChecksumError
 from ibp_graph.data.graphgen import GraphSpec
 from ibp_graph.data.prepared import PreparedDataset
 from ibp_graph.sampling.graph import CSCGraph
+from ibp_graph.sampling.neighbor import NeighborSampler
 from tests.faults.isolated import expect_clean_exit, run_python
 
 SPEC = GraphSpec(num_nodes=2000, avg_citations=6.0, labeled_fraction=0.5, seed=5)
@@ -154,9 +156,11 @@ def test_edge_ids_out_of_range_or_repeated_are_refused_by_name(tmp_path):
     g.save(tmp_path / "g")
     assert CSCGraph.load(tmp_path / "g").num_edge_ids == 3
     edit(tmp_path / "g" / "e_id.npy", lambda a: (a.__setitem__(2, 7), a)[1])
-    with pytest.raises(ValueError, match=r"g is not a valid graph: e_id must name edges in \[0, num_edge_ids=3\); "
-                                         r"e_id\[2\]=7"):
-        CSCGraph.load(tmp_path / "g")
+    damaged = CSCGraph.load(tmp_path / "g")  # e_id is checked at its first use, not at load
+    for use in (damaged.checked_e_id, lambda: NeighborSampler(damaged, [2])):
+        with pytest.raises(ValueError, match=r"g is not a valid graph: e_id must name edges in \[0, "
+                                             r"num_edge_ids=3\); e_id\[2\]=7"):
+            use()
     edit(tmp_path / "g" / "e_id.npy", lambda a: (a.__setitem__(2, a[0]), a)[1])
     out = expect_clean_exit(run_python(LOAD_AND_SAMPLE, tmp_path / "g")).strip()
     assert out.startswith("ERROR ValueError") and "e_id must name every edge once; e_id[2]=" in out
@@ -171,9 +175,9 @@ def test_a_prepared_graph_records_its_edge_ids_and_an_e_id_beyond_them_is_refuse
     assert graph.num_edge_ids == meta["num_edge_ids"] >= int(graph.e_id.max()) + 1 > graph.num_edges
     d = fresh(prepared, tmp_path)
     edit(d / "graph" / "e_id.npy", lambda a: (a.__setitem__(5, meta["num_edge_ids"]), a)[1])  # no repeat
-    with pytest.raises(ValueError, match=rf"e_id must name edges in \[0, num_edge_ids={meta['num_edge_ids']}\); "
-                                         rf"e_id\[5\]={meta['num_edge_ids']}"):
-        CSCGraph.load(d / "graph")
+    with pytest.raises(ValueError, match=rf"graph is not a valid graph: e_id must name edges in \[0, "
+                                         rf"num_edge_ids={meta['num_edge_ids']}\); e_id\[5\]={meta['num_edge_ids']}"):
+        NeighborSampler(PreparedDataset.load(d, verify="none").graph, [2])
 
 
 def edit_meta(d, **changes):
@@ -223,3 +227,76 @@ def test_a_damaged_store_meta_json_is_named(prepared, tmp_path, content):
     (d / "store" / "x" / "meta.json").write_text(content)
     with pytest.raises(ValueError, match=r"ds/store/x/meta.json(:| is not readable JSON| holds a list)"):
         PreparedDataset.load(d, verify="none").store_codec  # noqa: B018
+
+
+def test_a_loaded_graphs_edge_ids_are_checked_once_and_only_for_what_reads_them(prepared, monkeypatch):
+    """CSCGraph.load maps e_id and leaves its check (every id once, below num_edge_ids: papers100M's 3.2 G ids,
+    ~17 s and 13 GB of page cache) to its first reader: a sampler without edge ids never reads it."""
+    from ibp_graph.sampling import graph as graph_module
+
+    calls = []
+    real = graph_module.check_edge_ids
+    monkeypatch.setattr(graph_module, "check_edge_ids", lambda e_id, n: (calls.append(len(e_id)), real(e_id, n)))
+    g = PreparedDataset.load(prepared).graph
+    seeds = np.arange(0, g.num_nodes, 7)
+    without = NeighborSampler(g, [5, 5], edge_ids=False).sample(seeds, seed=1)
+    assert calls == [] and without.edge is None
+    with_ids = NeighborSampler(g, [5, 5]).sample(seeds, seed=1)
+    assert calls == [g.num_edges]
+    NeighborSampler(g, [5, 5])  # checked once per graph
+    assert calls == [g.num_edges]
+    NeighborSampler(g, [2], edge_time=np.arange(g.num_edge_ids))  # its time-ordered copy is a graph made in memory
+    assert calls == [g.num_edges] * 2
+    for f in ("node", "row", "col"):
+        assert torch.equal(getattr(with_ids, f), getattr(without, f)), f
+    assert with_ids.edge.shape == with_ids.col.shape
+    CSCGraph(g.indptr, g.indices, g.e_id, g.num_edge_ids)  # made in memory: checked at once, as before
+    assert calls == [g.num_edges] * 3
+
+
+@pytest.mark.parametrize("use", ["edge ids", "edge time", "edge weight", "loader with edge ids"])
+def test_a_damaged_e_id_is_refused_by_its_first_reader_and_unread_without_edge_ids(prepared, tmp_path, use):
+    """A repeated edge id in a prepared folder: the folder opens; whatever reads e_id (edge ids in batches,
+    a time or weight per edge) raises naming the folder; batches without edge ids are those of the intact
+    folder (they never read it)."""
+    from loaders.pyg import CompressedNeighborLoader
+
+    d = fresh(prepared, tmp_path)
+    edit(d / "graph" / "e_id.npy", lambda a: (a.__setitem__(3, a[0]), a)[1])
+    ds, intact = PreparedDataset.load(d, verify="none"), PreparedDataset.load(prepared)
+    g, n = ds.graph, ds.graph.num_edge_ids  # per-edge values: one per edge id (edges dedup removed included)
+    read = {"edge ids": lambda: NeighborSampler(g, [3]),
+            "edge time": lambda: NeighborSampler(g, [3], edge_time=np.arange(n), edge_ids=False),
+            "edge weight": lambda: NeighborSampler(g, [3], weight=np.ones(n, np.float32), edge_ids=False),
+            "loader with edge ids": lambda: CompressedNeighborLoader(({"x": ds.x}, g), [3], batch_size=64)}[use]
+    with pytest.raises(ValueError, match=r"ds/graph is not a valid graph: e_id must name every edge once; "
+                                         r"e_id\[3\]=\d+ repeats"):
+        read()
+
+    def batches(dataset):
+        loader = CompressedNeighborLoader(({"x": dataset.x}, dataset.graph), [4, 3], batch_size=128,
+                                          input_nodes=torch.arange(0, 1000), codec="auto", edge_ids=False)
+        torch.manual_seed(0)
+        return list(loader)
+
+    for a, b in zip(batches(ds), batches(intact), strict=True):
+        assert "e_id" not in a and torch.equal(a.n_id, b.n_id) and torch.equal(a.edge_index, b.edge_index)
+        assert torch.equal(a.x.view(torch.int32), b.x.view(torch.int32))
+
+
+def test_a_damaged_e_id_of_a_heterogeneous_relation_is_named_at_its_first_reader(tmp_path):
+    """load_relation defers the e_id check like CSCGraph.load; the error names the edge type's folder."""
+    from ibp_graph.data import maggen
+    from ibp_graph.data.hetero import HeteroPreparedDataset
+    from ibp_graph.sampling.hetero import HeteroNeighborSampler
+
+    spec = maggen.MagSpec(num_papers=300, num_authors=400, num_institutions=10, num_fields=30, num_classes=5)
+    d = maggen.generate(spec, tmp_path / "m", progress=False)
+    edit(d / "edges" / "author___writes___paper" / "e_id.npy", lambda a: (a.__setitem__(1, a[0]), a)[1])
+    ds = HeteroPreparedDataset.load(d, verify="none")
+    out = HeteroNeighborSampler(ds.num_nodes_dict, ds.relations, [3, 2], edge_ids=False).sample(
+        "paper", np.arange(50), seed=0)
+    assert all(e is None for e in out.edge.values())
+    with pytest.raises(ValueError, match=r"author___writes___paper is not a valid graph: e_id must name every edge "
+                                         r"once; e_id\[1\]=\d+ repeats"):
+        HeteroNeighborSampler(ds.num_nodes_dict, ds.relations, [3, 2])
