@@ -300,3 +300,17 @@ def test_a_damaged_e_id_of_a_heterogeneous_relation_is_named_at_its_first_reader
     with pytest.raises(ValueError, match=r"author___writes___paper is not a valid graph: e_id must name every edge "
                                          r"once; e_id\[1\]=\d+ repeats"):
         HeteroNeighborSampler(ds.num_nodes_dict, ds.relations, [3, 2])
+
+
+def test_per_edge_times_and_weights_take_one_entry_per_edge_id():
+    """e_id indexes them: with num_edge_ids recorded above num_edges (repeated edges removed), an array of
+    num_edges entries is refused by name (it used to fail with numpy's IndexError), one per edge id samples."""
+    g = CSCGraph(np.array([0, 2, 3]), np.array([1, 0, 1], dtype=np.int32), np.array([4, 0, 2], dtype=np.int32), 5)
+    assert g.edge_value_count == 5 and CSCGraph.from_edge_index(np.array([[1, 0], [0, 1]]), 2).edge_value_count == 2
+    for kw in ({"edge_time": np.arange(3)}, {"weight": np.ones(3)}):
+        name = next(iter(kw))
+        with pytest.raises(ValueError, match=rf"{name} has shape \(3,\); accepted: .*shape \(5,\)"):
+            NeighborSampler(g, [2], **kw)
+    out = NeighborSampler(g, [1], weight=np.array([0, 0, 0, 0, 1.0])).sample(np.array([0]), seed=0)
+    assert out.edge.tolist() == [4] and out.node.tolist() == [0, 1]  # only edge id 4 (position 0) weighs
+    NeighborSampler(g, [2], edge_time=np.arange(5)).sample(np.array([0, 1]), seed=0, seed_time=np.array([9, 9]))
