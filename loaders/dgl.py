@@ -24,6 +24,8 @@ from __future__ import annotations
 import functools
 import os
 import time
+import warnings
+import weakref
 from dataclasses import dataclass, replace
 from typing import Any, Iterator, Mapping, Optional, Union
 
@@ -114,14 +116,27 @@ class _Detached:
 
 
 @dataclass(frozen=True)
+class _FromGraph:
+    """A fetched feature the worker read from the parent graph's own column `key` of `kind` (NODE, EDGE)
+    and type `slot.type_` (not from a feature source), by the LazyFeature's `ids` (None: the sampled graph's
+    dgl.NID / dgl.EID): what the main process reads again when that column changed after the fork."""
+
+    slot: _Slot
+    kind: str
+    key: str
+    ids: Optional[torch.Tensor] = None
+
+
+@dataclass(frozen=True)
 class _Meta:
-    """The front-end's pass-through in an EncodedBatch: the slots and the detached columns (from the
-    worker) and, once in the main process, the sampler's result that DGL moved to `device`
-    ((input_nodes, output_nodes, blocks), an edge-wise sampler's (input_nodes, pair_graph,
-    [neg_pair_graph,] blocks), or a subgraph sampler's one graph)."""
+    """The front-end's pass-through in an EncodedBatch: the slots, the detached columns and the slots read
+    from the graph's own columns (from the worker) and, once in the main process, the sampler's result that
+    DGL moved to `device` ((input_nodes, output_nodes, blocks), an edge-wise sampler's (input_nodes,
+    pair_graph, [neg_pair_graph,] blocks), or a subgraph sampler's one graph)."""
 
     slots: tuple[_Slot, ...]
     detached: tuple[_Detached, ...] = ()
+    from_graph: tuple[_FromGraph, ...] = ()
     sampled: Any = None
 
 
@@ -232,22 +247,23 @@ class _CompressingSampler(_DGLSampler):
         t0 = time.perf_counter()
         out = self.sampler.sample(g, indices)
         t1 = time.perf_counter()
-        plan, slots, detached = BatchPlan(), [], []
+        plan, slots, detached, from_graph = BatchPlan(), [], [], []
         for i, (where, sub) in enumerate(_graphs(out)):
             for kind, side, type_ in _sides(sub):
                 slot = _Slot(i, side, type_, "", where)
-                slots.extend(self._take(g, sub, slot, kind, plan))
+                slots.extend(self._take(g, sub, slot, kind, plan, from_graph))
                 ptype = _parent_type(g, kind, type_)
                 if ptype is not None:
                     parent = _columns(g, NODES if kind == NODE else EDGES, ptype)
                     detached.extend(_Detached(replace(slot, key=key), ptype)
                                     for key in _detach(_columns(sub, side, type_), parent))
         batch = produce(plan, self.codecs, OutputBuffers.for_this_process(self.ring),
-                        meta=_Meta(tuple(slots), tuple(detached)), seconds={"sample": t1 - t0})
+                        meta=_Meta(tuple(slots), tuple(detached), tuple(from_graph)), seconds={"sample": t1 - t0})
         return (*out, _Encoded(batch)) if isinstance(out, tuple) else (out, _Encoded(batch))
 
-    def _take(self, g, sub, where: _Slot, kind: str, plan: BatchPlan) -> list[_Slot]:
-        """Plan the rows of the LazyFeature columns of one of `sub`'s frames; their slots, in frame order.
+    def _take(self, g, sub, where: _Slot, kind: str, plan: BatchPlan, from_graph: list) -> list[_Slot]:
+        """Plan the rows of the LazyFeature columns of one of `sub`'s frames; their slots, in frame order
+        (those read from the graph's own columns also into `from_graph`).
         Each column is replaced by an empty placeholder (DGL's prefetcher must not fetch it again,
         uncompressed), so that the decoded rows take its place in the frame's column order."""
         view = where.view(sub)
@@ -262,10 +278,11 @@ class _CompressingSampler(_DGLSampler):
                                  f"{id_name} column; give LazyFeature(name, id_) or keep {id_name}")
             parent_key = column.name or key
             store, source = self.sources.get((where.type_, parent_key), (None, None)) if kind == NODE else (None, None)
+            slot = replace(where, key=key)
             if source is None:
                 parent = g.nodes[where.type_].data if kind == NODE else g.edges[where.type_].data
                 source = parent[parent_key]
-            slot = replace(where, key=key)
+                from_graph.append(_FromGraph(slot, kind, parent_key, column.id_))
             plan.gather(slot.name, source, ids, store=store)
             view[key] = torch.empty((int(ids.numel()), 0), dtype=torch.uint8)
             taken.append(slot)
@@ -398,12 +415,16 @@ class CompressedDGLDataLoader(_DGLDataLoader, _common.Codecs):
                          use_alternate_streams=use_alternate_streams, pin_prefetcher=pin_prefetcher,
                          use_uva=False, gpu_cache=None, **kwargs)
         self.graph_sampler = graph_sampler  # the user's; the wrapper lives in collate_fn
+        self._forked: Optional[_Forked] = None
+        self._warned: set = set()  # the columns a batch read again here (warned once each)
         self._stage, self.stats = _common.decode_stage(self._codecs, self.device, prefetch, self.features)
         if not node_attrs and not edge_attrs:  # e.g. DGL's entity_sample.py: the script reads g.ndata itself
             self.stats.note = (f"graph_sampler ({type(graph_sampler).__name__}) prefetches no features: only the "
                                "batches' id columns travel compressed; the batches are DGL's own")
 
     def _get_iterator(self):
+        # the graph's columns as the workers about to start will hold them (workers=0: read live, as DGL)
+        self._forked = _Forked(self.graph) if self.num_workers > 0 else None
         it = super()._get_iterator()  # torch's iterator, which DGL's wraps
         _common.shut_down_with(self, it)
         return it
@@ -413,7 +434,7 @@ class CompressedDGLDataLoader(_DGLDataLoader, _common.Codecs):
         batches = _common.name_worker_deaths(it, "CompressedDGLDataLoader", "sampling, fetching or encoding",
                                              lambda: _common.worker_processes(it))
         for decoded in self._stage(_with_graphs(batches)):
-            yield _fill(decoded, self.graph)
+            yield _fill(decoded, self.graph, self._forked, self._warned)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(sampler={type(self.graph_sampler).__name__}, batches={len(self)}, "
@@ -428,18 +449,62 @@ def _with_graphs(batches: Iterator[tuple]) -> Iterator[EncodedBatch]:
         yield replace(enc.batch, meta=replace(enc.batch.meta, sampled=sampled))
 
 
-def _fill(decoded: DecodedBatch, parent) -> Any:
+class _Forked:
+    """The parent graph's columns as workers started with them: each tensor (weakly) and its version counter.
+
+    DGL's loader reads a batch's prefetched features from the graph in the main process as the batch is
+    taken; this one's workers read them from the copy of the graph they started with. A column replaced
+    or written in place since (torch's in-place ops count; writes through a numpy view of it do not)
+    would reach the batches as it was: `changed` tells, so the batch reads it here instead. (Restarting
+    persistent workers would restore compression but not DGL's batches: new workers draw new seeds.)"""
+
+    def __init__(self, graph):
+        self.columns = {(NODE, t, k): (weakref.ref(v), v._version)
+                        for t in graph.ntypes for k, v in graph.nodes[t].data.items()}
+        self.columns.update({(EDGE, et, k): (weakref.ref(v), v._version)
+                             for et in graph.canonical_etypes for k, v in graph.edges[et].data.items()})
+
+    def changed(self, kind: str, type_, key: str, live: torch.Tensor) -> bool:
+        ref, version = self.columns.get((kind, type_, key), (lambda: None, None))
+        return ref() is not live or live._version != version
+
+
+def _fill(decoded: DecodedBatch, parent, forked: Optional[_Forked], warned: set) -> Any:
     """DGL's batch (the sampler's result: (input_nodes, output_nodes, blocks), (input_nodes, pair_graph,
-    [neg_pair_graph,] blocks), or one subgraph): the decoded features put where DGL's prefetcher puts them (in place of
-    their placeholders, through DGL's views), the detached columns re-attached to `parent`'s storage."""
+    [neg_pair_graph,] blocks), or one subgraph): the decoded features put where DGL's prefetcher puts them (in
+    place of their placeholders, through DGL's views), the detached columns re-attached to `parent`'s
+    storage (a column `parent` no longer has stays without, as DGL leaves it). A feature the workers read from
+    a column of `parent` that changed since they started (`forked`) is read again from `parent` now, as
+    DGL's prefetcher reads it (uncompressed; warned once per column, recorded in `warned`)."""
     meta: _Meta = decoded.meta
     graphs = [g for _, g in _graphs(meta.sampled)]
     for s in meta.slots:
         s.view(graphs[s.graph])[s.key] = decoded[s.name]
+    for f in meta.from_graph if forked is not None else ():
+        s = f.slot
+        frame = parent.nodes[s.type_].data if f.kind == NODE else parent.edges[s.type_].data
+        where = f"graph.{'nodes' if f.kind == NODE else 'edges'}[{s.type_!r}].data[{f.key!r}]"
+        if f.key not in frame.keys():
+            raise KeyError(f"{where}, which the sampler prefetches, was removed from the graph after the "
+                           "loader's workers started (DGL's loader reads it as each batch is taken)")
+        live = frame[f.key]
+        if forked.changed(f.kind, s.type_, f.key, live):
+            view = s.view(graphs[s.graph])
+            ids = f.ids if f.ids is not None else view[dgl.NID if f.kind == NODE else dgl.EID]
+            view[s.key] = live[ids.to(live.device)].to(view[s.key].device)
+            if where not in warned:
+                warned.add(where)
+                warnings.warn(f"{where} changed after the loader's workers started (replaced, or written in "
+                              "place); they read the copy they started with, so batches read its rows here, from "
+                              "the graph as it is now, as DGL's loader does (uncompressed, in this process). "
+                              "Persistent workers keep their copy; other workers start each epoch with the graph "
+                              "as it is, so changes between epochs stay compressed with persistent_workers=False",
+                              stacklevel=3)
     for d in meta.detached:  # no public API for a column's storage (see _detach)
         s = d.slot
-        column = _columns(graphs[s.graph], s.side, s.type_)[s.key]
-        column.storage = _columns(parent, NODES if s.side != EDGES else EDGES, d.parent_type)[s.key].storage
+        own = _columns(parent, NODES if s.side != EDGES else EDGES, d.parent_type).get(s.key)
+        if own is not None:
+            _columns(graphs[s.graph], s.side, s.type_)[s.key].storage = own.storage
     return meta.sampled
 
 
