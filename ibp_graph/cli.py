@@ -13,10 +13,13 @@ def _demo(argv: Sequence[str]) -> int:
 
 
 def _bench(argv: Sequence[str]) -> int:
-    p = argparse.ArgumentParser(prog="ibp-graph bench")
+    p = argparse.ArgumentParser(prog="ibp-graph bench", usage="ibp-graph bench {codec,decode,gather,loader,sharded} "
+                                "[options] (ibp-graph bench NAME --help: its options)")
     p.add_argument("what", choices=["codec", "decode", "gather", "loader", "sharded"],
                    help="which benchmark")
-    a, rest = p.parse_known_args(argv)
+    p.add_argument("rest", nargs=argparse.REMAINDER, help="the benchmark's options")
+    a = p.parse_args(argv)
+    rest = a.rest
     if a.what == "codec":
         from .benchmarks.codec import main
     elif a.what == "decode":
@@ -41,12 +44,13 @@ def _exit_on_sigterm() -> None:
 
 def _prepare(argv: Sequence[str]) -> int:
     from .codec.auto import KINDS
+    from .train.config import DATASETS, HETERO_DATASETS, LINK_DATASETS, ConfigError, check_folder
 
     p = argparse.ArgumentParser(
         prog="ibp-graph prepare",
         description="Convert a data set once into memory-mappable arrays (CSC graph, features, labels, "
                     "splits) and a pre-encoded feature store.")
-    p.add_argument("--dataset", required=True,
+    p.add_argument("--dataset", required=True, choices=DATASETS, metavar="NAME",
                    help="ogbn-papers100M, ogbn-products, ogbn-arxiv, ogbn-mag (OGB's raw files under --root), "
                         "mag240m (OGB-LSC's mag240m_kddcup2021 under --root), "
                         "ogbl-citation2 (OGB's raw files and split/time/*.pt under --root; link prediction), "
@@ -97,6 +101,19 @@ def _prepare(argv: Sequence[str]) -> int:
         p.error(f"--shards {a.shards} is not accepted; use the number of ranks of the run, an int >= 1")
     if a.shards is not None and a.no_store:
         p.error("--shards with --no-store is not accepted: the shards are cut from the feature store")
+    homogeneous = [d for d in DATASETS if d not in HETERO_DATASETS + LINK_DATASETS]
+    if a.partition != "ranges" and a.dataset not in homogeneous:
+        p.error(f"--partition {a.partition} is not accepted with --dataset {a.dataset}: it partitions the graph of a "
+                f"node classification data set of one node type ({', '.join(homogeneous)}); use --partition ranges")
+    try:
+        if a.root:
+            check_folder("--root", a.root)
+    except ConfigError as e:
+        p.error(str(e))
+    try:
+        dgl = _dgl_layout(a)  # before anything is prepared
+    except (FileNotFoundError, ValueError) as e:
+        p.error(f"--partition dgl (--dgl-config {a.dgl_config}): {e}")
     _exit_on_sigterm()  # a scheduler's SIGTERM unwinds like Ctrl-C: the work folder is removed
     from .files import DiskFullError
 
@@ -107,27 +124,36 @@ def _prepare(argv: Sequence[str]) -> int:
         if a.shards is not None:
             from .data.shards import write_shards
 
-            write_shards(prepared, a.shards, layouts=_partition(prepared, a), progress=not a.quiet)
-    except (FileNotFoundError, ValueError, ImportError, DiskFullError) as e:  # an output folder refused: OutputFolderError
+            write_shards(prepared, a.shards, layouts=_partition(prepared, a, dgl), progress=not a.quiet)
+    except DiskFullError as e:
+        print(f"ibp-graph prepare: {e.naming('--out')}", file=sys.stderr)
+        return 1
+    except (FileNotFoundError, ValueError, ImportError) as e:  # an output folder refused: OutputFolderError
         print(f"ibp-graph prepare: {e}", file=sys.stderr)
         return 1
     return 0
 
 
-def _partition(prepared, a):
-    """The ShardLayouts of `--partition` for the prepared folder (None: contiguous ranges)."""
+def _dgl_layout(a):
+    """`--partition dgl`'s ShardLayout, from --dgl-config and --dgl-mapping (read before the data set is prepared);
+    else None."""
+    if a.partition != "dgl":
+        return None
+    from .data.partition import dgl_layout
+
+    return dgl_layout(a.dgl_config, _load_ids(a.dgl_mapping) if a.dgl_mapping else None)
+
+
+def _partition(prepared, a, layout):
+    """The ShardLayouts of `--partition` for the prepared folder (None: contiguous ranges); `layout`: --partition
+    dgl's (`_dgl_layout`), checked against the folder's graph here."""
     if a.partition == "ranges":
         return None
-    from .data.partition import dgl_layout, metis_layout
+    from .data.partition import metis_layout
     from .data.prepared import PreparedDataset
-    from .data.shards import prepared_kind
 
-    if prepared_kind(prepared) is not PreparedDataset:
-        raise ValueError(f"--partition {a.partition} is for node classification data sets (one node type); "
-                         f"{prepared} is another kind: use --partition ranges")
     graph = PreparedDataset.load(prepared, verify="none").graph
     if a.partition == "dgl":
-        layout = dgl_layout(a.dgl_config, _load_ids(a.dgl_mapping) if a.dgl_mapping else None)
         if (layout.num_rows, layout.world_size) != (graph.num_nodes, a.shards):
             raise ValueError(f"--dgl-config {a.dgl_config} partitions {layout.num_rows:,} nodes into "
                              f"{layout.world_size} parts; {prepared} has {graph.num_nodes:,} nodes and --shards is "

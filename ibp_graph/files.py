@@ -59,10 +59,14 @@ class DiskFullError(OSError):
         subject = f"{what} in {self.path}" if what else str(self.path)
         super().__init__(errno.ENOSPC, f"no space left for {subject}: it needs {need}, and {free:,} "
                                        f"bytes ({_human(free)}) are free on its file system; free some space there "
-                                       f"or write to a larger disk (--out)")
+                                       f"or write to a larger disk")
 
     def __str__(self) -> str:
         return self.strerror
+
+    def naming(self, option: str) -> str:
+        """The message, naming the `option` that chooses the disk (prepare's --out, train's data.root)."""
+        return f"{self} ({option})"
 
     def __reduce__(self):
         return type(self), (self.path, self.needed, self.free, self.what)

@@ -34,6 +34,8 @@ import time
 
 import torch
 
+from ibp_graph.benchmarks.args import nonnegative_int, out_file, positive_float, positive_int
+
 GB = 1e9
 #: the codecs measured (ibp_graph.gpu decodes each, dispatching on the codec).
 CODECS = ("ibp", "ebp")
@@ -43,15 +45,15 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--families", default=None,
                    help="comma-separated subset of ibp_graph.data.synthetic.FAMILIES")
-    p.add_argument("--table-rows", type=int, default=2_000_000, help="rows per table (tiled)")
-    p.add_argument("--max-table-bytes", type=float, default=3 * 2**30,
+    p.add_argument("--table-rows", type=positive_int, default=2_000_000, help="rows per table (tiled)")
+    p.add_argument("--max-table-bytes", type=positive_float, default=3 * 2**30,
                    help="cap on a raw table's bytes (wide rows get fewer rows)")
-    p.add_argument("--base-rows", type=int, default=65536, help="rows generated before tiling")
-    p.add_argument("--index-rows", type=int, default=200_000, help="rows per random gather")
-    p.add_argument("--reps", type=int, default=7, help="timed repetitions (median reported)")
-    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--base-rows", type=positive_int, default=65536, help="rows generated before tiling")
+    p.add_argument("--index-rows", type=positive_int, default=200_000, help="rows per random gather")
+    p.add_argument("--reps", type=positive_int, default=7, help="timed repetitions (median reported)")
+    p.add_argument("--warmup", type=nonnegative_int, default=2)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=None, help="write the results as JSON here")
+    p.add_argument("--out", type=out_file, default=None, help="write the results as JSON here")
     p.add_argument("--dry-run", action="store_true",
                    help="build and check the tables on the CPU, time nothing (no GPU needed)")
     return p.parse_args(argv)

@@ -27,6 +27,8 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
+from ibp_graph.benchmarks.args import fan_out, out_file, positive_int
+
 
 def power_law_edges(num_nodes: int, avg_degree: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """(src, dst): Zipf-like source popularity (a few hubs, many leaves), uniform targets."""
@@ -89,20 +91,15 @@ def dgl_sampler(src, dst, num_nodes, batches, fanout):
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--num-nodes", type=int, default=1_000_000)
-    p.add_argument("--avg-degree", type=int, default=15)
-    p.add_argument("--batch-size", type=int, default=1024)
-    p.add_argument("--num-neighbors", type=int, nargs="+", default=[15, 10, 5])
-    p.add_argument("--batches", type=int, default=10)
-    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--num-nodes", type=positive_int, default=1_000_000)
+    p.add_argument("--avg-degree", type=positive_int, default=15)
+    p.add_argument("--batch-size", type=positive_int, default=1024)
+    p.add_argument("--num-neighbors", type=fan_out, nargs="+", default=[15, 10, 5])
+    p.add_argument("--batches", type=positive_int, default=10)
+    p.add_argument("--repeat", type=positive_int, default=3)
     p.add_argument("--no-dgl", action="store_true", help="measure ours only")
-    p.add_argument("--out", default="bench_out/sampler.json")
+    p.add_argument("--out", type=out_file, default="bench_out/sampler.json")
     a = p.parse_args(argv)
-    for name in ("num_nodes", "avg_degree", "batch_size", "batches", "repeat"):
-        if getattr(a, name) < 1:
-            p.error(f"--{name.replace('_', '-')}={getattr(a, name)} is not accepted; use an int >= 1")
-    if any(k == 0 or k < -1 for k in a.num_neighbors):
-        p.error(f"--num-neighbors={a.num_neighbors} is not accepted; use ints >= 1 (or -1: all)")
 
     import numba
 

@@ -28,6 +28,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from ibp_graph.benchmarks.args import out_file, positive_int
 from ibp_graph.benchmarks.report import format_table, machine
 from ibp_graph.data.graphgen import embedding_rows
 from ibp_graph.data.store import EncodedTable
@@ -104,13 +105,13 @@ def fit(sizes: list[int], seconds: list[float]) -> tuple[float, float]:
 def main(argv=None) -> int:
     """Build the stores, time the opens, print the table and write JSON."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 2_000_000, 4_000_000])
-    p.add_argument("--base-rows", type=int, default=1 << 20, help="rows generated (then tiled)")
+    p.add_argument("--rows", type=positive_int, nargs="+", default=[1_000_000, 2_000_000, 4_000_000])
+    p.add_argument("--base-rows", type=positive_int, default=1 << 20, help="rows generated (then tiled)")
     p.add_argument("--codec", default="auto")
     p.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "ibp_graph_bench_store_open"),
                    help="where the stores are kept (several GB; --clean removes them)")
-    p.add_argument("--repeat", type=int, default=7)
-    p.add_argument("--json", default="runs/bench_store_open.json")
+    p.add_argument("--repeat", type=positive_int, default=7)
+    p.add_argument("--json", type=out_file, default="runs/bench_store_open.json")
     p.add_argument("--clean", action="store_true", help="remove the stores afterwards")
     a = p.parse_args(argv)
     directory = Path(a.dir)

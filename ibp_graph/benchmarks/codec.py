@@ -18,6 +18,7 @@ from ..layout.dtypes import as_row_bytes
 from ..layout.rows import condensed_row_bounds
 from ..data.synthetic import FAMILIES, make_family
 from ..tables import report_results
+from .args import out_file, positive_float, positive_int
 
 COLUMNS = [
     ("family", "family", "s"), ("shape", "row shape", "s"), ("dtype", "dtype", "s"),
@@ -128,10 +129,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="ibp-graph bench codec", description=__doc__)
     p.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES),
                    metavar="NAME", help=f"families to run (default: all of {', '.join(FAMILIES)})")
-    p.add_argument("--mbytes", type=float, default=64.0, help="raw MB per family (default 64)")
-    p.add_argument("--repeat", type=int, default=5, help="timed runs per measurement; the best counts")
-    p.add_argument("--threads", type=int, default=1, help="numba threads (default 1: per-core speed)")
-    p.add_argument("--out", default="bench_out/codec.json", help="JSON output path")
+    p.add_argument("--mbytes", type=positive_float, default=64.0, help="raw MB per family (default 64)")
+    p.add_argument("--repeat", type=positive_int, default=5, help="timed runs per measurement; the best counts")
+    p.add_argument("--threads", type=positive_int, default=1, help="numba threads (default 1: per-core speed)")
+    p.add_argument("--out", type=out_file, default="bench_out/codec.json", help="JSON output path")
     a = p.parse_args(argv)
     run(a.families, mbytes=a.mbytes, repeat=a.repeat, threads=a.threads, out=a.out)
     return 0

@@ -30,6 +30,7 @@ from ..data.synthetic import make_family
 from ..layout.buffers import BufferPool, empty_host
 from ..pipeline.sources import assemble
 from ..tables import report_results
+from .args import out_file, positive_int
 from .codec import best_time
 
 CODECS = {"ibp": IBPCodec, "ebp": EBPCodec}
@@ -140,13 +141,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="ibp-graph bench decode", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--codecs", nargs="+", default=["ibp", "ebp"], choices=list(CODECS))
-    p.add_argument("--rows", type=int, default=2_000_000, help="table rows (default 2000000)")
-    p.add_argument("--batch", type=int, default=434_000,
+    p.add_argument("--rows", type=positive_int, default=2_000_000, help="table rows (default 2000000)")
+    p.add_argument("--batch", type=positive_int, default=434_000,
                    help="rows gathered per call (default 434000: a [15,10,5] batch of 1024 seeds)")
-    p.add_argument("--threads", type=int, nargs="+", default=None,
+    p.add_argument("--threads", type=positive_int, nargs="+", default=None,
                    help="numba thread counts (default: 1 and all)")
-    p.add_argument("--repeat", type=int, default=5, help="timed calls per measurement; the best counts")
-    p.add_argument("--out", default="bench_out/decode.json", help="JSON output path")
+    p.add_argument("--repeat", type=positive_int, default=5, help="timed calls per measurement; the best counts")
+    p.add_argument("--out", type=out_file, default="bench_out/decode.json", help="JSON output path")
     a = p.parse_args(argv)
     run(a.codecs, rows=a.rows, batch=a.batch, threads=a.threads, repeat=a.repeat, out=a.out)
     return 0

@@ -23,6 +23,7 @@ import torch
 
 from ..tables import format_table, write_json
 from .graphs import papers_like, tiled_store
+from .args import device, fan_out, nonnegative_int, out_file, positive_float, positive_int
 
 VARIANTS = ("identity-worker", "auto-worker", "auto-zero-copy", "auto-zero-copy+cache")
 GPU_VARIANTS = VARIANTS + ("resident",)
@@ -158,20 +159,20 @@ def _cache_arg(text: str) -> Union[int, float]:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Command line of scripts/bench_features.py."""
     p = argparse.ArgumentParser(prog="bench_features", description=__doc__.split("\n")[0])
-    p.add_argument("--num-nodes", type=int, default=10_000_000)
-    p.add_argument("--avg-degree", type=float, default=15)
+    p.add_argument("--num-nodes", type=positive_int, default=10_000_000)
+    p.add_argument("--avg-degree", type=positive_float, default=15)
     p.add_argument("--family", default="embedding_f32")
-    p.add_argument("--base-rows", type=int, default=65_536, help="feature rows generated, then tiled")
-    p.add_argument("--epoch-seeds", type=int, default=65_536, help="seed nodes of the timed epoch")
-    p.add_argument("--batch-size", type=int, default=1024)
-    p.add_argument("--num-neighbors", type=int, nargs="+", default=[15, 10, 5])
-    p.add_argument("--num-workers", type=int, default=8)
-    p.add_argument("--device", default="cpu", help="cpu (the stand-in) or cuda")
+    p.add_argument("--base-rows", type=positive_int, default=65_536, help="feature rows generated, then tiled")
+    p.add_argument("--epoch-seeds", type=positive_int, default=65_536, help="seed nodes of the timed epoch")
+    p.add_argument("--batch-size", type=positive_int, default=1024)
+    p.add_argument("--num-neighbors", type=fan_out, nargs="+", default=[15, 10, 5])
+    p.add_argument("--num-workers", type=nonnegative_int, default=8)
+    p.add_argument("--device", type=device, default="cpu", help="cpu (the stand-in) or cuda")
     p.add_argument("--device-cache", type=_cache_arg, default=0.05,
                    help="cache budget of the +cache variant: bytes (int) or a fraction of device memory")
     p.add_argument("--variants", nargs="+", default=None)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default="bench_out/features.json")
+    p.add_argument("--out", type=out_file, default="bench_out/features.json")
     a = p.parse_args(argv)
     report = run(num_nodes=a.num_nodes, avg_degree=a.avg_degree, family=a.family, base_rows=a.base_rows,
                  epoch_seeds=a.epoch_seeds, batch_size=a.batch_size, num_neighbors=a.num_neighbors,

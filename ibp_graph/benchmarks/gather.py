@@ -21,6 +21,7 @@ import torch
 
 from ..pipeline.grouping import gather_rows
 from ..tables import report_results
+from .args import out_file, positive_float, positive_int
 from .codec import best_time
 
 COLUMNS = [
@@ -91,15 +92,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Command line of `ibp-graph bench gather` and scripts/bench_gather.py."""
     p = argparse.ArgumentParser(prog="ibp-graph bench gather", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--row-bytes", type=int, nargs="+", default=[8, 36, 128, 512, 2048, 3072],
+    p.add_argument("--row-bytes", type=positive_int, nargs="+", default=[8, 36, 128, 512, 2048, 3072],
                    help="row sizes in bytes (default: 8 36 128 512 2048 3072)")
-    p.add_argument("--table-gb", type=float, default=2.0,
+    p.add_argument("--table-gb", type=positive_float, default=2.0,
                    help="table size in GB, larger than the caches (default 2)")
-    p.add_argument("--rows", type=int, default=434_000,
+    p.add_argument("--rows", type=positive_int, default=434_000,
                    help="rows gathered per call (default 434000: a [15,10,5] batch of 1024 seeds)")
-    p.add_argument("--repeat", type=int, default=7, help="timed calls per measurement; the best counts")
-    p.add_argument("--threads", type=int, default=1, help="numba and torch threads (default 1: per core)")
-    p.add_argument("--out", default="bench_out/gather.json", help="JSON output path")
+    p.add_argument("--repeat", type=positive_int, default=7, help="timed calls per measurement; the best counts")
+    p.add_argument("--threads", type=positive_int, default=1, help="numba and torch threads (default 1: per core)")
+    p.add_argument("--out", type=out_file, default="bench_out/gather.json", help="JSON output path")
     a = p.parse_args(argv)
     run(a.row_bytes, table_gb=a.table_gb, rows=a.rows, repeat=a.repeat, threads=a.threads, out=a.out)
     return 0

@@ -15,6 +15,7 @@ import torch
 from ..data.store import EncodedTable
 from ..data.synthetic import make_family
 from ..tables import format_table, report_results, write_json
+from .args import device, fan_out, nonnegative_int, out_file, positive_int
 
 #: "auto-store-no-eid": auto-store with edge_ids=False (batches without e_id, as ibp-graph train's)
 VARIANTS = ("identity", "ibp", "ibp-store", "auto-store", "auto-store-no-eid")
@@ -447,16 +448,16 @@ def _write(out: Optional[str], kind: str, payload: dict) -> None:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Command line of `ibp-graph bench loader` and scripts/bench_loader.py."""
     p = argparse.ArgumentParser(prog="ibp-graph bench loader", description=__doc__)
-    p.add_argument("--num-nodes", type=int, default=200_000)
-    p.add_argument("--avg-degree", type=int, default=15)
-    p.add_argument("--batch-size", type=int, default=512)
-    p.add_argument("--num-neighbors", type=int, nargs="+", default=[10, 5])
-    p.add_argument("--batches", type=int, default=30, help="timed batches per variant")
-    p.add_argument("--num-workers", type=int, nargs="+", default=[1],
+    p.add_argument("--num-nodes", type=positive_int, default=200_000)
+    p.add_argument("--avg-degree", type=positive_int, default=15)
+    p.add_argument("--batch-size", type=positive_int, default=512)
+    p.add_argument("--num-neighbors", type=fan_out, nargs="+", default=[10, 5])
+    p.add_argument("--batches", type=positive_int, default=30, help="timed batches per variant")
+    p.add_argument("--num-workers", type=nonnegative_int, nargs="+", default=[1],
                    help="worker counts (--dgl: each in the same run; otherwise the first)")
-    p.add_argument("--device", default="cpu", help="cpu or cuda")
-    p.add_argument("--out", default="bench_out/loader.json")
-    p.add_argument("--rounds", type=int, default=1,
+    p.add_argument("--device", type=device, default="cpu", help="cpu or cuda")
+    p.add_argument("--out", type=out_file, default="bench_out/loader.json")
+    p.add_argument("--rounds", type=positive_int, default=1,
                    help="with --dgl: timing rounds, every loader in turn each round (median and best)")
     p.add_argument("--dgl", action="store_true",
                    help="instead: DGL's own DataLoader vs our loaders (identity; DGL's: also auto and an auto "

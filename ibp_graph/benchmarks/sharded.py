@@ -49,6 +49,7 @@ from typing import Optional, Sequence
 
 from ..tables import report_results
 from .ranks import FAMILY, build, free_port, launch
+from .args import fan_out, nonnegative_int, out_file, positive_float, positive_int
 
 VARIANTS = ("identity", "auto", "auto-cache")
 COLUMNS = [
@@ -305,14 +306,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     p = argparse.ArgumentParser(prog="ibp-graph bench sharded", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--ranks", type=int, default=2, help="rank processes (2 default; 4 allowed)")
-    p.add_argument("--num-nodes", type=int, default=393_216, help="nodes (rounded up to 65536-row tiles)")
-    p.add_argument("--avg-degree", type=float, default=15)
-    p.add_argument("--batch-size", type=int, default=512)
-    p.add_argument("--num-neighbors", type=int, nargs="+", default=[10, 5])
-    p.add_argument("--batches", type=int, default=40, help="timed batches per variant and round")
-    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median and best)")
-    p.add_argument("--num-workers", type=int, default=1, help="loader workers per rank")
+    p.add_argument("--ranks", type=positive_int, default=2, help="rank processes (2 default; 4 allowed)")
+    p.add_argument("--num-nodes", type=positive_int, default=393_216, help="nodes (rounded up to 65536-row tiles)")
+    p.add_argument("--avg-degree", type=positive_float, default=15)
+    p.add_argument("--batch-size", type=positive_int, default=512)
+    p.add_argument("--num-neighbors", type=fan_out, nargs="+", default=[10, 5])
+    p.add_argument("--batches", type=positive_int, default=40, help="timed batches per variant and round")
+    p.add_argument("--rounds", type=positive_int, default=3, help="interleaved rounds (median and best)")
+    p.add_argument("--num-workers", type=nonnegative_int, default=1, help="loader workers per rank")
     p.add_argument("--cache-fraction", type=float, default=0.2,
                    help="auto-cache: the cache's byte budget, this fraction of the remote rows' compressed bytes")
     p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
@@ -325,10 +326,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                    help="--distdgl: partition_graph's part_method")
     p.add_argument("--dgl-python", default=None,
                    help="--distdgl: the Python of an environment with dgl (default: this one)")
-    p.add_argument("--timeout", type=float, default=900, help="seconds for each multi-process run")
+    p.add_argument("--timeout", type=positive_float, default=900, help="seconds for each multi-process run")
     p.add_argument("--partition", default="ranges", choices=["ranges", "metis"],
                    help="which rank holds which rows: contiguous ranges (default) or METIS parts (pymetis)")
-    p.add_argument("--out", default="bench_out/sharded.json", help="JSON output path")
+    p.add_argument("--out", type=out_file, default="bench_out/sharded.json", help="JSON output path")
     a = p.parse_args(argv)
     if a.limit is not None and not RATE.match(a.limit):
         p.error(f"--limit {a.limit!r} is not accepted; use a tc rate such as 1gbit, 500mbit, 10gbit")

@@ -22,7 +22,7 @@ import dataclasses
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Union
 
@@ -31,10 +31,11 @@ import numpy as np
 from ..codec.auto import CodecSpec, check_kind
 from ..files import check_free, check_output, open_npy, replace_dir, save_npy, work_dir
 from . import graphgen
+from .graphgen import spec_field
 from .link import LinkPreparedDataset, check_split, draw_negatives, write_link_meta, write_split
 from .prepared import add_store, build_csc, encode_store
 
-__all__ = ["CitationSpec", "NAME", "generate", "ensure", "cache_dir"]
+__all__ = ["CitationSpec", "NAME", "generate", "ensure", "cache_dir", "disk_bytes"]
 
 PathLike = Union[str, os.PathLike]
 #: the data set's name (data.name, prepare --dataset).
@@ -47,25 +48,20 @@ _COMMUNITY_SHIFT = 4.0
 _CITE_SIGMA, _CITE_MAX = 0.8, 1000
 
 
-def _field(default, lo, hi, help: str):
-    """A spec field accepting [lo, hi] (an int `lo`: an integer field), documented for `ibp-graph train --keys`."""
-    return field(default=default, metadata={"min": lo, "max": hi, "help": help, "range": (lo, hi)})
-
-
 @dataclass(frozen=True)
 class CitationSpec:
     """Size and statistics of the generated citation set; the defaults are configs/link.yaml's."""
 
-    num_nodes: int = _field(12_000, 3, 2 ** 31 - 1, "papers")
-    avg_citations: float = _field(8.0, 0.0, float(_CITE_MAX), "mean references per paper (log-normal)")
-    num_communities: int = _field(32, 1, 32767, "research communities (Zipf-like sizes); features lean to theirs")
-    dim: int = _field(64, 1, 1 << 16, "feature columns (float32)")
-    homophily: float = _field(0.8, 0.0, 1.0, "share of references within the citing paper's community")
-    topic_fraction: float = _field(0.4, 0.0, 1.0, "share of a paper's words drawn from its community's topic")
-    degree_exponent: float = _field(2.5, 1.5, 100.0, "Pareto exponent of the papers' fitness (in-degree tail)")
-    eval_fraction: float = _field(0.1, 0.0, 1.0, "latest share of papers with one valid and one test reference held out")
-    num_negatives: int = _field(100, 1, 1 << 20, "candidate negatives per held-out reference (OGB: 1000)")
-    seed: int = _field(0, 0, 2 ** 63 - 1, "random streams")
+    num_nodes: int = spec_field(12_000, 3, 2 ** 31 - 1, "papers")
+    avg_citations: float = spec_field(8.0, 0.0, float(_CITE_MAX), "mean references per paper (log-normal)")
+    num_communities: int = spec_field(32, 1, 32767, "research communities (Zipf-like sizes); features lean to theirs")
+    dim: int = spec_field(64, 1, 1 << 16, "feature columns (float32)")
+    homophily: float = spec_field(0.8, 0.0, 1.0, "share of references within the citing paper's community")
+    topic_fraction: float = spec_field(0.4, 0.0, 1.0, "share of a paper's words drawn from its community's topic")
+    degree_exponent: float = spec_field(2.5, 1.5, 100.0, "Pareto exponent of the papers' fitness (in-degree tail)")
+    eval_fraction: float = spec_field(0.1, 0.0, 1.0, "latest share of papers with one valid and one test reference held out")
+    num_negatives: int = spec_field(100, 1, 1 << 20, "candidate negatives per held-out reference (OGB: 1000)")
+    seed: int = spec_field(0, 0, 2 ** 63 - 1, "random streams")
 
     def __post_init__(self) -> None:
         graphgen.check_spec_fields(self)
@@ -73,6 +69,17 @@ class CitationSpec:
     def key(self) -> str:
         """A short name for this spec's cache folder (changes whenever any field does)."""
         return graphgen.spec_key(self)
+
+
+def disk_bytes(spec: CitationSpec, store: bool = True) -> int:
+    """Disk `generate` takes at most for `spec`: the split (the training citations, each held-out one with its
+    negatives), the undirected training graph, and the larger of the graph's copy while duplicates are removed
+    and what is written after it: the years, the features and, with `store`, their feature store."""
+    n, edges = spec.num_nodes, spec.num_nodes * spec.avg_citations
+    held_out = math.ceil(spec.eval_fraction * n)
+    graph = graphgen.csc_bytes(n, n, 2 * edges)
+    return 16 * math.ceil(edges) + 2 * held_out * (16 + 8 * spec.num_negatives) + 10 * graphgen.FILE_BYTES + \
+        graph + max(graph, 8 * n + graphgen.table_bytes(n, spec.dim, store))
 
 
 def cache_dir(spec: CitationSpec, root: PathLike) -> Path:
@@ -170,8 +177,8 @@ def generate(spec: CitationSpec, directory: PathLike, *, store: bool = True, cod
         check_kind(codec, "codec")
     final = check_output(directory)
     n = spec.num_nodes
-    check_free(final, n * (spec.dim * 4 + 3 * 8) + int(n * spec.avg_citations) * 32,
-               f"the generated citation set of {n:,} nodes (x, year, graph, split)")
+    check_free(final, disk_bytes(spec, store), f"the generated citation set of {n:,} nodes (x, year, graph, split"
+               f"{', store' if store else ''})")
     with work_dir(final) as tmp:
         t0 = time.perf_counter()
         community, fitness = _nodes(spec)

@@ -35,11 +35,12 @@ import numpy as np
 from ..codec.auto import CodecSpec, check_kind
 from . import synthetic as _syn
 from ..files import check_free, check_output, open_npy, replace_dir, save_npy, work_dir
+from ..sampling.graph import edge_id_dtype, index_dtype
 from .prepared import (PreparedDataset, add_store, build_csc, encode_store, progress_bar,
                        write_prepared_meta)
 
 __all__ = ["GraphSpec", "generate", "ensure", "cache_dir", "embedding_rows", "check_spec_fields", "spec_field",
-           "spec_field_of", "spec_key"]
+           "spec_field_of", "spec_key", "finite", "disk_bytes", "table_bytes", "csc_bytes"]
 
 PathLike = Union[str, os.PathLike]
 #: nodes per random stream of the node and edge generators (fixed: outputs are prefix-stable).
@@ -57,10 +58,11 @@ _CITE_SIGMA, _CITE_MAX = 0.8, 1000
 _FEATURE_VOCAB = 30_000
 
 
-def spec_field(default, lo, hi=None):
+def spec_field(default, lo, hi=None, help: str = ""):
     """A generator spec's dataclass field with its accepted range, ``[lo, hi]``, that `check_spec_fields`
-    checks (an int `lo`: an integer field, else a number; `hi` None: no upper bound)."""
-    return dataclasses.field(default=default, metadata={"range": (lo, hi)})
+    checks (an int `lo`: an integer field, else a number; `hi` None: no upper bound), and the range and `help`
+    the config checks and `ibp-graph train --keys` lists."""
+    return dataclasses.field(default=default, metadata={"range": (lo, hi), "min": lo, "max": hi, "help": help})
 
 
 def spec_field_of(spec_cls: type, name: str):
@@ -74,15 +76,15 @@ def spec_field_of(spec_cls: type, name: str):
 class GraphSpec:
     """Size and statistics of a generated data set; the defaults are `make train`'s."""
 
-    num_nodes: int = spec_field(60_000, 2)
-    avg_citations: float = spec_field(10.0, 0.0)
-    num_classes: int = spec_field(172, 2, 32767)
-    dim: int = spec_field(128, 1)
-    labeled_fraction: float = spec_field(0.3, 0.0, 1.0)
-    homophily: float = spec_field(0.7, 0.0, 1.0)
-    topic_fraction: float = spec_field(0.2, 0.0, 1.0)
-    degree_exponent: float = spec_field(2.5, 1.5)
-    seed: int = spec_field(0, 0)
+    num_nodes: int = spec_field(60_000, 2, help="papers")
+    avg_citations: float = spec_field(10.0, 0.0, help="mean references per paper (log-normal)")
+    num_classes: int = spec_field(172, 2, 32767, "subjects (Zipf-like frequencies): the labels")
+    dim: int = spec_field(128, 1, help="feature columns (float32)")
+    labeled_fraction: float = spec_field(0.3, 0.0, 1.0, "share of papers with a label (train/valid/test by year)")
+    homophily: float = spec_field(0.7, 0.0, 1.0, "share of references within the citing paper's subject")
+    topic_fraction: float = spec_field(0.2, 0.0, 1.0, "share of a paper's words drawn from its subject's topic")
+    degree_exponent: float = spec_field(2.5, 1.5, help="Pareto exponent of the papers' fitness (in-degree tail)")
+    seed: int = spec_field(0, 0, 2 ** 63 - 1, "random streams")
 
     def __post_init__(self) -> None:
         check_spec_fields(self)
@@ -109,7 +111,7 @@ def check_spec_fields(spec, checks: Optional[dict] = None) -> None:
     for name, (value, lo, hi) in checks.items():
         kind = (int,) if isinstance(lo, int) else (int, float)
         if isinstance(value, bool) or not isinstance(value, kind) \
-                or value < lo or (hi is not None and value > hi) or not math.isfinite(value):
+                or value < lo or (hi is not None and value > hi) or (kind != (int,) and not finite(value)):
             rng = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
             what = "an integer" if kind == (int,) else "a number"
             raise ValueError(f"{type(spec).__name__}.{name}={value!r} is not accepted; expected {what} {rng}")
@@ -117,10 +119,48 @@ def check_spec_fields(spec, checks: Optional[dict] = None) -> None:
             object.__setattr__(spec, name, float(value))
 
 
+def finite(value) -> bool:
+    """Whether the number `value` is finite as a float (an int too large for one is not)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def spec_key(spec) -> str:
     """A short name for a generator spec's cache folder (changes whenever any field does)."""
     text = json.dumps(dataclasses.asdict(spec), sort_keys=True)
     return hashlib.blake2b(text.encode(), digest_size=5).hexdigest()
+
+
+#: disk counted per file beyond its array (an .npy header, a meta.json, a checksums.json, the output marker).
+FILE_BYTES = 4096
+#: disk of a feature store's codec state per feature column, at most (EBP's tables take about 2.3 kB).
+_CODEC_COLUMN_BYTES = 4096
+
+
+def table_bytes(rows: int, dim: int, store: bool) -> int:
+    """Disk a float32 feature table of `rows` x `dim` takes: its x.npy and, with `store`, its feature store (a
+    payload of at most the raw rows, 8-byte offsets per row, the codec's state per column, its small files)."""
+    raw = 4 * rows * dim
+    return raw + FILE_BYTES + (raw + 8 * (rows + 1) + _CODEC_COLUMN_BYTES * (dim + 1) + 4 * FILE_BYTES if store else 0)
+
+
+def csc_bytes(num_src: int, num_dst: int, edges: float) -> int:
+    """Disk `prepared.build_csc` writes for at most `edges` edges (reverses counted) from `num_src` to `num_dst`
+    nodes: indptr, indices and e_id. While it removes duplicate edges it holds a copy of those once more (as
+    much again, at most, until it ends: a generator's disk_bytes counts it beside the files written later)."""
+    e = math.ceil(edges)
+    return 8 * (num_dst + 1) + e * (index_dtype(num_src).itemsize + edge_id_dtype(e).itemsize) + 4 * FILE_BYTES
+
+
+def disk_bytes(spec: GraphSpec, store: bool = True) -> int:
+    """Disk `generate` takes at most for `spec`: y and the split (8 bytes per node each), the undirected graph
+    (every citation and its reverse), and the larger of the graph's copy while duplicates are removed and what
+    is written after it: the features and, with `store`, their feature store."""
+    n = spec.num_nodes
+    graph = csc_bytes(n, n, 2 * n * spec.avg_citations)
+    return 16 * n + 5 * FILE_BYTES + graph + max(graph, table_bytes(n, spec.dim, store))
 
 
 def cache_dir(spec: GraphSpec, root: PathLike) -> Path:
@@ -309,7 +349,8 @@ def generate(spec: GraphSpec, directory: PathLike, *, store: bool = True, codec:
         check_kind(codec, "codec")  # before the data set is generated, not after
     final = check_output(directory)  # never over a folder of someone else's files
     n = spec.num_nodes
-    check_free(final, n * (spec.dim * 4 + 3 * 8), f"the generated data set of {n:,} nodes (x, y, indptr)")
+    check_free(final, disk_bytes(spec, store), f"the generated data set of {n:,} nodes (graph, x, y, split"
+               f"{', store' if store else ''})")
     with work_dir(final) as tmp:  # removed however this ends; dead processes' ones too
         t0 = time.perf_counter()
         if workers is None:

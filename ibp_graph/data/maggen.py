@@ -36,7 +36,7 @@ from . import graphgen
 from .graphgen import spec_field, spec_field_of
 from .hetero import HeteroPreparedDataset, add_stores, encode_stores, write_hetero_meta, write_relations
 
-__all__ = ["MagSpec", "NODE_TYPES", "EDGE_TYPES", "TARGET", "cache_dir", "ensure", "generate"]
+__all__ = ["MagSpec", "NODE_TYPES", "EDGE_TYPES", "TARGET", "cache_dir", "ensure", "generate", "disk_bytes"]
 
 PathLike = Union[str, os.PathLike]
 #: node types, in OGB_MAG's order; only papers have features and labels.
@@ -54,15 +54,15 @@ class MagSpec:
     """Sizes and statistics of a generated ogbn-mag-like data set (ogbn-mag: 736 k papers, 1.1 M authors,
     8.7 k institutions, 60 k fields, 349 classes)."""
 
-    num_papers: int = spec_field(20_000, 2)
-    num_authors: int = spec_field(30_000, 1)
-    num_institutions: int = spec_field(400, 1)
-    num_fields: int = spec_field(2_000, 1)
-    avg_citations: float = spec_field(7.0, 0.0)
-    authors_per_paper: float = spec_field(3.0, 1.0)
-    fields_per_paper: float = spec_field(5.0, 0.0)
-    institutions_per_author: float = spec_field(1.0, 0.0)
-    num_classes: int = spec_field(349, 2, 32767)
+    num_papers: int = spec_field(20_000, 2, help="papers (the labelled, featured type)")
+    num_authors: int = spec_field(30_000, 1, help="authors")
+    num_institutions: int = spec_field(400, 1, help="institutions")
+    num_fields: int = spec_field(2_000, 1, help="fields of study")
+    avg_citations: float = spec_field(7.0, 0.0, help="mean references per paper (log-normal)")
+    authors_per_paper: float = spec_field(3.0, 1.0, help="mean authors per paper (1 + Poisson)")
+    fields_per_paper: float = spec_field(5.0, 0.0, help="mean fields of study per paper (Poisson)")
+    institutions_per_author: float = spec_field(1.0, 0.0, help="mean institutions per author (Poisson)")
+    num_classes: int = spec_field(349, 2, 32767, "venues: the papers' labels")
     # the papers' features and class signal: GraphSpec's defaults and ranges (`papers` passes them on)
     dim: int = spec_field_of(graphgen.GraphSpec, "dim")
     homophily: float = spec_field_of(graphgen.GraphSpec, "homophily")
@@ -89,6 +89,18 @@ class MagSpec:
     def key(self) -> str:
         """A short name for this spec's cache folder (changes whenever any field does)."""
         return graphgen.spec_key(self)
+
+
+def disk_bytes(spec: MagSpec, store: bool = True) -> int:
+    """Disk `generate` takes at most for `spec`: the papers' labels and split, every edge type (cites undirected,
+    the others with their reverse types), and the larger of an edge type's copy while its duplicates are removed
+    and what is written after them: the paper features and, with `store`, their feature store."""
+    p, a, f, i = spec.num_papers, spec.num_authors, spec.num_fields, spec.num_institutions
+    writes, topics, affiliations = p * spec.authors_per_paper, p * spec.fields_per_paper, \
+        a * spec.institutions_per_author
+    relations = [graphgen.csc_bytes(s, d, e) for s, d, e in ((p, p, 2 * p * spec.avg_citations), (a, p, writes),
+                 (p, a, writes), (p, f, topics), (f, p, topics), (a, i, affiliations), (i, a, affiliations))]
+    return 16 * p + 5 * graphgen.FILE_BYTES + sum(relations) + max(*relations, graphgen.table_bytes(p, spec.dim, store))
 
 
 def cache_dir(spec: MagSpec, root: PathLike) -> Path:
@@ -160,7 +172,8 @@ def generate(spec: MagSpec, directory: PathLike, *, store: bool = True, codec: C
     if isinstance(codec, str):
         check_kind(codec, "codec")  # before the data set is generated, not after
     final = check_output(directory)  # never over a folder of someone else's files
-    check_free(final, spec.num_papers * (spec.dim * 4 + 8), f"the features and labels of {spec.num_papers:,} papers")
+    check_free(final, disk_bytes(spec, store), f"the generated data set of {spec.num_papers:,} papers (edge types, "
+               f"features, labels, split{', store' if store else ''})")
     papers = spec.papers()
     with work_dir(final) as tmp:
         t0 = time.perf_counter()

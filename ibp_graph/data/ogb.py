@@ -71,13 +71,15 @@ class OGBSpec:
 class OGBFiles:
     """An OGB data set's raw files as OGB publishes them: the data set's `name`, the folder OGB keeps them in
     under ROOT (`dir_name`), the zip's name and top folder (`download_name`), where the zip is (`url`) and the
-    files a reader needs (`required`, relative to the data set folder)."""
+    files a reader needs (`required`, relative to the data set folder), and the OGB call that downloads them
+    (`loader`; default ``NodePropPredDataset(name=..., root=...)``)."""
 
     name: str
     dir_name: str
     download_name: str
     url: str
     required: tuple[str, ...]
+    loader: str = ""
 
     def dataset_dir(self, root: PathLike) -> Path:
         """The data set folder under `root`: ROOT itself, ROOT/<dir_name> (OGB's) or ROOT/<download_name> (the
@@ -91,7 +93,7 @@ class OGBFiles:
     def check(self, root: PathLike) -> Path:
         """The data set folder, or MissingOGBFilesError naming each missing file and where OGB publishes it."""
         return check_present(self.name, root, self.dataset_dir(root), list(self.required), self.url, self.dir_name,
-                             self.download_name)
+                             self.download_name, self.loader)
 
     def with_copy_source(self, e: "DamagedOGBFileError", src: Path) -> "DamagedOGBFileError":
         """`e` (about a file of the data set folder `src`), naming where in the zip a good copy is."""
@@ -177,17 +179,19 @@ def check_files(name: str, root: PathLike) -> Path:
 
 
 def check_present(name: str, root: PathLike, d: Path, files: list[str], url: str, dir_name: str,
-                  download_name: str) -> Path:
-    """`d`, or MissingOGBFilesError naming each of `files` (relative to `d`) that is missing and the zip
-    (`url`, top folder `download_name`, which OGB renames `dir_name`) that holds it."""
+                  download_name: str, loader: str = "") -> Path:
+    """`d`, or MissingOGBFilesError naming each of `files` (relative to `d`) that is missing, the zip (`url`, top
+    folder `download_name`, which OGB renames `dir_name`) that holds it and the OGB call that downloads it
+    (`loader`; default ``NodePropPredDataset(name=..., root=...)``)."""
     missing = [f for f in files if not (d / f).is_file()]
     if missing:
         lines = "\n".join(f"  {d / f}   (in {url} as {download_name}/{f})" for f in missing)
         raise MissingOGBFilesError(
             f"{name}: {len(missing)} raw file(s) missing under {d}:\n{lines}\n"
-            f"Download {url}, unzip it in {Path(root)} and rename {download_name}/ to {dir_name}/ "
-            f"(or run OGB's NodePropPredDataset(name={name!r}, root=...) once where there is internet "
-            f"and pass that root).")
+            f"Download {url}, unzip it in {Path(root)}"
+            + (f" and rename {download_name}/ to {dir_name}/" if download_name != dir_name else "")
+            + f" (or run OGB's {loader or f'NodePropPredDataset(name={name!r}, root=...)'} once where there is "
+              "internet and pass that root).")
     return d
 
 

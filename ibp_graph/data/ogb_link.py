@@ -54,7 +54,8 @@ RAW = ("raw/edge.csv.gz", "raw/node-feat.csv.gz", "raw/node_year.csv.gz", "raw/n
 
 #: its raw files: where they are (ROOT itself, ROOT/ogbl_citation2 as OGB keeps them, or ROOT/citation-v2 as the
 #: zip unpacks) and which `prepare` reads.
-OGB_FILES = OGBFiles(NAME, DIR_NAME, DOWNLOAD_NAME, URL, RAW + tuple(f"split/{SPLIT}/{part}.pt" for part in SPLITS))
+OGB_FILES = OGBFiles(NAME, DIR_NAME, DOWNLOAD_NAME, URL, RAW + tuple(f"split/{SPLIT}/{part}.pt" for part in SPLITS),
+                     f"LinkPropPredDataset(name={NAME!r}, root=...)")
 dataset_dir = OGB_FILES.dataset_dir
 default_prepared_dir = OGB_FILES.prepared_dir
 check_files = OGB_FILES.check

@@ -288,7 +288,8 @@ def prepare_mag240m(root: PathLike, out: Optional[PathLike] = None, *, store: bo
     if isinstance(codec, str):
         check_kind(codec, "codec")
     src = mag240m_dir(root)
-    check_present(MAG240M_NAME, root, src, list(_MAG240M_FILES), MAG240M_URL, _MAG240M_DIR, _MAG240M_DIR)
+    check_present(MAG240M_NAME, root, src, list(_MAG240M_FILES), MAG240M_URL, _MAG240M_DIR, _MAG240M_DIR,
+                  "ogb.lsc.MAG240MDataset(root=...)")
     final = check_output(out if out is not None else src / "ibp_prepared",
                          [src / f for f in ("processed", "meta.pt", "split_dict.pt")])
     try:

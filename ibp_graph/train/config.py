@@ -24,7 +24,7 @@ import yaml
 
 from ..codec.auto import KINDS
 from ..data.citegen import CitationSpec
-from ..data.graphgen import GraphSpec
+from ..data.graphgen import GraphSpec, finite
 from ..data.maggen import MagSpec
 from .models import DECODERS
 
@@ -242,7 +242,7 @@ def _convert(value, tp, where: str, meta: dict):
     elif tp is float:
         if isinstance(value, str) and _FLOAT_TEXT.match(value.strip()):
             value = float(value)  # YAML 1.1 reads 1e-3 (no dot) as a string
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not finite(value):
             what = "a number" if isinstance(value, bool) or not isinstance(value, (int, float)) else "a finite number"
             raise ConfigError(f"{where}={value!r} is not accepted; expected {what} {_bounds(meta)}".rstrip())
         value = float(value)
@@ -295,7 +295,19 @@ def from_dict(cls, values: Any, where: str = ""):
         raise ConfigError(f"{label}: {e}") from None
 
 
-_DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+_DEVICE = re.compile(r"auto|cpu|cuda(?::(0|[1-9][0-9]*))?", re.ASCII)
+#: the largest device index torch takes (its DeviceIndex is 8 bits: torch.device("cuda:128") is cuda:-128).
+MAX_DEVICE_INDEX = 127
+#: the longest a result file's name gets beyond `name` (train/loop.py's _write: -<time>-<codec>[-w<ranks>][-<k>].json).
+_RESULT_SUFFIX = len(f"-20260101-000000-{max(KINDS, key=len)}-w99999-999.json")
+#: the longest `name` accepted: its result files' names must fit in a file name's 255 bytes.
+MAX_NAME = 255 - _RESULT_SUFFIX
+
+
+def valid_device(name: str) -> bool:
+    """Whether `name` is auto, cpu, cuda or cuda:N with N in [0, MAX_DEVICE_INDEX] (what torch.device takes)."""
+    m = _DEVICE.fullmatch(name)
+    return m is not None and int(m.group(1) or 0) <= MAX_DEVICE_INDEX
 _PLAIN_NAME = re.compile(r"^[A-Za-z0-9_+-][A-Za-z0-9._+-]*$")
 
 
@@ -308,6 +320,9 @@ def check_config(cfg: Config) -> Config:
     if not _PLAIN_NAME.fullmatch(cfg.name) or cfg.name in (".", ".."):
         raise ConfigError(f"name={cfg.name!r} is not accepted; expected a plain name (letters, digits, '.', '_', "
                           "'+', '-'; no path separators, not starting with '.'): it names the result files")
+    if len(cfg.name) > MAX_NAME:
+        raise ConfigError(f"name={cfg.name!r} ({len(cfg.name)} characters) is not accepted; expected at most "
+                          f"{MAX_NAME} characters: it names the result files, whose names have at most 255")
     lc = cfg.loader
     if not lc.num_neighbors:
         raise ConfigError("loader.num_neighbors=[] is not accepted; expected one entry per hop, e.g. [10, 5]")
@@ -318,8 +333,9 @@ def check_config(cfg: Config) -> Config:
     if not lc.codecs:
         raise ConfigError(f"loader.codecs=[] is not accepted; expected at least one of {list(KINDS)} "
                           "(one run per codec)")
-    if not _DEVICE.match(lc.device):
-        raise ConfigError(f"loader.device={lc.device!r} is not accepted; expected auto, cpu, cuda or cuda:N")
+    if not valid_device(lc.device):
+        raise ConfigError(f"loader.device={lc.device!r} is not accepted; expected auto, cpu, cuda or cuda:N (N in "
+                          f"[0, {MAX_DEVICE_INDEX}])")
     m = cfg.model
     _check_task(cfg)
     if cfg.data.name in HETERO_DATASETS:
@@ -337,6 +353,10 @@ def check_config(cfg: Config) -> Config:
         raise ConfigError(f"model.hidden={m.hidden} is not accepted with model.heads={m.heads} (arch gat); "
                           f"expected a multiple of model.heads, e.g. {m.hidden - m.hidden % m.heads or m.heads}")
     _check_sharded(cfg)
+    check_folder("data.root", cfg.data.root)
+    if cfg.data.name == "synthetic" and cfg.data.synthetic.labeled_fraction == 0:
+        raise ConfigError("data.synthetic.labeled_fraction=0.0 is not accepted: no node would carry a label, so the "
+                          "train split would be empty; expected a value in (0, 1]")
     _check_generated_size(cfg.data)
     _check_output_dir(cfg.output.dir, len(lc.codecs))
     return cfg
@@ -376,7 +396,7 @@ def _check_task(cfg: Config) -> None:
                           f"(task={cfg.task!r})")
 
 
-def _existing(path: Path) -> Path:
+def existing_folder(path: Path) -> Path:
     """`path`, or its nearest existing folder above (the one a mkdir would write into)."""
     probe = path.absolute()
     while not probe.exists() and probe != probe.parent:
@@ -388,15 +408,22 @@ def _mb(n: float) -> str:
     return f"{n / 1e6:,.0f} MB" if n < 1e12 else f"{n:.3g} bytes"
 
 
+def check_folder(key: str, path: str) -> Path:
+    """The folder `path` (key `key`'s value) or, when it is missing, the existing folder above it that a mkdir
+    would write into; a ConfigError when it, or that path above it, is a file."""
+    d = Path(path)
+    if d.exists() and not d.is_dir():
+        raise ConfigError(f"{key}={path!r} is not accepted: it is a file; expected a folder (made if missing)")
+    probe = existing_folder(d)
+    if not probe.is_dir():
+        raise ConfigError(f"{key}={path!r} is not accepted: {str(probe)!r} is a file; expected a folder")
+    return probe
+
+
 def _check_output_dir(path: str, runs: int = 1) -> None:
     """output.dir exists or can be made, takes a file (a probe written and removed), and has room for
     `runs` result files (RESULT_BYTES each)."""
-    d = Path(path)
-    if d.exists() and not d.is_dir():
-        raise ConfigError(f"output.dir={path!r} is not accepted: it is a file; expected a folder (made if missing)")
-    probe = _existing(d)
-    if not probe.is_dir():
-        raise ConfigError(f"output.dir={path!r} is not accepted: {str(probe)!r} is a file; expected a folder")
+    probe = check_folder("output.dir", path)
     if not os.access(probe, os.W_OK | os.X_OK):
         raise ConfigError(f"output.dir={path!r} is not accepted: {str(probe)!r} is not writable by this user")
     try:
@@ -412,8 +439,9 @@ def _check_output_dir(path: str, runs: int = 1) -> None:
 
 
 def _generated_needs(data: DataConfig) -> Optional[tuple[str, int, int]]:
-    """(the spec's key, bytes of memory, bytes of disk) that generating data.synthetic / data.mag needs at
-    least (its per-node arrays; the features and neighbour lists it writes), or None: nothing to generate."""
+    """(the spec's key, bytes of memory, bytes of disk) that generating data.synthetic / data.mag /
+    data.citation needs (its per-node arrays at least; the files its generator writes, as its disk_bytes counts
+    them), or None: nothing to generate."""
     if data.name == "synthetic":
         from ..data import graphgen
         from ..data.prepared import PreparedDataset
@@ -421,8 +449,7 @@ def _generated_needs(data: DataConfig) -> Optional[tuple[str, int, int]]:
         g = data.synthetic
         if PreparedDataset.is_complete(graphgen.cache_dir(g, data.root)):
             return None
-        return ("data.synthetic", GEN_NODE_BYTES * g.num_nodes,
-                4 * g.num_nodes * g.dim + 8 * math.ceil(g.num_nodes * g.avg_citations))
+        return "data.synthetic", GEN_NODE_BYTES * g.num_nodes, graphgen.disk_bytes(g, data.store)
     if data.name == "synthetic-mag":
         from ..data import maggen
         from ..data.hetero import HeteroPreparedDataset
@@ -430,10 +457,7 @@ def _generated_needs(data: DataConfig) -> Optional[tuple[str, int, int]]:
         m = data.mag
         if HeteroPreparedDataset.is_complete(maggen.cache_dir(m, data.root)):
             return None
-        links = m.num_papers * (m.avg_citations + m.authors_per_paper + m.fields_per_paper) + \
-            m.num_authors * m.institutions_per_author
-        return ("data.mag", GEN_NODE_BYTES * sum(m.num_nodes.values()),
-                4 * m.num_papers * m.dim + 8 * math.ceil(links))
+        return "data.mag", GEN_NODE_BYTES * sum(m.num_nodes.values()), maggen.disk_bytes(m, data.store)
     if data.name == "synthetic-citation":
         from ..data import citegen
         from ..data.link import LinkPreparedDataset
@@ -443,8 +467,7 @@ def _generated_needs(data: DataConfig) -> Optional[tuple[str, int, int]]:
             return None
         edges = math.ceil(c.num_nodes * c.avg_citations)
         # per node: community, fitness, cumulative sums and ranks; per citation: its draws and the pair keys
-        return ("data.citation", GEN_NODE_BYTES * c.num_nodes + 64 * edges,
-                4 * c.num_nodes * c.dim + 32 * edges)
+        return "data.citation", GEN_NODE_BYTES * c.num_nodes + 64 * edges, citegen.disk_bytes(c, data.store)
     return None
 
 
@@ -463,7 +486,7 @@ def _check_generated_size(data: DataConfig) -> None:
     if memory > available:
         raise ConfigError(f"{key} ({sizes}) is not accepted: generating it needs at least {_mb(memory)} of memory, "
                           f"{_mb(available)} available; expected fewer nodes")
-    where = _existing(Path(data.root))
+    where = existing_folder(Path(data.root))
     try:
         free = shutil.disk_usage(where).free
     except OSError:

@@ -20,7 +20,7 @@ import torch
 
 from ..data.input_stats import FeatureInput
 from ..data.prepared import PreparedDataset
-from .config import FRAMEWORKS
+from .config import FRAMEWORKS, ConfigError
 from .models import HeteroSAGE, build_model, check_arch
 
 #: build_model's `inputs`: {table: FeatureInput} (a sharded run's, from its shards), or None (from the data set).
@@ -40,9 +40,18 @@ class PyG:
     #: find_unused_parameters, a search of the autograd graph every step)
     find_unused_parameters = False
 
+    #: PyG's own loader a baseline run would take (none here: see check_baseline).
+    native_loader = "NeighborLoader"
+
     def check(self, cfg) -> None:
         """Refuse, before any data is loaded, what this front-end cannot run."""
         check_arch(self.name, cfg.model.arch)
+
+    def check_baseline(self) -> None:
+        """Refuse a baseline run (`--baseline`, codec NATIVE) before any data is loaded: it is DGL's only."""
+        raise ConfigError(f"--baseline is not accepted with loader.framework='pyg': a baseline run with PyG's own "
+                          f"{self.native_loader} is not available here (it needs pyg-lib or torch-sparse); use "
+                          "loader.framework=dgl for --baseline (homogeneous and link data sets)")
 
     def check_device(self, device: torch.device) -> None:
         """Every device torch has is fine."""
@@ -65,8 +74,7 @@ class PyG:
         """A CompressedNeighborLoader over the prepared graph (features from the store when from_store, or
         from ``tables["x"]`` when given: a source such as a ShardedSource)."""
         if codec == NATIVE:
-            raise ValueError("a baseline run with PyG's own NeighborLoader is not available here "
-                             "(it needs pyg-lib or torch-sparse); use loader.framework=dgl for --baseline")
+            self.check_baseline()
         from ..loaders.pyg import CompressedNeighborLoader
 
         x = self.features(ds, codec, use_store, tables)
@@ -135,8 +143,7 @@ class PyGHetero(PyG):
         """A CompressedNeighborLoader over the prepared per-type tables (ds.tables), seeds of the target type;
         with `tables`, each featured type's ``x`` from ``tables[type]``."""
         if codec == NATIVE:
-            raise ValueError("a baseline run with PyG's own NeighborLoader is not available here "
-                             "(it needs pyg-lib or torch-sparse)")
+            self.check_baseline()
         from ..loaders.pyg import CompressedNeighborLoader
 
         given = None if tables is None else {t: given_table(tables, t) for t in ds.feature_shapes}
@@ -190,6 +197,9 @@ class DGL:
         """Refuse, before any data is loaded, what this front-end cannot run: no dgl, another model."""
         check_arch(self.name, cfg.model.arch)
         self.dgl  # noqa: B018 - raises ImportError saying where dgl runs
+
+    def check_baseline(self) -> None:
+        """Nothing: DGL's own DataLoader runs the baseline (codec NATIVE)."""
 
     def check_device(self, device: torch.device) -> None:
         """Refuse a device this dgl cannot place graphs on (the index's dgl wheels are CPU builds)."""

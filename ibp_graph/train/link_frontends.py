@@ -36,12 +36,13 @@ __all__ = ["LinkPyG", "LinkDGL", "get", "train_edge_ids"]
 class LinkPyG(PyG):
     """CompressedLinkNeighborLoader batches into a LinkModel (PyG's GraphSAGE encoder)."""
 
+    native_loader = "LinkNeighborLoader"
+
     def make_train_loader(self, ds, graph: Any, cfg, codec: str, *, device: torch.device, rank: int = 0,
                           world_size: int = 1, tables: Optional[Mapping[str, Any]] = None):
         """The training batches: PyG's LinkNeighborLoader semantics over the split's training edges."""
         if codec == NATIVE:
-            raise ValueError("a baseline run with PyG's own LinkNeighborLoader is not available here "
-                             "(it needs pyg-lib or torch-sparse); use loader.framework=dgl for --baseline")
+            self.check_baseline()
         from ..loaders.pyg import CompressedLinkNeighborLoader
 
         lc, train = cfg.loader, ds.split["train"]

@@ -24,7 +24,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from ..files import write_text
+from ..files import DiskFullError, write_text
 from ..data.prepared import PreparedDataset, add_store
 from . import epoch_record, frontends, sharding, startup
 from .config import HETERO_DATASETS, Config, ConfigError, LoaderConfig, check_config, to_dict
@@ -382,6 +382,10 @@ def run(cfg: Config, *, baseline: bool = False) -> list[dict]:
     started = startup.start(cfg, front, setup=setup_distributed, open_data=open_dataset, open_shards=open_shards,
                             baseline=baseline)
     dist = started.dist
+    if started.ds.split["train"].numel() == 0:
+        raise ValueError(f"{started.ds.directory}: the train split of {started.ds.name} is empty (no labelled "
+                         "training node to train on); expected a data set with labelled training nodes (for "
+                         "data.name=synthetic: a larger data.synthetic.labeled_fraction or num_nodes)")
     results = [run_one(cfg, codec, started.ds, dist, started.device, front=front, graph=started.graph,
                        shards=started.shards) for codec in started.codecs]
     if dist.world_size > 1:
@@ -506,6 +510,19 @@ def _write(cfg: Config, codec: str, dist: Dist, result: dict) -> Path:
     return path
 
 
+def _worker_message(e: BaseException) -> str:
+    """The message of `e`; of an error a DataLoader worker raised, the worker's own message: torch raises it
+    again in the main process, of the same type, with "Caught ... in DataLoader worker process N" and the
+    worker's traceback as its message, whose last entry is the original error's ``module.Type: message``."""
+    text = str(e)
+    kind = type(e).__qualname__
+    if type(e).__module__ not in ("builtins", "__main__"):
+        kind = f"{type(e).__module__}.{kind}"
+    if text.startswith("Caught ") and "\nOriginal Traceback" in text and f"\n{kind}: " in text:
+        return text.rsplit(f"\n{kind}: ", 1)[1].rstrip("\n")
+    return text
+
+
 def main(argv=None) -> int:
     """`ibp-graph train --config FILE [--set KEY=VALUE ...]`."""
     import argparse
@@ -540,8 +557,11 @@ def main_config(cfg: Config, *, baseline: bool = False) -> int:
     except ConfigError as e:  # as `main` reports a config the checker refuses
         print(f"ibp-graph train: {e}", file=sys.stderr)
         return 2
+    except DiskFullError as e:  # generating the data set under data.root
+        print(f"ibp-graph train: {e.naming('data.root')}", file=sys.stderr)
+        return 1
     except (FileNotFoundError, ValueError, ImportError) as e:
-        print(f"ibp-graph train: {e}", file=sys.stderr)
+        print(f"ibp-graph train: {_worker_message(e)}", file=sys.stderr)
         return 1
     finally:
         if torch.distributed.is_available() and torch.distributed.is_initialized():

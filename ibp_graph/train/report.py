@@ -168,6 +168,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--plot", default="runs/report.png", help="where to write the PNG (default runs/report.png)")
     p.add_argument("--no-plot", action="store_true", help="print the table only")
     a = p.parse_args(argv)
+    if not a.no_plot:
+        from ..benchmarks.args import out_file
+
+        try:
+            out_file(a.plot)  # before the runs are read
+        except argparse.ArgumentTypeError as e:
+            p.error(f"argument --plot: {e}")
     try:
         runs = load_runs(a.runs)
     except FileNotFoundError as e:
@@ -181,7 +188,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not a.no_plot:
         try:
             print(f"\nwrote {plot(runs, Path(a.plot))}")
-        except ImportError as e:
+        except (ImportError, OSError) as e:
             print(f"ibp-graph report: {e}", file=sys.stderr)
             return 1
     return 0

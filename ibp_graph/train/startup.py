@@ -41,6 +41,8 @@ def start(cfg: Config, front, *, setup: Callable, open_data: Callable, open_shar
     progress=)` this rank's shards (sharding.RankShards) for `loader.features: sharded`;
     `baseline` adds the framework's own loader (codec "native") after `cfg.loader.codecs`."""
     front.check(cfg)
+    if baseline:
+        front.check_baseline()
     dist, device = setup(cfg.loader.device)
     front.check_device(device)
     sharded = cfg.loader.features == "sharded"

@@ -149,7 +149,8 @@ def test_prepare_partition_dgl_writes_shards_of_dgls_partitions(tmp_path, capsys
         main(base + ["--partition", "dgl"])
     assert "--partition dgl and --dgl-config go together" in capsys.readouterr().err
     (tmp_path / "bad.pt").write_bytes(b"not a tensor")
-    assert main(base + ["--partition", "dgl", "--dgl-config", str(config), "--dgl-mapping", str(tmp_path / "bad.pt")]) == 1
+    with pytest.raises(SystemExit, match="2"):  # a usage error, before anything is prepared
+        main(base + ["--partition", "dgl", "--dgl-config", str(config), "--dgl-mapping", str(tmp_path / "bad.pt")])
     assert "is not a tensor saved with torch.save" in capsys.readouterr().err
     (tmp_path / "three").mkdir()
     three = _part_config(tmp_path / "three", {"_N": [[0, 100], [100, 200], [200, 300]]}, 3)

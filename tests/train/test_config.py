@@ -82,7 +82,7 @@ def test_mistyped_values_are_refused(override, message):
     ("data.synthetic.num_nodes=1000000000000000",
      "data.synthetic (num_nodes=1000000000000000, avg_citations=10.0, num_classes=172, dim=128) is not accepted: "
      "generating it needs at least 4.8e+16 bytes of memory"),
-    ("data.synthetic.dim=100000000", "is not accepted: its files need at least 2.4e+13 bytes under data.root="),
+    ("data.synthetic.dim=100000000", "is not accepted: its files need at least 4.84e+13 bytes under data.root="),
     ("data.mag.num_authors=1000000000000000", "data.mag (num_papers=20000, num_authors=1000000000000000"),
 ])
 def test_numbers_out_of_range_are_refused(tmp_path, override, message):

@@ -1,0 +1,76 @@
+"""`ibp-graph prepare`, `bench` and `report` refuse bad arguments before any work: a usage error (exit 2), one
+line naming the option, the value and what is accepted; no traceback."""
+import pytest
+
+from ibp_graph.cli import main
+from ibp_graph.data import ogb_link, ogb_mag
+from ibp_graph.train.config import DATASETS
+
+TINY = ["--set", "data.synthetic.num_nodes=300", "--set", "data.synthetic.dim=4", "--set",
+        "data.synthetic.num_classes=2", "--set", "data.mag.num_papers=300", "--set", "data.mag.dim=4", "--quiet"]
+
+
+def _usage_error(capsys, argv) -> str:
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "Traceback" not in err
+    return err.splitlines()[-1]
+
+
+@pytest.mark.parametrize("below", ["", "below"])
+def test_prepare_root_a_file_is_a_usage_error(capsys, tmp_path, below):
+    f = tmp_path / "f"
+    f.write_text("x")
+    line = _usage_error(capsys, ["prepare", "--dataset", "synthetic", "--root", str(f / below if below else f), *TINY])
+    assert "--root=" in line and "is a file; expected a folder" in line
+
+
+def test_prepare_checks_the_partition_before_generating(capsys, tmp_path):
+    out = tmp_path / "out"
+    line = _usage_error(capsys, ["prepare", "--dataset", "synthetic", "--out", str(out), "--shards", "2",
+                                 "--partition", "dgl", "--dgl-config", str(tmp_path / "none.json"), *TINY])
+    assert "--dgl-config" in line and "no such file" in line
+    line = _usage_error(capsys, ["prepare", "--dataset", "synthetic-mag", "--out", str(out), "--shards", "2",
+                                 "--partition", "metis", *TINY])
+    assert "--partition metis is not accepted with --dataset synthetic-mag" in line
+    assert not out.exists() and not list(tmp_path.glob("out.tmp-*"))
+
+
+def test_prepare_lists_every_data_set(capsys, tmp_path):
+    line = _usage_error(capsys, ["prepare", "--dataset", "bogus", "--root", str(tmp_path)])
+    assert "'bogus'" in line and all(repr(d) in line for d in DATASETS)
+
+
+def test_missing_ogb_files_name_the_right_download(tmp_path):
+    with pytest.raises(FileNotFoundError) as e:
+        ogb_mag.prepare_mag240m(tmp_path, progress=False)
+    assert "MAG240MDataset" in str(e.value) and "rename" not in str(e.value) and "NodePropPred" not in str(e.value)
+    with pytest.raises(FileNotFoundError) as e:
+        ogb_link.prepare(tmp_path, progress=False)
+    assert "LinkPropPredDataset(name='ogbl-citation2'" in str(e.value) and "NodePropPred" not in str(e.value)
+
+
+def test_bench_help_shows_the_benchmarks_options(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "codec", "--help"])
+    assert e.value.code == 0 and "--mbytes" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["codec", "--threads", "0"], "--threads"), (["codec", "--mbytes", "nan"], "--mbytes"),
+    (["codec", "--mbytes", "-1"], "--mbytes"), (["codec", "--repeat", "0"], "--repeat"),
+    (["loader", "--batches", "0"], "--batches"), (["loader", "--num-nodes", "0"], "--num-nodes"),
+    (["loader", "--device", "gpu"], "--device"), (["loader", "--num-neighbors", "0"], "--num-neighbors"),
+    (["loader", "--rounds", "0"], "--rounds"), (["decode", "--rows", "0"], "--rows"),
+    (["gather", "--table-gb", "inf"], "--table-gb"), (["sharded", "--batches", "0"], "--batches"),
+    (["codec", "--out", "/etc/passwd/x.json"], "--out"),
+])
+def test_bench_bad_values_are_usage_errors_naming_the_option(capsys, argv, option):
+    line = _usage_error(capsys, ["bench", *argv])
+    assert f"argument {option}: {argv[-1]!r} is not accepted; expected" in line
+
+
+def test_report_plot_in_an_unwritable_place_is_a_usage_error(capsys, tmp_path):
+    line = _usage_error(capsys, ["report", str(tmp_path), "--plot", "/etc/passwd/x.png"])
+    assert "argument --plot: '/etc/passwd/x.png' is not accepted" in line
