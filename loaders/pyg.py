@@ -560,6 +560,8 @@ class _Homo(_Kind):
         return list(self.edge_attrs)
 
     def sampler(self, num_neighbors, **options) -> NeighborSampler:
+        if isinstance(num_neighbors, NumNeighbors):  # PyG's wrapper: a homogeneous graph reads its get_values()
+            num_neighbors = num_neighbors.get_values()
         return NeighborSampler(self.graph, num_neighbors, weight=self.weight, node_time=self.times[0],
                                edge_time=self.times[1], **options)
 

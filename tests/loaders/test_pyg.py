@@ -569,3 +569,26 @@ def test_same_generator_same_batches_with_or_without_persistent_workers(hetero):
     assert persistent[0] != persistent[1]  # a new shuffle each epoch
     assert epochs(num_workers=1, persistent_workers=False) == persistent
     assert epochs(num_workers=0) == persistent
+
+
+def test_pygs_num_neighbors_object_samples_as_its_list():
+    """PyG's loaders take num_neighbors as a list or as a NumNeighbors (its sampler wraps a list in one and
+    reads get_values() for a Data); the node and link loaders give the same batches either way."""
+    from torch_geometric.sampler.base import NumNeighbors
+
+    from ibp_graph.loaders.pyg import CompressedLinkNeighborLoader
+
+    data = make_graph(num_nodes=400, num_edges=3000, dim=8)
+    for cls, kw in ((CompressedNeighborLoader, {}), (CompressedLinkNeighborLoader, {"neg_sampling": "binary"})):
+        batches = []
+        for fanouts in ([4, 2], NumNeighbors([4, 2])):
+            loader = cls(data, num_neighbors=fanouts, batch_size=64, shuffle=True, codec="identity",
+                         generator=torch.Generator().manual_seed(3), **kw)
+            batches.append(list(loader))
+        assert len(batches[0]) == len(batches[1]) > 1
+        for a, b in zip(*batches):
+            assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a.keys()
+                                                if isinstance(a[k], torch.Tensor)), cls.__name__
+            assert a.num_sampled_nodes == b.num_sampled_nodes
+    with pytest.raises(ValueError, match="num_neighbors must be a non-empty list of ints >= -1"):
+        CompressedNeighborLoader(data, num_neighbors=NumNeighbors([]), batch_size=64)
