@@ -7,12 +7,25 @@ fork-safe layer (TBB, or its own workqueue) unless the user chose one
 when it starts, and :func:`use_parallel` calls it before this package's first parallel
 kernel, so the layer is chosen before numba starts its threads. Inside a DataLoader
 worker, kernels run serially: each worker is meant to own one core.
+
+The workqueue layer (numba's own, the fork-safe one where TBB is not installed) is not
+thread-safe: two Python threads launching parallel kernels at once abort the process
+("Concurrent access has been detected"), as the sharded loaders' exchange thread and main
+thread decoding side by side did. So one parallel kernel runs at a time in a process
+(:func:`parallel_slot`), and a thread that finds one running runs the serial build instead
+of waiting (the same results: every kernel's output is independent of its threads).
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
+from typing import Iterator
 
 import numba
+
+#: held while a parallel kernel of this package runs (see the module docstring).
+_PARALLEL = threading.Lock()
 
 
 def use_forksafe_layer() -> bool:
@@ -33,6 +46,18 @@ def in_worker() -> bool:
     except ImportError:  # pragma: no cover - torch is a dependency
         return False
     return get_worker_info() is not None
+
+
+@contextlib.contextmanager
+def parallel_slot(wanted: bool = True) -> Iterator[bool]:
+    """True, held until the block ends, when this thread `wanted` to and may launch a parallel kernel now;
+    False while another thread of the process runs one (run the serial build then), or when not `wanted`."""
+    free = wanted and _PARALLEL.acquire(blocking=False)
+    try:
+        yield free
+    finally:
+        if free:
+            _PARALLEL.release()
 
 
 def use_parallel(n_items: int, min_items: int) -> bool:

@@ -11,6 +11,7 @@ serial build for DataLoader workers (one core each, no threading layer, no locks
 """
 from __future__ import annotations
 
+import functools
 import sys
 from types import FunctionType
 
@@ -21,7 +22,7 @@ from numba import njit
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-from ..threads import use_parallel
+from ..threads import parallel_slot, use_parallel
 from ..jit_cache import install as _install_kernel_cache
 
 _install_kernel_cache()  # numba caches this module's kernels per environment (ibp_graph.jit_cache)
@@ -57,8 +58,14 @@ def build_kernels(fn):
 
 
 def pick_kernel(kernels, n_rows: int):
-    """The build of `kernels` (from build_kernels) for a call on n_rows rows."""
-    return kernels[0] if parallel_ok(n_rows) else kernels[1]
+    """The build of `kernels` (from build_kernels) for a call on n_rows rows: the serial one, or a call of
+    the parallel one unless another thread runs a parallel kernel then (ibp_graph.threads.parallel_slot)."""
+    return functools.partial(_one_parallel, kernels) if parallel_ok(n_rows) else kernels[1]
+
+
+def _one_parallel(kernels, *args):
+    with parallel_slot() as free:
+        return (kernels[0] if free else kernels[1])(*args)
 
 
 # --------------------------------------------------------------------------- intrinsics

@@ -10,6 +10,7 @@ import numpy as np
 from numba import prange
 
 from ..resources import available_memory
+from ..threads import parallel_slot
 from ..jit_cache import install as _install_kernel_cache
 
 _install_kernel_cache()  # numba caches this module's kernels per environment (ibp_graph.jit_cache)
@@ -414,11 +415,12 @@ def sample_hop(what: str, parallel: bool, csc, frontier, counts, k: int, replace
     args = (*csc, frontier, offsets[:0] if valid is None else valid, valid is not None, last,
             _NO_WEIGHT if weight is None else weight, weight is not None, offsets, np.int64(k), replace,
             hop_key(*key), np.int64(pos0), src, eid)
-    if not parallel:
-        _sample_range(*args, 0, n)
-        return src, eid
-    done = np.zeros((n + _CHUNK - 1) // _CHUNK, dtype=np.bool_)
-    _sample_hop_parallel(*args, done)
+    with parallel_slot(parallel) as free:  # one parallel kernel at a time in a process (ibp_graph.threads)
+        if not free:
+            _sample_range(*args, 0, n)
+            return src, eid
+        done = np.zeros((n + _CHUNK - 1) // _CHUNK, dtype=np.bool_)
+        _sample_hop_parallel(*args, done)
     if not done.all():
         raise MemoryError(f"{what}: a parallel sampling task failed (out of memory) and its edges were "
                           f"not sampled; {available_memory():,} bytes of memory are available: accepted: "

@@ -9,6 +9,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from ...threads import parallel_slot
 from ...layout.bitstream import (build_kernels, copy_bytes, ld8, ld16, ld32, ld64, parallel_ok, pext,
                                  put_bits, st64)
 from ...layout.rows import PAYLOAD_TAIL, offsets_from_lengths
@@ -311,18 +312,18 @@ def encode_rows(words: np.ndarray, rows: np.ndarray, t: EBPTables) -> tuple[np.n
     """(payload, offsets) of rows given as (n, d) element words and their (n, row_nbytes) bytes."""
     n = words.shape[0]
     rb = t.row_nbytes
-    par = parallel_ok(n)
-    n_chunks = max(1, min(n, 4 * numba.get_num_threads())) if par else 1
-    # Room for every row raw (only the pages written are ever touched) plus the tail.
-    tmp = np.empty(n * rb + PAYLOAD_TAIL + 8, dtype=np.uint8)
-    lengths = np.zeros(n, dtype=np.int64)
-    drec = t.drec.copy()  # entry offsets -> addresses, valid while t.elut lives (this call)
-    drec[:, R_EADDR // 8] += np.uint64(t.elut.ctypes.data)
-    table_args = {name: getattr(t, name) for name in ENCODE_TABLE_ARGS}
-    table_args["drec"] = drec
-    (_encode[0] if par else _encode[1])(
-        words, rows, n_chunks, *(table_args[name] for name in ENCODE_TABLE_ARGS), tmp, lengths,
-        np.zeros((n_chunks, 2, t.scratch_bytes), dtype=np.uint8))
+    with parallel_slot(parallel_ok(n)) as par:  # one parallel kernel at a time in a process (ibp_graph.threads)
+        n_chunks = max(1, min(n, 4 * numba.get_num_threads())) if par else 1
+        # Room for every row raw (only the pages written are ever touched) plus the tail.
+        tmp = np.empty(n * rb + PAYLOAD_TAIL + 8, dtype=np.uint8)
+        lengths = np.zeros(n, dtype=np.int64)
+        drec = t.drec.copy()  # entry offsets -> addresses, valid while t.elut lives (this call)
+        drec[:, R_EADDR // 8] += np.uint64(t.elut.ctypes.data)
+        table_args = {name: getattr(t, name) for name in ENCODE_TABLE_ARGS}
+        table_args["drec"] = drec
+        (_encode[0] if par else _encode[1])(
+            words, rows, n_chunks, *(table_args[name] for name in ENCODE_TABLE_ARGS), tmp, lengths,
+            np.zeros((n_chunks, 2, t.scratch_bytes), dtype=np.uint8))
     offsets, padded = offsets_from_lengths(lengths)
     if n_chunks == 1:
         # one chunk wrote the rows back to back from 0: tmp is the payload; shrink it in
