@@ -14,6 +14,9 @@ thread-safe: two Python threads launching parallel kernels at once abort the pro
 thread decoding side by side did. So one parallel kernel runs at a time in a process
 (:func:`parallel_slot`), and a thread that finds one running runs the serial build instead
 of waiting (the same results: every kernel's output is independent of its threads).
+
+Other threads must not make a forked worker hang either: :class:`CollectiveTensors` keeps the
+tensors of gloo's collectives referenced from Python, so that gloo's own threads never enter Python.
 """
 from __future__ import annotations
 
@@ -68,3 +71,32 @@ def use_parallel(n_items: int, min_items: int) -> bool:
     """
     use_forksafe_layer()
     return n_items >= min_items and numba.get_num_threads() > 1 and not in_worker()
+
+
+#: collectives whose tensors a CollectiveTensors holds (gloo runs two worker threads per process group:
+#: once this many later collectives of the group completed, both have dropped their reference).
+HELD_COLLECTIVES = 8
+
+
+class CollectiveTensors:
+    """The tensors of a process group's last `HELD_COLLECTIVES` collectives, kept alive in Python.
+
+    gloo's worker thread drops its reference to a collective's tensors after the collective completed.
+    Where that is a tensor's last reference and the tensor has a Python object (one made in Python and
+    dropped there already), torch takes the GIL from that thread to free the object, and pybind11 makes the
+    thread a Python thread state first: under CPython's thread-list lock, without the GIL. A process forked
+    at that moment (a DataLoader worker starting at a loader's first batch) starts with that lock held and,
+    before CPython 3.11.8 (gh-112275, this project's environment has 3.11.7), blocks on it before running a
+    line of Python: the loader then waits forever for its first batch and the other ranks time out in the
+    row exchange. Seen under the 2-rank sharded tests (a worker started right after an epoch's last
+    exchange). Holding the tensors until later collectives completed makes a Python thread, with the GIL,
+    drop the last reference instead."""
+
+    def __init__(self, held: int = HELD_COLLECTIVES):
+        import collections
+
+        self._recent: "collections.deque" = collections.deque(maxlen=held)
+
+    def hold(self, *tensors) -> None:
+        """Keep these tensors (one collective's inputs and outputs) until `held` later calls."""
+        self._recent.append(tensors)

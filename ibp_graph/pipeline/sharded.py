@@ -30,6 +30,7 @@ the loader serves a GPU, ``device_cache_bytes`` in device memory, the hottest of
 from __future__ import annotations
 
 import datetime
+import pickle
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence, Union
 
@@ -42,6 +43,7 @@ from ..layout.errors import CorruptPayloadError
 from ..layout.rows import check_offsets_array, check_row_index, offsets_from_lengths, padded_size
 from ..layout.buffers import BufferPool, empty_host
 from ..layout.tensor import CompressedTensor
+from ..threads import CollectiveTensors
 from .cache import decode_rows
 from .sources import COMPRESSED, FeatureSource, assemble
 from .stats import Tally
@@ -75,6 +77,9 @@ class ShardExchange:
             raise ValueError(f"timeout={timeout!r} is not accepted; use seconds in (0, {MAX_TIMEOUT:g}]")
         self.group, self.timeout = group, float(timeout)
         self.rank = self.world_size = None
+        # every collective's tensors stay referenced here for a while: freed by gloo's thread, they would make
+        # it a Python thread state, which a DataLoader worker forked meanwhile could deadlock on (threads)
+        self._held = CollectiveTensors()
 
     def start(self) -> None:
         """Join the group (made now if none was given); once."""
@@ -90,7 +95,7 @@ class ShardExchange:
         self.rank, self.world_size = dist.get_rank(self.group), dist.get_world_size(self.group)
 
     def __getstate__(self) -> dict:  # workers never exchange
-        return {**self.__dict__, "group": None, "rank": None, "world_size": None}
+        return {**self.__dict__, "group": None, "rank": None, "world_size": None, "_held": CollectiveTensors()}
 
     def _fail(self, what: str, e: BaseException) -> ShardExchangeError:
         return ShardExchangeError(
@@ -107,18 +112,27 @@ class ShardExchange:
             dist.all_to_all_single(out, inp, out_splits, in_splits, group=self.group)
         except (RuntimeError, ValueError) as e:
             raise self._fail(what, e) from e
+        self._held.hold(out, inp)
         return out
 
     def all_gather(self, obj: Any, what: str) -> list:
-        """Every rank's `obj` (all_gather_object on the group)."""
+        """Every rank's `obj`, pickled (as all_gather_object, with tensors this exchange holds: see
+        threads.CollectiveTensors). The peers are the ranks of one job, trusted as torch's own is."""
         import torch.distributed as dist
 
-        out: list = [None] * self.world_size
+        mine = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
+        size = torch.tensor([mine.numel()], dtype=torch.int64)
+        sizes = [torch.empty(1, dtype=torch.int64) for _ in range(self.world_size)]
         try:
-            dist.all_gather_object(out, obj, group=self.group)
+            dist.all_gather(sizes, size, group=self.group)
+            padded = torch.zeros(max(int(s) for s in sizes), dtype=torch.uint8)
+            padded[:mine.numel()] = mine
+            got = [torch.empty_like(padded) for _ in range(self.world_size)]
+            dist.all_gather(got, padded, group=self.group)
         except (RuntimeError, ValueError) as e:
             raise self._fail(what, e) from e
-        return out
+        self._held.hold(size, *sizes, padded, *got)
+        return [pickle.loads(t[:int(n)].numpy().tobytes()) for t, n in zip(got, sizes)]
 
     def end(self, name: str) -> None:
         """Mark the end of this rank's epoch: it pairs with the other ranks' marks, and with the batch of

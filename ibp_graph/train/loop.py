@@ -17,7 +17,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from ..files import DiskFullError, write_text
+from ..threads import CollectiveTensors
 from ..data.prepared import PreparedDataset, add_store
 from . import epoch_record, frontends, sharding, startup
 from .config import HETERO_DATASETS, Config, ConfigError, LoaderConfig, check_config, to_dict
@@ -42,6 +43,8 @@ class Dist:
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
+    #: the tensors of this process's last sums and maxima (threads.CollectiveTensors)
+    held: CollectiveTensors = field(default_factory=CollectiveTensors, compare=False, repr=False)
 
     @property
     def main(self) -> bool:
@@ -61,6 +64,7 @@ class Dist:
         if torch.distributed.get_backend() == "nccl":
             t = t.cuda()
         torch.distributed.all_reduce(t)
+        self.held.hold(t)  # freed here, not by gloo's thread (threads.CollectiveTensors)
         return t.cpu().tolist()
 
     def max(self, value: float) -> float:
@@ -71,6 +75,7 @@ class Dist:
         if torch.distributed.get_backend() == "nccl":
             t = t.cuda()
         torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+        self.held.hold(t)
         return float(t.item())
 
 

@@ -384,3 +384,40 @@ def test_decoded_batches_a_user_holds_are_never_written_again():
         assert torch.equal(rows.view(torch.int32), x[batches[k]].view(torch.int32)), k
     assert len({r.untyped_storage().data_ptr() for r in held.values()}) == len(held)
     assert source._buffers.reused >= 2  # the odd batches' buffers went back to the pool
+
+
+HELD_SCRIPT = """
+import gc, weakref, torch, torch.distributed as dist
+from ibp_graph.pipeline.sharded import ShardExchange
+from ibp_graph.threads import HELD_COLLECTIVES
+from ibp_graph.train.loop import Dist
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+ex, d = ShardExchange(timeout=30), Dist(rank=0, world_size=2)
+ex.start()
+def alive_until_later_collectives(collective):
+    inp, out = torch.arange(3), torch.empty(3, dtype=torch.int64)
+    refs = [weakref.ref(inp), weakref.ref(out)]
+    collective(out, inp)
+    del inp, out
+    gc.collect()
+    kept = all(r() is not None for r in refs)
+    for _ in range(HELD_COLLECTIVES):
+        ex.all_to_all(torch.empty(1, dtype=torch.int64), torch.zeros(1, dtype=torch.int64))
+        d.sum([1.0])
+    gc.collect()
+    return kept and all(r() is None for r in refs)
+assert alive_until_later_collectives(lambda out, inp: ex.all_to_all(out, inp))
+assert alive_until_later_collectives(lambda out, inp: d.held.hold(out, inp))
+assert ex.all_gather({"a": [1, 2.5, None], "b": "x" * 1000}, "test") == [{"a": [1, 2.5, None], "b": "x" * 1000}]
+assert d.sum([1.5, 2.0]) == [1.5, 2.0] and d.max(7.0) == 7.0  # a group of one: the given values
+print("ok")
+"""
+
+
+def test_collective_tensors_are_dropped_by_python_not_by_gloos_thread():
+    """Each collective's tensors stay referenced from Python until HELD_COLLECTIVES later ones completed
+    (threads.CollectiveTensors): freed by gloo's worker thread, they made it a Python thread state under
+    CPython's thread-list lock, on which a DataLoader worker forked at that moment deadlocked (3.11.7)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    proc = subprocess.run([sys.executable, "-c", HELD_SCRIPT], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
