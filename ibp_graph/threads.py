@@ -20,6 +20,7 @@ tensors of gloo's collectives referenced from Python, so that gloo's own threads
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import threading
@@ -93,9 +94,7 @@ class CollectiveTensors:
     drop the last reference instead."""
 
     def __init__(self, held: int = HELD_COLLECTIVES):
-        import collections
-
-        self._recent: "collections.deque" = collections.deque(maxlen=held)
+        self._recent: collections.deque = collections.deque(maxlen=held)
 
     def hold(self, *tensors) -> None:
         """Keep these tensors (one collective's inputs and outputs) until `held` later calls."""
