@@ -268,7 +268,11 @@ FILES = ("payload.bin", "codec.bin", "meta.json")
 
 def _check_store_dir(d: Path) -> None:
     """OutputFolderError unless the folder `d` a store is written into is absent, holds no file of a store's names,
-    or holds a store (its meta.json a store's): writing would replace, or delete, a user's files of those names."""
+    or holds a store (its meta.json a store's): writing would replace, or delete, a user's files of those names.
+    A file `d` is refused here too, before any encoding (the store's files move into `d` only at the end)."""
+    if d.exists() and not d.is_dir():
+        raise OutputFolderError(f"directory={str(d)!r} is not accepted: it is a file; nothing was written: pass an "
+                                "absent or empty folder, or one holding a store")
     taken = [f for f in (*FILES, "offsets.npy", checksums.MANIFEST) if (d / f).exists() or (d / f).is_symlink()]
     if not taken:
         return
@@ -289,6 +293,9 @@ def _staged(d: Path):
     removed before it): a store saved over another stays the old one while the new one is written (its payload:
     minutes at papers100M size), and only the few renames at the end could leave a mix, which its checksums
     refuse."""
+    # beside the folder the files land in: through a symlink, on its file system (os.replace cannot cross one);
+    # for ".", a folder with a name of its own
+    d = Path(os.path.realpath(d))
     d.parent.mkdir(parents=True, exist_ok=True)
     with work_dir(d) as work:
         yield work

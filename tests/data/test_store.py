@@ -1,5 +1,6 @@
 """EncodedTable: every codec name (auto by default), saved and reloaded with its codec state, gathers bit-exact."""
 import pickle
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -137,6 +138,49 @@ def test_a_folder_of_a_users_files_of_a_stores_names_is_refused_and_kept(tmp_pat
     table.save(d)
     EncodedTable.encode(emb[:100], "ibp", directory=d, progress=False)  # over its own store: replaced
     assert (d / "notes.txt").read_text() == "mine" and EncodedTable.load(d).codec.name == "ibp"
+
+
+def test_a_store_saved_into_the_current_folder_or_onto_a_file(tmp_path, emb, monkeypatch):
+    """save / encode(directory=) take "." (the work folder is named after the folder's absolute path; "." has no
+    name of its own), and a file as the folder is refused by name before any encoding, the file kept."""
+    from ibp_graph.files import OutputFolderError
+
+    table = EncodedTable.encode(emb[:100], "ibp", progress=False)
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    for write in (lambda d: table.save(d), lambda d: EncodedTable.encode(emb[:100], "ibp", directory=d,
+                                                                        progress=False)):
+        write(".")
+        assert same_bits(EncodedTable.load(".", verify="full").decode_rows(torch.arange(100)), emb[:100])
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["here"]  # no work folder left
+        f = tmp_path / "notes.txt"
+        f.write_text("mine")
+        with pytest.raises(OutputFolderError, match=rf"^directory='{f}' is not accepted: it is a file; nothing was "
+                                                    "written"):
+            write(f)
+        assert f.read_text() == "mine"
+        f.unlink()
+
+
+def test_a_store_saved_through_a_symlink_to_another_file_system(tmp_path, emb):
+    """A store folder that is a symlink to another file system (a data disk) takes save / encode(directory=): the
+    work folder lies beside the folder the files land in, since a rename cannot cross file systems."""
+    import os
+    import tempfile
+
+    other = Path("/dev/shm")
+    if not other.is_dir() or other.stat().st_dev == tmp_path.stat().st_dev or not os.access(other, os.W_OK):
+        pytest.skip("no writable /dev/shm on another file system than tmp_path")
+    with tempfile.TemporaryDirectory(dir=other) as target:
+        link = tmp_path / "store"
+        link.symlink_to(target, target_is_directory=True)
+        EncodedTable.encode(emb[:100], "ibp", progress=False).save(link)
+        assert same_bits(EncodedTable.load(link, verify="full").decode_rows(torch.arange(100)), emb[:100])
+        EncodedTable.encode(emb[:50], "identity", directory=link, progress=False)
+        assert same_bits(EncodedTable.load(link, verify="full").decode_rows(torch.arange(50)), emb[:50])
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["store"]
+        assert sorted(p.name for p in Path(target).parent.iterdir() if p.name.startswith(Path(target).name)) == \
+            [Path(target).name]  # no work folder left beside the target either
 
 
 @pytest.mark.parametrize("via", ["save", "encode"])
