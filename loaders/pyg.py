@@ -56,8 +56,10 @@ def _check_edge_ids(edge_ids, named: List[str]) -> None:
     if not isinstance(edge_ids, bool):
         raise TypeError(f"edge_ids={edge_ids!r} is not accepted; use True (batches carry e_id) or False")
     if not edge_ids and named:
+        adj_t = [n for n in named if n.split(".")[-1] == ADJ_T]  # the graph itself, its values gathered by edge id
         raise ValueError(f"edge_ids=False is not accepted for a graph with edge attributes ({', '.join(named)}): "
-                         "batches gather them by edge id; accepted: edge_ids=True, or the graph without them")
+                         "batches gather them by edge id; accepted: edge_ids=True, or the graph without them"
+                         + (f" ({', '.join(adj_t)}: the graph as edge_index)" if adj_t else ""))
 
 
 class _SampledLoader(_common.Codecs):

@@ -23,7 +23,7 @@ order).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Union
+from typing import List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -85,6 +85,9 @@ class NeighborSampler:
         if not isinstance(graph, CSCGraph):
             raise TypeError(f"graph must be a CSCGraph, got {type(graph).__name__}")
         # flags, the temporal strategy and the other combinations are checked by HeteroNeighborSampler
+        if isinstance(num_neighbors, Mapping):  # checked here: the one sampler would name its internal edge type
+            raise ValueError(f"num_neighbors={dict(num_neighbors)!r} is not accepted for a homogeneous graph (a dict "
+                             "per edge type is for a heterogeneous one); accepted: a list of ints >= -1, one per hop")
         if subgraph_type not in SUBGRAPH_TYPES:
             raise ValueError(f"subgraph_type={subgraph_type!r} is not accepted; use one of {SUBGRAPH_TYPES}")
         temporal = node_time is not None or edge_time is not None

@@ -592,3 +592,7 @@ def test_pygs_num_neighbors_object_samples_as_its_list():
             assert a.num_sampled_nodes == b.num_sampled_nodes
     with pytest.raises(ValueError, match="num_neighbors must be a non-empty list of ints >= -1"):
         CompressedNeighborLoader(data, num_neighbors=NumNeighbors([]), batch_size=64)
+    for per_type in ({("n", "to", "n"): [2]}, NumNeighbors({("n", "to", "n"): [2]})):  # a dict is for HeteroData
+        with pytest.raises(ValueError, match=r"^num_neighbors=\{\('n', 'to', 'n'\): \[2\]\} is not accepted for a "
+                                             r"homogeneous graph .*accepted: a list of ints >= -1, one per hop$"):
+            CompressedNeighborLoader(data, num_neighbors=per_type, batch_size=64)
