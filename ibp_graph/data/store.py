@@ -269,10 +269,15 @@ FILES = ("payload.bin", "codec.bin", "meta.json")
 def _check_store_dir(d: Path) -> None:
     """OutputFolderError unless the folder `d` a store is written into is absent, holds no file of a store's names,
     or holds a store (its meta.json a store's): writing would replace, or delete, a user's files of those names.
-    A file `d` is refused here too, before any encoding (the store's files move into `d` only at the end)."""
+    A file `d`, and a mount point, are refused here too, before any encoding (the store's files move into `d` only at
+    the end, from a work folder beside it)."""
     if d.exists() and not d.is_dir():
         raise OutputFolderError(f"directory={str(d)!r} is not accepted: it is a file; nothing was written: pass an "
                                 "absent or empty folder, or one holding a store")
+    if os.path.ismount(os.path.realpath(d)):  # the work folder beside it would lie on another file system
+        raise OutputFolderError(f"directory={str(d)!r} is not accepted: it is a mount point, and a store is written "
+                                "in a work folder beside its folder and moved in at the end (a move cannot cross file "
+                                "systems); nothing was written: pass a folder inside it")
     taken = [f for f in (*FILES, "offsets.npy", checksums.MANIFEST) if (d / f).exists() or (d / f).is_symlink()]
     if not taken:
         return

@@ -1,4 +1,5 @@
 """EncodedTable: every codec name (auto by default), saved and reloaded with its codec state, gathers bit-exact."""
+import os
 import pickle
 from pathlib import Path
 
@@ -181,6 +182,28 @@ def test_a_store_saved_through_a_symlink_to_another_file_system(tmp_path, emb):
         assert sorted(p.name for p in tmp_path.iterdir()) == ["store"]
         assert sorted(p.name for p in Path(target).parent.iterdir() if p.name.startswith(Path(target).name)) == \
             [Path(target).name]  # no work folder left beside the target either
+
+
+def test_a_store_folder_that_is_a_mount_point_is_refused_before_encoding(tmp_path, emb):
+    """A mount point (a data disk, a container volume) as the store folder: the work folder beside it would lie on
+    another file system, so the move at the end would fail after the whole encode; it is refused up front, also
+    through a symlink."""
+    from ibp_graph.files import OutputFolderError
+
+    mount = Path("/dev/shm")
+    if not os.path.ismount(mount):
+        pytest.skip("/dev/shm is not a mount point here")
+    link = tmp_path / "store"
+    link.symlink_to(mount, target_is_directory=True)
+    table = EncodedTable.encode(emb[:10], "ibp", progress=False)
+    before = sorted(os.listdir(mount))
+    for write in (lambda d: table.save(d), lambda d: EncodedTable.encode(emb[:10], "ibp", directory=d,
+                                                                        progress=False)):
+        for d in (mount, link):
+            with pytest.raises(OutputFolderError, match=rf"^directory='{d}' is not accepted: it is a mount point, "
+                                                        r".*nothing was written: pass a folder inside it$"):
+                write(d)
+    assert sorted(os.listdir(mount)) == before
 
 
 @pytest.mark.parametrize("via", ["save", "encode"])
