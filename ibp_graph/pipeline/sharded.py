@@ -8,7 +8,8 @@ gives it, encoded with the one codec every shard shares. A :class:`ShardedSource
    read here, compressed;
 2. ``all_to_all_single``: how many rows it asks of each rank, then the shard rows asked;
 3. every owner gathers the rows asked of it from its shard, still compressed (no encode at serve time);
-4. ``all_to_all_single``: each row's stored length (not for fixed-stride identity rows), then the bytes;
+4. ``all_to_all_single``: to each rank a status word, then each row's stored length (not for fixed-stride
+   identity rows); then the bytes;
 5. the received rows (their offsets checked as anything received), this rank's and the cache's are
    decoded bit for bit into sampled order: on the CPU each part by the codec's decoder on all cores,
    every row written straight to its batch position (into a pooled buffer: layout.buffers.BufferPool);
@@ -19,7 +20,11 @@ DDP's gradient collectives on the default group and the exchange never interleav
 fetch once per batch and take the same number of batches (the loaders' equal seed splits do:
 pipeline.requests); a rank whose epoch ends marks it, so that a rank with a batch more raises at once. A
 rank that dies or stops iterating makes the others raise ShardExchangeError (at
-once for a closed connection, after `timeout` seconds for a silent one).
+once for a closed connection, after `timeout` seconds for a silent one). A rank that fails to serve the rows
+asked of it (ids outside its shard, a shard it cannot read) says so in its status word: every rank then
+completes the batch's collectives (the bytes are not sent) and raises, the failing rank with its own message,
+the others naming it and its message. At the end of a run every rank closes its sources (`close`, after its
+last exchange): the group each made is destroyed, after a barrier on it (its gloo threads and sockets go).
 
 Two byte budgets keep the hottest remote rows (by `hotness`: a node's appearances in the graph's
 neighbour lists, by default) compressed, fetched once at the first batch (RemoteCache): ``cache_bytes``
@@ -70,19 +75,22 @@ class ShardExchangeError(RuntimeError):
 
 class ShardExchange:
     """The collectives of a row exchange, on a gloo group of their own (`group`: one given, or made from
-    the default group at `start`, which every rank must call in the same order)."""
+    the default group at `start`, which every rank must call in the same order; a group made there is
+    destroyed by `close`)."""
 
     def __init__(self, group: Any = None, *, timeout: float = DEFAULT_TIMEOUT):
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_TIMEOUT:
             raise ValueError(f"timeout={timeout!r} is not accepted; use seconds in (0, {MAX_TIMEOUT:g}]")
         self.group, self.timeout = group, float(timeout)
         self.rank = self.world_size = None
+        self.closed, self._made = False, False
         # every collective's tensors stay referenced here for a while: freed by gloo's thread, they would make
         # it a Python thread state, which a DataLoader worker forked meanwhile could deadlock on (threads)
         self._held = CollectiveTensors()
 
     def start(self) -> None:
         """Join the group (made now if none was given); once."""
+        self._open()
         if self.rank is not None:
             return
         import torch.distributed as dist
@@ -92,10 +100,40 @@ class ShardExchange:
                                "(torch.distributed.init_process_group; torchrun sets its environment)")
         if self.group is None:
             self.group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=self.timeout))
+            self._made = True
         self.rank, self.world_size = dist.get_rank(self.group), dist.get_world_size(self.group)
 
+    def _open(self) -> Any:
+        """The group; RuntimeError once the exchange is closed (a group of None would be the default one)."""
+        if self.closed:
+            raise RuntimeError(f"the feature row exchange of rank {self.rank} is closed (close() destroyed its "
+                               "process group); a closed exchange exchanges nothing: make a new one")
+        return self.group
+
+    def close(self) -> None:
+        """Leave the exchange; collective: every rank that started it calls close after its last exchange, once no
+        thread of it has one in flight. A group this exchange made is destroyed (its gloo threads and sockets
+        go): after a barrier on it, so that no rank destroys it while a peer still has a collective on it in
+        flight. Idempotent; a closed exchange refuses to start or exchange."""
+        if self.closed:
+            return
+        self.closed = True
+        if not self._made or self.rank is None:  # a group given is the caller's to destroy
+            return
+        import torch.distributed as dist
+
+        group, self.group, self._made = self.group, None, False  # its last reference: destroyed, it joins its threads
+        try:
+            dist.barrier(group=group)
+        except (RuntimeError, ValueError) as e:
+            raise self._fail("close", e) from e
+        finally:
+            dist.destroy_process_group(group)
+            self._held = CollectiveTensors()  # gloo's threads are gone: nothing of theirs holds these tensors
+
     def __getstate__(self) -> dict:  # workers never exchange
-        return {**self.__dict__, "group": None, "rank": None, "world_size": None, "_held": CollectiveTensors()}
+        return {**self.__dict__, "group": None, "rank": None, "world_size": None, "_held": CollectiveTensors(),
+                "_made": False}
 
     def _fail(self, what: str, e: BaseException) -> ShardExchangeError:
         return ShardExchangeError(
@@ -108,8 +146,9 @@ class ShardExchange:
         """``all_to_all_single`` on the group; ShardExchangeError naming this rank for any failure."""
         import torch.distributed as dist
 
+        group = self._open()
         try:
-            dist.all_to_all_single(out, inp, out_splits, in_splits, group=self.group)
+            dist.all_to_all_single(out, inp, out_splits, in_splits, group=group)
         except (RuntimeError, ValueError) as e:
             raise self._fail(what, e) from e
         self._held.hold(out, inp)
@@ -120,15 +159,16 @@ class ShardExchange:
         threads.CollectiveTensors). The peers are the ranks of one job, trusted as torch's own is."""
         import torch.distributed as dist
 
+        group = self._open()
         mine = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
         size = torch.tensor([mine.numel()], dtype=torch.int64)
         sizes = [torch.empty(1, dtype=torch.int64) for _ in range(self.world_size)]
         try:
-            dist.all_gather(sizes, size, group=self.group)
+            dist.all_gather(sizes, size, group=group)
             padded = torch.zeros(max(int(s) for s in sizes), dtype=torch.uint8)
             padded[:mine.numel()] = mine
             got = [torch.empty_like(padded) for _ in range(self.world_size)]
-            dist.all_gather(got, padded, group=self.group)
+            dist.all_gather(got, padded, group=group)
         except (RuntimeError, ValueError) as e:
             raise self._fail(what, e) from e
         self._held.hold(size, *sizes, padded, *got)
@@ -162,27 +202,20 @@ class ShardExchange:
         theirs = self.all_to_all(torch.empty(sum(wants), dtype=torch.int64),
                                  torch.from_numpy(np.ascontiguousarray(asked, dtype=np.int64)), wants, asks,
                                  what=f"{name}: row ids")
-        try:  # what the others asked: each id checked against this shard before a byte is read
-            check_row_index(theirs, shard.n_rows, "rows")
-        except IndexError as e:
-            ends = np.cumsum(wants)
-            by = int(np.searchsorted(ends, int(np.flatnonzero((theirs < 0) | (theirs >= shard.n_rows))[0]),
-                                     side="right"))
-            raise ShardExchangeError(f"rank {self.rank}: rank {by} asked for rows of {name!r} outside this "
-                                     f"rank's shard of {shard.n_rows} rows ({e}): the ranks' shard layouts "
-                                     "differ") from None
-        served = shard.index_select(theirs, empty)
+        fixed = shard.compressed.offsets is None  # fixed stride: every row row_nbytes long, no lengths sent
+        try:  # a failure serving them is sent in-band with the row lengths, so that every rank completes the batch
+            served, failure = self._serve(shard, theirs, wants, name, empty), None
+            mine = None if fixed else served.row_lengths().numpy().astype(np.int32, copy=False)
+        except Exception as e:  # noqa: BLE001 - whatever it is, the other ranks must not wait for this rank
+            served, failure, mine = None, e, None if fixed else np.zeros(sum(wants), np.int32)
+        lengths = self._lengths(mine, failure, asks, wants, name)
         row_nbytes = served.row_nbytes
         n_in = int(send_counts.sum())
-        if served.offsets is None:  # fixed stride: every row row_nbytes long
+        if fixed:
             out_lengths = np.asarray(wants, np.int64) * row_nbytes
-            lengths = None
             in_lengths = np.asarray(asks, np.int64) * row_nbytes
         else:
-            mine = served.row_lengths().to(torch.int32)
-            lengths = self.all_to_all(torch.empty(n_in, dtype=torch.int32), mine, asks, wants,
-                                      what=f"{name}: row lengths")
-            out_lengths = _segment_sums(mine.numpy(), wants)
+            out_lengths = _segment_sums(mine, wants)
             in_lengths = _segment_sums(lengths.numpy(), asks)
         total_in, total_out = int(in_lengths.sum()), int(out_lengths.sum())
         payload = empty((padded_size(total_in),), torch.uint8)
@@ -201,6 +234,44 @@ class ShardExchange:
                               dtype=served.dtype, codec=served.codec, fingerprint=served.fingerprint)
         wire = total_in + (0 if lengths is None else 4 * n_in)
         return Received(ct, wire_bytes=wire, request_bytes=8 * n_in)
+
+    def _serve(self, shard: EncodedTable, theirs: torch.Tensor, wants: list, name: str,
+               empty: Callable[..., torch.Tensor]) -> CompressedTensor:
+        """The rows of `shard` the other ranks asked for (`theirs`, `wants[r]` of them by rank r), compressed;
+        each id checked against the shard before a byte is read."""
+        try:
+            check_row_index(theirs, shard.n_rows, "rows")
+        except IndexError as e:
+            ends = np.cumsum(wants)
+            by = int(np.searchsorted(ends, int(np.flatnonzero((theirs < 0) | (theirs >= shard.n_rows))[0]),
+                                     side="right"))
+            raise ShardExchangeError(f"rank {by} asked for rows of {name!r} outside rank {self.rank}'s shard of "
+                                     f"{shard.n_rows} rows ({e}): the ranks' shard layouts differ") from None
+        return shard.index_select(theirs, empty)
+
+    def _lengths(self, mine: Optional[np.ndarray], failure: Optional[BaseException], asks: list, wants: list,
+                 name: str) -> Optional[torch.Tensor]:
+        """The row lengths message (collective): to each rank a status word (1: this rank failed to serve its
+        rows, `failure`), then the length of each row served to it (`mine`, in rank order; None: rows of fixed
+        stride, no lengths). Returns the lengths of the rows this rank asked for (None: fixed stride). Where any
+        rank failed, every rank has completed the same collectives and raises ShardExchangeError: the failing
+        rank with its own message, the others naming it and its message (gathered then)."""
+        fixed = mine is None
+        heads_out = np.cumsum([0] + [0 if fixed else w for w in wants[:-1]])
+        sent = np.insert(np.zeros(0, np.int32) if fixed else mine, heads_out, np.int32(failure is not None))
+        sizes_in = [1 + (0 if fixed else a) for a in asks]
+        got = self.all_to_all(torch.empty(sum(sizes_in), dtype=torch.int32), torch.from_numpy(sent), sizes_in,
+                              [1 + (0 if fixed else w) for w in wants], what=f"{name}: row lengths").numpy()
+        heads_in = np.cumsum([0] + sizes_in[:-1])
+        if got[heads_in].any():  # every rank sees every rank's status word: all take this branch, or none
+            text = None if failure is None else str(failure) if isinstance(failure, ShardExchangeError) else \
+                f"serving rows of {name!r} failed: {type(failure).__name__}: {failure}"
+            texts = self.all_gather(text, f"{name}: failures")
+            if failure is not None:
+                raise ShardExchangeError(f"rank {self.rank}: {text}") from failure
+            raise ShardExchangeError(f"rank {self.rank}: " + "; ".join(
+                f"rank {r} failed: {t}" for r, t in enumerate(texts) if t is not None))
+        return None if fixed else torch.from_numpy(np.delete(got, heads_in))
 
 
 @dataclass(frozen=True)
@@ -342,6 +413,7 @@ class ShardedSource(FeatureSource):
         self.cache_bytes, self.device_cache_bytes, self.hotness = int(cache_bytes), int(device_cache_bytes), hotness
         self.cache: Optional[RemoteCache] = None
         self._device: Optional[torch.device] = None
+        self.closed = False
         # a batch's buffers (rows served, received, gathered here, decoded): the pages of earlier ones
         self._buffers = BufferPool(keep=BUFFERS_KEPT)
 
@@ -401,6 +473,7 @@ class ShardedSource(FeatureSource):
                 "fingerprint": self.codec.fingerprint, "layout": self.layout.describe()}
 
     def prepare(self, device: torch.device) -> None:
+        self._check_open()
         device = torch.device(device)
         if self._device is not None:  # prepared (the set-up is collective: once); the cache follows the device
             self.cache.to(device)
@@ -491,6 +564,7 @@ class ShardedSource(FeatureSource):
 
     def fetch_compressed(self, ids: torch.Tensor, name: str = "rows") -> "Fetched":
         """Rows `ids`, still compressed: this rank's, the cache's and the other ranks' (collective)."""
+        self._check_open(name)
         if self._device is None:
             raise RuntimeError("ShardedSource.fetch before prepare(device): the loader's Serving prepares it")
         ids = check_row_index(ids, self.layout.num_rows, name)
@@ -528,9 +602,26 @@ class ShardedSource(FeatureSource):
 
     def end_epoch(self) -> None:
         """The loader's epoch is over (every batch fetched): tell the other ranks (ShardExchange.end)."""
+        self._check_open()
         if self._device is not None:
             self.exchange.end("the sharded table")
         self._buffers.clear()  # between epochs no idle buffer stays mapped
+
+    def close(self) -> None:
+        """End the source's service at the end of a run (collective: every rank, in one order of its sources, once
+        its loaders' epochs are over and no exchange is in flight): its exchange is closed, destroying the gloo
+        group it made (ShardExchange.close), and its cache and buffers are dropped. Idempotent; a closed source
+        refuses to serve (RuntimeError naming it): a new run makes new sources."""
+        if not self.closed:
+            self.exchange.close()
+            self.closed, self.cache, self._device = True, None, None
+            self._buffers.clear()
+
+    def _check_open(self, name: Optional[str] = None) -> None:
+        if self.closed:
+            rows = "" if name is None else f" for {name!r}"
+            raise RuntimeError(f"{self!r} is closed (close(), which a training run calls at its end, destroyed "
+                               f"its process group): it serves no rows{rows}; make a new ShardedSource for another run")
 
     def __repr__(self) -> str:
         return (f"ShardedSource(rank={self.rank}, {self.layout!r}, shard={self.shard!r}, "

@@ -108,6 +108,9 @@ class LoaderConfig:
     num_neighbors: list[int] = field(default_factory=lambda: [10, 5], metadata={
         "help": "neighbours sampled per hop, each in [1, 2**31 - 1] or -1 (all); also the number of GNN layers"})
     num_workers: int = _num(1, "DataLoader worker processes per loader", 0, 1024)
+    worker_timeout: float = _num(300.0, "seconds the main process waits for its workers' next batch before it stops "
+                                        "with an error naming the stage (a hung worker; the other ranks of a run "
+                                        "then stop too, instead of waiting); 0: forever", 0.0, 1e7)
     codecs: list[str] = field(default_factory=lambda: ["auto"], metadata={
         "choices": KINDS, "help": "one run per codec listed: auto (per group the smallest of ibp and "
                                   "ebp, identity when neither gains), ibp, ebp, identity"})

@@ -14,7 +14,7 @@ torch_geometric is not installed (.venv-dgl) and the PyG one where dgl is not.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, Iterator, Mapping, Optional
 
 import torch
 
@@ -80,8 +80,7 @@ class PyG:
         x = self.features(ds, codec, use_store, tables)
         return CompressedNeighborLoader(({"x": x}, ds.graph), list(lc.num_neighbors), input_nodes=input_nodes,
                                         batch_size=batch_size, shuffle=shuffle, codec=codec, device=device,
-                                        prefetch=lc.prefetch, num_workers=lc.num_workers,
-                                        persistent_workers=lc.num_workers > 0, rank=rank, world_size=world_size,
+                                        prefetch=lc.prefetch, **worker_options(lc), rank=rank, world_size=world_size,
                                         edge_ids=False)  # the models read no e_id: the sampler skips them
 
     def features(self, ds, codec: str, use_store: bool, tables: Optional[Mapping[str, Any]]) -> Any:
@@ -151,8 +150,7 @@ class PyGHetero(PyG):
                                                    given=given)
         return CompressedNeighborLoader((features, relations, num_nodes), list(lc.num_neighbors), input_nodes=(ds.target, input_nodes),
                                         batch_size=batch_size, shuffle=shuffle, codec=codec, device=device,
-                                        prefetch=lc.prefetch, num_workers=lc.num_workers,
-                                        persistent_workers=lc.num_workers > 0, rank=rank, world_size=world_size,
+                                        prefetch=lc.prefetch, **worker_options(lc), rank=rank, world_size=world_size,
                                         edge_ids=False)  # the models read no e_id: the sampler skips them
 
     def build_model(self, cfg, ds, inputs: Inputs = None) -> torch.nn.Module:
@@ -251,7 +249,7 @@ class DGL:
     def _loader(self, graph, seeds, sampler, lc, codec: str, tables: Optional[Mapping[str, Any]], **kw):
         """CompressedDGLDataLoader over `seeds` with `sampler` ("feat" from ``tables["x"]`` when given), or
         DGL's own DataLoader for codec NATIVE."""
-        kw.update(num_workers=lc.num_workers, persistent_workers=lc.num_workers > 0)
+        kw.update(worker_options(lc))
         if tables is not None:
             if codec == NATIVE:
                 raise ValueError(f"codec {NATIVE!r} (DGL's own DataLoader) reads the graph's ndata and takes no "
@@ -293,6 +291,28 @@ class DGL:
         DataLoader reshuffles each rank's share itself and has none)."""
         if getattr(loader, "use_ddp", False) and hasattr(loader, "set_epoch"):
             loader.set_epoch(epoch)
+
+
+def worker_options(lc) -> dict:
+    """The DataLoader options of LoaderConfig `lc` about its workers: how many, kept between epochs, and how long
+    the main process waits for a batch of theirs (torch's `timeout`, loader.worker_timeout; none without workers)."""
+    options = dict(num_workers=lc.num_workers, persistent_workers=lc.num_workers > 0)
+    if lc.num_workers > 0:  # torch's loader without workers takes no timeout
+        options["timeout"] = lc.worker_timeout
+    return options
+
+
+def batches(loader, stage: str) -> Iterator:
+    """The batches of `loader`; torch's error for workers silent past the loader's timeout (worker_options) as a
+    TimeoutError naming `stage` (e.g. "epoch 2: training") and loader.worker_timeout."""
+    try:
+        yield from loader
+    except RuntimeError as e:
+        if not str(e).startswith("DataLoader timed out"):
+            raise
+        raise TimeoutError(f"{stage}: the loader's DataLoader workers sent no batch in loader.worker_timeout="
+                           f"{loader.timeout:g} s: a worker hung, or takes longer than that for a batch (raise "
+                           "loader.worker_timeout; 0 waits forever)") from e
 
 
 def given_table(tables: Mapping[str, Any], name: str) -> Any:

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from ..data.link import LinkPreparedDataset
-from . import epoch_record, sharding, startup
+from . import epoch_record, frontends, sharding, startup
 from .config import Config, to_dict
 
 __all__ = ["ogb_ranks", "rank_metrics", "random_mrr", "open_link_dataset", "link_dataset_path", "train_epoch",
@@ -112,7 +112,7 @@ def train_epoch(model, loader, optimizer, front, *, max_batches: Optional[int] =
     bar = tqdm(total=total, desc=desc, unit="batch", disable=not progress, leave=False, file=sys.stderr,
                dynamic_ncols=True)
     t = time.perf_counter()
-    for i, batch in enumerate(loader):
+    for i, batch in enumerate(frontends.batches(loader, f"{desc}: training")):
         logits, labels = front.forward(model, batch)
         loss = F.binary_cross_entropy_with_logits(logits, labels)
         optimizer.zero_grad(set_to_none=True)
@@ -211,7 +211,8 @@ def run_one(cfg: Config, codec: str, ds: LinkPreparedDataset, dist, device: torc
             t = time.perf_counter()
             core.eval()
             with torch.no_grad():
-                emb = front.embed(core, node_loader, ds.num_nodes, device)
+                emb = front.embed(core, frontends.batches(node_loader, f"epoch {epoch}: embedding"), ds.num_nodes,
+                                  device)
             for part in ("valid", "test"):
                 ev[part] = evaluate(core, emb, ds.split[part], lk.hits_k, max_edges=lk.max_eval_edges,
                                     rank=dist.rank, world_size=dist.world_size)
@@ -247,6 +248,7 @@ def run_one(cfg: Config, codec: str, ds: LinkPreparedDataset, dist, device: torc
         f"{final['mean_epoch_seconds']:.1f} s per epoch; moved {final['fraction']:.3f} of the raw bytes; "
         f"wrote {result.get('path')}", flush=True)
     del train_loader, node_loader  # their persistent workers exit with them
+    sharding.close(tables)  # every rank's exchanges are over (the sums above): their process groups go
     return result
 
 

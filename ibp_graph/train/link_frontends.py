@@ -27,7 +27,7 @@ from typing import Any, Mapping, Optional
 import numpy as np
 import torch
 
-from .frontends import DGL, NATIVE, Inputs, PyG, model_input
+from .frontends import DGL, NATIVE, Inputs, PyG, model_input, worker_options
 from .models import build_link_model, check_arch
 
 __all__ = ["LinkPyG", "LinkDGL", "get", "train_edge_ids"]
@@ -51,8 +51,8 @@ class LinkPyG(PyG):
             ({"x": x}, ds.graph), list(lc.num_neighbors),
             edge_label_index=torch.stack([train["source_node"], train["target_node"]]), edge_label=None,
             neg_sampling="binary", neg_sampling_ratio=cfg.link.neg_sampling_ratio, batch_size=lc.batch_size,
-            shuffle=True, codec=codec, device=device, prefetch=lc.prefetch, num_workers=lc.num_workers,
-            persistent_workers=lc.num_workers > 0, rank=rank, world_size=world_size,
+            shuffle=True, codec=codec, device=device, prefetch=lc.prefetch, **worker_options(lc), rank=rank,
+            world_size=world_size,
             edge_ids=False)  # the models read no e_id: the sampler skips them
 
     def make_node_loader(self, ds, graph: Any, cfg, codec: str, *, device: torch.device,

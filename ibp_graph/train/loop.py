@@ -343,7 +343,7 @@ def train_epoch(model, loader, optimizer, labels: Optional[torch.Tensor], *, max
     bar = tqdm(total=total, desc=desc, unit="batch", disable=not progress, leave=False, file=sys.stderr,
                dynamic_ncols=True)
     t = time.perf_counter()
-    for i, batch in enumerate(loader):
+    for i, batch in enumerate(frontends.batches(loader, f"{desc}: training")):
         out, y = front.forward(model, batch, labels)
         loss = F.cross_entropy(out, y)
         optimizer.zero_grad(set_to_none=True)
@@ -362,13 +362,13 @@ def train_epoch(model, loader, optimizer, labels: Optional[torch.Tensor], *, max
 
 
 @torch.no_grad()
-def evaluate(model, loader, labels: Optional[torch.Tensor], *, front=None) -> dict:
-    """Correct predictions and count over `loader` (this rank's share)."""
+def evaluate(model, loader, labels: Optional[torch.Tensor], *, front=None, stage: str = "evaluation") -> dict:
+    """Correct predictions and count over `loader` (this rank's share; `stage`: what errors call it)."""
     front = front or frontends.PyG()
     model.eval()
     correct = count = 0.0
     t = time.perf_counter()
-    for batch in loader:
+    for batch in frontends.batches(loader, stage):
         out, y = front.forward(model, batch, labels)
         correct += float((out.argmax(1) == y).sum())
         count += y.numel()
@@ -446,7 +446,7 @@ def run_one(cfg: Config, codec: str, ds: PreparedDataset, dist: Dist, device: to
         ev = {}
         if epoch % cfg.train.eval_every == 0 or epoch == cfg.train.epochs:
             for part in ("valid", "test"):
-                ev[part] = evaluate(model, loaders[part], labels[part], front=front)
+                ev[part] = evaluate(model, loaders[part], labels[part], front=front, stage=f"epoch {epoch}: {part}")
         summed = dist.sum([tr["loss_sum"], tr["correct"], tr["count"],
                            *[ev.get(p, {}).get(k, 0.0) for p in ("valid", "test") for k in ("correct", "count")]])
         (loss_sum, correct, count, v_ok, v_n, t_ok, t_n) = summed
@@ -475,6 +475,7 @@ def run_one(cfg: Config, codec: str, ds: PreparedDataset, dist: Dist, device: to
         result["path"] = str(_write(cfg, codec, dist, result))
         say(f"wrote {result['path']}", flush=True)
     loaders.clear()  # the loaders' persistent workers exit with them
+    sharding.close(tables)  # every rank's exchanges are over (the sums above): their process groups go
     return result
 
 
@@ -565,7 +566,7 @@ def main_config(cfg: Config, *, baseline: bool = False) -> int:
     except DiskFullError as e:  # generating the data set under data.root
         print(f"ibp-graph train: {e.naming('data.root')}", file=sys.stderr)
         return 1
-    except (FileNotFoundError, ValueError, ImportError) as e:
+    except (FileNotFoundError, ValueError, ImportError, TimeoutError) as e:
         print(f"ibp-graph train: {_worker_message(e)}", file=sys.stderr)
         return 1
     finally:

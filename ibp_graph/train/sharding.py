@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Mapping, Optional, Sequence
 
 from ..data.input_stats import FeatureInput
 from ..data.shards import SHARDS_MANIFEST, default_shards_dir
@@ -22,8 +22,8 @@ from ..pipeline.sharded import ShardedSource
 from ..pipeline.stats import SHARD_COUNTS
 from .config import ConfigError
 
-__all__ = ["RankShards", "shards_dir", "has_shards", "check_world", "check_codecs", "sources", "epoch_counts",
-           "describe_counts"]
+__all__ = ["RankShards", "shards_dir", "has_shards", "check_world", "check_codecs", "sources", "close",
+           "epoch_counts", "describe_counts"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,14 @@ def sources(shards: Mapping, loader) -> dict[str, ShardedSource]:
     return {t: ShardedSource(table, layout, cache_bytes=loader.shard_cache_bytes,
                              device_cache_bytes=loader.shard_device_cache_bytes)
             for t, (table, layout) in shards.items()}
+
+
+def close(sources: Optional[Mapping[str, ShardedSource]]) -> None:
+    """Close a run's sources (`sources`' result; None: a run without shards) at its end, once its loaders' epochs
+    are over on every rank (the epoch's sums): in one order on every rank, each destroys the gloo group it made
+    (ShardedSource.close), so that a process running many runs keeps none of their groups' threads."""
+    for name in sorted(sources or {}):
+        sources[name].close()
 
 
 def epoch_counts(dist, stats) -> dict:

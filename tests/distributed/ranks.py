@@ -11,6 +11,9 @@ import sys
 import numpy as np
 import torch
 
+#: what a case records beside the batches (main adds it to the rank's result)
+EXTRA = {}
+
 
 def digest(batch) -> dict:
     """SHA-256 of every tensor of a PyG Data / HeteroData, by its store and key."""
@@ -199,6 +202,43 @@ def corrupt(rank, world):
     return ours, ref
 
 
+def serve_fails(rank, world):
+    """Reading rank 1's shard fails once rows of it are asked: rank 1 sends the failure in-band with the row
+    lengths, and both ranks raise at that batch, naming rank 1, instead of rank 0 waiting out the timeout."""
+    ours, ref = pyg_homo(rank, world)
+    if rank == 1:
+        real = ours.data.x.shard.index_select
+
+        def index_select(rows, empty=None):
+            if len(rows):
+                raise OSError("injected: the shard's file could not be read")
+            return real(rows, empty)
+        ours.data.x.shard.index_select = index_select
+    return ours, ref
+
+
+def threads() -> int:
+    """This process's threads, gloo's and numba's too (threading.active_count counts Python's only)."""
+    return len(os.listdir("/proc/self/task"))
+
+
+def repeated_runs(rank, world, runs=5):
+    """`runs` runs in one process, each with its own ShardedSource (its own gloo group, 3 threads) closed after
+    its epoch (twice: idempotent); the process's threads after each, and what a closed source's loader raises."""
+    for _ in range(runs):
+        ours, ref = pyg_homo(rank, world)
+        for _ in ours:
+            pass
+        ours.data.x.close()
+        ours.data.x.close()
+        EXTRA.setdefault("threads", []).append(threads())
+    try:
+        next(iter(ours))
+    except Exception as e:
+        EXTRA["closed"] = {"type": type(e).__name__, "message": str(e)}
+    return pyg_homo(rank, world)
+
+
 CASES = {"pyg_homo": pyg_homo, "pyg_homo_cache": lambda r, w: pyg_homo(r, w, cache_bytes=4000),
          "pyg_homo_identity": lambda r, w: pyg_homo(r, w, codec="identity"),
          "pyg_homo_workers": lambda r, w: pyg_homo(r, w, num_workers=2),
@@ -211,7 +251,8 @@ CASES = {"pyg_homo": pyg_homo, "pyg_homo_cache": lambda r, w: pyg_homo(r, w, cac
          "pyg_hetero_cache_cuda": lambda r, w: pyg_hetero(r, w, device_cache_bytes=3000, device="cuda"),
          "pyg_link": pyg_link, "uneven": uneven,
          "all_rank_0": lambda r, w: other_shard(r, w, lambda r: 0),
-         "swapped": lambda r, w: other_shard(r, w, lambda r: w - 1 - r), "dies": dies, "mismatch": mismatch, "bad_ids": bad_ids, "corrupt": corrupt}
+         "swapped": lambda r, w: other_shard(r, w, lambda r: w - 1 - r), "dies": dies, "mismatch": mismatch, "bad_ids": bad_ids, "corrupt": corrupt,
+         "serve_fails": serve_fails, "repeated_runs": repeated_runs}
 
 
 def main():
@@ -236,6 +277,7 @@ def main():
         result["row_nbytes"] = x.shard.compressed.row_nbytes
     except Exception as e:  # the test reads what this rank raised
         result["error"] = {"type": type(e).__name__, "message": str(e)}
+    result.update(EXTRA)
     path = os.path.join(out, f"rank{rank}.json")
     with open(path + ".tmp", "w") as f:
         json.dump(result, f)

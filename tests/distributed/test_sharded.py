@@ -111,11 +111,42 @@ def test_a_rank_serving_another_ranks_shard_is_refused_on_every_rank(case, wrong
 
 
 def test_rows_asked_outside_a_shard_are_refused_naming_the_asking_rank(tmp_path):
+    """Rank 0 refuses the ids rank 1 asked for, and says so in-band: both raise at that batch, rank 1 naming rank 0."""
     ranks = run_ranks("bad_ids", tmp_path)
-    err = ranks[0].get("error")
-    assert err is not None and err["type"] == "ShardExchangeError", ranks[0]
-    assert "rank 1 asked for rows" in err["message"] and "outside this rank's shard" in err["message"]
-    assert ranks[1].get("error", {}).get("type") == "ShardExchangeError"  # rank 0 left: not a hang
+    refused = "rank 1 asked for rows of 'x' outside rank 0's shard of 300 rows"
+    for r, res in enumerate(ranks):
+        err = res.get("error")
+        assert err is not None and err["type"] == "ShardExchangeError", res
+        assert err["message"].startswith(f"rank {r}: " + ("" if r == 0 else "rank 0 failed: ") + refused), err
+
+
+def test_a_rank_failing_to_serve_its_rows_is_an_error_on_every_rank_at_once(tmp_path):
+    """Rank 1's shard cannot be read: it sends the failure in-band with the row lengths, every rank completes the
+    batch's collectives (no rank is aborted by gloo for a message of another size) and raises, naming rank 1 and
+    why, well before the exchange's timeout (60 s)."""
+    import time
+
+    t = time.monotonic()
+    ranks = run_ranks("serve_fails", tmp_path, timeout=50)
+    assert time.monotonic() - t < 50
+    why = "serving rows of 'x' failed: OSError: injected: the shard's file could not be read"
+    for r, res in enumerate(ranks):
+        err = res.get("error")
+        assert err is not None and err["type"] == "ShardExchangeError", res
+        assert err["message"] == f"rank {r}: " + ("rank 1 failed: " if r == 0 else "") + why, err
+
+
+def test_repeated_runs_in_one_process_keep_no_process_group_and_a_closed_source_says_so(tmp_path):
+    """Each run's ShardedSource is closed at its end, destroying its gloo group (3 threads and their sockets each):
+    5 runs in one process end with the threads of the first. A closed source's loader raises, naming it."""
+    for res in run_ranks("repeated_runs", tmp_path):
+        assert "error" not in res and "log" not in res, res
+        assert res["threads"][-1] <= res["threads"][0], res["threads"]  # one group left per run: +3 each
+        closed = res["closed"]
+        assert closed["type"] == "RuntimeError", closed
+        assert re.match(r"ShardedSource\(rank=\d, ShardLayout\(contiguous, num_rows=600, world_size=2\).* is closed "
+                        r"\(close\(\), which a training run calls at its end, destroyed its process group\): it "
+                        r"serves no rows for 'x'; make a new ShardedSource", closed["message"]), closed
 
 
 def test_received_row_lengths_are_checked_before_decoding(tmp_path):

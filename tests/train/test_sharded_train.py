@@ -88,7 +88,8 @@ for label, extra in json.loads(os.environ["RUNS"]).items():
     test = "test_mrr" if result.get("task") == "link" else "test_acc"
     out[label] = {"features": result["features"], "world_size": result["world_size"],
                   "framework": result["framework"], "loss": [e["loss"] for e in result["epochs"]],
-                  "test": [e[test] for e in result["epochs"]], "shard": [e.get("shard") for e in result["epochs"]]}
+                  "test": [e[test] for e in result["epochs"]], "shard": [e.get("shard") for e in result["epochs"]],
+                  "threads": len(os.listdir("/proc/self/task"))}  # gloo's and numba's too
 with open(os.path.join(os.environ["OUT_DIR"], f"rank{os.environ['RANK']}.json"), "w") as f:
     json.dump(out, f)
 torch.distributed.destroy_process_group()
@@ -131,6 +132,8 @@ def test_sharded_features_train_with_the_losses_of_the_whole_table(data_root, tm
             assert_sharded_equals_local(rank, label)
         assert all(sh["remote_hits"] == 0 and sh["wire_bytes"] > 0 for sh in rank["sharded"]["shard"])
         assert all(sh["remote_hits"] > 0 for sh in rank["sharded_cache"]["shard"])
+        # each sharded run destroyed its exchange's gloo group at its end: no 3 threads more per run
+        assert rank["sharded_cache"]["threads"] <= rank["sharded"]["threads"]
     assert ranks[0]["sharded"]["loss"] == ranks[1]["sharded"]["loss"]  # summed over ranks: one number
     prepared = graphgen.cache_dir(load_config(CONFIG, sets).data.synthetic, data_root)
     assert (prepared / "shards-2" / "shards.json").is_file()  # a small generated data set: cut by the run
@@ -169,6 +172,7 @@ def test_a_host_without_x_npy_or_the_store_trains_with_the_losses_of_the_whole_t
     for rank in ranks:
         for label in ("", "mag_", "link_"):
             assert_sharded_equals_local(rank, label + "host", label + "local")
+        assert rank["link_local"]["threads"] <= rank["host"]["threads"]  # no gloo group kept by a sharded run
     for root in hosts.values():
         assert_still_a_host(root)
 
@@ -236,6 +240,33 @@ def test_dgl_trains_from_the_shards_with_the_losses_of_the_whole_table(data_root
         assert all(m is not None for m in rank["link_sharded"]["test"])
     assert_still_a_host(node_host)
     assert_still_a_host(link_host)
+
+
+def test_a_hung_worker_stops_the_run_with_an_error_naming_the_stage(data_root, tmp_path, monkeypatch, capsys):
+    """loader.worker_timeout: a DataLoader worker that sends no batch (here: one that sleeps) stops the run after
+    that many seconds with an error naming the stage and the key, instead of leaving its rank waiting forever
+    (and a sharded run's other ranks until the exchange's timeout)."""
+    import time
+
+    from torch.utils.data import get_worker_info
+
+    from ibp_graph.loaders.pyg import CompressedNeighborLoader
+    from ibp_graph.train.loop import main_config
+
+    real = CompressedNeighborLoader.collate_fn
+
+    def collate_fn(self, index):
+        if get_worker_info() is not None:  # in the worker only: the main process warms up with the sampler
+            time.sleep(300)
+        return real(self, index)
+    monkeypatch.setattr(CompressedNeighborLoader, "collate_fn", collate_fn)
+    cfg = tiny.config(TINY, data_root, tmp_path, "loader.num_workers=1", "loader.worker_timeout=2")
+    t = time.monotonic()
+    assert main_config(cfg) == 1
+    assert time.monotonic() - t < 120
+    assert ("ibp-graph train: epoch 1: training: the loader's DataLoader workers sent no batch in "
+            "loader.worker_timeout=2 s: a worker hung, or takes longer than that for a batch (raise "
+            "loader.worker_timeout; 0 waits forever)") in capsys.readouterr().err
 
 
 def test_sharded_features_are_refused_in_a_single_process(data_root, tmp_path):
