@@ -83,7 +83,7 @@ def test_edge_ids_false_is_refused_for_edge_attributes_and_a_non_bool_by_name():
         CompressedLinkNeighborLoader(data, [2], weight_attr="w", edge_ids=False)
     adj = featured_graph()
     adj.adj_t = torch.sparse_coo_tensor(adj.edge_index.flip(0), torch.ones(adj.num_edges),
-                                        (adj.num_nodes, adj.num_nodes)).to_sparse_csr()
+                                        (adj.num_nodes, adj.num_nodes), check_invariants=True).to_sparse_csr()
     del adj.edge_index  # the graph as adj_t: its values are gathered by edge id for the batches' adj_t
     with pytest.raises(ValueError, match=r"edge attributes \(adj_t\): .*or the graph without them \(adj_t: the "
                                          r"graph as edge_index\)$"):
