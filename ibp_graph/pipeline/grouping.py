@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Callable, Mapping, Optional
+from typing import Callable, Optional
 
 import numpy as np
 import torch
@@ -193,11 +193,6 @@ def typed_key(name: str, dtype: torch.dtype, row_shape: tuple[int, ...]) -> Grou
     return GroupKey(dtype_name(dtype), tuple(row_shape), TYPED, name)
 
 
-def store_layout(name: str, dtype: torch.dtype, shape: tuple[int, ...]) -> GroupLayout:
-    """The layout of a store group: one member, `name`, all rows."""
-    return GroupLayout(store_key(name, dtype, tuple(shape[1:])), (Member(name, tuple(shape), 0),))
-
-
 def _empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     return torch.empty(shape, dtype=dtype)
 
@@ -252,13 +247,3 @@ def one_tensor_group(key: GroupKey, name: str, t: torch.Tensor) -> tuple[GroupLa
     """The group of one contiguous row tensor: the tensor itself (its bytes, for a dtype no codec has)."""
     return GroupLayout(key, (Member(name, tuple(t.shape), 0),)), _bytes(t) if key.as_bytes else t
 
-
-def group_tensors(tensors: Mapping[str, torch.Tensor], empty: Callable[..., torch.Tensor] = _empty
-                  ) -> dict[GroupKey, tuple[GroupLayout, torch.Tensor]]:
-    """The named tensors as one contiguous tensor per group, with its layout (one_tensor_group, write_group)."""
-    buckets: dict[GroupKey, list] = {}
-    for name, t in tensors.items():
-        buckets.setdefault(group_key(name, t), []).append((name, tuple(t.shape), t))
-    return {key: one_tensor_group(key, items[0][0], items[0][2])
-            if not key.scalar and len(items) == 1 and items[0][2].is_contiguous() else write_group(key, items, empty)
-            for key, items in buckets.items()}

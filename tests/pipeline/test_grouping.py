@@ -7,8 +7,19 @@ import pytest
 import torch
 
 from ibp_graph.codec import SUPPORTED_DTYPES
-from ibp_graph.pipeline.grouping import (ROWS, SCALAR_BLOCK, SCALARS, STORE, GroupKey, gather_rows,
-                                         group_key, group_tensors, store_key, store_layout)
+from ibp_graph.pipeline.grouping import (ROWS, SCALAR_BLOCK, SCALARS, STORE, GroupKey, GroupLayout, Member,
+                                         gather_rows, group_key, one_tensor_group, store_key, write_group)
+
+
+def group_tensors(tensors):
+    """The named tensors as one contiguous tensor per group, with its layout, as the producer writes them
+    (pipeline/producer.py): one contiguous row tensor alone is the group itself, anything else is written."""
+    buckets = {}
+    for name, t in tensors.items():
+        buckets.setdefault(group_key(name, t), []).append((name, tuple(t.shape), t))
+    return {key: one_tensor_group(key, items[0][0], items[0][2])
+            if not key.scalar and len(items) == 1 and items[0][2].is_contiguous() else write_group(key, items)
+            for key, items in buckets.items()}
 
 
 def _tensor(dtype: torch.dtype, shape, seed: int) -> torch.Tensor:
@@ -91,7 +102,7 @@ def test_mixed_groups_and_store_layout():
     assert sorted(map(str, grouped)) == ["bool[*]", "float32[4]", "int64[*]"]
     rows = grouped[GroupKey("float32", (4,), ROWS)][0]
     assert [(m.name, m.start) for m in rows.members] == [("x", 0), ("edge_attr", 10)]
-    layout = store_layout("x", torch.float16, (10, 4))
+    layout = GroupLayout(store_key("x", torch.float16, (4,)), (Member("x", (10, 4), 0),))
     assert layout.key == store_key("x", torch.float16, (4,)) and str(layout.key) == "x@store"
     decoded = torch.randn(10, 4).half()
     assert layout.split(decoded)["x"] is not None and torch.equal(layout.split(decoded)["x"], decoded)
