@@ -573,15 +573,15 @@ class _Homo(_Kind):
         return (None,) + _node_ids(input_nodes, self.graph.num_nodes, "input_nodes", "node", "the graph")
 
     def seed_edges(self, edge_label_index) -> tuple[None, torch.Tensor, torch.Tensor]:
-        """LinkLoader's seed edges: `edge_label_index` ([2, E], or ``(edge type, None | [2, E])`` as PyG takes for
-        remote stores), None: the graph's edges; (None, sources, destinations)."""
+        """LinkLoader's seed edges: `edge_label_index` ([2, E], or ``(None | edge type, None | [2, E])`` as PyG takes
+        for remote stores), None: the graph's edges; (None, sources, destinations)."""
         if isinstance(edge_label_index, (tuple, list)) and edge_label_index and \
                 all(isinstance(t, str) for t in edge_label_index):
             raise ValueError(f"edge_label_index={edge_label_index!r} is an edge type, which a homogeneous graph does "
                              "not have; accepted: None (the graph's edges), a [2, E] tensor of (source, "
-                             "destination) ids, or (edge type, None | [2, E] tensor)")
-        if isinstance(edge_label_index, (tuple, list)) and len(edge_label_index) == 2 and \
-                isinstance(edge_label_index[0], (tuple, str)):
+                             "destination) ids, or (None, None | [2, E] tensor)")
+        if isinstance(edge_label_index, (tuple, list)) and len(edge_label_index) == 2 and _edge_type_like(
+                edge_label_index[0]):  # PyG's remote form: (None, ids), the one edge type of a homogeneous store
             edge_label_index = edge_label_index[1]
         n = self.graph.num_nodes
         return (None,) + _edge_ids(edge_label_index, self.graph, n, n, "edge_label_index", "the graph")
@@ -684,28 +684,33 @@ class _Hetero(_Kind):
     def seed_edges(self, edge_label_index) -> tuple[EdgeType, torch.Tensor, torch.Tensor]:
         """LinkLoader's seed edges: an edge type (all its edges) or ``(edge type, None | [2, E])``; (edge type,
         sources, destinations)."""
-        if isinstance(edge_label_index, (tuple, list)) and len(edge_label_index) in (2, 3) and \
+        if isinstance(edge_label_index, (tuple, list)) and len(edge_label_index) in (1, 2, 3) and \
                 all(isinstance(t, str) for t in edge_label_index):
             edge_type, index = edge_label_index, None
         elif isinstance(edge_label_index, (tuple, list)) and len(edge_label_index) == 2 and \
                 isinstance(edge_label_index[0], (tuple, list)):
             edge_type, index = edge_label_index
         else:
-            raise ValueError(f"edge_label_index={edge_label_index!r} is not accepted for a heterogeneous graph; use "
-                             f"an edge type (one of {self.graph.edge_types}) or (edge type, None | [2, E] tensor)")
+            given = f"a {type(edge_label_index).__name__} of shape {tuple(edge_label_index.shape)}" \
+                if isinstance(edge_label_index, (torch.Tensor, np.ndarray)) else repr(edge_label_index)
+            raise ValueError(f"edge_label_index={given} is not accepted for a heterogeneous graph; use an edge type "
+                             f"(one of {self.graph.edge_types}) or (edge type, None | [2, E] tensor)")
         edge_type = self._edge_type(edge_type)
         src, _, dst = edge_type
         return (edge_type,) + _edge_ids(index, self.graph.csc[edge_type], self.graph.num_nodes[src],
                                         self.graph.num_nodes[dst], "edge_label_index[1]", f"edge type {edge_type!r}")
 
     def _edge_type(self, edge_type) -> EdgeType:
-        """PyG's canonical edge type: (src, rel, dst) as given, or (src, dst) when one relation joins them."""
+        """PyG's canonical edge type (HeteroData._to_canonical): (src, rel, dst) as given, (src, dst) or (rel,)
+        when one edge type matches them."""
         types = self.graph.edge_types
         edge_type = tuple(edge_type)
-        found = [e for e in types if e == edge_type or len(edge_type) == 2 and (e[0], e[-1]) == edge_type]
+        found = [e for e in types if e == edge_type or len(edge_type) == 2 and (e[0], e[-1]) == edge_type
+                 or len(edge_type) == 1 and e[1] == edge_type[0]]
         if len(found) != 1:
-            raise ValueError(f"edge_label_index names edge type {edge_type!r}, which the graph does not have "
-                             f"{'once' if found else ''}; its edge types: {types}")
+            raise ValueError(f"edge_label_index names edge type {edge_type!r}, which "
+                             + (f"matches several edge types ({found})" if found else "the graph does not have")
+                             + f"; accepted: one of its edge types {types}")
         return found[0]
 
     def node_counts(self, edge_type: EdgeType) -> tuple[int, int]:
@@ -888,6 +893,14 @@ def _node_ids(nodes, n: int, name: str, node: str, where: str) -> tuple[torch.Te
         bad = int(t.min()) if int(t.min()) < 0 else int(t.max())
         raise IndexError(f"{name} contains {node} {bad}, outside [0, {n})")
     return t, False
+
+
+def _edge_type_like(value) -> bool:
+    """Whether `value`, the first entry of a 2-sequence `edge_label_index`, names an edge type (PyG's ``(edge type,
+    None | [2, E])``; None: the one edge type of a homogeneous graph, as PyG's remote stores take it) rather than
+    being a row of ids."""
+    return value is None or isinstance(value, str) or isinstance(value, (tuple, list)) and len(value) in (1, 2, 3) \
+        and all(isinstance(t, str) for t in value)
 
 
 def _edge_ids(edges, csc, num_src: int, num_dst: int, name: str, where: str) -> tuple[torch.Tensor, torch.Tensor]:

@@ -123,11 +123,12 @@ class NegativeSampling:
 
     @classmethod
     def cast(cls, value: Any) -> Optional["NegativeSampling"]:
-        """None, one of ours, a mode name, a dict or tuple of the arguments, or any record with ``mode`` and
-        ``amount`` (PyG's ``NegativeSampling``) as a :class:`NegativeSampling` (None stays None)."""
+        """None, one of ours, a mode name (or PyG's ``NegativeSamplingMode``), a dict or tuple of the arguments, or
+        any record with ``mode`` and ``amount`` (PyG's ``NegativeSampling``) as a :class:`NegativeSampling` (None
+        stays None)."""
         if value is None or isinstance(value, cls):
             return value
-        if isinstance(value, str):
+        if isinstance(value, str) or isinstance(getattr(value, "value", None), str):  # PyG's NegativeSamplingMode too
             return cls(value)
         if isinstance(value, dict):
             return cls(**value)

@@ -92,8 +92,11 @@ class NeighborSampler:
             raise ValueError(f"subgraph_type={subgraph_type!r} is not accepted; use one of {SUBGRAPH_TYPES}")
         temporal = node_time is not None or edge_time is not None
         if (disjoint is True or temporal) and subgraph_type == "induced":  # as PyG: temporal sampling is disjoint
-            raise ValueError("disjoint=True with subgraph_type='induced' is not accepted (as in PyG); "
-                             "use disjoint with 'directional' or 'bidirectional'")
+            level = "node" if node_time is not None else "edge"
+            why = "disjoint=True" if disjoint is True else \
+                f"temporal sampling ({level}-level times, a loader's time_attr; it is disjoint)"
+            raise ValueError(f"{why} with subgraph_type='induced' is not accepted (as in PyG); use it with "
+                             "'directional' or 'bidirectional'")
         self.graph = graph
         self.subgraph_type = subgraph_type
         self.node_time = check_time("node_time", node_time, graph.num_nodes)

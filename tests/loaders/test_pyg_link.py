@@ -14,6 +14,7 @@ from torch_geometric.loader import LinkNeighborLoader
 from torch_geometric.sampler import NegativeSampling
 
 from ibp_graph.loaders.pyg import CompressedLinkNeighborLoader
+from ibp_graph.pipeline.requests import BatchRequest
 from tests.loaders.test_pyg_inputs import graph_store
 
 pytestmark = pytest.mark.filterwarnings("ignore:Using 'NeighborSampler' without a 'pyg-lib'")
@@ -212,6 +213,33 @@ def test_homogeneous_stores_give_the_batches_of_the_data():
             assert torch.equal(a[key], b[key]), key
 
 
+@pytest.mark.parametrize("stores", [False, True])
+def test_homogeneous_edge_label_index_in_pygs_remote_form_none_and_ids(stores):
+    """PyG's LinkLoader takes a (FeatureStore, GraphStore) pair's seed edges only as (edge type, None | ids), the
+    edge type None for a homogeneous graph (as its DistLinkNeighborLoader test passes them): the batches of
+    (None, ids) are those of ids, and (None, None) seeds every edge, as None does."""
+    from torch_geometric.testing import MyFeatureStore
+
+    data = make_data()
+    if stores:
+        fs = MyFeatureStore()
+        fs.put_tensor(data.x, group_name=None, attr_name="x", index=None)
+        graph = (fs, graph_store({None: data.edge_index}, "coo", {None: (300, 300)}))
+    else:
+        graph = Data(x=data.x, edge_index=data.edge_index)
+    ids = data.edge_index[:, 100:160]
+    want = seeded(link_loader(graph, edge_label_index=ids, neg_sampling="binary"))
+    for form in ((None, ids), [None, ids]):
+        got = seeded(link_loader(graph, edge_label_index=form, neg_sampling="binary"))
+        assert len(got) == len(want) == 3
+        for a, b in zip(got, want):
+            for key in ("n_id", "e_id", "edge_index", "edge_label_index", "edge_label", "input_id"):
+                assert torch.equal(a[key], b[key]), key
+    every = link_loader(graph, edge_label_index=(None, None), batch_size=1500)
+    assert every.input_type is None
+    assert torch.equal(torch.stack([every.input_data.row, every.input_data.col]), data.edge_index)
+
+
 # -- heterogeneous -------------------------------------------------------------------------------------------
 
 def check_hetero(batch, data):
@@ -276,6 +304,114 @@ def test_heterogeneous_edge_type_forms_and_temporal_sampling():
         for t in data.node_types:
             first = batch[t].num_sampled_nodes[0]
             assert (data[t].time[batch[t].n_id[first:]] <= seed_time[batch[t].batch[first:]]).all()
+
+
+def test_an_edge_type_may_be_named_by_its_relation_alone_as_pyg():
+    """PyG canonicalizes the edge type of edge_label_index (HeteroData._to_canonical): a relation that names one
+    edge type, (rel,), is that edge type, alone or with ids."""
+    data = make_hetero()
+    ids = data[BUYS].edge_index[:, :30]
+    for form in (("buys",), ["buys"], (("buys",), ids), (("buys",), None)):
+        loader = link_loader(data, edge_label_index=form, batch_size=1000)
+        assert loader.input_type == BUYS
+        want = data[BUYS].edge_index if form[-1] is None or isinstance(form[-1], str) else ids
+        assert torch.equal(torch.stack([loader.input_data.row, loader.input_data.col]), want)
+    with pytest.raises(ValueError, match=r"edge type \('writes',\), which the graph does not have"):
+        link_loader(data, edge_label_index=("writes",))
+
+
+def test_neg_sampling_may_be_pygs_mode_enum_as_pygs_cast_takes_it():
+    from torch_geometric.sampler.base import NegativeSamplingMode
+
+    loader = link_loader(make_data(), neg_sampling=NegativeSamplingMode.triplet)
+    assert loader.neg_sampling.is_triplet() and loader.neg_sampling.amount == 1
+    batch = next(iter(loader))
+    assert batch.src_index.shape == batch.dst_pos_index.shape == batch.dst_neg_index.shape == (BATCH,)
+
+
+def test_temporal_induced_sampling_is_refused_naming_the_times_not_disjoint():
+    data = make_data()
+    with pytest.raises(ValueError, match=r"^temporal sampling \(node-level times, a loader's time_attr; it is "
+                                         r"disjoint\) with subgraph_type='induced' is not accepted"):
+        link_loader(data, edge_label_time=torch.zeros(1500), time_attr="time", subgraph_type="induced")
+
+
+class _SameSample:
+    """A PyG link sampler that runs PyG's own edge_sample on the sample our loader draws for one BatchRequest (its
+    sampler output, its negatives), so that PyG's LinkLoader (label shift, input_id, edge_sample's layout, filter_fn)
+    finishes the same sample into its batch."""
+
+    edge_permutation = None
+
+    def __init__(self, ours, node_time, num_nodes):
+        self.ours, self.node_time, self.num_nodes, self.req = ours, node_time, num_nodes, None
+
+    def sample_from_edges(self, inputs, neg_sampling=None):
+        import torch_geometric.sampler.neighbor_sampler as pyg_sampler
+        from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
+
+        planner = self.ours._producer.planner
+        link, out = planner.draw(self.req)
+
+        def sample_fn(seed, seed_time):
+            if not isinstance(seed, dict):
+                one = {k: None if v is None else v[None] for k, v in vars(out).items()}
+                assert torch.equal(seed, one["node"][:seed.numel()])
+                return SamplerOutput(**one)
+            for t, nodes in seed.items():
+                assert torch.equal(nodes, out.node[t][:nodes.numel()])
+            return HeteroSamplerOutput(**vars(out))
+
+        drawn = {"src": link.src_neg, "dst": link.dst_neg}
+        with pytest.MonkeyPatch.context() as mp:  # PyG's neg_sample draws ours
+            mp.setattr(pyg_sampler, "neg_sample", lambda seed, neg, n, st, nt, endpoint: drawn[endpoint])
+            return pyg_sampler.edge_sample(inputs, sample_fn, self.num_nodes, bool(planner.sampler.disjoint),
+                                           self.node_time, neg_sampling)
+
+
+def _same_batch(ours, pyg):
+    stores = {s._key: s for s in ours.stores}
+    assert stores.keys() == {s._key for s in pyg.stores}
+    for want in pyg.stores:
+        got = stores[want._key]
+        assert set(got.keys()) == set(want.keys()), want._key
+        for key, value in want.items():
+            if isinstance(value, torch.Tensor):
+                assert got[key].dtype == value.dtype and torch.equal(got[key], value), (want._key, key)
+            else:
+                assert got[key] == value, (want._key, key)
+
+
+@pytest.mark.parametrize("hetero", [False, True])
+@pytest.mark.parametrize("neg, label, temporal, disjoint", [
+    (None, None, False, False), (None, "from 0", False, True), ("binary", None, False, False),
+    (("binary", 0.4), "from 0", False, True), (dict(mode="binary", amount=2.5), "from 1", True, True),
+    ("triplet", None, False, True), (NegativeSampling("triplet", 2), None, True, False),
+    (("binary", 1.5), "rows", False, False)])
+def test_batches_equal_what_pygs_link_loader_makes_of_the_same_sample(hetero, neg, label, temporal, disjoint):
+    """Field by field (names, dtypes, values, on which store): our batch and the one PyG's LinkNeighborLoader
+    makes (its collate_fn and filter_fn, PyG's edge_sample) of the same sampled subgraph and negatives, for a graph
+    that stores supervision edges too (PyG replaces or removes them)."""
+    data = make_hetero() if hetero else make_data()
+    g = torch.Generator().manual_seed(3)
+    n = 45
+    ids = (data[BUYS] if hetero else data).edge_index[:, 200:200 + n]
+    store = data[BUYS] if hetero else data  # supervision edges stored as RandomLinkSplit leaves them
+    store.edge_label_index, store.edge_label = ids, torch.ones(n)
+    labels = {None: None, "from 0": torch.randint(0, 3, (n,), generator=g),
+              "from 1": torch.randint(1, 4, (n,), generator=g), "rows": torch.rand(n, 2, generator=g)}[label]
+    kw = dict(num_neighbors=[2, 2], edge_label_index=(BUYS, ids) if hetero else ids, edge_label=labels,
+              neg_sampling=neg, disjoint=disjoint, batch_size=BATCH, filter_per_worker=False)
+    if temporal:
+        kw.update(edge_label_time=torch.randint(0, 100, (n,), generator=g), time_attr="time")
+    ours = CompressedLinkNeighborLoader(data, device="cpu", **kw)
+    node_time = ({t: data[t].time for t in data.node_types} if hetero else data.time) if temporal else None
+    sampler = _SameSample(ours, node_time, {t: data[t].num_nodes for t in data.node_types} if hetero else 300)
+    pyg = LinkNeighborLoader(data, neighbor_sampler=sampler, **kw)
+    for i, start in enumerate(range(0, n, BATCH)):
+        index = torch.arange(start, min(n, start + BATCH))
+        sampler.req = BatchRequest(index=index, seed=100 + i)
+        _same_batch(ours.filter_fn(ours.collate_fn(sampler.req)), pyg.filter_fn(pyg.collate_fn(index)))
 
 
 # -- reproducibility, codecs, features -----------------------------------------------------------------------
@@ -346,8 +482,13 @@ def test_heterogeneous_errors_name_the_edge_type():
     data = make_hetero()
     with pytest.raises(ValueError, match=r"edge type \('user', 'likes', 'item'\), which the graph does not have"):
         link_loader(data, edge_label_index=("user", "likes", "item"))
-    with pytest.raises(ValueError, match="is not accepted for a heterogeneous graph"):
-        link_loader(data, edge_label_index=torch.zeros(2, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"edge_label_index=a Tensor of shape \(2, 3\) is not accepted for a "
+                                         r"heterogeneous graph; use an edge type \(one of \[\('user', 'buys'"):
+        link_loader(data, edge_label_index=torch.tensor([[11, 12, 13], [14, 15, 16]]))
+    data["user", "likes", "item"].edge_index = data[BUYS].edge_index[:, :10]
+    with pytest.raises(ValueError, match=r"edge type \('user', 'item'\), which matches several edge types "
+                                         r"\(\[\('user', 'buys', 'item'\), \('user', 'likes', 'item'\)\]\); accepted"):
+        link_loader(data, edge_label_index=("user", "item"))
     with pytest.raises(IndexError, match=r"destination node 150, outside \[0, 150\)"):
         link_loader(data, edge_label_index=(BUYS, torch.tensor([[0], [150]])))
 

@@ -314,6 +314,20 @@ def test_cast_takes_pygs_record_and_its_other_forms():
     assert NegativeSampling.cast(None) is None
 
 
+@pytest.mark.parametrize("mode", ["binary", "triplet"])
+def test_cast_takes_pygs_negative_sampling_mode_as_pygs_cast_does(mode):
+    """PyG's NegativeSampling.cast(NegativeSamplingMode.x) is NegativeSampling(x): the enum is a mode name."""
+    from torch_geometric.sampler.base import NegativeSamplingMode
+
+    enum = NegativeSamplingMode(mode)
+    want = PygNegativeSampling.cast(enum)
+    mine = NegativeSampling.cast(enum)
+    assert mine.mode == want.mode.value == mode and mine.amount == want.amount == 1
+    assert NegativeSampling.cast(dict(mode=enum, amount=2)).mode == mode
+    data = Data(edge_index=torch.tensor([[0, 1, 2], [1, 2, 0]]), num_nodes=3)
+    assert LinkNeighborLoader(data, num_neighbors=[1], neg_sampling=enum).neg_sampling.mode == enum
+
+
 @pytest.mark.parametrize("kwargs,error,match", [
     (dict(mode="ternary"), ValueError, "mode='ternary'"),
     (dict(mode="binary", amount=0), ValueError, "amount=0"),
