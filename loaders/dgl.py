@@ -243,7 +243,8 @@ class _CompressingSampler(_DGLSampler):
 
     def sample(self, g, indices):
         if self.check_seeds is not None:  # a batch of an indices dataset (the loader could not check them)
-            _check_seeds(g, _batch_ids(indices), self.check_seeds, argname="a batch of the indices dataset")
+            _check_seeds(g, _batch_ids(indices), self.check_seeds, argname="a batch of the indices dataset",
+                         own=_dgls_own(self.sampler))
         t0 = time.perf_counter()
         out = self.sampler.sample(g, indices)
         t1 = time.perf_counter()
@@ -379,13 +380,15 @@ class CompressedDGLDataLoader(_DGLDataLoader, _common.Codecs):
             raise TypeError(f"graph_sampler must be a dgl.dataloading sampler (with .sample), got "
                             f"{type(graph_sampler).__name__}")
         edge_wise = isinstance(graph_sampler, dgl.dataloading.EdgePredictionSampler)
+        batch_size = _batch_size(batch_size)
         check_batch_size(batch_size)
         _check_output_device(graph_sampler, edge_wise)
         _check_graph(graph)
         seeds = _tensorized(indices)
         by_id = isinstance(graph_sampler, _ID_SEEDED)
         if by_id and seeds is not None:
-            _check_seeds(graph, seeds, edge_wise)
+            _check_seeds(graph, seeds, edge_wise, own=_dgls_own(graph_sampler))
+            _check_idtype(graph, seeds, graph_sampler, edge_wise)
         if edge_wise:
             _check_edge_sampler(graph, graph_sampler, seeds)
         stores = _node_stores(graph, node_stores)
@@ -399,7 +402,8 @@ class CompressedDGLDataLoader(_DGLDataLoader, _common.Codecs):
         given = node_attrs if single else {q: t for q, t in node_attrs.items()
                                            if isinstance(t, FeatureSource) and t.served}
         self.features = plan_features(given, features=features if single else "worker", device_cache=device_cache,
-                                      device=out_device, indices=lambda: graph.edges()[0].numpy(), codec=codec)
+                                      device=out_device, indices=lambda: _source_ids(graph, graph.ntypes[0]),
+                                      codec=codec)
         node_attrs = {**node_attrs, **self.features.node_attrs}
         self._codecs: dict[GroupKey, Codec] = _common.setup_codecs(
             codec_tables(node_attrs), edge_attrs,
@@ -531,10 +535,17 @@ def _type_hotness(graph, stores: Mapping[tuple, Any]) -> None:
             source.hotness = functools.partial(_source_counts, graph, ntype)
 
 
+def _source_ids(graph, ntype) -> np.ndarray:
+    """The source ids of every edge leaving `ntype`, over its edge types (a graph with one node type: its
+    CSC neighbour lists, which pipeline.features ranks by; graph.edges() takes only a graph with one edge
+    type, and DGL's homogeneous graphs may have several)."""
+    ids = [graph.edges(etype=et)[0].numpy() for et in graph.canonical_etypes if et[0] == ntype]
+    return np.concatenate(ids) if ids else np.zeros(0, np.int64)
+
+
 def _source_counts(graph, ntype) -> np.ndarray:
     """Each node of `ntype`'s appearances as an edge source, over the edge types leaving `ntype`."""
-    ids = [graph.edges(etype=et)[0].numpy() for et in graph.canonical_etypes if et[0] == ntype]
-    return degree_hotness(np.concatenate(ids) if ids else np.zeros(0, np.int64), graph.num_nodes(ntype))
+    return degree_hotness(_source_ids(graph, ntype), graph.num_nodes(ntype))
 
 
 def _qualified(type_, key: str, single: bool) -> str:
@@ -567,16 +578,26 @@ def _per_type(graph, value: Any, argname: str, kind: str) -> dict:
     if isinstance(value, Mapping):
         out: dict = {}
         for t, names in value.items():
+            _names(names, f"{argname}[{t!r}]")
             t = _node_type(graph, t, argname) if kind == NODE else _edge_type(graph, t, argname)
-            out.setdefault(t, []).extend([names] if isinstance(names, str) else list(names))
+            out.setdefault(t, []).extend(names)
         return out
-    names = [value] if isinstance(value, str) else list(value)
+    names = _names(value, argname)
     if len(types) != 1:
         example = {t: names for t in types[:1]}
         raise ValueError(f"{argname}={value!r} is a list, but the graph has {len(types)} {kind} types "
                          f"({types}); DGL takes a list only for a graph with one {kind} type: name the "
                          f"types, e.g. {argname}={example!r}")
     return {types[0]: names}
+
+
+def _names(value: Any, argname: str) -> list:
+    """A prefetch attribute's names as DGL reads them (it iterates the value); a string of several characters is
+    refused: DGL would prefetch one column per character ('feat': 'f', 'e', 'a', 't')."""
+    if isinstance(value, str) and len(value) > 1:
+        raise TypeError(f"{argname}={value!r} is a string; DGL reads it as the names {list(value)!r}, one per "
+                        f"character: give a list, {argname}={[value]!r}")
+    return list(value)
 
 
 def _node_stores(graph, node_stores: Optional[Mapping]) -> dict:
@@ -651,6 +672,15 @@ def _check_graph(graph) -> None:
 _ID_SEEDED = (dgl.dataloading.BlockSampler, dgl.dataloading.ShaDowKHopSampler, dgl.dataloading.EdgePredictionSampler)
 
 
+def _batch_size(value: Any) -> Any:
+    """DGL's DataLoader takes any integer batch_size (it only counts and slices with it): a numpy integer or a 0-d
+    integer tensor as a Python int, for check_batch_size; anything else as given (bool stays refused)."""
+    if isinstance(value, np.integer) or (torch.is_tensor(value) and value.dim() == 0 and value.dtype != torch.bool
+                                         and not value.dtype.is_floating_point and not value.is_complex()):
+        return int(value)
+    return value
+
+
 def _tensorized(indices: Any) -> Any:
     """`indices` as DGL's DataLoader reads them: a tensor or a dict of tensors (other values converted with
     torch.tensor, as DGL converts them), or None for what DGL iterates as a dataset of its own (its items are
@@ -684,18 +714,22 @@ def _check_output_device(sampler, edge_wise: bool) -> None:
                 f"with device={str(value)!r} given to the loader for the batches")
 
 
-def _check_seeds(graph, indices, edge_wise: bool, argname: str = "indices") -> None:
+def _check_seeds(graph, indices, edge_wise: bool, argname: str = "indices", own: bool = True) -> None:
     """The seeds' ids on the CPU and in range, per type (DGL's samplers would read out of bounds): node ids, or
     an edge-wise sampler's edge ids ({etype: ids}, the relation name or the canonical triple, as DGL takes them;
-    a tensor only for a graph with one edge type)."""
+    a tensor only for a graph with one node type, or edge type: DGL's own samplers (`own`, _dgls_own) fail on
+    every batch of one elsewhere; a sampler of the user's may read it as it likes, so it is not checked)."""
     what, types = ("edge", graph.canonical_etypes) if edge_wise else ("node", graph.ntypes)
     if isinstance(indices, Mapping):
         per_type = {(_edge_type if edge_wise else _node_type)(graph, t, argname): (f"{argname}[{t!r}]", ids)
                     for t, ids in indices.items()}
-    elif edge_wise and len(types) != 1:
-        raise ValueError(f"{argname} is a tensor of edge ids, but the graph has {len(types)} edge types "
-                         f"({types}); an edge-wise sampler takes {{edge type: edge ids}} there, e.g. {argname}={{"
-                         + f"{types[0]!r}: ids" + "}")
+    elif len(types) != 1 and not own:
+        return
+    elif len(types) != 1 and torch.as_tensor(indices).numel():  # empty: DGL takes it (no batch to sample)
+        sampler = "an edge-wise sampler" if edge_wise else "DGL's samplers"
+        raise ValueError(f"{argname} is a tensor of {what} ids, but the graph has {len(types)} {what} types "
+                         f"({types}); {sampler} take{'s' if edge_wise else ''} {{{what} type: {what} ids}} there, "
+                         f"e.g. {argname}={{" + f"{types[0]!r}: ids" + "}")
     else:
         per_type = {types[0]: (argname, indices)}
     for t, (name, ids) in per_type.items():
@@ -705,6 +739,37 @@ def _check_seeds(graph, indices, edge_wise: bool, argname: str = "indices") -> N
                              "accepted: indices on the CPU")
         n = graph.num_edges(t) if edge_wise else graph.num_nodes(t)
         _check_in_range(ids, n, name, what)
+
+
+def _dgls_own(sampler) -> bool:
+    """Whether `sampler` samples with DGL's own code (its sample / sample_blocks not overridden outside dgl): then
+    it reads the seeds as DGL's samplers do (sample_neighbors, edge_subgraph, ...: ids of the graph's idtype)."""
+    return all((getattr(getattr(type(sampler), m), "__module__", None) or "").startswith("dgl.")
+               for m in ("sample", "sample_blocks") if hasattr(type(sampler), m))
+
+
+def _check_idtype(graph, seeds: Any, sampler, edge_wise: bool) -> None:
+    """The seeds' dtype is the graph's idtype (int32 or int64), for DGL's own samplers: DGL refuses every batch
+    otherwise, in its workers ("Expect argument ... to have data type"). DGL batches a dict's ids in the dtype of
+    its first value (one id tensor for all types), so that is the dtype checked; no seeds, no batch to refuse."""
+    if not _dgls_own(sampler):  # edge-wise: EdgePredictionSampler.sample's edge_subgraph, whatever it wraps
+        return
+    if isinstance(seeds, Mapping):
+        if not sum(int(torch.as_tensor(v).numel()) for v in seeds.values()):
+            return
+        key, first = next(iter(seeds.items()))
+        dtype = torch.as_tensor(first).dtype
+        name = f"indices[{key!r}] (DGL batches a dict's ids in the dtype of its first value)"
+    else:
+        if not torch.as_tensor(seeds).numel():
+            return
+        dtype, name = torch.as_tensor(seeds).dtype, "indices"
+    if dtype != graph.idtype:
+        cast = "long" if graph.idtype == torch.int64 else "int"
+        other = {torch.int32: ", or graph.int()", torch.int64: ", or graph.long()"}.get(dtype, "")
+        raise TypeError(f"{name} is {dtype}, but the graph's idtype is {graph.idtype}: DGL's samplers take "
+                        f"{'edge' if edge_wise else 'node'} ids of the graph's idtype (they would refuse every batch); "
+                        f"use indices.{cast}(){' for each value' if isinstance(seeds, Mapping) else ''}{other}")
 
 
 def _id_tensor(value: Any, argname: str, what: str) -> torch.Tensor:
