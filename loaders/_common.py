@@ -9,7 +9,7 @@ import threading
 import time
 import warnings
 import weakref
-from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
@@ -357,14 +357,6 @@ def loader_device(device) -> torch.device:
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={device!r} but torch sees no CUDA device; use device='cpu'")
     return dev
-
-
-def refuse_served(features: str, device_cache: Union[int, float], graph: str) -> None:
-    """NotImplementedError for what a heterogeneous `graph` cannot have yet: zero-copy rows, a device cache."""
-    if features == "zero_copy" or device_cache not in (0, 0.0, None):
-        raise NotImplementedError(
-            f"features={features!r}, device_cache={device_cache!r} are not supported for {graph} yet; accepted: "
-            "features='worker' or 'auto' (both gather in the workers) and device_cache=0")
 
 
 def host_rows(value: Any, argname: str) -> torch.Tensor:

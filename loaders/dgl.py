@@ -27,7 +27,7 @@ import time
 import warnings
 import weakref
 from dataclasses import dataclass, replace
-from typing import Any, Iterator, Mapping, Optional, Union
+from typing import Any, Callable, Iterator, Mapping, Optional, Union
 
 import numpy as np
 import torch
@@ -39,11 +39,10 @@ from ibp_graph.loaders import _common
 from ibp_graph.pipeline.batch import DecodedBatch, EncodedBatch
 from ibp_graph.pipeline.cache import degree_hotness
 from ibp_graph.pipeline.codec_setup import CodecSpec
-from ibp_graph.pipeline.features import check_features, codec_tables, plan_features
+from ibp_graph.pipeline.features import codec_tables, plan_features
 from ibp_graph.pipeline.grouping import GroupKey
 from ibp_graph.pipeline.producer import BatchPlan, produce
 from ibp_graph.pipeline.requests import check_batch_size
-from ibp_graph.pipeline.sharded import ShardedSource
 from ibp_graph.pipeline.sources import FeatureSource, TensorSource, as_source
 from ibp_graph.pipeline.transport import OutputBuffers, SlotRing
 
@@ -331,7 +330,8 @@ class CompressedDGLDataLoader(_DGLDataLoader, _common.Codecs):
     its codec; or feature sources, e.g. a ShardedSource per table: one rank's shard, the other rows fetched
     compressed from their owners per batch, pipeline.sharded; every rank must then take the same number of
     batches, as ``use_ddp=True`` gives them), `features` and `device_cache` (as for
-    CompressedNeighborLoader: pipeline.features, pipeline.cache; graphs with one node type).
+    CompressedNeighborLoader: pipeline.features, pipeline.cache; the cache's budget is shared equally by the
+    node feature tables, a table of node type t holding t's nodes most often drawn as in-neighbours).
 
     Starting a loader makes numba's threading layer fork-safe unless the user chose one (ibp_graph.threads)
     and compiles each codec's kernels once here (a warm-up encode), so that forked workers inherit them.
@@ -394,16 +394,8 @@ class CompressedDGLDataLoader(_DGLDataLoader, _common.Codecs):
         stores = _node_stores(graph, node_stores)
         node_attrs, edge_attrs, typed = _features(graph, graph_sampler, stores)
         out_device = torch.device(device) if device is not None else torch.device("cpu")
-        single = len(graph.ntypes) == 1
-        if not single:
-            _common.refuse_served(check_features(features), device_cache, "a heterogeneous graph")
-            _type_hotness(graph, stores)
-        # a heterogeneous graph's tables stay as given (read in the workers), but for sources given to serve
-        given = node_attrs if single else {q: t for q, t in node_attrs.items()
-                                           if isinstance(t, FeatureSource) and t.served}
-        self.features = plan_features(given, features=features if single else "worker", device_cache=device_cache,
-                                      device=out_device, indices=lambda: _source_ids(graph, graph.ntypes[0]),
-                                      codec=codec)
+        self.features = plan_features(node_attrs, features=features, device_cache=device_cache, device=out_device,
+                                      codec=codec, hotness=_type_hotness(graph, typed))
         node_attrs = {**node_attrs, **self.features.node_attrs}
         self._codecs: dict[GroupKey, Codec] = _common.setup_codecs(
             codec_tables(node_attrs), edge_attrs,
@@ -525,14 +517,13 @@ def _sources(graph, typed: Mapping[tuple, str], attrs: Mapping[str, Any]) -> dic
     return out
 
 
-def _type_hotness(graph, stores: Mapping[tuple, Any]) -> None:
-    """Give each sharded table of a heterogeneous graph that keeps hot remote rows (a ShardedSource with
-    a cache budget and no hotness of its own) its node type's hotness: how often the sampler can draw a node
-    as an in-neighbour, i.e. its appearances as the source of every edge type leaving that node type
-    (pipeline.features ranks a graph with one node type by its neighbour lists alike)."""
-    for (ntype, _), source in stores.items():
-        if isinstance(source, ShardedSource) and source.cache_budget and source.hotness is None:
-            source.hotness = functools.partial(_source_counts, graph, ntype)
+def _type_hotness(graph, typed: Mapping[tuple, str]) -> Callable[[str], np.ndarray]:
+    """plan_features' hotness of the node tables (`typed`: (node type, name) -> table name): a table of node type
+    t ranks t's nodes by how often the sampler can draw them as in-neighbours, i.e. their appearances as the
+    source of every edge type leaving t, counted once per type, when first asked for."""
+    type_of = {q: t for (t, _), q in typed.items()}
+    counts = functools.lru_cache(maxsize=None)(functools.partial(_source_counts, graph))
+    return lambda name: counts(type_of[name])
 
 
 def _source_ids(graph, ntype) -> np.ndarray:

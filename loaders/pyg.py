@@ -3,6 +3,7 @@ to the GPU. One class; where PyG's NodeLoader branches on the graph kind (readin
 output made Data or HeteroData), it asks its kind: `_Homo` or `_Hetero`."""
 from __future__ import annotations
 
+import functools
 import warnings
 import weakref
 from typing import Any, Callable, Iterator, List, Mapping, Optional, Union
@@ -19,7 +20,7 @@ from ibp_graph.loaders.pyg_stores import is_hetero_input, is_store_pair, read_st
 from ibp_graph.pipeline.batch import DecodedBatch, EncodedBatch
 from ibp_graph.pipeline.codec_setup import CODEC_NAMES, CodecSpec, split_row_groups
 from ibp_graph.pipeline.cache import degree_hotness
-from ibp_graph.pipeline.features import check_features, codec_tables, plan_features
+from ibp_graph.pipeline.features import check_features, neighbour_hotness, plan_features
 from ibp_graph.pipeline.link_plans import LinkPlanner, edge_list, link_name
 from ibp_graph.pipeline.plans import (INPUT_ID, SEED_TIME, HeteroPlanner, NeighborPlanner, edge_name, node_name,
                                       one_type)
@@ -110,8 +111,6 @@ class _SampledLoader(_common.Codecs):
         self.device, self._prefetch, self._codec_spec = _common.loader_device(device), prefetch, codec
         self._hetero = hetero = isinstance(data, HeteroData) or is_hetero_input(data)
         check_features(features)
-        if hetero:
-            _common.refuse_served(features, device_cache, "a HeteroData")
         self._kind = kind = (_Hetero if hetero else _Homo)(self, data, time_attr, weight_attr)
         _check_edge_ids(edge_ids, kind.edge_attr_names())
         self._edge_ids = edge_ids
@@ -301,7 +300,7 @@ class CompressedNeighborLoader(_SampledLoader, NeighborLoader):
     `filter_per_worker` (either value gives the same batches: workers always sample, gather and encode,
     the main process decodes; it decides, as in PyG, whether `collate_fn(index)` returns the finished
     batch or the encoded one that `filter_fn` finishes). A `neighbor_sampler` raises NotImplementedError
-    naming it, and so do ``features="zero_copy"`` and a `device_cache` for a heterogeneous graph.
+    naming it.
 
     `codec` (``"auto"``, the default: per group the smallest of IBP and EBP, or identity when neither
     gains; ``"ibp"``, ``"ebp"``, ``"identity"`` or a fitted codec object; a dtype no codec has travels as
@@ -310,7 +309,8 @@ class CompressedNeighborLoader(_SampledLoader, NeighborLoader):
     epoch's seeds; default: every seed, as PyG's loader, also under torch.distributed), `features` (where
     node features are read: ``"worker"``, ``"zero_copy"`` or ``"auto"``, pipeline.features),
     `device_cache` (bytes, or a fraction of device memory, for compressed hot rows: pipeline.cache; 0:
-    none) and `edge_ids` (False: batches carry no ``e_id``, and the sampler never reads the graph's edge
+    none; shared equally by the feature tables, a table of node type t holding t's nodes most often drawn as
+    neighbours) and `edge_ids` (False: batches carry no ``e_id``, and the sampler never reads the graph's edge
     ids, one random memory access less per sampled edge; refused for a graph with edge attributes, which
     are gathered by edge id) are ours. Remaining keyword arguments go to DataLoader (`batch_size`,
     `shuffle`, `drop_last`, `generator`, `sampler` or `batch_sampler` over input positions, `num_workers`,
@@ -597,8 +597,8 @@ class _Homo(_Kind):
         """The feature plan of the node attributes (set on the loader) and the codecs of the batches."""
         self.feature_options = feature_options
         loader, graph = self.loader, self.graph
-        loader.features = plan_features(self.node_attrs, device=loader.device, indices=graph.indices,
-                                        codec=loader._codec_spec, **feature_options)
+        loader.features = plan_features(self.node_attrs, device=loader.device, codec=loader._codec_spec,
+                                        hotness=neighbour_hotness(graph.indices, graph.num_nodes), **feature_options)
         return _common.setup_codecs(loader.features.codec_attrs, self.edge_attrs, num_nodes=graph.num_nodes,
                                     num_edges=graph.num_edges, codec=loader._codec_spec, device=loader.device)
 
@@ -722,46 +722,48 @@ class _Hetero(_Kind):
         return times.get(edge_type[0]), times.get(edge_type[-1])
 
     def codecs(self, **feature_options) -> dict:
-        """One codec per group, warmed up (_common.setup_codecs); row groups shared by several types are split
-        per type where that pays (`split_report`)."""
-        nodes, edges = self.graph.flat_tables()
-        codec, loader = self.loader._codec_spec, self.loader
-        # sources given to serve (e.g. sharded tables) are served as given; every other table is read in the workers
-        served = {n: t for n, t in nodes.items() if isinstance(t, FeatureSource) and t.served}
-        self._default_hotness(served)
-        loader.features = plan_features(served, features="worker", device_cache=0, device=loader.device,
-                                        indices=None, codec=codec) if served else None
-        nodes = codec_tables(nodes)
+        """The feature plan of every type's node tables (set on the loader; `features`, `device_cache` as for a
+        Data: pipeline.features) and one codec per group, warmed up (_common.setup_codecs); row groups shared by
+        several types are split per type where that pays (`split_report`)."""
+        self.feature_options = feature_options
+        g, loader, codec = self.graph, self.loader, self.loader._codec_spec
+        nodes, edges = g.flat_tables()
+        loader.features = plan = plan_features(nodes, device=loader.device, hotness=self._hotness(), codec=codec,
+                                               **feature_options)
+        self.node_attrs = {t: {a: plan.node_attrs[node_name(t, a)] for a in attrs} for t, attrs in g.node_attrs.items()}
+        nodes = plan.codec_attrs
         split = isinstance(codec, str) and codec in CODEC_NAMES and codec != "identity"
         codecs, self.typed, loader.split_report = _common.setup_codecs(
-            nodes, edges, num_nodes=max(self.graph.num_nodes.values(), default=0),
-            num_edges=max((g.num_edges for g in self.graph.csc.values()), default=0), codec=codec,
+            nodes, edges, num_nodes=max(g.num_nodes.values(), default=0),
+            num_edges=max((c.num_edges for c in g.csc.values()), default=0), codec=codec,
             device=loader.device, refine=lambda codecs: split_row_groups({**nodes, **edges}, codecs, kind=codec)
             if split else (codecs, {}, {}))
         return codecs
 
-    def _default_hotness(self, served: Mapping[str, FeatureSource]) -> None:
-        """A sharded table's remote-row cache ranks a type's nodes by their appearances in the neighbour lists
-        of the edge types leaving it (unless its source has a hotness of its own)."""
-        for flat, source in served.items():
-            if getattr(source, "cache_budget", 0) and source.hotness is None:
-                t = next(t for t in self.graph.node_types if any(node_name(t, a) == flat
-                                                                 for a in self.graph.node_attrs[t]))
-                n, cscs = self.graph.num_nodes[t], [c for e, c in self.graph.csc.items() if e[0] == t]
-                source.hotness = lambda n=n, cscs=cscs: sum((degree_hotness(c.indices, n) for c in cscs),
-                                                            np.zeros(n, np.int64))
+    def _hotness(self) -> Callable[[str], np.ndarray]:
+        """plan_features' hotness: a table of node type t ranks t's nodes by their appearances in the neighbour
+        lists of the edge types leaving t (how often the sampler can draw them), counted once per type, when
+        first asked for."""
+        g = self.graph
+        type_of = {node_name(t, a): t for t, attrs in g.node_attrs.items() for a in attrs}
+
+        @functools.lru_cache(maxsize=None)
+        def counts(t) -> np.ndarray:
+            n = g.num_nodes[t]
+            return sum((degree_hotness(c.indices, n) for e, c in g.csc.items() if e[0] == t), np.zeros(n, np.int64))
+        return lambda name: counts(type_of[name])
 
     def read_again(self, data: HeteroData) -> dict:
         """The attributes of `data` read as the constructor reads them (the sampled graph stays); the codecs."""
         # without time_attr, weight_attr: the sampler has read them; a type left without attributes keeps its count
         self.graph = _HeteroGraph(data, counts=self.graph.num_nodes)
-        return self.codecs()
+        return self.codecs(**self.feature_options)
 
     def planner(self, inputs: torch.Tensor, input_ids: Optional[torch.Tensor], input_time: Optional[torch.Tensor],
                 input_type: str) -> HeteroPlanner:
         """The batch plans of seeds of `input_type` picked from `inputs` (their ids, times)."""
         loader, g = self.loader, self.graph
-        return HeteroPlanner(loader._sampler, input_type, inputs, g.node_attrs, g.edge_attrs, input_ids=input_ids,
+        return HeteroPlanner(loader._sampler, input_type, inputs, self.node_attrs, g.edge_attrs, input_ids=input_ids,
                              input_time=input_time, typed_groups=self.typed, post_sample=loader._post_sample)
 
     def to_batch(self, batch: DecodedBatch) -> HeteroData:

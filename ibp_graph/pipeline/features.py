@@ -9,6 +9,7 @@ every feature table is a store and they fit in half the available host memory, e
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Union
 
@@ -17,7 +18,7 @@ import torch
 
 from ..data.store import EncodedTable
 from ..resources import available_memory as available_host_memory  # bytes of memory this process can use now
-from .cache import DeviceCache, cache_budget, degree_hotness
+from .cache import SLOT_BYTES, DeviceCache, cache_budget, degree_hotness
 from .sources import CachedSource, FeatureSource, Serving, StoreSource, ZeroCopySource, as_source
 
 #: what `features=` accepts.
@@ -100,17 +101,17 @@ class FeaturePlan:
 
 
 def plan_features(node_attrs: Mapping[str, Any], *, features: str, device_cache: Union[int, float],
-                  device: torch.device, indices: Union[np.ndarray, Callable[[], np.ndarray]], codec: Any = "auto",
+                  device: torch.device, hotness: Callable[[str], np.ndarray], codec: Any = "auto",
                   available: Optional[int] = None) -> FeaturePlan:
-    """The FeaturePlan of `node_attrs`. `indices`: the CSC graph's neighbour lists, or a function
-    returning them (read only for a cache, which ranks nodes by their appearances there)."""
+    """The FeaturePlan of `node_attrs`. `hotness(name)`: how often each row of table `name` can be drawn (e.g.
+    `neighbour_hotness`), asked only for a cache (the device cache's, or a sharded table's without a hotness of
+    its own). The device cache budget is shared equally by the tables it caches."""
     check_features(features)
     device = torch.device(device)
     budget = cache_budget(device_cache, device)
     tables = feature_tables(node_attrs)
     mode = resolve_mode(features, device, tables, available)
     sources = {n: as_source(t) for n, t in tables.items()}
-    hot = None
     for n, s in sources.items():
         if not s.collective:
             continue
@@ -118,27 +119,41 @@ def plan_features(node_attrs: Mapping[str, Any], *, features: str, device_cache:
             raise ValueError(f"device_cache={device_cache!r} with the sharded table {n!r} is not accepted: its "
                              "ShardedSource caches hot remote rows itself (cache_bytes=, device_cache_bytes=); "
                              "use device_cache=0")
-        if s.cache_budget and s.hotness is None:  # hot remote rows by in-degree, counted once for all tables
-            hot = hot if hot is not None else _hotness(indices, s.shape[0])
-            s.hotness = hot
+        if s.cache_budget and s.hotness is None:  # hot remote rows ranked like the device cache's
+            s.hotness = functools.partial(hotness, n)
     if mode == ZERO_COPY:
         sources = {n: s if s.served else ZeroCopySource(as_store(s, codec)) for n, s in sources.items()}
     uncached = [n for n, s in sources.items() if not isinstance(s, CachedSource)]
     if budget and uncached:
-        stores = {n: as_store(sources[n], codec) for n in uncached}
-        hot = degree_hotness(indices() if callable(indices) else indices, next(iter(stores.values())).n_rows)
-        for n, store in stores.items():
+        _check_shares(device_cache, budget, {n: sources[n].shape[0] for n in uncached})
+        for n in uncached:
+            store = as_store(sources[n], codec)
             fallback = sources[n] if isinstance(sources[n], StoreSource) else StoreSource(store)
-            sources[n] = CachedSource(fallback, DeviceCache(store, hot, budget // len(stores), device))
+            sources[n] = CachedSource(fallback, DeviceCache(store, hotness(n), budget // len(uncached), device))
     served = {n: s for n, s in sources.items() if s.served}
     return FeaturePlan(mode, {**node_attrs, **sources}, Serving(served, device) if served else None)
 
 
-def _hotness(indices: Union[np.ndarray, Callable[[], np.ndarray]], num_nodes: int) -> Callable[[], np.ndarray]:
-    """degree_hotness of the graph's neighbour lists, counted when first asked for (then kept)."""
+def _check_shares(device_cache: Union[int, float], budget: int, rows: Mapping[str, int]) -> None:
+    """ValueError naming `device_cache` unless its equal share holds each table's slot map (`rows`: the tables'
+    row counts); one table's cache checks its own."""
+    share = budget // len(rows)
+    short = {n: r for n, r in rows.items() if share < r * SLOT_BYTES}
+    if len(rows) > 1 and short:
+        need = len(rows) * max(rows.values()) * SLOT_BYTES
+        raise ValueError(f"device_cache={device_cache!r} ({budget:,} bytes) is shared by {len(rows)} tables, "
+                         f"{share:,} bytes each, which cannot hold the slot map of "
+                         + ", ".join(f"{n!r} ({r:,} nodes)" for n, r in short.items())
+                         + f" ({SLOT_BYTES} B per node); accepted: 0 (no cache) or >= {need:,} bytes")
+
+
+def neighbour_hotness(indices: Union[np.ndarray, Callable[[], np.ndarray]], num_nodes: int
+                      ) -> Callable[[str], np.ndarray]:
+    """`plan_features`' hotness for a graph of one node type, whatever the table: degree_hotness of its
+    neighbour lists (`indices`, or a function returning them), counted when first asked for, then kept."""
     kept: list = []
 
-    def hotness() -> np.ndarray:
+    def hotness(name: str) -> np.ndarray:
         if not kept:
             kept.append(degree_hotness(indices() if callable(indices) else indices, num_nodes))
         return kept[0]
@@ -146,4 +161,4 @@ def _hotness(indices: Union[np.ndarray, Callable[[], np.ndarray]], num_nodes: in
 
 
 __all__ = ["FEATURE_MODES", "available_host_memory", "FeaturePlan", "plan_features", "resolve_mode", "check_features",
-           "as_store", "feature_tables", "codec_tables"]
+           "as_store", "feature_tables", "codec_tables", "neighbour_hotness"]

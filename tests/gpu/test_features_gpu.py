@@ -12,7 +12,7 @@ from ibp_graph.data.store import EncodedTable
 from ibp_graph.gpu.pinned import pin_table
 from ibp_graph.loaders.pyg import CompressedNeighborLoader
 from ibp_graph.pipeline.cache import cache_budget
-from ibp_graph.pipeline.features import plan_features
+from ibp_graph.pipeline.features import neighbour_hotness, plan_features
 from ibp_graph.pipeline.sources import Served
 
 from tests.loaders.test_pyg import make_graph
@@ -54,7 +54,7 @@ def test_feature_source_on_cuda_equals_the_cpu_stand_in(codec, zero_copy, budget
     x, store = table(codec=codec)
     indices = np.random.default_rng(2).integers(0, 5000, 50_000)
     plans = {d: plan_features({"x": store}, features="zero_copy" if zero_copy else "worker",
-                              device_cache=budget, device=torch.device(d), indices=indices)
+                              device_cache=budget, device=torch.device(d), hotness=neighbour_hotness(indices, 5000))
              for d in ("cpu", "cuda")}
     ids = torch.randint(0, 5000, (4000,), generator=torch.Generator().manual_seed(3))
     served = [Served("x", "x", "n_id", sent=not zero_copy, own_ids=False)]
@@ -117,3 +117,29 @@ def test_feature_mode_benchmark_runs_every_variant_exactly_on_cuda():
     by = {r["variant"]: r for r in report["results"]}
     assert tuple(by) == GPU_VARIANTS and all(r["exact"] == "yes" for r in by.values())
     assert by["resident"]["vs_resident"] == 1.0 and 0 < by["auto-zero-copy+cache"]["hit_rate"] < 1
+
+
+@pytest.mark.parametrize("features,device_cache,num_workers", [
+    ("zero_copy", 0, 0), ("zero_copy", 2 * (1200 * 4 + 20_000), 2), ("worker", 2 * (1200 * 4 + 20_000), 0)])
+def test_heterogeneous_loader_on_cuda_equals_the_cpu_worker_path(features, device_cache, num_workers):
+    from tests.loaders.test_pyg_hetero import make_hetero
+
+    data = make_hetero()
+    data["paper"].x = EncodedTable.encode(data["paper"].x, "ebp", progress=False)  # a store and a raw table
+    data["paper"].num_nodes = 900
+    kw = dict(num_neighbors=[4, 3], input_nodes="paper", batch_size=128, shuffle=True)
+    torch.manual_seed(7)
+    on_cpu = list(CompressedNeighborLoader(data, device="cpu", features="worker", **kw))
+    torch.manual_seed(7)
+    loader = CompressedNeighborLoader(data, device="cuda", features=features, device_cache=device_cache,
+                                      num_workers=num_workers, **kw)
+    on_gpu = list(loader)
+    assert loader.features.mode == features and len(on_gpu) == len(on_cpu)
+    for a, b in zip(on_cpu, on_gpu):
+        for t in ("paper", "author"):
+            for key in ("x", "n_id"):
+                assert b[t][key].is_cuda and torch.equal(bits(a[t][key]), bits(b[t][key])), (t, key)
+    if device_cache:
+        assert loader.stats.cache_hits > 0 and set(loader.features.caches) == {"paper.x", "author.x"}
+    if features == "zero_copy":
+        assert loader.stats.tier_bytes["zero_copy"] > 0

@@ -167,9 +167,6 @@ def test_hetero_errors_name_the_argument(hetero):
         L(hetero, idx, hetero_sampler(prefetch_edge_feats=["w"]))
     with pytest.raises(KeyError, match="names node type 'venue'"):
         L(hetero, idx, hetero_sampler(prefetch_node_feats={"venue": ["feat"]}))
-    for option in (dict(features="zero_copy"), dict(device_cache=1 << 20)):
-        with pytest.raises(NotImplementedError, match=f"{next(iter(option))}=.*heterogeneous graph"):
-            L(hetero, idx, hetero_sampler(), **option)
     with pytest.raises(ValueError, match="features='gpu' is not accepted"):
         L(hetero, idx, hetero_sampler(), features="gpu")
     with pytest.raises(KeyError, match="names edge type 'likes'"):

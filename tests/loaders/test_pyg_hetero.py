@@ -253,9 +253,6 @@ def test_errors_name_the_argument_and_value():
         L(data, [2], input_nodes="paper", weight_attr="w")
     with pytest.raises(ValueError, match="weight\\[\\('author', 'aff', 'inst'\\)\\]: weight has shape \\(1200, 2\\)"):
         L(data, [2], input_nodes="paper", weight_attr="weight")
-    for option in (dict(features="zero_copy"), dict(device_cache=1 << 20)):
-        with pytest.raises(NotImplementedError, match=f"{next(iter(option))}=.*for a HeteroData"):
-            L(data, [2], input_nodes="paper", **option)
     with pytest.raises(ValueError, match="features='gpu' is not accepted"):
         L(data, [2], input_nodes="paper", features="gpu")
     bad = make_hetero()

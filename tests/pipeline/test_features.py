@@ -12,7 +12,7 @@ from ibp_graph.pipeline import features as F
 from ibp_graph.pipeline.cache import DeviceCache
 from ibp_graph.pipeline.codec_setup import build_codecs
 from ibp_graph.pipeline.decode import DecodeStage
-from ibp_graph.pipeline.features import check_features, plan_features, resolve_mode
+from ibp_graph.pipeline.features import check_features, neighbour_hotness, plan_features, resolve_mode
 from ibp_graph.pipeline.grouping import store_key
 from ibp_graph.pipeline.producer import BatchPlan, produce
 from ibp_graph.pipeline.sources import (CachedSource, Served, Tally, TensorSource, ZeroCopySource, assemble)
@@ -52,7 +52,7 @@ def test_plan_zero_copy_takes_feature_tables_from_the_workers_and_encodes_raw_on
     x, y = x_table(), torch.arange(200) % 3
     emb = EncodedTable.encode(x_table(seed=1), "ebp", progress=False)
     plan = plan_features({"x": x, "y": y, "emb": emb}, features="zero_copy", device_cache=0, device=CPU,
-                         indices=np.zeros(0, np.int64), codec="ibp")
+                         hotness=neighbour_hotness(np.zeros(0, np.int64), 200), codec="ibp")
     assert plan.mode == "zero_copy"
     assert plan.node_attrs["y"] is y  # labels stay with the workers
     src = plan.serving.sources
@@ -65,7 +65,8 @@ def test_plan_zero_copy_takes_feature_tables_from_the_workers_and_encodes_raw_on
 
 def test_plan_worker_without_cache_changes_nothing():
     attrs = {"x": x_table(), "y": torch.zeros(200, dtype=torch.int64)}
-    plan = plan_features(attrs, features="worker", device_cache=0, device=CPU, indices=np.zeros(0, np.int64))
+    plan = plan_features(attrs, features="worker", device_cache=0, device=CPU,
+                         hotness=neighbour_hotness(np.zeros(0, np.int64), 200))
     assert plan.serving is None and plan.describe() == "worker"
     assert isinstance(plan.node_attrs["x"], TensorSource) and plan.node_attrs["x"].tensor is attrs["x"]
     assert plan.node_attrs["y"] is attrs["y"] and plan.codec_attrs == attrs
@@ -74,7 +75,7 @@ def test_plan_worker_without_cache_changes_nothing():
 def test_plan_worker_with_a_cache_sends_only_misses():
     indices = np.random.default_rng(0).integers(0, 200, 2000)
     plan = plan_features({"x": x_table()}, features="worker", device_cache=200 * 4 + 2000, device=CPU,
-                         indices=indices, codec="ibp")
+                         hotness=neighbour_hotness(indices, 200), codec="ibp")
     x = plan.node_attrs["x"]
     assert isinstance(x, CachedSource) and not x.fallback.served and "device_cache x:" in plan.describe()
     ids = torch.arange(200)
@@ -86,7 +87,7 @@ def test_a_source_object_is_used_as_given():
     store = EncodedTable.encode(x_table(), "ibp", progress=False)
     mine = ZeroCopySource(store)
     plan = plan_features({"x": mine, "y": torch.zeros(200)}, features="worker", device_cache=0, device=CPU,
-                         indices=np.zeros(0, np.int64))
+                         hotness=neighbour_hotness(np.zeros(0, np.int64), 200))
     assert plan.node_attrs["x"] is mine and plan.serving.sources == {"x": mine} and plan.mode == "worker"
     with pytest.raises(TypeError, match="CachedSource caches the compressed rows of a store source"):
         CachedSource(TensorSource(x_table()), DeviceCache(store, np.ones(200), 200 * 4 + 2000, CPU))
@@ -110,7 +111,7 @@ def _source(zero_copy, budget, codec="ibp"):
     store = EncodedTable.encode(x, codec, progress=False)
     indices = np.random.default_rng(1).integers(0, 300, 3000)
     plan = plan_features({"x": store}, features="zero_copy" if zero_copy else "worker", device_cache=budget,
-                         device=CPU, indices=indices)
+                         device=CPU, hotness=neighbour_hotness(indices, 300))
     return x, store, plan
 
 
