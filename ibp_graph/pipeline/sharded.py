@@ -9,8 +9,9 @@ gives it, encoded with the one codec every shard shares. A :class:`ShardedSource
 2. ``all_to_all_single``: how many rows it asks of each rank, then the shard rows asked;
 3. every owner gathers the rows asked of it from its shard, still compressed (no encode at serve time);
 4. ``all_to_all_single``: to each rank a status word, then each row's stored length (not for fixed-stride
-   identity rows); then the bytes;
-5. the received rows (their offsets checked as anything received), this rank's and the cache's are
+   identity rows); the lengths received are checked (as anything received), and every rank says to every
+   other whether it found them sound (one more status word each; none for identity rows); then the bytes;
+5. the received rows, this rank's and the cache's are
    decoded bit for bit into sampled order: on the CPU each part by the codec's decoder on all cores,
    every row written straight to its batch position (into a pooled buffer: layout.buffers.BufferPool);
    on a GPU the parts joined into one CompressedTensor, copied once, decoded, then placed.
@@ -23,8 +24,13 @@ rank that dies or stops iterating makes the others raise ShardExchangeError (at
 once for a closed connection, after `timeout` seconds for a silent one). A rank that fails to serve the rows
 asked of it (ids outside its shard, a shard it cannot read) says so in its status word: every rank then
 completes the batch's collectives (the bytes are not sent) and raises, the failing rank with its own message,
-the others naming it and its message. At the end of a run every rank closes its sources (`close`, after its
-last exchange): the group each made is destroyed, after a barrier on it (its gloo threads and sockets go).
+the others naming it and its message; so does a rank that finds the row lengths it received corrupt (its
+status word after the lengths: no rank sends the bytes, so no rank trains on that batch). At the end of a run
+every rank closes its sources (`close`, after its last exchange): the group each made is destroyed once every
+rank has said so (a message that also pairs with a peer's batch or end-of-epoch mark: a rank still in its
+epoch is an error on both, not a wait); a run that fails closes them locally (`close(collective=False)`: no
+message, nothing waited for, nothing raised), and its peers' next exchange fails at once on the closed
+connections.
 
 Two byte budgets keep the hottest remote rows (by `hotness`: a node's appearances in the graph's
 neighbour lists, by default) compressed, fetched once at the first batch (RemoteCache): ``cache_bytes``
@@ -34,8 +40,10 @@ the loader serves a GPU, ``device_cache_bytes`` in device memory, the hottest of
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import pickle
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence, Union
 
@@ -44,8 +52,7 @@ import torch
 
 from ..data.shards import ShardLayout, check_cut_by, check_rank, layout_name, shard_layout, shard_rank
 from ..data.store import EncodedTable
-from ..layout.errors import CorruptPayloadError
-from ..layout.rows import check_offsets_array, check_row_index, offsets_from_lengths, padded_size
+from ..layout.rows import check_row_index, offsets_from_lengths, padded_size
 from ..layout.buffers import BufferPool, empty_host
 from ..layout.tensor import CompressedTensor
 from ..threads import CollectiveTensors
@@ -53,7 +60,8 @@ from .cache import decode_rows
 from .sources import COMPRESSED, FeatureSource, assemble
 from .stats import Tally
 
-#: seconds a collective of the exchange waits for a silent rank before ShardExchangeError.
+#: seconds a collective of the exchange waits for a silent rank before ShardExchangeError (a training run's
+#: loader.shard_exchange_timeout).
 DEFAULT_TIMEOUT = 300.0
 #: the longest `timeout` accepted (about 116 days): gloo takes it in int64 milliseconds, and a wait of more
 #: than that is no timeout at all.
@@ -61,6 +69,9 @@ MAX_TIMEOUT = 1e7
 #: buffers a ShardedSource's pool remembers: per batch in flight (the decode stage's prefetch of 2, and the
 #: one being decoded) its received, own and host-tier rows, plus the decoded batch held and the one made.
 BUFFERS_KEPT = 12
+#: the marks a rank sends in place of a batch's row counts (which are >= 0), one int64 to each rank: its epoch
+#: is over (ShardExchange.end), it leaves the exchange (ShardExchange.close).
+END_MARK, CLOSE_MARK = -1, -2
 
 
 #: how a rank gets its own shard (the usual mistake: LOCAL_RANK, which starts at 0 again on every host).
@@ -73,20 +84,39 @@ class ShardExchangeError(RuntimeError):
     """The row exchange with the other ranks failed: a rank died, stopped iterating, or sent bad data."""
 
 
+def check_timeout(timeout: Any, argname: str = "timeout") -> float:
+    """`timeout` (seconds a collective waits for a silent rank) as a float; ValueError naming `argname` unless a
+    number in (0, MAX_TIMEOUT]."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float, np.integer, np.floating)) or \
+            not 0 < timeout <= MAX_TIMEOUT:
+        raise ValueError(f"{argname}={timeout!r} is not accepted; use seconds in (0, {MAX_TIMEOUT:g}]")
+    return float(timeout)
+
+
 class ShardExchange:
     """The collectives of a row exchange, on a gloo group of their own (`group`: one given, or made from
     the default group at `start`, which every rank must call in the same order; a group made there is
     destroyed by `close`)."""
 
     def __init__(self, group: Any = None, *, timeout: float = DEFAULT_TIMEOUT):
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_TIMEOUT:
-            raise ValueError(f"timeout={timeout!r} is not accepted; use seconds in (0, {MAX_TIMEOUT:g}]")
-        self.group, self.timeout = group, float(timeout)
+        self.group, self.timeout = group, check_timeout(timeout)
         self.rank = self.world_size = None
         self.closed, self._made = False, False
+        # a collective of this exchange raised (a peer died or was silent, or a batch failed on some rank): the
+        # ranks' sequences of collectives may differ from here on, so close() makes no collective any more
+        self.broken = False
         # every collective's tensors stay referenced here for a while: freed by gloo's thread, they would make
         # it a Python thread state, which a DataLoader worker forked meanwhile could deadlock on (threads)
         self._held = CollectiveTensors()
+
+    @contextlib.contextmanager
+    def _marking(self):
+        """Marks the exchange broken when the block raises (see `broken`)."""
+        try:
+            yield
+        except BaseException:
+            self.broken = True
+            raise
 
     def start(self) -> None:
         """Join the group (made now if none was given); once."""
@@ -110,11 +140,23 @@ class ShardExchange:
                                "process group); a closed exchange exchanges nothing: make a new one")
         return self.group
 
-    def close(self) -> None:
-        """Leave the exchange; collective: every rank that started it calls close after its last exchange, once no
-        thread of it has one in flight. A group this exchange made is destroyed (its gloo threads and sockets
-        go): after a barrier on it, so that no rank destroys it while a peer still has a collective on it in
-        flight. Idempotent; a closed exchange refuses to start or exchange."""
+    def close(self, collective: bool = True) -> None:
+        """Leave the exchange. A group this exchange made is destroyed (its gloo threads and sockets go).
+
+        `collective` (a run that ended well): every rank that started the exchange calls close after its last
+        exchange, once no thread of it has one in flight; the group is destroyed once every rank has sent its
+        close mark (so that no rank destroys it while a peer still has a collective on it in flight). A peer that
+        sends a batch's row counts or an end-of-epoch mark instead is an error on both (ShardExchangeError; the
+        group is destroyed all the same). An exchange that is `broken` (a collective of it raised) closes locally.
+
+        ``collective=False`` (a run that failed, on whichever ranks): the group is destroyed here and now, without
+        a message (after a failure the ranks' collectives need not pair, and a close mark could wait for a peer
+        until `timeout`); never raises. A peer's next collective on the group then fails on the closed connections.
+        A collective still in flight on another thread of this rank ends as it would have (its peers' or
+        `timeout`): the group's threads and sockets go once nothing holds it any more (that collective, the
+        traceback of an error one raised).
+
+        Idempotent; a closed exchange refuses to start or exchange."""
         if self.closed:
             return
         self.closed = True
@@ -122,14 +164,40 @@ class ShardExchange:
             return
         import torch.distributed as dist
 
-        group, self.group, self._made = self.group, None, False  # its last reference: destroyed, it joins its threads
+        group, self.group, self._made = self.group, None, False
         try:
-            dist.barrier(group=group)
-        except (RuntimeError, ValueError) as e:
-            raise self._fail("close", e) from e
+            if collective and not self.broken:
+                self._close_marks(dist, group)
         finally:
-            dist.destroy_process_group(group)
-            self._held = CollectiveTensors()  # gloo's threads are gone: nothing of theirs holds these tensors
+            try:
+                dist.destroy_process_group(group)
+            except (RuntimeError, ValueError):  # already gone: the default group was destroyed first (all groups go)
+                pass
+            # the group's last reference, unless a collective in flight on another thread or the traceback of an error
+            # one raised holds it: dropped, the group joins its threads (their last collectives' tensors still held
+            # here: a gloo thread that freed one would wait for the GIL this thread holds while joining it)
+            last = sys.getrefcount(group) <= 2  # `group` and getrefcount's argument
+            del group
+            if last:  # gloo's threads are gone: nothing of theirs holds these tensors
+                self._held = CollectiveTensors()
+
+    def _close_marks(self, dist, group) -> None:
+        """The close message: CLOSE_MARK to every rank; ShardExchangeError unless every rank sent one."""
+        ws = self.world_size
+        got, mark = torch.empty(ws, dtype=torch.int64), torch.full((ws,), CLOSE_MARK, dtype=torch.int64)
+        self._held.hold(got, mark)  # until the group's threads are joined (close)
+        try:
+            dist.all_to_all_single(got, mark, group=group)
+        except (RuntimeError, ValueError) as e:
+            self.broken = True
+            raise self._fail("close", e) from e
+        other = got != CLOSE_MARK
+        if bool(other.any()):
+            r = int(torch.nonzero(other)[0])
+            doing = "ended its epoch" if int(got[r]) == END_MARK else "has a batch left"
+            raise ShardExchangeError(f"rank {self.rank}: this rank closed the exchange (the end of its run) while "
+                                     f"rank {r} {doing}; every rank must take the same number of batches and close "
+                                     "its sources after its last one")
 
     def __getstate__(self) -> dict:  # workers never exchange
         return {**self.__dict__, "group": None, "rank": None, "world_size": None, "_held": CollectiveTensors(),
@@ -139,7 +207,7 @@ class ShardExchange:
         return ShardExchangeError(
             f"rank {self.rank} of {self.world_size}: the feature row exchange ({what}) failed: another rank "
             f"died, stopped iterating (every rank must take the same number of batches) or was silent for "
-            f"timeout={self.timeout:g} s: {e}")
+            f"timeout={self.timeout:g} s (a training run's loader.shard_exchange_timeout): {e}")
 
     def all_to_all(self, out: torch.Tensor, inp: torch.Tensor, out_splits: Optional[list] = None,
                    in_splits: Optional[list] = None, what: str = "rows") -> torch.Tensor:
@@ -150,6 +218,8 @@ class ShardExchange:
         try:
             dist.all_to_all_single(out, inp, out_splits, in_splits, group=group)
         except (RuntimeError, ValueError) as e:
+            self.broken = True
+            self._held.hold(out, inp)  # a failed collective's too: freed here, not by a gloo thread
             raise self._fail(what, e) from e
         self._held.hold(out, inp)
         return out
@@ -163,39 +233,56 @@ class ShardExchange:
         mine = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
         size = torch.tensor([mine.numel()], dtype=torch.int64)
         sizes = [torch.empty(1, dtype=torch.int64) for _ in range(self.world_size)]
+        held = [size, *sizes]
         try:
             dist.all_gather(sizes, size, group=group)
             padded = torch.zeros(max(int(s) for s in sizes), dtype=torch.uint8)
             padded[:mine.numel()] = mine
             got = [torch.empty_like(padded) for _ in range(self.world_size)]
+            held += [padded, *got]
             dist.all_gather(got, padded, group=group)
         except (RuntimeError, ValueError) as e:
+            self.broken = True
+            self._held.hold(*held)  # a failed collective's too: freed here, not by a gloo thread
             raise self._fail(what, e) from e
-        self._held.hold(size, *sizes, padded, *got)
+        self._held.hold(*held)
         return [pickle.loads(t[:int(n)].numpy().tobytes()) for t, n in zip(got, sizes)]
 
     def end(self, name: str) -> None:
         """Mark the end of this rank's epoch: it pairs with the other ranks' marks, and with the batch of
         a rank that has one left (both then raise ShardExchangeError, at once, instead of waiting)."""
-        mark = torch.full((self.world_size,), -1, dtype=torch.int64)
-        got = self.all_to_all(torch.empty(self.world_size, dtype=torch.int64), mark, what=f"{name}: end of epoch")
-        if bool((got >= 0).any()):
-            more = int(torch.nonzero(got >= 0)[0])
-            raise ShardExchangeError(f"rank {self.rank}: this rank ended its epoch while rank {more} has a batch "
-                                     "left; every rank must take the same number of batches (equal seed splits: "
-                                     "the loaders' rank= and world_size=)")
+        with self._marking():
+            mark = torch.full((self.world_size,), END_MARK, dtype=torch.int64)
+            got = self.all_to_all(torch.empty(self.world_size, dtype=torch.int64), mark, what=f"{name}: end of epoch")
+            if bool((got >= 0).any()):
+                more = int(torch.nonzero(got >= 0)[0])
+                raise ShardExchangeError(f"rank {self.rank}: this rank ended its epoch while rank {more} has a batch "
+                                         "left; every rank must take the same number of batches (equal seed splits: "
+                                         "the loaders' rank= and world_size=)")
+            if bool((got == CLOSE_MARK).any()):
+                closed = int(torch.nonzero(got == CLOSE_MARK)[0])
+                raise ShardExchangeError(f"rank {self.rank}: rank {closed} closed the exchange (the end of its run) "
+                                         "while this rank ended an epoch; every rank must take the same number of "
+                                         "batches and close its sources after its last one")
 
     def rows(self, shard: EncodedTable, asked: np.ndarray, counts: np.ndarray, name: str,
              empty: Callable[..., torch.Tensor] = empty_host) -> "Received":
         """Shard rows `asked` of their owners (`counts[r]` of them asked of rank r, in rank order), compressed;
         meanwhile serves what the other ranks ask of `shard`. Collective. The rows served and received are
         written into ``empty(shape, dtype)`` (e.g. BufferPool.empty)."""
+        with self._marking():
+            return self._rows(shard, asked, counts, name, empty)
+
+    def _rows(self, shard: EncodedTable, asked: np.ndarray, counts: np.ndarray, name: str,
+              empty: Callable[..., torch.Tensor]) -> "Received":
         ws = self.world_size
         send_counts = torch.from_numpy(np.ascontiguousarray(counts, dtype=np.int64))
         recv_counts = self.all_to_all(torch.empty(ws, dtype=torch.int64), send_counts, what=f"{name}: row counts")
-        if bool((recv_counts < 0).any()):  # a rank's end-of-epoch mark (`end`) met this rank's batch
-            ended = int(torch.nonzero(recv_counts < 0)[0])
-            raise ShardExchangeError(f"rank {self.rank}: rank {ended} ended its epoch while this rank has a batch "
+        if bool((recv_counts < 0).any()):  # a rank's end-of-epoch (`end`) or close mark met this rank's batch
+            r = int(torch.nonzero(recv_counts < 0)[0])
+            did = ("closed the exchange (the end of its run)" if int(recv_counts[r]) == CLOSE_MARK
+                   else "ended its epoch")
+            raise ShardExchangeError(f"rank {self.rank}: rank {r} {did} while this rank has a batch "
                                      f"left; every rank must take the same number of batches (equal seed "
                                      f"splits: the loaders' rank= and world_size=)")
         asks, wants = send_counts.tolist(), recv_counts.tolist()
@@ -214,7 +301,8 @@ class ShardExchange:
         if fixed:
             out_lengths = np.asarray(wants, np.int64) * row_nbytes
             in_lengths = np.asarray(asks, np.int64) * row_nbytes
-        else:
+        else:  # nothing received is trusted: every rank says whether its lengths are sound before any byte is sent
+            self._receipt(_corrupt_lengths(lengths.numpy(), asks, row_nbytes, name), name)
             out_lengths = _segment_sums(mine, wants)
             in_lengths = _segment_sums(lengths.numpy(), asks)
         total_in, total_out = int(in_lengths.sum()), int(out_lengths.sum())
@@ -223,13 +311,8 @@ class ShardExchange:
         self.all_to_all(payload[:total_in], served.payload[:total_out], in_lengths.tolist(), out_lengths.tolist(),
                         what=f"{name}: row bytes")
         offsets = None
-        if lengths is not None:
-            offsets, _ = offsets_from_lengths(lengths.numpy())
-            try:  # nothing received is trusted: lengths within a row, bytes enough for them
-                check_offsets_array(offsets, payload.numel(), row_nbytes, f"row lengths received for {name!r}")
-            except CorruptPayloadError as e:
-                raise ShardExchangeError(f"rank {self.rank}: {e}") from None
-            offsets = torch.from_numpy(offsets)
+        if lengths is not None:  # checked (`_receipt`): each within [0, row_nbytes], the payload sized by their sum
+            offsets = torch.from_numpy(offsets_from_lengths(lengths.numpy())[0])
         ct = CompressedTensor(payload=payload, offsets=offsets, shape=(n_in,) + served.row_shape,
                               dtype=served.dtype, codec=served.codec, fingerprint=served.fingerprint)
         wire = total_in + (0 if lengths is None else 4 * n_in)
@@ -266,12 +349,30 @@ class ShardExchange:
         if got[heads_in].any():  # every rank sees every rank's status word: all take this branch, or none
             text = None if failure is None else str(failure) if isinstance(failure, ShardExchangeError) else \
                 f"serving rows of {name!r} failed: {type(failure).__name__}: {failure}"
-            texts = self.all_gather(text, f"{name}: failures")
-            if failure is not None:
-                raise ShardExchangeError(f"rank {self.rank}: {text}") from failure
-            raise ShardExchangeError(f"rank {self.rank}: " + "; ".join(
-                f"rank {r} failed: {t}" for r, t in enumerate(texts) if t is not None))
+            self._raise_together(text, None if text is None else f"failed: {text}", failure, name)
         return None if fixed else torch.from_numpy(np.delete(got, heads_in))
+
+    def _receipt(self, corrupt: Optional[str], name: str) -> None:
+        """The receipt message (collective): to each rank a status word, 1 where this rank found the row lengths it
+        received corrupt (`corrupt`: what it found). Where any rank did, every rank raises ShardExchangeError
+        before a byte of the batch is sent (no rank goes on to train on it): the finding rank with what it found,
+        the others naming it and what it found."""
+        ws = self.world_size
+        word = torch.full((ws,), int(corrupt is not None), dtype=torch.int32)
+        got = self.all_to_all(torch.empty(ws, dtype=torch.int32), word, what=f"{name}: receipt")
+        if bool(got.any()):  # every rank sees every rank's word: all take this branch, or none
+            found = None if corrupt is None else f"found the {corrupt}"
+            self._raise_together(found, found, None, name)
+
+    def _raise_together(self, own: Optional[str], told: Optional[str], cause: Optional[BaseException],
+                        name: str) -> None:
+        """Raise ShardExchangeError on every rank, once some rank failed (collective: every rank calls this): the
+        failing ranks with their own message (`own`), the others with each failing rank's `told` (gathered)."""
+        texts = self.all_gather(told, f"{name}: failures")
+        if own is not None:
+            raise ShardExchangeError(f"rank {self.rank}: {own}") from cause
+        raise ShardExchangeError(f"rank {self.rank}: " + "; ".join(
+            f"rank {r} {t}" for r, t in enumerate(texts) if t is not None))
 
 
 @dataclass(frozen=True)
@@ -281,6 +382,20 @@ class Received:
     rows: CompressedTensor
     wire_bytes: int  # row bytes and lengths received
     request_bytes: int  # ids sent
+
+
+def _corrupt_lengths(lengths: np.ndarray, asks: Sequence[int], row_nbytes: int, name: str) -> Optional[str]:
+    """What is wrong with the row `lengths` received (`asks[r]` of them from rank r, in rank order), None where
+    each lies in [0, row_nbytes] (then the offsets made of them are sound, and the payload sized by their sum)."""
+    bad = (lengths < 0) | (lengths > row_nbytes)
+    if not bad.any():
+        return None
+    i = int(np.flatnonzero(bad)[0])
+    ends = np.cumsum(np.asarray(asks, np.int64))
+    by = int(np.searchsorted(ends, i, side="right"))
+    return (f"row lengths received for {name!r} from rank {by} corrupt: its row {i - int(ends[by] - asks[by])} of "
+            f"{int(asks[by])} has the length {int(lengths[i])} ({int(bad.sum())} of {lengths.size} bad); lengths "
+            f"must lie in [0, row_nbytes={row_nbytes}]")
 
 
 def _segment_sums(values: np.ndarray, counts: Sequence[int]) -> np.ndarray:
@@ -388,7 +503,14 @@ class ShardedSource(FeatureSource):
     rank's is refused here when `rank` is given, else at the first batch on every rank (the set-up's
     all-gather, which also names ranks holding the same shard). One that records the layout it was cut by
     (data.shards.shard_layout) must have been cut by `layout`: another layout, even of the same per-rank
-    counts, is refused here and, for any rank's shard, at the set-up on every rank."""
+    counts, is refused here and, for any rank's shard, at the set-up on every rank. `timeout`: seconds a
+    collective of the exchange waits for a silent rank before ShardExchangeError (default DEFAULT_TIMEOUT; in
+    (0, MAX_TIMEOUT]); `exchange`: the ShardExchange to use (default: one made with `timeout`, on a gloo group
+    of its own made at the first batch), whose own timeout then holds.
+
+    ``close()`` ends its service at the end of a run; used as a context manager (``with ShardedSource(...) as
+    x:``) it is closed on leaving the block: collectively when the block ends well, locally when it raises
+    (``close(collective=False)``)."""
 
     delivers = COMPRESSED
     served = True
@@ -397,7 +519,7 @@ class ShardedSource(FeatureSource):
     def __init__(self, shard: EncodedTable, layout: ShardLayout, *, rank: Optional[int] = None,
                  exchange: Optional[ShardExchange] = None, cache_bytes: int = 0, device_cache_bytes: int = 0,
                  hotness: Union[None, np.ndarray, Callable[[], np.ndarray]] = None,
-                 timeout: float = DEFAULT_TIMEOUT):
+                 timeout: Optional[float] = None):
         if not isinstance(shard, EncodedTable):
             raise TypeError(f"shard must be an EncodedTable (ibp_graph.data.store), got {type(shard).__name__}")
         if not isinstance(layout, ShardLayout):
@@ -405,11 +527,18 @@ class ShardedSource(FeatureSource):
         for argname, v in (("cache_bytes", cache_bytes), ("device_cache_bytes", device_cache_bytes)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
                 raise ValueError(f"{argname}={v!r} is not accepted; use an int number of bytes >= 0")
+        if timeout is not None:
+            timeout = check_timeout(timeout)
+            if exchange is not None and timeout != exchange.timeout:
+                raise ValueError(f"timeout={timeout:g} is not accepted with exchange= (its timeout is "
+                                 f"{exchange.timeout:g} s); give the timeout to ShardExchange(timeout=), or leave "
+                                 "exchange=None")
         check_cut_by(shard, layout)
         if rank is not None:
             self._check_rank(shard, layout, rank)
         self.shard, self.layout, self.rank = shard, layout, rank
-        self.exchange = exchange if exchange is not None else ShardExchange(timeout=timeout)
+        self.exchange = exchange if exchange is not None else ShardExchange(
+            timeout=DEFAULT_TIMEOUT if timeout is None else timeout)
         self.cache_bytes, self.device_cache_bytes, self.hotness = int(cache_bytes), int(device_cache_bytes), hotness
         self.cache: Optional[RemoteCache] = None
         self._device: Optional[torch.device] = None
@@ -607,15 +736,25 @@ class ShardedSource(FeatureSource):
             self.exchange.end("the sharded table")
         self._buffers.clear()  # between epochs no idle buffer stays mapped
 
-    def close(self) -> None:
-        """End the source's service at the end of a run (collective: every rank, in one order of its sources, once
-        its loaders' epochs are over and no exchange is in flight): its exchange is closed, destroying the gloo
-        group it made (ShardExchange.close), and its cache and buffers are dropped. Idempotent; a closed source
-        refuses to serve (RuntimeError naming it): a new run makes new sources."""
+    def close(self, collective: bool = True) -> None:
+        """End the source's service: its exchange is closed, destroying the gloo group it made
+        (ShardExchange.close), and its cache and buffers are dropped. `collective` (at the end of a run that ended
+        well): every rank, in one order of its sources, once its loaders' epochs are over and no exchange is in
+        flight; ``collective=False`` (a run that failed): here and now, waiting for no rank and raising nothing.
+        Idempotent; a closed source refuses to serve (RuntimeError naming it): a new run makes new sources."""
         if not self.closed:
-            self.exchange.close()
-            self.closed, self.cache, self._device = True, None, None
-            self._buffers.clear()
+            self.closed = True
+            try:
+                self.exchange.close(collective)
+            finally:
+                self.cache, self._device = None, None
+                self._buffers.clear()
+
+    def __enter__(self) -> "ShardedSource":
+        return self
+
+    def __exit__(self, kind, error, tb) -> None:
+        self.close(collective=kind is None)
 
     def _check_open(self, name: Optional[str] = None) -> None:
         if self.closed:
@@ -628,4 +767,5 @@ class ShardedSource(FeatureSource):
                 f"cache_bytes={self.cache_bytes}, device_cache_bytes={self.device_cache_bytes})")
 
 
-__all__ = ["ShardedSource", "Fetched", "ShardExchange", "ShardExchangeError", "RemoteCache", "split_tiers", "concat_rows", "DEFAULT_TIMEOUT"]
+__all__ = ["ShardedSource", "Fetched", "ShardExchange", "ShardExchangeError", "RemoteCache", "split_tiers", "concat_rows",
+           "DEFAULT_TIMEOUT", "MAX_TIMEOUT", "check_timeout"]

@@ -26,6 +26,7 @@ from ..codec.auto import KINDS
 from ..data.citegen import CitationSpec
 from ..data.graphgen import GraphSpec, finite
 from ..data.maggen import MagSpec
+from ..pipeline.sharded import DEFAULT_TIMEOUT, MAX_TIMEOUT
 from .models import DECODERS
 
 __all__ = ["Config", "DataConfig", "LoaderConfig", "ModelConfig", "TrainConfig", "OutputConfig", "LinkConfig",
@@ -128,6 +129,11 @@ class LoaderConfig:
     shard_device_cache_bytes: int = _num(0, "features sharded, on a GPU: bytes of the hottest remote rows of all "
                                             "kept compressed in device memory, per feature table (before the host "
                                             "memory's shard_cache_bytes)", 0, 2 ** 63 - 1)
+    shard_exchange_timeout: float = _num(DEFAULT_TIMEOUT, "features sharded: seconds a rank's row exchange waits for "
+                                                          "a silent rank (one that hung, or is slower than that) "
+                                                          "before every rank stops with an error naming the "
+                                                          "exchange; a rank that dies stops them at once",
+                                         0.0, MAX_TIMEOUT, min_open=True)
 
 
 @dataclass

@@ -174,12 +174,21 @@ def run_one(cfg: Config, codec: str, ds: LinkPreparedDataset, dist, device: torc
             graph=None, shards: Optional[sharding.RankShards] = None) -> dict:
     """Train and evaluate the link model with one codec; one line per epoch; the result (and JSON on rank 0,
     by `write`). `shards`: this rank's shards (loop.open_shards: sharding.RankShards), served to both loaders as
-    one ShardedSource per table (train/sharding.py), and the model's input width and statistics."""
+    one ShardedSource per table (train/sharding.py), and the model's input width and statistics; the sources are
+    closed however the run ends (sharding.serving)."""
+    with sharding.serving(None if shards is None else shards.tables, cfg.loader) as tables:
+        return _run_one(cfg, codec, ds, dist, device, front=front, write=write, graph=graph, shards=shards,
+                        tables=tables)
+
+
+def _run_one(cfg: Config, codec: str, ds: LinkPreparedDataset, dist, device: torch.device, *, front,
+             write: Callable, graph, shards: Optional[sharding.RankShards], tables) -> dict:
+    """run_one, given the run's sharded sources (`tables`: {table: ShardedSource}, or None)."""
     t_start = time.perf_counter()
     front.seed(cfg.train.seed)
     say = print if dist.main else (lambda *a, **k: None)
     lc, lk = cfg.loader, cfg.link
-    tables = None if shards is None else sharding.sources(shards.tables, lc)  # for both loaders
+    # the sharded sources `tables` are shared by both loaders
     train_loader = front.make_train_loader(ds, graph, cfg, codec, device=device, rank=dist.rank,
                                            world_size=dist.world_size, tables=tables)
     node_loader = front.make_node_loader(ds, graph, cfg, codec, device=device, tables=tables)
@@ -247,8 +256,7 @@ def run_one(cfg: Config, codec: str, ds: LinkPreparedDataset, dist, device: torc
     say(f"[{cfg.name}] codec {codec}: test MRR {mrr} (random ranker {chance:.4f}); "
         f"{final['mean_epoch_seconds']:.1f} s per epoch; moved {final['fraction']:.3f} of the raw bytes; "
         f"wrote {result.get('path')}", flush=True)
-    del train_loader, node_loader  # their persistent workers exit with them
-    sharding.close(tables)  # every rank's exchanges are over (the sums above): their process groups go
+    del train_loader, node_loader  # their persistent workers exit with them; then run_one closes the sharded sources
     return result
 
 

@@ -402,7 +402,15 @@ def run_one(cfg: Config, codec: str, ds: PreparedDataset, dist: Dist, device: to
             front=None, graph=None, shards=None) -> dict:
     """Train and evaluate with one codec; one line per epoch; the result as a dict (and JSON on rank 0).
     `shards`: this rank's shards (open_shards: sharding.RankShards), served to the loaders as one ShardedSource
-    per table (train/sharding.py), and the model's input widths and statistics."""
+    per table (train/sharding.py), and the model's input widths and statistics; the sources are closed however
+    the run ends (sharding.serving)."""
+    with sharding.serving(None if shards is None else shards.tables, cfg.loader) as tables:
+        return _run_one(cfg, codec, ds, dist, device, front=front, graph=graph, shards=shards, tables=tables)
+
+
+def _run_one(cfg: Config, codec: str, ds: PreparedDataset, dist: Dist, device: torch.device, *, front, graph,
+             shards, tables) -> dict:
+    """run_one, given the run's sharded sources (`tables`: {table: ShardedSource}, or None)."""
     t_start = time.perf_counter()
     front = front or frontends.get(cfg.loader.framework, hetero=cfg.data.name in HETERO_DATASETS)
     if graph is None:
@@ -412,8 +420,7 @@ def run_one(cfg: Config, codec: str, ds: PreparedDataset, dist: Dist, device: to
     lc = cfg.loader
     splits = {k: ds.split[k] for k in ("train", "valid", "test")}
     loaders, labels = {}, {}
-    tables = None if shards is None else sharding.sources(shards.tables, lc)  # for the three loaders
-    for part, idx in splits.items():
+    for part, idx in splits.items():  # the sharded sources `tables` are shared by the three loaders
         train = part == "train"
         loaders[part] = front.make_loader(ds, graph, idx, lc, codec, shuffle=train, device=device,
                                           batch_size=lc.batch_size if train else lc.eval_batch_size,
@@ -474,8 +481,7 @@ def run_one(cfg: Config, codec: str, ds: PreparedDataset, dist: Dist, device: to
     if dist.main:
         result["path"] = str(_write(cfg, codec, dist, result))
         say(f"wrote {result['path']}", flush=True)
-    loaders.clear()  # the loaders' persistent workers exit with them
-    sharding.close(tables)  # every rank's exchanges are over (the sums above): their process groups go
+    loaders.clear()  # the loaders' persistent workers exit with them; then run_one closes the sharded sources
     return result
 
 

@@ -8,13 +8,15 @@ host needs neither the raw tables (x.npy) nor the store. Each run (one codec) se
 ShardedSource per table (`sources`), shared by all its loaders (one process group and one remote-row cache
 per table; the loaders take turns, an epoch's training then its evaluation, so their exchanges never
 interleave), handed to each front-end's loader factory as ``tables=``; the front-ends build the model from
-``inputs``.
+``inputs``. A run makes and closes them with `serving`: however the run ends (its last line, an error on any rank,
+KeyboardInterrupt, a worker timeout), their gloo groups go with it.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Iterator, Mapping, Optional, Sequence
 
 from ..data.input_stats import FeatureInput
 from ..data.shards import SHARDS_MANIFEST, default_shards_dir
@@ -22,7 +24,7 @@ from ..pipeline.sharded import ShardedSource
 from ..pipeline.stats import SHARD_COUNTS
 from .config import ConfigError
 
-__all__ = ["RankShards", "shards_dir", "has_shards", "check_world", "check_codecs", "sources", "close",
+__all__ = ["RankShards", "shards_dir", "has_shards", "check_world", "check_codecs", "sources", "close", "serving",
            "epoch_counts", "describe_counts"]
 
 
@@ -72,16 +74,46 @@ def sources(shards: Mapping, loader) -> dict[str, ShardedSource]:
     budgets (``shard_cache_bytes`` in host memory, ``shard_device_cache_bytes`` on the GPU), for one run's
     loaders to share."""
     return {t: ShardedSource(table, layout, cache_bytes=loader.shard_cache_bytes,
-                             device_cache_bytes=loader.shard_device_cache_bytes)
+                             device_cache_bytes=loader.shard_device_cache_bytes,
+                             timeout=loader.shard_exchange_timeout)
             for t, (table, layout) in shards.items()}
 
 
-def close(sources: Optional[Mapping[str, ShardedSource]]) -> None:
-    """Close a run's sources (`sources`' result; None: a run without shards) at its end, once its loaders' epochs
-    are over on every rank (the epoch's sums): in one order on every rank, each destroys the gloo group it made
-    (ShardedSource.close), so that a process running many runs keeps none of their groups' threads."""
+def close(sources: Optional[Mapping[str, ShardedSource]], *, failed: bool = False) -> None:
+    """Close a run's sources (`sources`' result; None: a run without shards), so that a process running many runs
+    keeps none of their gloo groups' threads. At the end of a run that ended well (`failed` false; once its
+    loaders' epochs are over on every rank: the epoch's sums), collectively, in one order on every rank
+    (ShardedSource.close): a source whose close fails is raised, once every source is closed (those after it
+    locally). Of a run that `failed`: each locally (``close(collective=False)``: no rank waited for, nothing
+    raised)."""
+    first = None
     for name in sorted(sources or {}):
-        sources[name].close()
+        try:
+            sources[name].close(collective=not failed and first is None)
+        except Exception as e:  # noqa: BLE001 - the others are closed all the same
+            first = first or e
+    if first is not None:
+        raise first
+
+
+@contextlib.contextmanager
+def serving(shards: Optional[Mapping], loader) -> Iterator[Optional[dict[str, ShardedSource]]]:
+    """One run's sources (`sources` of `shards` and LoaderConfig `loader`; None where `shards` is None: a run without
+    shards), closed when the block ends: collectively when it ends well (`close`), locally when it raises
+    (``close(..., failed=True)``: after a failure on any rank the ranks' collectives need not pair, and a collective
+    close could wait for a dead or busy peer until the exchange's timeout). The block's exception is raised as it
+    was; a close that fails as well is a note on it."""
+    tables = None if shards is None else sources(shards, loader)
+    try:
+        yield tables
+    except BaseException as e:  # KeyboardInterrupt too: the groups' threads must not outlive the run
+        try:
+            close(tables, failed=True)
+        except Exception as also:  # noqa: BLE001 - never in place of the run's own error
+            if hasattr(e, "add_note"):  # Python 3.11
+                e.add_note(f"closing the run's sharded sources failed as well: {type(also).__name__}: {also}")
+        raise
+    close(tables)
 
 
 def epoch_counts(dist, stats) -> dict:

@@ -7,12 +7,15 @@ import itertools
 import json
 import os
 import sys
+import time
 
 import numpy as np
 import torch
 
 #: what a case records beside the batches (main adds it to the rank's result)
 EXTRA = {}
+#: what a case does once this rank raised (main calls each, after recording the error)
+AFTER_ERROR = []
 
 
 def digest(batch) -> dict:
@@ -202,6 +205,75 @@ def corrupt(rank, world):
     return ours, ref
 
 
+def corrupt_received(rank, world):
+    """Rank 1 sends sound row lengths, but rank 0's copy is damaged on the way (one length -3): sized by it, the
+    bytes would not pair (gloo aborts a process sent more than it expects), so rank 0 must find it before any byte
+    is sent, and say so: both ranks raise at that batch, naming rank 0."""
+    ours, ref = pyg_homo(rank, world, codec="ibp")
+    if rank == 0:
+        ex = ours.data.x.exchange
+        real = ex._lengths
+
+        def _lengths(*args, **kwargs):
+            got = real(*args, **kwargs)
+            if got is not None and got.numel():  # rank 0 asks nothing of itself: the first is rank 1's
+                got = got.clone()
+                got[0] = -3
+            return got
+        ex._lengths = _lengths
+    return ours, ref
+
+
+def dies_then_close(rank, world):
+    """`dies`, then rank 0 closes its source (as a run that raised does): at once, without raising (no close
+    message to a dead rank), the exchange's group and its threads gone."""
+    ours, ref = dies(rank, world)
+
+    def close():
+        import gc
+
+        gc.collect()
+        x, before, t = ours.data.x, threads(), time.monotonic()
+        try:
+            x.close()
+            raised = None
+        except Exception as e:  # noqa: BLE001 - the test reads it
+            raised = f"{type(e).__name__}: {e}"
+        EXTRA["close"] = {"raised": raised, "seconds": time.monotonic() - t, "threads": [before, threads()],
+                          "broken": getattr(x.exchange, "broken", None), "closed": x.closed}
+    AFTER_ERROR.append(close)
+    return ours, ref
+
+
+def leaves(rank, world):
+    """Rank 1 closes its source locally after its first batch (as its run would on an error of its own) and stays
+    alive: rank 0's next exchange fails at once on the closed connections, not at the timeout (60 s) nor when rank 1
+    exits (12 s later)."""
+    ours, ref = pyg_homo(rank, world)
+    if rank == 1:
+        batches = iter(ours)
+        next(batches)
+        t = time.monotonic()
+        ours.data.x.close(collective=False)
+        EXTRA["close_seconds"], EXTRA["closed_at"] = time.monotonic() - t, time.time()
+        time.sleep(12)
+        raise RuntimeError("rank 1 left")
+    return ours, ref
+
+
+def close_vs_batch(rank, world):
+    """Rank 0 closes its source (the end of its run) while rank 1 asks for a batch's rows: the close message pairs
+    with the batch's row counts, and both raise at once, each naming the other (not a wait for the timeout)."""
+    ours, ref = pyg_homo(rank, world)
+    x = ours.data.x
+    x.prepare("cpu")
+    if rank == 0:
+        x.close()
+    else:
+        x.exchange.rows(x.shard, np.array([0]), np.array([1, 0]), "x")
+    return ours, ref
+
+
 def serve_fails(rank, world):
     """Reading rank 1's shard fails once rows of it are asked: rank 1 sends the failure in-band with the row
     lengths, and both ranks raise at that batch, naming rank 1, instead of rank 0 waiting out the timeout."""
@@ -252,7 +324,8 @@ CASES = {"pyg_homo": pyg_homo, "pyg_homo_cache": lambda r, w: pyg_homo(r, w, cac
          "pyg_link": pyg_link, "uneven": uneven,
          "all_rank_0": lambda r, w: other_shard(r, w, lambda r: 0),
          "swapped": lambda r, w: other_shard(r, w, lambda r: w - 1 - r), "dies": dies, "mismatch": mismatch, "bad_ids": bad_ids, "corrupt": corrupt,
-         "serve_fails": serve_fails, "repeated_runs": repeated_runs}
+         "serve_fails": serve_fails, "repeated_runs": repeated_runs, "corrupt_received": corrupt_received,
+         "dies_then_close": dies_then_close, "close_vs_batch": close_vs_batch, "leaves": leaves}
 
 
 def main():
@@ -276,7 +349,10 @@ def main():
         x = ours.data.x if hasattr(ours.data, "x") else ours.data["paper"].x
         result["row_nbytes"] = x.shard.compressed.row_nbytes
     except Exception as e:  # the test reads what this rank raised
-        result["error"] = {"type": type(e).__name__, "message": str(e)}
+        result["error"] = {"type": type(e).__name__, "message": str(e), "at": time.time()}
+    if "error" in result:  # once the error is dropped (its traceback's frames no longer hold what it met)
+        for after in AFTER_ERROR:
+            after()
     result.update(EXTRA)
     path = os.path.join(out, f"rank{rank}.json")
     with open(path + ".tmp", "w") as f:

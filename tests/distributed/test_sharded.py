@@ -149,11 +149,54 @@ def test_repeated_runs_in_one_process_keep_no_process_group_and_a_closed_source_
                         r"serves no rows for 'x'; make a new ShardedSource", closed["message"]), closed
 
 
-def test_received_row_lengths_are_checked_before_decoding(tmp_path):
-    ranks = run_ranks("corrupt", tmp_path)
+@pytest.mark.parametrize("case, length", [("corrupt", r"\d+"), ("corrupt_received", "-3")])
+def test_corrupt_row_lengths_a_rank_received_are_an_error_on_every_rank_at_that_batch(case, length, tmp_path):
+    """Rank 0 finds the row lengths it received from rank 1 corrupt ("corrupt": rank 1 sent a row longer than a row;
+    "corrupt_received": one damaged on the way, which sized bytes that could not pair): it says so in its receipt
+    word, before any byte is sent, and both ranks raise at that batch (in-band: not at the exchange's timeout),
+    naming rank 0 and what it found. Before, rank 0 raised alone (or gloo aborted it) and rank 1 waited."""
+    ranks = run_ranks(case, tmp_path, timeout=120)
+    found = (rf"found the row lengths received for 'x' from rank 1 corrupt: its row 0 of \d+ has the length "
+             rf"{length} \(1 of \d+ bad\); lengths must lie in \[0, row_nbytes=\d+\]$")
+    for r, res in enumerate(ranks):
+        err = res.get("error")
+        assert err is not None and err["type"] == "ShardExchangeError", res
+        assert re.match(f"rank {r}: " + ("" if r == 0 else "rank 0 ") + found, err["message"]), err
+
+
+def test_a_close_after_a_failed_exchange_is_local_and_raises_nothing(tmp_path):
+    """Rank 1 died: rank 0's exchange failed, and its close (as a run that raised closes its sources) sends no
+    close message (that would fail, or wait for a peer that may never come): it destroys the group at once, its
+    gloo threads gone, and raises nothing that could hide the run's own error."""
+    ranks = run_ranks("dies_then_close", tmp_path, timeout=120)
+    assert ranks[0]["error"]["type"] == "ShardExchangeError", ranks[0]
+    close = ranks[0]["close"]
+    assert close["raised"] is None and close["broken"] and close["closed"], close
+    assert close["seconds"] < 5 and close["threads"][1] < close["threads"][0], close
+
+
+def test_a_rank_that_closes_locally_makes_the_others_fail_at_once(tmp_path):
+    """close(collective=False), as a run that raised on one rank closes its sources: it waits for no peer, and the
+    peers' next exchange fails at once (the closed connections), while that rank is still alive."""
+    ranks = run_ranks("leaves", tmp_path, timeout=120)
+    assert ranks[1]["error"]["message"] == "rank 1 left" and ranks[1]["close_seconds"] < 5, ranks[1]
     err = ranks[0].get("error")
-    assert err is not None and err["type"] == "ShardExchangeError", ranks[0]
-    assert "row lengths received for 'x'" in err["message"] and "lengths must lie in" in err["message"]
+    assert err is not None and err["type"] == "ShardExchangeError" and "another rank died" in err["message"], ranks[0]
+    assert err["at"] - ranks[1]["closed_at"] < 9, err["at"] - ranks[1]["closed_at"]  # rank 1 lived 12 s more
+
+
+def test_a_rank_closing_while_another_has_a_batch_is_an_error_on_both_at_once(tmp_path):
+    """close's message pairs with another rank's batch (a barrier there waited for the timeout on both ranks)."""
+    import time
+
+    t = time.monotonic()
+    ranks = run_ranks("close_vs_batch", tmp_path, timeout=50)
+    assert time.monotonic() - t < 50
+    e0, e1 = ranks[0].get("error"), ranks[1].get("error")
+    assert e0 is not None and e0["message"].startswith(
+        "rank 0: this rank closed the exchange (the end of its run) while rank 1 has a batch left"), ranks[0]
+    assert e1 is not None and e1["message"].startswith(
+        "rank 1: rank 0 closed the exchange (the end of its run) while this rank has a batch left"), ranks[1]
 
 
 # ---- in one process --------------------------------------------------------------------------------------
@@ -452,3 +495,49 @@ def test_collective_tensors_are_dropped_by_python_not_by_gloos_thread():
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     proc = subprocess.run([sys.executable, "-c", HELD_SCRIPT], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
+
+
+class ClosingExchange:
+    """An exchange that records how it was closed."""
+
+    timeout = 300.0
+
+    def __init__(self):
+        self.closes = []
+
+    def close(self, collective=True):
+        self.closes.append(collective)
+
+
+def test_the_timeout_is_checked_by_name_and_a_source_closes_as_its_block_ends():
+    """ShardedSource(timeout=) / ShardExchange(timeout=): seconds in (0, MAX_TIMEOUT], refused by name otherwise, and
+    with an exchange of another timeout; a source used as a context manager is closed collectively when its block
+    ends well, locally when it raises (and raises the block's error)."""
+    store = EncodedTable.encode(torch.randn(10, 4), "ibp", progress=False)
+    layout = ShardLayout.contiguous(10, 2)
+    shard = shard_of(store, layout, 0)
+    assert ShardedSource(shard, layout).exchange.timeout == 300.0
+    assert ShardedSource(shard, layout, timeout=2).exchange.timeout == 2.0
+    for bad in (0, -1.0, float("nan"), float("inf"), 1e8, True, "60", [60]):
+        with pytest.raises(ValueError, match=r"^timeout=.* is not accepted; use seconds in \(0, 1e\+07\]$"):
+            ShardedSource(shard, layout, timeout=bad)
+        with pytest.raises(ValueError, match=r"^timeout=.* is not accepted; use seconds in \(0, 1e\+07\]$"):
+            ShardExchange(timeout=bad)
+    with pytest.raises(ValueError, match=r"^timeout=5 is not accepted with exchange= \(its timeout is 300 s\); give "
+                                         r"the timeout to ShardExchange\(timeout=\), or leave exchange=None$"):
+        ShardedSource(shard, layout, exchange=ClosingExchange(), timeout=5)
+    assert ShardedSource(shard, layout, exchange=ClosingExchange(), timeout=300).exchange.timeout == 300
+
+    ex = ClosingExchange()
+    with ShardedSource(shard, layout, exchange=ex) as x:
+        pass
+    assert ex.closes == [True] and x.closed
+    ex = ClosingExchange()
+    with pytest.raises(ArithmeticError, match="a bad batch"):
+        with ShardedSource(shard, layout, exchange=ex) as x:
+            raise ArithmeticError("a bad batch")
+    assert ex.closes == [False] and x.closed
+    x.close()  # idempotent
+    assert ex.closes == [False]
+    with pytest.raises(RuntimeError, match=r"is closed .* it serves no rows for 'x'"):
+        x.fetch_compressed(torch.arange(3), "x")

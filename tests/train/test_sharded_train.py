@@ -139,6 +139,61 @@ def test_sharded_features_train_with_the_losses_of_the_whole_table(data_root, tm
     assert (prepared / "shards-2" / "shards.json").is_file()  # a small generated data set: cut by the run
 
 
+# A run that raises on both ranks at its 2nd training batch (an injected error in the model step: a bad batch), between
+# two runs that end well, in one process group: each rank's error, and its threads after each run.
+RANK_FAILING_RUN = """\
+import gc, json, os
+import torch
+from ibp_graph.train import frontends
+from ibp_graph.train.config import load_config
+from ibp_graph.train.loop import run
+
+real, calls = frontends.PyG.forward, [0]
+
+def forward(self, model, batch, labels):
+    calls[0] += 1
+    if FAIL and calls[0] == 2:
+        raise ArithmeticError("injected: a bad batch")
+    return real(self, model, batch, labels)
+frontends.PyG.forward = forward
+
+sets, out = json.loads(os.environ["SETS"]), {}
+for label in ("first", "fails", "after"):
+    FAIL, calls[0] = label == "fails", 0
+    try:
+        (result,) = run(load_config(os.environ["CONFIG"], sets + [f"name={label}"]))
+        out[label] = {"loss": [e["loss"] for e in result["epochs"]]}
+    except BaseException as e:  # noqa: BLE001 - the test reads it
+        out[label] = {"error": f"{type(e).__name__}: {e}", "notes": getattr(e, "__notes__", [])}
+    gc.collect()
+    out[label]["threads"] = len(os.listdir("/proc/self/task"))  # gloo's and numba's too
+with open(os.path.join(os.environ["OUT_DIR"], f"rank{os.environ['RANK']}.json"), "w") as f:
+    json.dump(out, f)
+torch.distributed.destroy_process_group()
+"""
+
+
+def test_a_run_that_raises_closes_its_sharded_sources_and_raises_its_own_error(data_root, tmp_path):
+    """A run that raises (here at its 2nd batch, on both ranks) closes its sharded sources on the way out, locally
+    (no close message: after a failure the ranks' collectives need not pair): its error is the run's own, unmasked,
+    no gloo group or thread of it stays (before, each failed run left its group: 3 threads more), and the next run
+    in the same processes trains with the losses of the one before."""
+    script = tmp_path / "rank_failing_run.py"
+    script.write_text(RANK_FAILING_RUN)
+    sets = TINY + [f"data.root={data_root}", f"output.dir={tmp_path / 'runs'}", "train.epochs=1"] + SHARDED
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", OUT_DIR=str(tmp_path), CONFIG=str(CONFIG),
+               SETS=json.dumps(sets))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for r in range(2):
+        got = json.loads((tmp_path / f"rank{r}.json").read_text())
+        assert got["fails"]["error"] == "ArithmeticError: injected: a bad batch" and not got["fails"]["notes"], got
+        assert got["after"]["loss"] == got["first"]["loss"], got
+        assert got["fails"]["threads"] <= got["first"]["threads"], got  # the failed run's group went with it
+        assert got["after"]["threads"] <= got["first"]["threads"], got
+
+
 def test_heterogeneous_training_takes_a_sharded_table_per_featured_node_type(mag_root, tmp_path):
     root = mag_root
     sets = TINY_MAG + [f"data.root={root}"]
@@ -343,3 +398,77 @@ def test_a_distributed_run_does_not_cut_shards_of_large_data_sets(data_root, tmp
     elsewhere = load_config(None, [f"data.root={data_root}", f"data.shards={tmp_path / 'none'}"] + TINY).data
     with pytest.raises(FileNotFoundError, match=r"holds no shards .*point data.shards there"):
         open_shards(elsewhere, ds, Dist(rank=0, world_size=2))
+
+
+def test_the_exchange_timeout_is_a_checked_key_that_reaches_the_sources():
+    """loader.shard_exchange_timeout: seconds in (0, 1e7] (default 300, the exchange's own), refused by name
+    otherwise, and the timeout of every sharded source (its exchange's) of the run."""
+    from ibp_graph.data.shards import ShardLayout, shard_of
+    from ibp_graph.train.config import describe
+    from ibp_graph.train.sharding import sources
+
+    assert load_config(None, []).loader.shard_exchange_timeout == 300.0
+    assert any(line.lstrip().startswith("loader.shard_exchange_timeout") for line in describe())
+    for bad, shown in (("0", "0.0"), ("-5", "-5.0"), ("1e8", "100000000.0"), (".inf", "inf")):
+        with pytest.raises(ConfigError, match=rf"^loader.shard_exchange_timeout={shown} is not accepted; expected a "
+                                              r"(finite number|value) in \(0.0, 10000000.0\]"):
+            load_config(None, [f"loader.shard_exchange_timeout={bad}"])
+    with pytest.raises(ConfigError, match=r"loader.shard_exchange_timeout='soon' is not accepted"):
+        load_config(None, ["loader.shard_exchange_timeout=soon"])
+    with pytest.raises(ConfigError, match=r"shard_exchange_timout"):  # unknown keys: refused as before
+        load_config(None, ["loader.shard_exchange_timout=5"])
+    store = EncodedTable.encode(torch.randn(16, 4), "ibp", progress=False)
+    layout = ShardLayout.contiguous(16, 2)
+    lc = load_config(None, ["loader.features=sharded", "loader.shard_exchange_timeout=7.5"]).loader
+    (src,) = sources({"x": (shard_of(store, layout, 0), layout)}, lc).values()
+    assert src.exchange.timeout == 7.5
+
+
+class Closing:
+    """A run's sharded source (train/sharding.py) that records how it was closed in `log`; `fails`: its close raises."""
+
+    def __init__(self, name, log, fails=False):
+        self.name, self.log, self.fails = name, log, fails
+
+    def close(self, collective=True):
+        self.log.append((self.name, collective))
+        if self.fails:
+            raise RuntimeError(f"{self.name}'s close failed")
+
+
+def test_a_runs_sources_are_closed_however_it_ends_and_its_own_error_is_raised(monkeypatch):
+    """sharding.serving: a run that ends well closes its sources collectively, in one order (a failing close raised
+    once all are closed, those after it locally); a run that raises (KeyboardInterrupt too) closes them locally and
+    raises its own error, a close that fails as well only a note on it."""
+    from ibp_graph.train import sharding
+
+    def run(body, fails=(), shards=("paper", "author")):
+        log = []
+        monkeypatch.setattr(sharding, "sources", lambda s, loader: {n: Closing(n, log, n in fails) for n in s})
+        with sharding.serving(list(shards), None) as tables:
+            assert sorted(tables) == sorted(shards)
+            body()
+        return log
+
+    assert run(lambda: None) == [("author", True), ("paper", True)]
+    log = []
+    monkeypatch.setattr(sharding, "sources", lambda s, loader: {n: Closing(n, log, n == "author") for n in s})
+    with pytest.raises(RuntimeError, match="author's close failed"):
+        with sharding.serving(["paper", "author"], None):
+            pass
+    assert log == [("author", True), ("paper", False)]  # after a failed close, the others locally
+
+    for error in (ArithmeticError("a bad batch"), KeyboardInterrupt(), TimeoutError("a worker hung")):
+        def body():
+            raise error
+        log = []
+        monkeypatch.setattr(sharding, "sources", lambda s, loader: {n: Closing(n, log, n == "author") for n in s})
+        with pytest.raises(type(error)) as got:
+            with sharding.serving(["paper", "author"], None):
+                body()
+        assert got.value is error and log == [("author", False), ("paper", False)]
+        if sys.version_info >= (3, 11):
+            assert got.value.__notes__ == ["closing the run's sharded sources failed as well: RuntimeError: "
+                                           "author's close failed"]
+    with sharding.serving(None, None) as tables:  # a run without shards
+        assert tables is None
