@@ -48,7 +48,7 @@ $(DGL_VENV)/.installed: pyproject.toml Makefile
 venv-dgl: $(DGL_VENV)/.installed
 
 # Only the DGL test files: the others import torch_geometric or cupy, which this environment lacks.
-DGL_TESTS ?= tests/examples/test_dgl_examples.py tests/loaders/test_dgl.py tests/loaders/test_dgl_hetero.py tests/loaders/test_dgl_store.py tests/loaders/test_dgl_link.py tests/loaders/test_dgl_options.py tests/loaders/test_dgl_live_features.py tests/distributed/test_sharded_dgl.py tests/data/test_partition_dgl.py tests/pipeline/test_features_dgl.py tests/train/test_loop_dgl.py tests/train/test_sharded_train.py tests/benchmarks/test_sampler_bench.py tests/benchmarks/test_loader_bench.py
+DGL_TESTS ?= tests/examples/test_dgl_examples.py tests/loaders/test_dgl.py tests/loaders/test_dgl_parity.py tests/loaders/test_dgl_hetero.py tests/loaders/test_dgl_store.py tests/loaders/test_dgl_link.py tests/loaders/test_dgl_options.py tests/loaders/test_dgl_live_features.py tests/distributed/test_sharded_dgl.py tests/data/test_partition_dgl.py tests/pipeline/test_features_dgl.py tests/train/test_loop_dgl.py tests/train/test_sharded_train.py tests/benchmarks/test_sampler_bench.py tests/benchmarks/test_loader_bench.py
 
 test-dgl: venv-dgl
 	DGLBACKEND=pytorch $(DGL_PY) -m pytest -m dgl $(DGL_TESTS) $(PYTEST_ARGS)

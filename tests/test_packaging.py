@@ -28,3 +28,16 @@ def test_every_package_is_listed_for_the_wheel():
     on_disk = _packages_on_disk()
     assert on_disk - listed == set(), "packages missing from pyproject.toml [tool.setuptools] packages"
     assert listed - on_disk == set(), "pyproject.toml lists packages that do not exist"
+
+
+def test_every_dgl_marked_test_file_runs_in_make_test_dgl():
+    """`make test` deselects the dgl-marked tests and `make test-dgl` runs only the files Makefile's DGL_TESTS
+    lists, so a dgl-marked file missing there would never run in CI."""
+    root = Path(__file__).resolve().parents[1]
+    line = next(x for x in (root / "Makefile").read_text().splitlines() if x.startswith("DGL_TESTS"))
+    listed = set(line.split("=", 1)[1].split())
+    marked = {p.relative_to(root).as_posix() for p in (root / "tests").rglob("test_*.py")
+              if p != Path(__file__).resolve() and "pytest.mark.dgl" in p.read_text()}
+    assert marked, "no dgl-marked test file found: the marker's spelling changed?"
+    assert marked - listed == set(), "dgl-marked test files missing from Makefile's DGL_TESTS"
+    assert {p for p in listed if not (root / p).is_file()} == set(), "DGL_TESTS lists files that do not exist"
