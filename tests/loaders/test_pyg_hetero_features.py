@@ -29,20 +29,23 @@ def run(data, num_workers=0, raw=None, **kw):
 
 
 @pytest.fixture(scope="module")
-def data():
-    return make_hetero()
+def graph_and_reference():
+    """The graph and the worker path's batches of it, which every mode must give."""
+    graph = make_hetero()
+    return graph, run(graph, features="worker")[1]
 
 
 @pytest.fixture(scope="module")
-def reference(data):
-    return run(data, features="worker")[1]
+def data(graph_and_reference):
+    return graph_and_reference[0]
 
 
 @pytest.mark.parametrize("store", [None, "ebp"])
 @pytest.mark.parametrize("features,device_cache,num_workers", [
     ("zero_copy", 0, 0), ("zero_copy", BUDGET, 0), ("worker", BUDGET, 0), ("zero_copy", BUDGET, 2),
     ("worker", BUDGET, 2), ("auto", BUDGET, 0)])
-def test_every_mode_gives_the_worker_paths_batches(data, reference, store, features, device_cache, num_workers):
+def test_every_mode_gives_the_worker_paths_batches(graph_and_reference, store, features, device_cache, num_workers):
+    data, reference = graph_and_reference
     given = data
     if store is not None:
         given = data.clone()
