@@ -22,6 +22,9 @@ from ..jit_cache import install as _install_kernel_cache
 _install_kernel_cache()  # numba caches this module's kernels per environment (ibp_graph.jit_cache)
 
 #: payload bytes past the last row (at least), so decoders may read two whole 64-bit words past any bit.
+#: A valid row's decoding reads nothing past these bytes; a corrupt one's may, and the CPU decoders read the
+#: rows near the payload's end from a zero-padded copy (codec/ibp/decode.py, codec/ebp/decode.py), so no
+#: read leaves the payload whatever it holds (tests/codec/test_out_of_bounds.py, with guard pages).
 PAYLOAD_TAIL = 16
 #: a decoder's `dest` for rows decoded in order (row i into out[i]); a non-empty dest puts row i at out[dest[i]].
 NO_DEST = np.zeros(0, np.int64)

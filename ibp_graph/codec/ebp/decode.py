@@ -61,6 +61,33 @@ PREFETCH_QUADS = 2
 #: escape cursor of a row found corrupt: past any code-stream start, so it stays corrupt
 _CORRUPT = np.int64(1) << 62
 
+#: the most stream bits one window refill skips (clz64 of a window is at most 64)
+_MAX_SKIP = 64 - _CLZ_UNUSED
+
+
+@njit(inline="always")
+def row_reach(W, sparse, d, low_total, HE, IB):
+    """The most bytes decoding a compressed row reads from its start, whatever the row holds (a corrupt
+    row's counts, escape area and codes may claim bits far past its end; every load reads 16 bytes at most
+    from where it starts). A dense row: its escape count starts at bit g = mode + low_total and takes at
+    most 63 bits, its escape area at most d * HE, and the last of its ceil(d / _WINDOW_CODES) windows
+    starts at most that many refills less one of _MAX_SKIP bits later. A sparse row: its two counts take
+    at most 2 * 63 bits after the mode bit, at most d listed elements IB + W bits each (column, low bits,
+    escaped high part), then at most d codes of up to LUT_BITS bits."""
+    p = 1 if sparse else 0
+    dense = ((p + low_total + 63 + d * HE + _MAX_SKIP * (-(-d // _WINDOW_CODES) - 1)) >> 3) + 16
+    if not sparse:
+        return dense
+    return max(dense, ((1 + 2 * 63 + d * (IB + W + LUT_BITS)) >> 3) + 16)
+
+
+@njit(inline="always")
+def _row_address(start, base, far, near, tail):
+    """The address of the row starting at byte `start`: in the payload (address base) when it starts at
+    byte `far` or before, else in its padded copy near_end (address near; payload bytes from `tail` on),
+    see _decode_impl."""
+    return base + start if start <= far else near + (start - tail)
+
 
 @njit(inline="always")
 def _refill(row, c, w):
@@ -206,12 +233,11 @@ def _column_info(colp, dlut, t_dict):
 
 @njit(inline="always")
 def _decode_row(i, dst_row, payload, offsets, words, rows, row_nbytes, sparse, HE, LS, IB, low_total, colp,
-                colm, dlut, t_dict, bad, base, oa, nfull, ntail, epc, HS, wma, wba, cia):
-    """Decode row i alone (raw, dense or sparse) into row dst_row; bad[i] = 1 if it is corrupt."""
+                colm, dlut, t_dict, bad, row, oa, nfull, ntail, epc, HS, wma, wba, cia):
+    """Decode row i (at address row) alone (raw, dense or sparse) into row dst_row; bad[i] = 1 if it is
+    corrupt."""
     d = words.shape[1]
-    start = offsets[i]
-    L = offsets[i + 1] - start
-    row = base + start
+    L = offsets[i + 1] - offsets[i]
     if L == row_nbytes:
         copy_bytes(oa + dst_row * row_nbytes, row, row_nbytes)
         return
@@ -283,6 +309,13 @@ def _decode_impl(payload, offsets, dest, words, rows, row_nbytes, W, sparse, HE,
     Rows go in blocks of DEC_BLOCK: the block's dense rows four at a time in lockstep
     (_dense_quad), then raw and sparse rows one by one, with the rows of any group that
     held a corrupt row (decoded again alone, so only that row is reported).
+
+    Nothing outside the payload is read, whatever it holds. Decoding a row reads at most
+    row_reach bytes from its start, however corrupt: the rows starting within that many bytes
+    of the payload's end are read from near_end, a copy of the payload's last bytes followed by
+    row_reach zero bytes. A valid row reads nothing past its PAYLOAD_TAIL bytes, so it decodes
+    the same from either, and so is a corrupt one reported (a stream that runs past its row's
+    end ends there, whatever it reads).
     """
     n = offsets.shape[0] - 1
     d = words.shape[1]
@@ -297,8 +330,14 @@ def _decode_impl(payload, offsets, dest, words, rows, row_nbytes, W, sparse, HE,
     wba = np.int64(wbits.ctypes.data)
     info = _column_info(colp, dlut, t_dict)
     p = 1 if sparse else 0
+    reach = row_reach(W, sparse, d, low_total, HE, IB)
+    far = payload.shape[0] - reach  # rows starting here or before are read in the payload itself
+    tail = max(far, 0)
+    near_end = np.zeros(payload.shape[0] - tail + reach, dtype=np.uint8)
+    near_end[:payload.shape[0] - tail] = payload[tail:]
     for blk in prange((n + DEC_BLOCK - 1) // DEC_BLOCK):
         cia = np.int64(info.ctypes.data)  # taken here: info must stay alive while it is read
+        near = np.int64(near_end.ctypes.data)  # the same
         a = blk * DEC_BLOCK
         b = min(n, a + DEC_BLOCK)
         dense = np.empty(DEC_BLOCK, dtype=np.int64)
@@ -324,10 +363,10 @@ def _decode_impl(payload, offsets, dest, words, rows, row_nbytes, W, sparse, HE,
             i2 = dense[min(q + 2, nd - 1)]
             i3 = dense[min(q + 3, nd - 1)]
             o0, o1, o2, o3 = (i0, i1, i2, i3) if nodest else (dest[i0], dest[i1], dest[i2], dest[i3])
-            ends = _dense_quad(base + offsets[i0], oa + o0 * row_nbytes,
-                               base + offsets[i1], oa + o1 * row_nbytes,
-                               base + offsets[i2], oa + o2 * row_nbytes,
-                               base + offsets[i3], oa + o3 * row_nbytes,
+            ends = _dense_quad(_row_address(offsets[i0], base, far, near, tail), oa + o0 * row_nbytes,
+                               _row_address(offsets[i1], base, far, near, tail), oa + o1 * row_nbytes,
+                               _row_address(offsets[i2], base, far, near, tail), oa + o2 * row_nbytes,
+                               _row_address(offsets[i3], base, far, near, tail), oa + o3 * row_nbytes,
                                p, d, low_total, HE, nfull, ntail, epc, wma, wba, cia)
             ok = True
             for r, end in ((i0, ends[0]), (i1, ends[1]), (i2, ends[2]), (i3, ends[3])):
@@ -339,8 +378,9 @@ def _decode_impl(payload, offsets, dest, words, rows, row_nbytes, W, sparse, HE,
                     na += 1
         for k in range(na):
             i = alone[k]
+            row = _row_address(offsets[i], base, far, near, tail)
             _decode_row(i, i if nodest else dest[i], payload, offsets, words, rows, row_nbytes, sparse, HE, LS, IB,
-                        low_total, colp, colm, dlut, t_dict, bad, base, oa, nfull, ntail, epc,
+                        low_total, colp, colm, dlut, t_dict, bad, row, oa, nfull, ntail, epc,
                         HS, wma, wba, cia)
 
 

@@ -123,8 +123,7 @@ class IBPCodec(RowCodec):
 
     def _decode_rows(self, payload: np.ndarray, offsets: np.ndarray, rows: np.ndarray,
                      dest: np.ndarray) -> np.ndarray:
-        decode_rows(payload, offsets, rows, self._tables, dest)
-        return np.zeros(0, dtype=np.int64)  # every bit string decodes; offsets were checked
+        return decode_rows(payload, offsets, rows, self._tables, dest)
 
     # ---- state ------------------------------------------------------------------
     def state_dict(self) -> dict:
