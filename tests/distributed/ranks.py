@@ -16,6 +16,14 @@ import torch
 EXTRA = {}
 #: what a case does once this rank raised (main calls each, after recording the error)
 AFTER_ERROR = []
+#: when this rank's loaders were built (built()): the tests time what follows, start-up and imports left out
+BUILT_AT = []
+
+
+def built(*loaders):
+    """The loaders, with the time they were built recorded in BUILT_AT."""
+    BUILT_AT.append(time.time())
+    return loaders
 
 
 def digest(batch) -> dict:
@@ -62,7 +70,7 @@ def pyg_homo(rank, world, cache_bytes=0, codec="ibp", num_workers=0, device="cpu
     ours = CompressedNeighborLoader(sharded, **kw)
     kw["generator"] = torch.Generator().manual_seed(1)
     ref = CompressedNeighborLoader(data, **kw)
-    return ours, ref
+    return built(ours, ref)
 
 
 def hetero_graph(seed: int = 0):
@@ -134,7 +142,7 @@ def uneven(rank, world):
     layout = ShardLayout.contiguous(data.num_nodes, world)
     data.x = ShardedSource(shard_of(store, layout, rank), layout, timeout=60)
     seeds = torch.arange(64 * (rank + 1))
-    return CompressedNeighborLoader(data, num_neighbors=[3], batch_size=64, input_nodes=seeds, codec="ibp"), []
+    return built(CompressedNeighborLoader(data, num_neighbors=[3], batch_size=64, input_nodes=seeds, codec="ibp"), [])
 
 
 def other_shard(rank, world, holds):
@@ -353,7 +361,7 @@ def main():
     if "error" in result:  # once the error is dropped (its traceback's frames no longer hold what it met)
         for after in AFTER_ERROR:
             after()
-    result.update(EXTRA)
+    result.update(EXTRA, built_at=BUILT_AT[0] if BUILT_AT else None)
     path = os.path.join(out, f"rank{rank}.json")
     with open(path + ".tmp", "w") as f:
         json.dump(result, f)
