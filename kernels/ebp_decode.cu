@@ -31,8 +31,8 @@
 //      than its header says, lists columns out of order or has a bit pattern no code
 //      starts with is reported in the error slot (smallest table row wins).
 // Every read of a row is clamped to the row's 32-bit words plus two (the payload keeps 16
-// bytes of tail padding, the scratch slots 16 bytes of slack), so a corrupt stream reads
-// garbage, never another allocation.
+// bytes of tail padding, which ibp_row_range checks, the scratch slots 16 bytes of slack), so
+// a corrupt stream reads garbage, never another allocation.
 //
 // Speed budget (H200, not measured here): phase 1 is ~25 instructions per element per lane
 // with a dependent load chain (stream word, decode table); a warp walks 32 rows at once,

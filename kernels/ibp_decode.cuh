@@ -18,6 +18,10 @@ typedef long long i64;
 #define IBP_ERR_INDEX 0   // smallest output position i whose index[i] is out of range
 #define IBP_ERR_CORRUPT 1 // smallest table row whose offsets or bit stream are inconsistent
 
+// Payload bytes the format keeps past the last row (ibp_graph.layout.rows.PAYLOAD_TAIL,
+// docs/format.md): the EBP decoder reads up to 11 bytes past a row's last byte.
+#define IBP_PAYLOAD_TAIL 16
+
 // The low n bits of a T (u32 or u64) set, n in [0, bits of T] (shifting by the word width
 // is undefined).
 template <class T>
@@ -88,8 +92,11 @@ __device__ __forceinline__ u64 ibp_extract64(const u32* s, u32 p, u32 n, u32 qma
 
 // Table row r's compressed bytes, [*start, *start + *len) of the payload, from int32
 // (off64 == 0) or int64 offsets. False when the offsets are inconsistent: a negative start,
-// an empty row, a row longer than a raw one, or one past the payload's end (the caller
-// reports row r in IBP_ERR_CORRUPT).
+// an empty row, a row longer than a raw one, or one that leaves fewer than IBP_PAYLOAD_TAIL
+// payload bytes after it (the caller reports row r in IBP_ERR_CORRUPT). Nothing checks the
+// offsets before a launch (they may live on the GPU), and the EBP decoder reads past a row's
+// end: without the tail check, a corrupt last offset inside the tail made it read past the
+// payload's end.
 __device__ __forceinline__ bool ibp_row_range(const void* offsets, int off64, i64 r, u32 row_nbytes,
                                               i64 payload_nbytes, i64* start, i64* len) {
   i64 o0, o1;
@@ -102,7 +109,8 @@ __device__ __forceinline__ bool ibp_row_range(const void* offsets, int off64, i6
   }
   *start = o0;
   *len = o1 - o0;
-  return o0 >= 0 && *len > 0 && *len <= (i64)row_nbytes && o1 <= payload_nbytes;
+  return o0 >= 0 && *len > 0 && *len <= (i64)row_nbytes &&
+         o1 <= payload_nbytes - IBP_PAYLOAD_TAIL;
 }
 
 // Per-column decode table entry of the IBP decoder (16 bytes, one vector load). Declared

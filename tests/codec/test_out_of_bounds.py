@@ -222,15 +222,16 @@ def garbage_row(codec, fill: str, length: int, original: bytes, rng) -> tuple[by
     return stream[:length], stream[length:length + PAYLOAD_TAIL]
 
 
-def case_garbage_last_row_every_length(log, kinds) -> None:
-    """The last row of a payload (flush against the guard page after it, PAYLOAD_TAIL bytes of tail) replaced
-    by garbage of every length 0..row_nbytes: decoded or reported as row n-1, never read past the tail."""
+def garbage_last_rows(kinds):
+    """The payloads of case_garbage_last_row_every_length (also run by the emulated CUDA kernels,
+    tests/gpu/test_emulated_bounds.py): per config of `kinds`, six encoded rows whose last one is replaced by
+    each fill of every length 0..row_nbytes. Yields (config, codec, x, fill, length, the replaced row's own
+    bytes, rows, offsets, tail)."""
     rng = np.random.default_rng(3)
     for config in CONFIGS:
         if config[0] not in kinds:
             continue
         codec, x, rows, offsets = encoded(config, 6, seed=4)
-        n = x.shape[0]
         last = rows[int(offsets[-2]):]
         for fill in fills(codec):
             for length in range(codec.row_nbytes + 1):
@@ -238,14 +239,22 @@ def case_garbage_last_row_every_length(log, kinds) -> None:
                 new_rows = rows[:int(offsets[-2])] + row
                 new_offsets = offsets.copy()
                 new_offsets[-1] = offsets[-2] + length
-                log(config=config, fill=fill, length=length, tail=tail, offsets=new_offsets, rows=new_rows)
-                got = decode_or_corrupt(codec, guarded_ct(codec, n, new_rows, new_offsets, tail, "end"))
-                assert isinstance(got, torch.Tensor) or got == n - 1, (config, fill, length, got)
-                if isinstance(got, torch.Tensor):
-                    assert same_bits(got[:-1], x[:-1]), (config, fill, length)
-                if fill == "extended" and len(last) < length < codec.row_nbytes and len(last) < codec.row_nbytes:
-                    # the row's whole bit stream, then bytes it does not use: its stream ends before its end
-                    assert got == n - 1, (config, length, len(last))
+                yield config, codec, x, fill, length, last, new_rows, new_offsets, tail
+
+
+def case_garbage_last_row_every_length(log, kinds) -> None:
+    """The last row of a payload (flush against the guard page after it, PAYLOAD_TAIL bytes of tail) replaced
+    by garbage of every length 0..row_nbytes: decoded or reported as row n-1, never read past the tail."""
+    for config, codec, x, fill, length, last, new_rows, new_offsets, tail in garbage_last_rows(kinds):
+        n = x.shape[0]
+        log(config=config, fill=fill, length=length, tail=tail, offsets=new_offsets, rows=new_rows)
+        got = decode_or_corrupt(codec, guarded_ct(codec, n, new_rows, new_offsets, tail, "end"))
+        assert isinstance(got, torch.Tensor) or got == n - 1, (config, fill, length, got)
+        if isinstance(got, torch.Tensor):
+            assert same_bits(got[:-1], x[:-1]), (config, fill, length)
+        if fill == "extended" and len(last) < length < codec.row_nbytes and len(last) < codec.row_nbytes:
+            # the row's whole bit stream, then bytes it does not use: its stream ends before its end
+            assert got == n - 1, (config, length, len(last))
 
 
 def row_reach(codec) -> int:
@@ -259,12 +268,11 @@ def row_reach(codec) -> int:
     return int(ebp_row_reach(t.W, t.sparse, codec.n_cols, t.low_total, t.HE, t.IB))
 
 
-def case_garbage_row_at_the_padded_copys_edge(log, kinds) -> None:
-    """A garbage row (row 3, closing the first group of four) followed by rows of T bytes in all, T around
-    where the decoders stop reading a row in place and read it from their zero-padded copy of the payload's
-    end instead: the bound on a corrupt row's reads that decides it (row_reach) must hold for the rows just
-    far enough from the end to be read in place. (IBP's bound is tight: an all-zero row, every word an
-    exception, reads up to it; EBP's has a few bytes to spare, so it catches a bound short by about 16.)"""
+def padded_copy_edge_rows(kinds):
+    """The payloads of case_garbage_row_at_the_padded_copys_edge (also run by the emulated CUDA kernels): per
+    config of `kinds`, eight rows: three encoded ones, a garbage row 3 (fills, lengths below row_nbytes), then
+    T bytes of ones for rows 4..7, T around the padded copy's edge. Yields (config, codec, x, fill, length,
+    T, rows, offsets, tail)."""
     rng = np.random.default_rng(7)
     for config in CONFIGS:
         if config[0] not in kinds:
@@ -281,29 +289,48 @@ def case_garbage_row_at_the_padded_copys_edge(log, kinds) -> None:
                     # rows (corrupt: any error names row 3 or later)
                     new_offsets = np.concatenate([offsets[:4], int(offsets[3]) + length + np.array([0, T, T, T, T])])
                     new_rows = head + row + b"\xff" * T
-                    log(config=config, fill=fill, length=length, T=T, offsets=new_offsets, rows=new_rows)
-                    got = decode_or_corrupt(codec, guarded_ct(codec, 8, new_rows, new_offsets,
-                                                              b"\xff" * PAYLOAD_TAIL, "end"))
-                    assert isinstance(got, torch.Tensor) or got >= 3, (config, fill, length, T, got)
+                    yield config, codec, x, fill, length, T, new_rows, new_offsets, b"\xff" * PAYLOAD_TAIL
 
 
-def case_parallel_kernels(log) -> None:
-    """Enough rows for the parallel builds of the kernels; the last row garbage, flush against the guard."""
+def case_garbage_row_at_the_padded_copys_edge(log, kinds) -> None:
+    """A garbage row (row 3, closing the first group of four) followed by rows of T bytes in all, T around
+    where the decoders stop reading a row in place and read it from their zero-padded copy of the payload's
+    end instead: the bound on a corrupt row's reads that decides it (row_reach) must hold for the rows just
+    far enough from the end to be read in place. (IBP's bound is tight: an all-zero row, every word an
+    exception, reads up to it; EBP's has a few bytes to spare, so it catches a bound short by about 16.)"""
+    for config, codec, _, fill, length, T, new_rows, new_offsets, tail in padded_copy_edge_rows(kinds):
+        log(config=config, fill=fill, length=length, T=T, offsets=new_offsets, rows=new_rows)
+        got = decode_or_corrupt(codec, guarded_ct(codec, 8, new_rows, new_offsets, tail, "end"))
+        assert isinstance(got, torch.Tensor) or got >= 3, (config, fill, length, T, got)
+
+
+def parallel_rows(n: int = 2500):
+    """The payloads of case_parallel_kernels (the emulated CUDA kernels take fewer rows): per float32 and int64
+    IBP and EBP config, n encoded rows (length None: valid), then the last one garbage (fills, a few lengths).
+    Yields (config, codec, x, fill, length, rows, offsets, tail)."""
     rng = np.random.default_rng(5)
     for config in [c for c in CONFIGS if c[0] != "identity" and c[1] in ("float32", "int64")]:
-        codec, x, rows, offsets = encoded(config, 2500, seed=6)
-        n = x.shape[0]
-        log(config=config, what="valid, parallel")
-        assert same_bits(codec.decode(guarded_ct(codec, n, rows, offsets, bytes(PAYLOAD_TAIL), "end")), x)
+        codec, x, rows, offsets = encoded(config, n, seed=6)
+        yield config, codec, x, None, None, rows, offsets, bytes(PAYLOAD_TAIL)
         for length in (0, 1, 5, codec.row_nbytes // 2, codec.row_nbytes - 1):
             for fill in fills(codec):
                 row, tail = garbage_row(codec, fill, length, rows[int(offsets[-2]):], rng)
                 new_offsets = offsets.copy()
                 new_offsets[-1] = offsets[-2] + length
-                log(config=config, what="parallel", fill=fill, length=length)
-                got = decode_or_corrupt(codec, guarded_ct(codec, n, rows[:int(offsets[-2])] + row, new_offsets, tail,
-                                                          "end"))
-                assert isinstance(got, torch.Tensor) or got == n - 1, (config, fill, length, got)
+                yield config, codec, x, fill, length, rows[:int(offsets[-2])] + row, new_offsets, tail
+
+
+def case_parallel_kernels(log) -> None:
+    """Enough rows for the parallel builds of the kernels; the last row garbage, flush against the guard."""
+    for config, codec, x, fill, length, rows, offsets, tail in parallel_rows():
+        n = x.shape[0]
+        if fill is None:
+            log(config=config, what="valid, parallel")
+            assert same_bits(codec.decode(guarded_ct(codec, n, rows, offsets, tail, "end")), x)
+            continue
+        log(config=config, what="parallel", fill=fill, length=length)
+        got = decode_or_corrupt(codec, guarded_ct(codec, n, rows, offsets, tail, "end"))
+        assert isinstance(got, torch.Tensor) or got == n - 1, (config, fill, length, got)
 
 
 @st.composite

@@ -2,10 +2,11 @@
 
 A kernel source compiles as host C++ with a shim for the CUDA features it uses (threads as
 lanes, barriers for the warp intrinsics: a mask that does not name the caller's group of
-lanes is an error), and a harness main() per kernel family reads its inputs from a folder,
-runs one launch, checks that nothing was written outside the output and writes the output
-bytes and the error slots back (AddressSanitizer and UBSan watch every access when the
-toolchain has them). tests/gpu/test_ibp_compile.py and test_ebp_compile.py use it.
+lanes is an error), and a harness per kernel family reads its inputs from a folder, runs one
+launch, checks that nothing was written outside the output and writes the output bytes and
+the error slots back, for each folder named on its command line (AddressSanitizer and UBSan
+watch every access when the toolchain has them; inputs get allocations of exactly their
+size). tests/gpu/test_ibp_compile.py, test_ebp_compile.py and test_emulated_bounds.py use it.
 """
 from __future__ import annotations
 
@@ -118,7 +119,6 @@ static inline unsigned long long atomicMin(unsigned long long* a, unsigned long 
 // the test's timeout) is an error, as it would be undefined behaviour on the GPU.
 static int emu_group = 32;
 static std::vector<std::unique_ptr<std::barrier<>>> emu_bars;
-static unsigned long long emu_slot[1024];
 static void emu_fail(const char* what) {
   std::fprintf(stderr, "EMU ERROR: %s (thread %u)\n", what, threadIdx.x);
   std::abort();
@@ -132,73 +132,84 @@ static void emu_sync(unsigned mask) {
   if ((threadIdx.x / g) != gid) emu_fail("mask is not the caller's group");
   emu_bars[gid]->arrive_and_wait();
 }
+// A lane's exchanges (shuffles, ballots) use two slot arrays in turn, one barrier each: a lane
+// writes its slot of exchange k + 2 after the barrier of exchange k + 1, which no lane of its
+// group reaches before it has read exchange k. (Every lane starts a block at turn 0.)
+static unsigned long long emu_slots[2][1024];
+thread_local unsigned emu_turn;
+static const unsigned long long* emu_exchange(unsigned mask, unsigned long long v) {
+  unsigned long long* slot = emu_slots[emu_turn++ & 1u];
+  slot[threadIdx.x] = v;
+  emu_sync(mask);
+  return slot;
+}
 static inline void __syncwarp(unsigned mask = 0xffffffffu) { emu_sync(mask); }
 template <class T> static T __shfl_up_sync(unsigned mask, T v, unsigned d, int width = 32) {
-  emu_slot[threadIdx.x] = (unsigned long long)v;
-  emu_sync(mask);
+  const unsigned long long* slot = emu_exchange(mask, (unsigned long long)v);
   const unsigned l = threadIdx.x & 31u, seg = l & ~(unsigned)(width - 1);
   T r = v;
   if (l - seg >= d) {
     if (!((mask >> (l - d)) & 1u)) emu_fail("shfl_up source lane not in mask");
-    r = (T)emu_slot[(threadIdx.x & ~31u) + l - d];
+    r = (T)slot[(threadIdx.x & ~31u) + l - d];
   }
-  emu_sync(mask);
   return r;
 }
 template <class T> static T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
-  emu_slot[threadIdx.x] = (unsigned long long)v;
-  emu_sync(mask);
+  const unsigned long long* slot = emu_exchange(mask, (unsigned long long)v);
   const unsigned l = threadIdx.x & 31u, seg = l & ~(unsigned)(width - 1);
   const unsigned s = seg + ((unsigned)src % (unsigned)width);
   if (!((mask >> s) & 1u)) emu_fail("shfl source lane not in mask");
-  T r = (T)emu_slot[(threadIdx.x & ~31u) + s];
-  emu_sync(mask);
-  return r;
+  return (T)slot[(threadIdx.x & ~31u) + s];
 }
 // Used by the EBP kernels only.
 static inline int __popc(unsigned x) { return __builtin_popcount(x); }
 static inline int __ffsll(long long x) { return __builtin_ffsll(x); }
 template <class T> static T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
-  emu_slot[threadIdx.x] = (unsigned long long)v;
-  emu_sync(mask);
+  const unsigned long long* slot = emu_exchange(mask, (unsigned long long)v);
   const unsigned l = threadIdx.x & 31u;
   const unsigned s = l ^ (unsigned)lane_mask;
   if (!((mask >> s) & 1u)) emu_fail("shfl_xor source lane not in mask");
-  T r = (T)emu_slot[(threadIdx.x & ~31u) + s];
-  emu_sync(mask);
-  return r;
+  return (T)slot[(threadIdx.x & ~31u) + s];
 }
 static unsigned __ballot_sync(unsigned mask, int pred) {
-  emu_slot[threadIdx.x] = pred ? 1ull : 0ull;
-  emu_sync(mask);
+  const unsigned long long* slot = emu_exchange(mask, pred ? 1ull : 0ull);
   unsigned r = 0;
   for (unsigned l = 0; l < 32; ++l)
-    if (((mask >> l) & 1u) && emu_slot[(threadIdx.x & ~31u) + l]) r |= 1u << l;
-  emu_sync(mask);
+    if (((mask >> l) & 1u) && slot[(threadIdx.x & ~31u) + l]) r |= 1u << l;
   return r;
 }
 """
 
 #: What every harness does around its launch, included after the kernel source.
 HARNESS_COMMON = r"""
+#include <condition_variable>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <thread>
 static std::vector<unsigned char> slurp(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return std::vector<unsigned char>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
+// A 16-byte aligned allocation of exactly n bytes (at least 1): ASan flags any byte past it.
+static void* alloc_exact(size_t n) {
+  void* p = nullptr;
+  if (posix_memalign(&p, 16, n ? n : 1) != 0) std::abort();
+  return p;
+}
 template <class T> static T* exact(const std::vector<unsigned char>& v) {  // exact-size heap copy
-  T* p = (T*)std::aligned_alloc(16, (v.size() + 15) / 16 * 16 + 16);
+  T* p = (T*)alloc_exact(v.size());
   if (!v.empty()) std::memcpy(p, v.data(), v.size());
   return p;
 }
-// The payload placed `shift` bytes past a 16-byte boundary, inside an allocation that covers
-// the aligned 16-byte blocks around it (what the kernels' block reads may touch).
+// The payload placed `shift` bytes past a 16-byte boundary, in an allocation that starts at
+// that boundary (the aligned 16-byte block a row's staging may read from before the payload's
+// first byte) and ends with the payload's last byte: a read past it is an ASan error (the 16
+// bytes of tail padding after the last row cover the aligned blocks the staging reads after
+// a row), and with shift 0 so is a read before it.
 static const u8* place_payload(const std::vector<unsigned char>& payload, long shift) {
-  long span = ((shift + (long)payload.size() + 15) / 16) * 16;
-  unsigned char* raw = (unsigned char*)std::aligned_alloc(16, span + 16);
-  std::memset(raw, 0xCD, span + 16);
+  unsigned char* raw = (unsigned char*)alloc_exact(shift + payload.size());
+  std::memset(raw, 0xCD, shift);
   if (!payload.empty()) std::memcpy(raw + shift, payload.data(), payload.size());
   return raw + shift;
 }
@@ -213,6 +224,42 @@ static EmuOutput poisoned_output(long nbytes, long shift) {
   std::memset(raw, 0xFF, nbytes + shift + 1);
   return {raw, shift, nbytes};
 }
+// The threads of a block: kept across blocks, launches and cases (creating 32 threads under ASan
+// costs more than a small launch). run(n, f) has threads 0..n-1 each run f() once, all at once
+// (the barriers need every lane runnable), and returns when all are done; the mutex orders
+// their accesses before and after, as joining them would.
+struct EmuPool {
+  std::mutex m;
+  std::condition_variable go, done;
+  const std::function<void()>* body = nullptr;
+  unsigned long round = 0;
+  long lanes = 0, left = 0, threads = 0;
+  void run(long n, const std::function<void()>& f) {
+    for (; threads < n; ++threads) std::thread([this, t = threads] { serve(t); }).detach();
+    std::unique_lock<std::mutex> lk(m);
+    body = &f;
+    lanes = left = n;
+    ++round;
+    go.notify_all();
+    done.wait(lk, [&] { return left == 0; });
+  }
+  void serve(long t) {
+    unsigned long seen = 0;
+    std::unique_lock<std::mutex> lk(m);
+    for (;;) {
+      go.wait(lk, [&] { return round != seen; });
+      seen = round;
+      if (t >= lanes) continue;  // not a thread of this block
+      lk.unlock();
+      threadIdx = {(unsigned)t, 0, 0};
+      emu_turn = 0;
+      (*body)();
+      lk.lock();
+      if (--left == 0) done.notify_one();
+    }
+  }
+};
+static EmuPool* emu_pool = new EmuPool;  // never destroyed: its threads wait until the process exits
 // grid blocks of `block` threads, one block after the other, every thread running body();
 // lanes sync in groups of `group`; the block's shared memory starts as garbage.
 template <class F> static void emu_launch(long grid, long block, int group, void* smem, size_t smem_bytes,
@@ -220,15 +267,13 @@ template <class F> static void emu_launch(long grid, long block, int group, void
   emu_group = group;
   blockDim = {(unsigned)block, 1, 1};
   gridDim = {(unsigned)grid, 1, 1};
+  const std::function<void()> f = body;
   for (long b = 0; b < grid; ++b) {
     blockIdx = {(unsigned)b, 0, 0};
     std::memset(smem, 0xA5, smem_bytes);
     emu_bars.clear();
     for (long k = 0; k < block / group; ++k) emu_bars.emplace_back(new std::barrier<>(group));
-    std::vector<std::thread> ts;
-    for (long t = 0; t < block; ++t)
-      ts.emplace_back([&, t] { threadIdx = {(unsigned)t, 0, 0}; body(); });
-    for (auto& t : ts) t.join();
+    emu_pool->run(block, f);
   }
 }
 // Exit status 3 on a write outside the output; else out.bin and err.bin written, 0.
@@ -242,12 +287,35 @@ static int emu_finish(const std::string& dir, const EmuOutput& o, const u64* err
   ef.write((const char*)err, 2 * sizeof(u64));
   return 0;
 }
+// One launch per case folder named on the command line, in turn (run_case, the harness's own,
+// defined after this file): one process runs many cases. "EMU CASE <folder>" goes to stderr
+// before each, so a sanitizer report or an abort names its case; the first failure ends the run.
+static int run_case(const std::string& dir);
+int main(int argc, char** argv) {
+  for (int k = 1; k < argc; ++k) {
+    std::fprintf(stderr, "EMU CASE %s\n", argv[k]);
+    if (const int rc = run_case(argv[k])) return rc;
+  }
+  return 0;
+}
 """
+
+
+#: the executables built so far this session, by (name, harness, sources): every test module
+#: that asks for the same emulator gets the one build (tmp_path_factory's folders last the session).
+_BUILT: dict = {}
 
 
 def build_emulator(tmp_path_factory, name: str, harness: str, sources) -> Path:
     """Compile kernel sources as host C++ with the warp emulation shim and a harness main()
-    (ASan + UBSan when the toolchain has them); the executable's path."""
+    (ASan + UBSan when the toolchain has them); the executable's path. Built once per session."""
+    key = (name, harness, tuple(sources))
+    if key not in _BUILT:
+        _BUILT[key] = _build(tmp_path_factory, name, harness, sources)
+    return _BUILT[key]
+
+
+def _build(tmp_path_factory, name: str, harness: str, sources) -> Path:
     cxx = shutil.which("g++") or shutil.which("clang++")
     if cxx is None:
         pytest.skip("no C++ compiler (g++/clang++) to build the warp emulation")
@@ -268,28 +336,71 @@ def build_emulator(tmp_path_factory, name: str, harness: str, sources) -> Path:
 
 
 class Emulator:
-    """A harness executable: one emulated launch per call."""
+    """A harness executable: one emulated launch per call (launch), or many launches in one
+    process (launch_many)."""
+
+    #: cases per process in launch_many (its command line names each case's folder)
+    BATCH = 400
 
     def __init__(self, exe):
         self.exe = str(exe)
 
-    def launch(self, d, params, arrays, timeout=300):
-        """Write the inputs to folder d, run, read back (output bytes, error slots)."""
+    @staticmethod
+    def _write(d, params, arrays) -> None:
         for name, arr in arrays.items():
             np.ascontiguousarray(arr).tofile(os.path.join(d, name + ".bin"))
         with open(os.path.join(d, "params.txt"), "w") as f:
             f.write(" ".join(str(int(p)) if not isinstance(p, str) else p for p in params))
-        env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0")
-        proc = subprocess.run([self.exe, str(d)], capture_output=True, text=True, timeout=timeout,
-                              env=env)
-        assert proc.returncode == 0, proc.stderr[-6000:]
+
+    @staticmethod
+    def _read(d):
         out = np.fromfile(os.path.join(d, "out.bin"), dtype=np.uint8)
         err = np.fromfile(os.path.join(d, "err.bin"), dtype=np.uint64)
         return out, [None if e == np.uint64(2**64 - 1) else int(e) for e in err]
 
+    def _run(self, cwd, folders, timeout):
+        env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0")
+        return subprocess.run([self.exe, *folders], cwd=cwd, capture_output=True, text=True,
+                               timeout=timeout, env=env)
+
+    def launch(self, d, params, arrays, timeout=300):
+        """Write the inputs to folder d, run, read back (output bytes, error slots)."""
+        self._write(d, params, arrays)
+        proc = self._run(None, [str(d)], timeout)
+        assert proc.returncode == 0, proc.stderr[-6000:]
+        return self._read(d)
+
+    def launch_many(self, d, cases, timeout=300):
+        """One launch per (label, params, arrays) of `cases`, BATCH per process (their inputs in
+        folders under d); the (output bytes, error slots) of each, in order. A launch that fails
+        (a sanitizer error, an abort, a write outside the output) fails the test naming its label."""
+        cases = list(cases)
+        results = []
+        for b in range(0, len(cases), self.BATCH):
+            folders = []
+            for k, (_, params, arrays) in enumerate(cases[b:b + self.BATCH], start=b):
+                folders.append(f"c{k}")
+                os.makedirs(os.path.join(d, folders[-1]), exist_ok=True)
+                self._write(os.path.join(d, folders[-1]), params, arrays)
+            try:
+                proc = self._run(d, folders, timeout)
+                status, stderr = proc.returncode, proc.stderr
+            except subprocess.TimeoutExpired as e:  # a lane missing at a barrier: deadlock
+                status, stderr = f"timed out after {timeout} s", e.stderr or ""
+                stderr = stderr.decode(errors="replace") if isinstance(stderr, bytes) else stderr
+            if status != 0:
+                started = [ln.split()[-1] for ln in stderr.splitlines() if ln.startswith("EMU CASE ")]
+                label = cases[int(started[-1][1:])][0] if started else "(before the first case)"
+                log = "\n".join(ln for ln in stderr.splitlines() if not ln.startswith("EMU CASE "))
+                pytest.fail(f"emulated launch failed (exit status {status}) on case {label}\n{log[-6000:]}",
+                            pytrace=False)
+            results.extend(self._read(os.path.join(d, f)) for f in folders)
+        return results
+
 
 def emulator_fixture(cls, name: str, harness: str, sources):
-    """A module-scoped fixture: `cls` (an Emulator) over the sources built with `harness`."""
+    """A module-scoped fixture: `cls` (an Emulator) over the sources built with `harness`
+    (compiled once per session, whichever modules use it)."""
 
     @pytest.fixture(scope="module")
     def emulator(tmp_path_factory):

@@ -70,8 +70,7 @@ typedef void (*decode_fn)(const u8*, const void*, int, const i64*, const i64*, c
                           i64, const EbpColumn*, const u64*, const u16*, const u64*, int, int, int, int,
                           int, int, int, u8*, u64*);
 static void* alloc16(long size) { return std::aligned_alloc(16, (size + 15) / 16 * 16); }
-int main(int argc, char** argv) {
-  std::string dir = argv[1];
+static int run_case(const std::string& dir) {
   std::ifstream pf(dir + "/params.txt");
   long W, fetch, n_out, n_rows, payload_shift, off64, has_index, d, row_nbytes, sparse, HE, LS, IB,
       low_total, out_shift, block, grid, stride;
@@ -122,8 +121,13 @@ int main(int argc, char** argv) {
 class EbpEmulator(Emulator):
     """Runs the decode (or the gather + decode of a fetch) on the host: output bytes, error slots."""
 
-    def run(self, tmp, codec, ct, index=None, *, fetch=False, payload_shift=0, out_shift=0,
-            block=64, grid=2):
+    def run(self, tmp, codec, ct, index=None, **shapes):
+        return self.launch(str(tmp), *self.run_inputs(codec, ct, index, **shapes), timeout=600)
+
+    @staticmethod
+    def run_inputs(codec, ct, index=None, *, fetch=False, payload_shift=0, out_shift=0, block=64,
+                   grid=2):
+        """(params, arrays) of that launch (Emulator.launch, launch_many)."""
         t = codec.tables
         tabs = E.host_tables(codec)
         n_out = ct.n_rows if index is None else len(index)
@@ -134,7 +138,7 @@ class EbpEmulator(Emulator):
         arrays = {"payload": ct.payload.numpy(), "offsets": ct.offsets.numpy(), "index": idx,
                   "colinfo": tabs.colinfo, "defaults": tabs.defaults, "dlut": tabs.dlut,
                   "dict": tabs.dict}
-        return self.launch(str(tmp), params, arrays, timeout=600)
+        return params, arrays
 
 
 emulator = emulator_fixture(EbpEmulator, "ebp_emu", HARNESS, ("ebp_decode.cu",))

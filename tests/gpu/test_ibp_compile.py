@@ -350,8 +350,7 @@ alignas(16) uint4 ibp_smem[1 << 16];  // 1 MiB of "shared memory"
 typedef void (*decode_fn)(const u8*, const void*, int, const i64*, i64, i64, i64, const IbpColumn*,
                           const u32*, int, int, int, int, int, u8*, u64*);
 typedef void (*gather_fn)(const u8*, i64, i64, const i64*, i64, int, u8*, u64*);
-int main(int argc, char** argv) {
-  std::string dir = argv[1];
+static int run_case(const std::string& dir) {
   std::ifstream pf(dir + "/params.txt");
   std::string kernel;
   long W, G, n_out, n_rows, payload_nbytes, payload_shift, off64, has_index, n_words, row_nbytes,
@@ -390,9 +389,13 @@ int main(int argc, char** argv) {
 class IbpEmulator(Emulator):
     """The IBP decode and raw gather kernels, launched as ibp_graph.gpu would launch them."""
 
-    def decode(self, tmp, codec, ct, index=None, *, payload_shift=0, out_shift=0, block=64,
-               grid=2):
+    def decode(self, tmp, codec, ct, index=None, **shapes):
         """Launch ibp_decode_w*_g* with the shapes ibp_graph.gpu.ibp would pick."""
+        return self.launch(str(tmp), *self.decode_inputs(codec, ct, index, **shapes))
+
+    @staticmethod
+    def decode_inputs(codec, ct, index=None, *, payload_shift=0, out_shift=0, block=64, grid=2):
+        """(params, arrays) of that launch (Emulator.launch, launch_many)."""
         tabs = D.host_tables(codec)  # what the runtime uploads
         W, n_words, rb = tabs.word_bits, tabs.n_words, tabs.row_nbytes
         G = D.group_size(n_words)
@@ -402,13 +405,16 @@ class IbpEmulator(Emulator):
                   payload_shift, ct.offsets.dtype == torch.int64, index is not None, n_words, rb,
                   tabs.header_bits, D.store_unit(W // 8, rb, out_shift), D.stage_bytes(rb),
                   out_shift, block, grid, 0]
-        return self.launch(str(tmp), params, {"payload": ct.payload.numpy(),
-                                              "offsets": ct.offsets.numpy(), "index": idx,
-                                              "cols": tabs.cols, "runs": tabs.runs})
+        return params, {"payload": ct.payload.numpy(), "offsets": ct.offsets.numpy(), "index": idx,
+                        "cols": tabs.cols, "runs": tabs.runs}
 
-    def gather(self, tmp, table: np.ndarray, index, *, table_shift=0, out_shift=0, block=64,
-               grid=2):
+    def gather(self, tmp, table: np.ndarray, index, **shapes):
         """Launch ibp_gather_v* with the shapes ibp_graph.gpu.gather_raw_rows would pick."""
+        return self.launch(str(tmp), *self.gather_inputs(table, index, **shapes))
+
+    @staticmethod
+    def gather_inputs(table: np.ndarray, index, *, table_shift=0, out_shift=0, block=64, grid=2):
+        """(params, arrays) of that launch (Emulator.launch, launch_many)."""
         n_rows, rb = table.shape
         vw = next(v for v in (16, 8, 4, 2, 1)
                   if rb % v == 0 and table_shift % v == 0 and out_shift % v == 0)
@@ -416,9 +422,8 @@ class IbpEmulator(Emulator):
         idx = np.asarray(index, dtype=np.int64)
         params = [f"ibp_gather_v{vw}", 0, 0, len(idx), n_rows, table.size, table_shift, 0, 1, 0,
                   rb, 0, 0, 0, out_shift, block, grid, lanes]
-        return self.launch(str(tmp), params, {"payload": table.reshape(-1), "offsets": np.zeros(1, np.int32),
-                                              "index": idx, "cols": np.zeros(1, abi.IBP_COLUMN),
-                                              "runs": np.zeros(1, np.uint32)})
+        return params, {"payload": table.reshape(-1), "offsets": np.zeros(1, np.int32), "index": idx,
+                        "cols": np.zeros(1, abi.IBP_COLUMN), "runs": np.zeros(1, np.uint32)}
 
 
 emulator = emulator_fixture(IbpEmulator, "emu", HARNESS, abi.KERNEL_SOURCES)
