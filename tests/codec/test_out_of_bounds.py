@@ -96,6 +96,13 @@ def encoded(config, n: int, seed: int):
     return codec, x, ct.payload.numpy()[:int(offsets[-1])].tobytes(), offsets
 
 
+def encoded_configs(kinds, n: int, seed: int):
+    """(config, codec, x, rows, offsets) of encoded(config, n, seed) for each config of a codec in `kinds`."""
+    for config in CONFIGS:
+        if config[0] in kinds:
+            yield (config,) + encoded(config, n, seed)
+
+
 def guarded_ct(codec, n: int, rows: bytes, offsets, tail: bytes, at: str):
     """A CompressedTensor of n rows whose payload (rows, then `tail`) lies against a guard page (`at`)."""
     return CompressedTensor(
@@ -228,10 +235,7 @@ def garbage_last_rows(kinds):
     each fill of every length 0..row_nbytes. Yields (config, codec, x, fill, length, the replaced row's own
     bytes, rows, offsets, tail)."""
     rng = np.random.default_rng(3)
-    for config in CONFIGS:
-        if config[0] not in kinds:
-            continue
-        codec, x, rows, offsets = encoded(config, 6, seed=4)
+    for config, codec, x, rows, offsets in encoded_configs(kinds, 6, seed=4):
         last = rows[int(offsets[-2]):]
         for fill in fills(codec):
             for length in range(codec.row_nbytes + 1):
@@ -274,10 +278,7 @@ def padded_copy_edge_rows(kinds):
     T bytes of ones for rows 4..7, T around the padded copy's edge. Yields (config, codec, x, fill, length,
     T, rows, offsets, tail)."""
     rng = np.random.default_rng(7)
-    for config in CONFIGS:
-        if config[0] not in kinds:
-            continue
-        codec, x, rows, offsets = encoded(config, 8, seed=8)
+    for config, codec, x, rows, offsets in encoded_configs(kinds, 8, seed=8):
         rb, reach = codec.row_nbytes, row_reach(codec)
         head = rows[:int(offsets[3])]
         for fill in [f for f in fills(codec) if f in ("zeros", "ones", "random", "escapes")]:
