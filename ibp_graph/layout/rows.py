@@ -23,13 +23,33 @@ _install_kernel_cache()  # numba caches this module's kernels per environment (i
 
 #: payload bytes past the last row (at least), so decoders may read two whole 64-bit words past any bit.
 #: A valid row's decoding reads nothing past these bytes; a corrupt one's may, and the CPU decoders read the
-#: rows near the payload's end from a zero-padded copy (codec/ibp/decode.py, codec/ebp/decode.py), so no
-#: read leaves the payload whatever it holds (tests/codec/test_out_of_bounds.py, with guard pages).
+#: rows near the payload's end from a zero-padded copy (padded_end), so no read leaves the payload whatever it
+#: holds (tests/codec/test_out_of_bounds.py, with guard pages).
 PAYLOAD_TAIL = 16
 #: a decoder's `dest` for rows decoded in order (row i into out[i]); a non-empty dest puts row i at out[dest[i]].
 NO_DEST = np.zeros(0, np.int64)
 #: integer dtypes an offsets array may have (int32 below 2 GiB of rows, else int64).
 OFFSET_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
+
+
+@njit(inline="always")
+def padded_end(payload, reach):
+    """(far, tail, near_end) for a CPU decoder whose reads of a row span at most `reach` bytes from its start,
+    whatever the row holds: a row starting at byte `far` or before is read in the payload itself, a later one
+    in near_end, a copy of the payload's bytes from `tail` on followed by `reach` zero bytes (row_address). A
+    valid row reads nothing past its PAYLOAD_TAIL bytes, so it decodes the same from either."""
+    far = payload.shape[0] - reach
+    tail = max(far, 0)
+    near_end = np.zeros(payload.shape[0] - tail + reach, dtype=np.uint8)
+    near_end[:payload.shape[0] - tail] = payload[tail:]
+    return far, tail, near_end
+
+
+@njit(inline="always")
+def row_address(start, base, far, near, tail):
+    """The address of the row starting at byte `start`: in the payload (address base), or in its padded copy
+    (address near) past byte `far` (padded_end)."""
+    return base + start if start <= far else near + (start - tail)
 
 
 def padded_size(nbytes: int) -> int:

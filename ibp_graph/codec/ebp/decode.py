@@ -11,7 +11,7 @@ from numba import njit, prange
 
 from ...layout.bitstream import (build_kernels, clz64, copy_bytes, get_bits, ld16, ld64, pdep,
                                  pick_kernel, prefetch_write, st8, st64)
-from ...layout.rows import NO_DEST
+from ...layout.rows import NO_DEST, padded_end, row_address
 from .codes import BAD_ENTRY, DEC_BLOCK, ESC, LUT_BITS, LUT_SIZE
 from .stream import get_gamma
 from .tables import C_HSHIFT, C_TID, C_TIDS, M_DEFAULT, EBPTables
@@ -79,14 +79,6 @@ def row_reach(W, sparse, d, low_total, HE, IB):
     if not sparse:
         return dense
     return max(dense, ((1 + 2 * 63 + d * (IB + W + LUT_BITS)) >> 3) + 16)
-
-
-@njit(inline="always")
-def _row_address(start, base, far, near, tail):
-    """The address of the row starting at byte `start`: in the payload (address base) when it starts at
-    byte `far` or before, else in its padded copy near_end (address near; payload bytes from `tail` on),
-    see _decode_impl."""
-    return base + start if start <= far else near + (start - tail)
 
 
 @njit(inline="always")
@@ -312,10 +304,9 @@ def _decode_impl(payload, offsets, dest, words, rows, row_nbytes, W, sparse, HE,
 
     Nothing outside the payload is read, whatever it holds. Decoding a row reads at most
     row_reach bytes from its start, however corrupt: the rows starting within that many bytes
-    of the payload's end are read from near_end, a copy of the payload's last bytes followed by
-    row_reach zero bytes. A valid row reads nothing past its PAYLOAD_TAIL bytes, so it decodes
-    the same from either, and so is a corrupt one reported (a stream that runs past its row's
-    end ends there, whatever it reads).
+    of the payload's end are read from a zero-padded copy of it (layout.rows.padded_end), where
+    a corrupt row is reported as well (a stream that runs past its row's end ends there,
+    whatever it reads).
     """
     n = offsets.shape[0] - 1
     d = words.shape[1]
@@ -330,11 +321,7 @@ def _decode_impl(payload, offsets, dest, words, rows, row_nbytes, W, sparse, HE,
     wba = np.int64(wbits.ctypes.data)
     info = _column_info(colp, dlut, t_dict)
     p = 1 if sparse else 0
-    reach = row_reach(W, sparse, d, low_total, HE, IB)
-    far = payload.shape[0] - reach  # rows starting here or before are read in the payload itself
-    tail = max(far, 0)
-    near_end = np.zeros(payload.shape[0] - tail + reach, dtype=np.uint8)
-    near_end[:payload.shape[0] - tail] = payload[tail:]
+    far, tail, near_end = padded_end(payload, row_reach(W, sparse, d, low_total, HE, IB))
     for blk in prange((n + DEC_BLOCK - 1) // DEC_BLOCK):
         cia = np.int64(info.ctypes.data)  # taken here: info must stay alive while it is read
         near = np.int64(near_end.ctypes.data)  # the same
@@ -363,10 +350,10 @@ def _decode_impl(payload, offsets, dest, words, rows, row_nbytes, W, sparse, HE,
             i2 = dense[min(q + 2, nd - 1)]
             i3 = dense[min(q + 3, nd - 1)]
             o0, o1, o2, o3 = (i0, i1, i2, i3) if nodest else (dest[i0], dest[i1], dest[i2], dest[i3])
-            ends = _dense_quad(_row_address(offsets[i0], base, far, near, tail), oa + o0 * row_nbytes,
-                               _row_address(offsets[i1], base, far, near, tail), oa + o1 * row_nbytes,
-                               _row_address(offsets[i2], base, far, near, tail), oa + o2 * row_nbytes,
-                               _row_address(offsets[i3], base, far, near, tail), oa + o3 * row_nbytes,
+            ends = _dense_quad(row_address(offsets[i0], base, far, near, tail), oa + o0 * row_nbytes,
+                               row_address(offsets[i1], base, far, near, tail), oa + o1 * row_nbytes,
+                               row_address(offsets[i2], base, far, near, tail), oa + o2 * row_nbytes,
+                               row_address(offsets[i3], base, far, near, tail), oa + o3 * row_nbytes,
                                p, d, low_total, HE, nfull, ntail, epc, wma, wba, cia)
             ok = True
             for r, end in ((i0, ends[0]), (i1, ends[1]), (i2, ends[2]), (i3, ends[3])):
@@ -378,7 +365,7 @@ def _decode_impl(payload, offsets, dest, words, rows, row_nbytes, W, sparse, HE,
                     na += 1
         for k in range(na):
             i = alone[k]
-            row = _row_address(offsets[i], base, far, near, tail)
+            row = row_address(offsets[i], base, far, near, tail)
             _decode_row(i, i if nodest else dest[i], payload, offsets, words, rows, row_nbytes, sparse, HE, LS, IB,
                         low_total, colp, colm, dlut, t_dict, bad, row, oa, nfull, ntail, epc,
                         HS, wma, wba, cia)

@@ -5,7 +5,7 @@ import numpy as np
 from numba import prange
 
 from ...layout.bitstream import build_kernels, copy_bytes, get_bits, pick_kernel, st32, st64
-from ...layout.rows import NO_DEST
+from ...layout.rows import NO_DEST, padded_end, row_address
 from .tables import UNIT_BYTES, LOW32, WORD_DTYPE, IBPTables, not_part32, unpack_unit
 
 _ONE = np.uint64(1)
@@ -16,28 +16,23 @@ def _decode_impl(payload, offsets, dest, words, rows, row_nbytes, cols, header_b
     empty); rows is its byte view. bad[i] = 1 when row i is corrupt: a compressed row whose bit stream does
     not end in its last byte (docs/format.md; its header asks for more or fewer bits than it has).
 
-    Nothing outside the payload is read, whatever it holds. A row's reads span at most `reach` bytes from
-    its start (its header, every word stored whole, get_bits' 16 bytes), however corrupt: the rows starting
-    within `reach` bytes of the payload's end are read from `near_end`, a copy of the payload's last bytes
-    followed by `reach` zero bytes. A valid row reads nothing past its PAYLOAD_TAIL bytes, so it decodes
-    the same from either; so is a corrupt one reported (its stream's end comes from its header alone)."""
+    Nothing outside the payload is read, whatever it holds. A row's reads span at most its header, every
+    word stored whole and get_bits' 16 bytes from its start, however corrupt: the rows starting that close
+    to the payload's end are read from a zero-padded copy of it (layout.rows.padded_end), where a corrupt
+    row is reported as well (its stream's end comes from its header alone)."""
     W = words.itemsize * 8
     n = offsets.shape[0] - 1
     n_words = words.shape[1]
     base = np.int64(payload.ctypes.data)
     dst = np.int64(words.ctypes.data)
     col = np.int64(cols.ctypes.data)
-    reach = ((header_bits + n_words * W) >> 3) + 16
-    far = payload.shape[0] - reach  # rows starting here or before read the payload itself
-    tail = max(far, 0)
-    near_end = np.zeros(payload.shape[0] - tail + reach, dtype=np.uint8)
-    near_end[:payload.shape[0] - tail] = payload[tail:]
+    far, tail, near_end = padded_end(payload, ((header_bits + n_words * W) >> 3) + 16)
     for i in prange(n):
         o = np.int64(i) if dest.shape[0] == 0 else dest[i]
         start = offsets[i]
         L = offsets[i + 1] - start
         # near_end's address taken here: it must stay alive while it is read
-        row = base + start if start <= far else np.int64(near_end.ctypes.data) + (start - tail)
+        row = row_address(start, base, far, np.int64(near_end.ctypes.data), tail)
         if L == row_nbytes:
             copy_bytes(np.int64(rows.ctypes.data) + o * rows.strides[0], row, row_nbytes)
             continue
