@@ -27,7 +27,7 @@ from ibp_graph.pipeline.plans import (INPUT_ID, SEED_TIME, HeteroPlanner, Neighb
 from ibp_graph.pipeline.producer import BatchProducer
 from ibp_graph.pipeline.requests import BatchRequest, BatchRequests, DrawnRequests, check_batch_size
 from ibp_graph.pipeline.sources import FeatureSource
-from ibp_graph.sampling.graph import CSCGraph, edge_id_dtype, index_dtype, sorted_by_time
+from ibp_graph.sampling.graph import CSCGraph, index_dtype, sorted_by_time
 from ibp_graph.sampling.hetero import EdgeType, HeteroNeighborSampler, HeteroSamplerOutput, TypedCSC
 from ibp_graph.sampling.links import NegativeSampling as LinkNegatives
 from ibp_graph.sampling.links import prepare_edge_label
@@ -908,7 +908,7 @@ def _edge_type_like(value) -> bool:
 def _edge_ids(edges, csc, num_src: int, num_dst: int, name: str, where: str) -> tuple[torch.Tensor, torch.Tensor]:
     """Seed edges `edges` ([2, E] source and destination ids below `num_src` / `num_dst`; None: every edge of
     `csc`, a CSCGraph or TypedCSC) as two int64 tensors; errors name the argument `name` and the graph as `where`."""
-    edges = edge_list(csc.indptr, csc.indices, csc.checked_e_id()) if edges is None else edges
+    edges = edge_list(csc.indptr, csc.indices, None if csc.positional_ids else csc.checked_e_id()) if edges is None else edges
     t = edges if isinstance(edges, torch.Tensor) else torch.as_tensor(np.asarray(edges))
     if t.dtype == torch.bool or t.dtype.is_floating_point or t.dtype.is_complex:
         raise TypeError(f"{name} has dtype {t.dtype}; accepted: an integer [2, num_edges] tensor of (source, "
@@ -1065,8 +1065,10 @@ def _graph_and_attrs(data) -> tuple[CSCGraph, dict, dict, dict, dict]:
     if edge_index is None and ADJ_T in data:  # PyG's to_csc reads adj_t's CSR as the graph's CSC
         indptr, indices, edge[ADJ_T] = _common.read_adj_t(data.adj_t, num_nodes, num_nodes, "data.adj_t")
         num_edges = int(indices.shape[0])
-        graph = CSCGraph(indptr, indices.astype(index_dtype(num_nodes)),
-                         np.arange(num_edges, dtype=edge_id_dtype(num_edges)))
+        try:  # edge ids: CSC positions
+            graph = CSCGraph(indptr, indices.astype(index_dtype(num_nodes)), None)
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"data.adj_t: {err}") from None
     else:  # without edges (PyG's to_csc): batches hold the seeds only
         edge_index = torch.zeros((2, 0), dtype=torch.int64) if edge_index is None else edge_index
         num_edges = int(edge_index.shape[1])
@@ -1108,7 +1110,7 @@ class _HeteroGraph:
             if self.node_time is not None and e[0] in self.node_time:
                 self.csc[e] = sorted_by_time(csc, self.node_time[e[0]][csc.indices])
             elif self.edge_time is not None and e in self.edge_time:
-                self.csc[e] = sorted_by_time(csc, self.edge_time[e][csc.checked_e_id()])
+                self.csc[e] = sorted_by_time(csc, csc.in_csc_order(self.edge_time[e]))
         self.weight = _hetero_weights(self, weight_attr)
         names = [node_name(t, a) for t in self.node_types for a in {**self.node_attrs[t], "n_id": None}]
         names += [edge_name(e, a) for e in self.edge_types for a in {**self.edge_attrs[e], "e_id": None}]
@@ -1135,22 +1137,24 @@ class _HeteroGraph:
         for e in edge_types:
             store, (src, _, dst) = data[e], e
             edge = {}
-            if "edge_index" not in store and ADJ_T in store:  # PyG's to_csc: adj_t's CSR is the type's CSC
-                indptr, indices, edge[ADJ_T] = _common.read_adj_t(
-                    store.adj_t, self.num_nodes[src], self.num_nodes[dst], f"data[{e!r}].adj_t")
-                ei = torch.from_numpy(np.stack([indices, np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))]))
-            elif "edge_index" not in store:
+            if "edge_index" not in store and ADJ_T not in store:
                 raise NotImplementedError(f"data[{e!r}] has no edge_index nor adj_t (keys {list(store.keys())}); "
                                           "accepted: edge types given as edge_index or adj_t, or the graph as "
                                           "per-type tables (features, {edge type: TypedCSC}[, num_nodes])")
-            else:
-                ei = store.edge_index
-                ei = torch.from_numpy(ei) if isinstance(ei, np.ndarray) else ei
+            by_adj_t = "edge_index" not in store  # PyG's to_csc: adj_t's CSR is the type's CSC
             try:
-                csc = TypedCSC.from_edge_index(ei, self.num_nodes[src], self.num_nodes[dst])
+                if by_adj_t:
+                    indptr, indices, edge[ADJ_T] = _common.read_adj_t(
+                        store.adj_t, self.num_nodes[src], self.num_nodes[dst], f"data[{e!r}].adj_t")
+                    csc = TypedCSC(indptr, indices.astype(index_dtype(self.num_nodes[src])), None,  # ids: positions
+                                   self.num_nodes[src])
+                else:
+                    ei = store.edge_index
+                    csc = TypedCSC.from_edge_index(torch.from_numpy(ei) if isinstance(ei, np.ndarray) else ei,
+                                                   self.num_nodes[src], self.num_nodes[dst])
             except (TypeError, ValueError, IndexError) as err:
-                raise type(err)(f"data[{e!r}].edge_index: {err}") from None
-            _, attrs, other, self.dims[e] = _split(store, f"data[{e!r}].{{}}".format, None, int(ei.shape[1]))
+                raise type(err)(f"data[{e!r}].{ADJ_T if by_adj_t else 'edge_index'}: {err}") from None
+            _, attrs, other, self.dims[e] = _split(store, f"data[{e!r}].{{}}".format, None, csc.num_edges)
             self._edge_type(e, csc, {**edge, **attrs}, other)
         self.graph_attrs = dict(data._global_store.items())
 

@@ -130,7 +130,7 @@ def _typed_csc(edges, layout: EdgeLayout, num_src: int, num_dst: int) -> TypedCS
             raise ValueError(f"colptr has shape {indptr.shape}; accepted: ({num_dst + 1},) for {num_dst} "
                              "destination nodes")
         indices = np.ascontiguousarray(row, dtype=np.int64)
-        return TypedCSC(indptr, indices, np.arange(indices.shape[0], dtype=np.int64), num_src)
+        return TypedCSC(indptr, indices, None, num_src)  # edge ids: CSC positions
     if layout == EdgeLayout.CSR:  # (rowptr, col): sources expanded, in CSR order
         rowptr = np.asarray(row, dtype=np.int64)
         if rowptr.shape != (num_src + 1,):

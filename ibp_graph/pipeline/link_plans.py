@@ -112,11 +112,13 @@ class LinkPlanner:
         return plan, {**meta, "link": shapes}
 
 
-def edge_list(indptr: np.ndarray, indices: np.ndarray, e_id: np.ndarray) -> torch.Tensor:
+def edge_list(indptr: np.ndarray, indices: np.ndarray, e_id: Optional[np.ndarray]) -> torch.Tensor:
     """The ``[2, E]`` edge_index of a CSC graph's edges in edge-id order (stable: CSC order among equal ids):
     a graph's own edge_index when its ids are 0..E-1, else the edges sorted by id (e.g. a prepared graph whose
-    ids number the edges of a larger one)."""
+    ids number the edges of a larger one); `e_id` None: the ids are CSC positions, the edges in CSC order."""
     dst = np.repeat(np.arange(len(indptr) - 1, dtype=np.int64), np.diff(indptr))
+    if e_id is None:
+        return torch.from_numpy(np.stack([np.asarray(indices, dtype=np.int64), dst]))
     order = np.argsort(np.asarray(e_id), kind="stable")
     return torch.from_numpy(np.stack([np.asarray(indices, dtype=np.int64)[order], dst[order]]))
 

@@ -131,12 +131,35 @@ class _CSC:
 
     indptr: np.ndarray
     indices: np.ndarray
-    e_id: np.ndarray
+    e_id: Optional[np.ndarray]
+
+    @property
+    def positional_ids(self) -> bool:
+        """Whether edge ids are CSC positions (``e_id`` None: a graph given in CSC order, as ``adj_t`` or a
+        stored CSC): nothing holds them, the sampler writes positions, and ``e_id`` costs no memory until
+        :meth:`checked_e_id` is asked for it."""
+        return self.e_id is None
+
+    @property
+    def e_id_dtype(self) -> np.dtype:
+        """The dtype of ``e_id`` (:func:`edge_id_dtype` of the edge count for positional ids)."""
+        return edge_id_dtype(self.num_edges) if self.e_id is None else self.e_id.dtype
+
+    def in_csc_order(self, values: np.ndarray) -> np.ndarray:
+        """`values` (one per edge id: times, weights) in CSC order; positional ids: `values` itself."""
+        return values[:self.num_edges] if self.e_id is None else values[self.checked_e_id()]
 
     def checked_e_id(self) -> np.ndarray:
         """``e_id``, checked (:func:`check_edge_ids`) before its first use for a graph made with
         ``defer_e_id_check=True`` (``load``'s: a batch without edge ids never reads them, nor their pages);
-        ValueError naming the graph's folder for a damaged one. What reads ``e_id`` reads it through this."""
+        ValueError naming the graph's folder for a damaged one. What reads ``e_id`` reads it through this.
+        Positional ids (``e_id`` None) are made here, once: ``0 .. num_edges - 1``."""
+        if self.e_id is None:
+            made = self.__dict__.get("_e_id_made")
+            if made is None:
+                made = np.arange(self.num_edges, dtype=self.e_id_dtype)
+                object.__setattr__(self, "_e_id_made", made)
+            return made
         pending = self.__dict__.get("_e_id_pending")
         if pending is not None:
             try:
@@ -168,9 +191,11 @@ class _CSC:
     def _check(self, rows: str, what: str, bound_name: str, bound: Optional[int], defer: Union[bool, str]) -> None:
         """dtypes; indptr's length, range and steps; every source id (`what`) below `bound` (None: the
         destinations' count, a homogeneous graph's nodes); e_id (:func:`check_edge_ids`) now, or with `defer`
-        (True, or the name of the graph's folder for the error) at its first use (:meth:`checked_e_id`)."""
+        (True, or the name of the graph's folder for the error) at its first use (:meth:`checked_e_id`);
+        positional ids (``e_id`` None) need only ``num_edge_ids``, if given, to be at least ``num_edges``."""
         indptr, indices, e_id = self.indptr, self.indices, self.e_id
-        for name, arr in (("indptr", indptr), ("indices", indices), ("e_id", e_id)):
+        named = (("indptr", indptr), ("indices", indices)) + ((("e_id", e_id),) if e_id is not None else ())
+        for name, arr in named:
             accepted = {"indptr": ("int64",), "indices": ("int32", "int64"), "e_id": ("int32", "uint32", "int64")}[name]
             if not isinstance(arr, np.ndarray) or arr.dtype.name not in accepted or arr.ndim != 1:
                 raise TypeError(f"{name} must be a 1-d numpy array of {' or '.join(accepted)}, got "
@@ -180,7 +205,7 @@ class _CSC:
         if indptr.shape[0] < 1:
             raise ValueError(f"indptr must have {rows} + 1 >= 1 entries, got 0")
         bound = indptr.shape[0] - 1 if bound is None else bound
-        if e_id.shape != indices.shape:
+        if e_id is not None and e_id.shape != indices.shape:
             raise ValueError(f"e_id must have one entry per edge ({indices.shape[0]}), got {e_id.shape[0]}")
         first, last = int(indptr[0]), int(indptr[-1])
         if first != 0 or last != indices.shape[0]:
@@ -193,7 +218,10 @@ class _CSC:
         bad = first_outside(indices, 0, bound)
         if bad >= 0:
             raise ValueError(f"indices must name {what} in [0, {bound_name}={bound}); indices[{bad}]={int(indices[bad])}")
-        if defer:
+        if e_id is None:
+            if self.num_edge_ids is not None:
+                check_int("num_edge_ids", self.num_edge_ids, minimum=indices.shape[0])
+        elif defer:
             object.__setattr__(self, "_e_id_pending", "the graph" if defer is True else defer)
         else:
             check_edge_ids(e_id, self.num_edge_ids)
@@ -209,6 +237,8 @@ class CSCGraph(_CSC):
     ``edge_index``. All three are 1-d numpy arrays (possibly read-only memory maps):
     ``indptr`` int64, ``indices`` int32 or int64 (``index_dtype`` of the node count: int32
     whenever the ids fit), ``e_id`` int32, uint32 or int64 (``edge_id_dtype`` of the edge count).
+    ``e_id`` None: edge ids are CSC positions (a graph that comes in CSC order, as PyG's
+    ``adj_t``), held nowhere (:attr:`positional_ids`).
 
     ``num_edge_ids`` is the number of edge ids ``e_id`` draws from (the columns of that
     ``edge_index``, the rows of its edge attributes; at least ``num_edges``, more when
@@ -247,7 +277,10 @@ class CSCGraph(_CSC):
         path = Path(directory)
         path.mkdir(parents=True, exist_ok=True)
         for name in _FILES:
-            save_npy(path / f"{name}.npy", np.ascontiguousarray(getattr(self, name)))
+            arr = getattr(self, name)
+            if arr is None:  # positional ids, written out (load reads every graph's e_id.npy)
+                arr = np.arange(self.num_edges, dtype=self.e_id_dtype)
+            save_npy(path / f"{name}.npy", np.ascontiguousarray(arr))
         meta = {"format": _FORMAT, "version": _FORMAT_VERSION, "num_nodes": self.num_nodes, "num_edges": self.num_edges}
         if self.num_edge_ids is not None:
             meta["num_edge_ids"] = self.num_edge_ids
@@ -303,7 +336,8 @@ class TypedCSC(_CSC):
 
     ``indices[indptr[v]:indptr[v + 1]]`` are the sources (ids of ``src`` nodes, below
     ``num_src``) of the edges into ``dst`` node ``v``, in original edge order; ``e_id``
-    holds each one's column in the type's ``edge_index``. Like :class:`CSCGraph`, except
+    holds each one's column in the type's ``edge_index`` (None: CSC positions, as
+    :class:`CSCGraph`'s). Like :class:`CSCGraph`, except
     that sources and destinations are ids of different node types; ``num_edge_ids`` is
     :class:`CSCGraph`'s (``e_id`` names distinct edges below it; None: not recorded).
     """
@@ -348,8 +382,9 @@ def sorted_by_time(graph: Graph, key: np.ndarray) -> Graph:
     time, or its source node's), ties in CSC order: the order temporal sampling needs (as PyG's)."""
     dst = np.repeat(np.arange(graph.indptr.shape[0] - 1, dtype=np.int64), np.diff(graph.indptr))
     order = np.lexsort((key, dst))  # stable: ties keep CSC order
+    e_id = order.astype(graph.e_id_dtype) if graph.positional_ids else graph.checked_e_id()[order]
     return dataclasses.replace(graph, indices=np.ascontiguousarray(graph.indices[order]),
-                               e_id=np.ascontiguousarray(graph.checked_e_id()[order]), defer_e_id_check=False)
+                               e_id=np.ascontiguousarray(e_id), defer_e_id_check=False)
 
 
 def time_sorted_check(name: str, indptr: np.ndarray, key: np.ndarray) -> None:

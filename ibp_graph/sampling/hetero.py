@@ -298,11 +298,12 @@ class HeteroNeighborSampler:
             0 if isinstance(num_neighbors, Mapping) else len(num_neighbors)
         self.replace, self.parallel, self.induced, self.disjoint = replace, parallel, induced, disjoint
         self.temporal_strategy, self.homogeneous, self.edge_ids = temporal_strategy, homogeneous, edge_ids
-        # read-only views: in-memory and memory-mapped graphs share one compiled kernel; without edge ids
-        # the kernels get an empty e_id of the graph's dtype (the same compiled kernel; they write CSC
-        # positions, which sample() drops)
+        # read-only views: in-memory and memory-mapped graphs share one compiled kernel; without edge ids,
+        # or with positional ones, the kernels get an empty e_id of the graph's dtype (the same compiled
+        # kernel; they write CSC positions: the edge ids of a positional graph, dropped by sample() otherwise)
         self._csc = {e: (readonly(g.indptr), readonly(g.indices),
-                         readonly(g.checked_e_id() if edge_ids else np.empty(0, dtype=g.e_id.dtype)))
+                         readonly(g.checked_e_id() if edge_ids and not g.positional_ids
+                                  else np.empty(0, dtype=g.e_id_dtype)))
                      for e, g in self.graphs.items()}
         self._max_degree = {e: int(np.diff(g.indptr).max()) if g.num_dst else 0 for e, g in self.graphs.items()}
         types = f"node types {self.node_types}, edge types {self.edge_types}"
@@ -315,7 +316,7 @@ class HeteroNeighborSampler:
         for e, g in self.graphs.items():
             if e[0] in by_node or e in by_edge:
                 indptr, indices = self._csc[e][:2]
-                pos_time = by_node[e[0]][indices] if e[0] in by_node else by_edge[e][g.checked_e_id()]
+                pos_time = by_node[e[0]][indices] if e[0] in by_node else g.in_csc_order(by_edge[e])
                 time_sorted_check("graph" if homogeneous else f"graphs[{e!r}]", indptr, pos_time)
                 self._pos_time[e] = readonly(np.ascontiguousarray(pos_time))
         # per weighted edge type: its weights in CSC order, and each destination's positive-weight in-edges
@@ -326,7 +327,7 @@ class HeteroNeighborSampler:
                                  f"types: {self.edge_types}")
             name = "weight" if homogeneous else f"weight[{e!r}]: weight"
             w = check_weights(name, w, self.graphs[e].edge_value_count, "one weight per edge, ")
-            w = w[self.graphs[e].checked_e_id()]  # edge_index order -> CSC order
+            w = self.graphs[e].in_csc_order(w)  # edge_index order -> CSC order
             csum = np.concatenate([[0], np.cumsum(w > 0)])
             indptr = self.graphs[e].indptr
             self._weight[e] = (readonly(w), csum[indptr[1:]] - csum[indptr[:-1]])

@@ -102,7 +102,7 @@ class NeighborSampler:
         self.node_time = check_time("node_time", node_time, graph.num_nodes)
         edge_time = check_time("edge_time", edge_time, graph.edge_value_count)
         if temporal:  # built once in time order: each node's in-edges by time, ties in CSC order
-            key = self.node_time[graph.indices] if edge_time is None else edge_time[graph.checked_e_id()]
+            key = self.node_time[graph.indices] if edge_time is None else graph.in_csc_order(edge_time)
             graph = sorted_by_time(graph, key)
         self._typed = HeteroNeighborSampler(
             {_NODE: graph.num_nodes}, {_EDGE: graph}, num_neighbors, replace=replace, parallel=parallel,

@@ -215,6 +215,59 @@ def test_adj_t_of_the_wrong_shape_or_kind_is_refused_by_name():
         CompressedNeighborLoader(data, [2], batch_size=2)
 
 
+@pytest.mark.parametrize("hetero", [False, True], ids=["Data", "HeteroData"])
+def test_adj_t_costs_no_memory_for_edge_ids(hetero):
+    """adj_t's edge ids are its CSR positions: the loader holds no per-edge id array (it held 4 bytes per edge
+    more, an arange; a heterogeneous edge type also went through a 16-byte-per-edge edge_index and a sort).
+    What stays is the int32 copy of the sources, 4 bytes per edge (numpy's allocations, by tracemalloc)."""
+    import tracemalloc
+
+    from torch_geometric.data import HeteroData
+
+    n, e = 1000, 1_000_000
+    g = torch.Generator().manual_seed(0)
+    dst = torch.sort(torch.randint(0, n, (e,), generator=g)).values
+    src = torch.randint(0, n, (e,), generator=g)
+    adj_t = torch.sparse_csr_tensor(torch.searchsorted(dst, torch.arange(n + 1)), src, torch.ones(e), size=(n, n))
+    if hetero:
+        data, kw = HeteroData(), dict(input_nodes=("a", None))
+        data["a"].x, data["a", "to", "a"].adj_t = torch.randn(n, 4), adj_t
+    else:
+        data, kw = Data(x=torch.randn(n, 4), adj_t=adj_t), {}
+    CompressedNeighborLoader(data, [2], batch_size=8, **kw)  # kernels compiled and imports done before counting
+    tracemalloc.start()
+    try:
+        loader = CompressedNeighborLoader(data, [2], batch_size=8, **kw)
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert 4 * e <= held < 5 * e, held / e
+    batch = next(iter(loader))
+    edges = batch["a", "to", "a"] if hetero else batch
+    assert edges.e_id.numel() > 0 and bool((edges.e_id < e).all())
+    coo = edges.adj_t.to_sparse_coo().coalesce()  # every sampled edge is the adj_t entry its id names
+    n_id = batch["a"].n_id if hetero else batch.n_id
+    rows, cols = coo.indices()
+    got = sorted(zip(n_id[rows].tolist(), n_id[cols].tolist()))
+    assert got == sorted(zip(dst[edges.e_id].tolist(), src[edges.e_id].tolist()))
+
+
+def test_adj_t_naming_nodes_outside_the_graph_is_refused_by_name():
+    """An adj_t built without torch's invariant checks, a column outside the graph: refused naming data.adj_t
+    (data[edge type].adj_t), not the sampler's arrays."""
+    from torch_geometric.data import HeteroData
+
+    bad = torch.sparse_csr_tensor(torch.tensor([0, 1, 2, 2, 2, 2]), torch.tensor([1, 7]), torch.ones(2),
+                                  size=(5, 5), check_invariants=False)
+    with pytest.raises(ValueError, match=r"data.adj_t: indices must name nodes in \[0, num_nodes=5\); indices\[1\]=7"):
+        CompressedNeighborLoader(Data(x=torch.randn(5, 2), adj_t=bad), [2], batch_size=2)
+    data = HeteroData()
+    data["a"].x, data["a", "to", "a"].adj_t = torch.randn(5, 2), bad
+    with pytest.raises(ValueError, match=r"data\[\('a', 'to', 'a'\)\].adj_t: indices must name source nodes in "
+                                         r"\[0, num_src=5\); indices\[1\]=7"):
+        CompressedNeighborLoader(data, [2], batch_size=2, input_nodes=("a", None))
+
+
 def test_heterogeneous_adj_t_is_sampled_as_its_edge_index():
     """An edge type given as adj_t (T.ToSparseTensor on HeteroData) samples as the same edges given as
     edge_index, and its batches carry the sampled adj_t (it was refused)."""

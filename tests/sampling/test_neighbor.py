@@ -210,6 +210,61 @@ def test_a_uint32_graph_round_trips_and_its_ids_are_checked(tmp_path):
         CSCGraph(small.indptr, small.indices, small.e_id.astype(np.uint16))
 
 
+def _by_destination(rng: np.random.Generator, num_nodes: int, num_edges: int) -> torch.Tensor:
+    """random_edge_index's edges in destination order: their CSC positions are their ids (as adj_t's)."""
+    ei = random_edge_index(rng, num_nodes, num_edges)
+    return ei[:, torch.argsort(ei[1], stable=True)]
+
+
+@pytest.mark.parametrize("options", _OPTIONS + [dict(weight="w"), dict(edge_time="t"), dict(node_time="n"),
+                                                dict(edge_ids=False)], ids=repr)
+def test_positional_edge_ids_sample_like_the_same_ids_held(options):
+    """A graph without e_id (None: edge ids are CSC positions, as for adj_t) samples exactly like the same graph
+    with those ids held, weighted and temporal ones included (edge-order arrays need no e_id to reorder)."""
+    rng = np.random.default_rng(7)
+    held = CSCGraph.from_edge_index(_by_destination(rng, 300, 3000), 300)
+    np.testing.assert_array_equal(held.e_id, np.arange(3000))  # in destination order: ids are positions
+    positional = CSCGraph(held.indptr, held.indices, None)
+    assert positional.positional_ids and not held.positional_ids and positional.e_id is None
+    given = {k: {"w": rng.random(3000), "t": rng.integers(0, 50, 3000), "n": rng.integers(0, 50, 300)}.get(v, v)
+             for k, v in options.items()}
+    seeds = torch.tensor([5, 17, 250, 3], dtype=torch.int64)
+    time = dict(seed_time=torch.full((4,), 40)) if "edge_time" in given else {}
+    a = NeighborSampler(held, [4, 3], **given).sample(seeds, seed=11, **time)
+    b = NeighborSampler(positional, [4, 3], **given).sample(seeds, seed=11, **time)
+    assert torch.equal(a.node, b.node) and torch.equal(a.row, b.row) and torch.equal(a.col, b.col)
+    if options.get("edge_ids") is False:
+        assert a.edge is None and b.edge is None
+    else:
+        assert torch.equal(a.edge, b.edge) and b.edge.dtype == torch.int64 and b.edge.numel() > 0
+    assert positional.e_id is None  # temporal sorting made a new graph; this one still holds no ids
+
+
+def test_positional_edge_ids_are_made_once_on_request_saved_and_sorted_by_time(tmp_path):
+    """checked_e_id() of a positional graph is 0..E-1 in edge_id_dtype, made once; save writes it (load reads an
+    ordinary graph); sorted_by_time gives what it gives the graph with those ids held; num_edge_ids below
+    num_edges is refused."""
+    from ibp_graph.sampling.graph import edge_id_dtype, sorted_by_time
+
+    rng = np.random.default_rng(8)
+    held = CSCGraph.from_edge_index(_by_destination(rng, 80, 700), 80)
+    positional = CSCGraph(held.indptr, held.indices, None, 700)
+    ids = positional.checked_e_id()
+    assert ids.dtype == edge_id_dtype(700) and positional.e_id_dtype == ids.dtype
+    np.testing.assert_array_equal(ids, np.arange(700))
+    assert positional.checked_e_id() is ids and positional.e_id is None
+    back = CSCGraph.load(positional.save(tmp_path / "g"))
+    assert not back.positional_ids and back.num_edge_ids == 700
+    np.testing.assert_array_equal(back.checked_e_id(), np.arange(700))
+    key = rng.integers(0, 9, 700)
+    a, b = sorted_by_time(held, key), sorted_by_time(CSCGraph(held.indptr, held.indices, None), key)
+    assert b.e_id.dtype == a.e_id.dtype
+    for name in ("indptr", "indices", "e_id"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+    with pytest.raises(ValueError, match="num_edge_ids must be an int >= 700, got 699"):
+        CSCGraph(held.indptr, held.indices, None, 699)
+
+
 def test_csc_matches_brute_force():
     rng = np.random.default_rng(0)
     ei = random_edge_index(rng, 50, 400)
