@@ -246,8 +246,8 @@ class EncodedTable:
                     "meta.json or the file is wrong")
         else:
             offsets = _read_offsets(d / "offsets.npy", shape[0], row_nbytes, size, mmap)
-        payload = np.memmap(d / "payload.bin", dtype=np.uint8, mode="c") if mmap \
-            else np.fromfile(d / "payload.bin", dtype=np.uint8)
+        payload = np.memmap(d / "payload.bin", dtype=np.uint8, mode="c") if mmap and size \
+            else np.fromfile(d / "payload.bin", dtype=np.uint8)  # an empty file cannot be mapped (a zero-width shard)
         compressed = CompressedTensor(payload=torch.from_numpy(payload),
                                       offsets=None if offsets is None else torch.from_numpy(offsets),
                                       shape=shape, dtype=dtype, codec=meta["codec"],

@@ -247,6 +247,19 @@ def test_a_manifest_written_before_the_statistics_still_opens_and_has_none(tmp_p
         table_input(out, "paper")
 
 
+@pytest.mark.parametrize("codec", ["identity", "ibp"])
+def test_shards_of_a_zero_width_table_load_on_every_rank(tmp_path, codec):
+    """A table of rows of no columns (identity: rows of 0 bytes, an empty payload.bin in each shard) is written and
+    opened again, mapped (before: write_shards wrote it, and load_shard failed with numpy's "cannot mmap an empty
+    file"; `codec="auto"` picks identity for such a table)."""
+    x = torch.randn(9, 0)
+    out = write_shards(EncodedTable.encode(x, codec, progress=False), 2, tmp_path / "s", progress=False)
+    for r in range(2):
+        shard, layout = load_shard(out, r, world_size=2, verify="full")
+        assert tuple(shard.shape) == (int(layout.counts[r]), 0) and _rows(shard).shape == (int(layout.counts[r]), 0)
+    assert table_input(out, "x").width == 0
+
+
 def test_only_tables_of_rows_of_one_dimension_are_sharded(tmp_path):
     store = EncodedTable.encode(torch.randn(12, 2, 3), "identity", progress=False)
     with pytest.raises(ValueError, match=r"table 'x' has shape \(12, 2, 3\); shards hold feature tables of shape "
