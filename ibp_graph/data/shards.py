@@ -340,6 +340,9 @@ def write_shards(source: Any, world_size: int, out: Optional[PathLike] = None, *
             raise ValueError(f"layouts[{name!r}] splits {layout.num_rows} rows over {layout.world_size} ranks; "
                              f"table {name!r} has {table.n_rows} rows and world_size={world_size}")
         empty = np.flatnonzero(layout.counts == 0)
+        if table.n_rows == 0:
+            raise ValueError(f"table {name!r} has no rows: there is nothing to shard; accepted: tables of at least "
+                             f"world_size={world_size} rows")
         if empty.size:
             raise ValueError(f"world_size={world_size} is not accepted for table {name!r} of {table.n_rows} rows: "
                              f"rank {int(empty[0])} would hold no row; every rank needs at least one row "

@@ -282,6 +282,10 @@ def test_wrong_rank_count_and_bad_arguments_are_refused(tmp_path):
     with pytest.raises(ValueError, match=r"world_size=6 is not accepted for table 'x' of 5 rows: rank 5 would hold "
                                          r"no row; .*at most 5 ranks"):
         write_shards(store, 6, tmp_path / "t", progress=False)
+    with pytest.raises(ValueError, match=r"table 'x' has no rows: there is nothing to shard; accepted: tables of at "
+                                         r"least world_size=2 rows"):
+        write_shards(EncodedTable.encode(torch.zeros(0, 3), "identity", progress=False), 2, tmp_path / "t",
+                     progress=False)
     with pytest.raises(ValueError, match="out is required"):
         write_shards(store, 2, progress=False)
     (tmp_path / "theirs").mkdir()
