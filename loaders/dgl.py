@@ -118,12 +118,15 @@ class _Detached:
 class _FromGraph:
     """A fetched feature the worker read from the parent graph's own column `key` of `kind` (NODE, EDGE)
     and type `slot.type_` (not from a feature source), by the LazyFeature's `ids` (None: the sampled graph's
-    dgl.NID / dgl.EID): what the main process reads again when that column changed after the fork."""
+    dgl.NID / dgl.EID): what the main process reads again when that column changed after the fork. `encoded`: the
+    rows came instead from a copy of that column the loader encoded when it was built (features="zero_copy",
+    device_cache=), so a change since then counts."""
 
     slot: _Slot
     kind: str
     key: str
     ids: Optional[torch.Tensor] = None
+    encoded: bool = False
 
 
 @dataclass(frozen=True)
@@ -232,11 +235,12 @@ class _CompressingSampler(_DGLSampler):
     """
 
     def __init__(self, sampler, codecs: dict[GroupKey, Codec], sources: Mapping[tuple, tuple],
-                 check_seeds: Optional[bool] = None):
+                 check_seeds: Optional[bool] = None, encoded: frozenset = frozenset()):
         super().__init__()
         self.sampler = sampler
         self.codecs = codecs
         self.sources = dict(sources)
+        self.encoded = encoded  # the (node type, name) of `sources` encoded from the graph's own column
         self.ring = SlotRing()
         self.check_seeds = check_seeds  # edge_wise: each batch's seeds checked as ids (None: not checked)
 
@@ -283,6 +287,8 @@ class _CompressingSampler(_DGLSampler):
                 parent = g.nodes[where.type_].data if kind == NODE else g.edges[where.type_].data
                 source = parent[parent_key]
                 from_graph.append(_FromGraph(slot, kind, parent_key, column.id_))
+            elif (where.type_, parent_key) in self.encoded:
+                from_graph.append(_FromGraph(slot, kind, parent_key, column.id_, encoded=True))
             plan.gather(slot.name, source, ids, store=store)
             view[key] = torch.empty((int(ids.numel()), 0), dtype=torch.uint8)
             taken.append(slot)
@@ -393,6 +399,9 @@ class CompressedDGLDataLoader(_DGLDataLoader, _common.Codecs):
             _check_edge_sampler(graph, graph_sampler, seeds)
         stores = _node_stores(graph, node_stores)
         node_attrs, edge_attrs, typed = _features(graph, graph_sampler, stores)
+        own = [(t, n) for (t, n) in typed if (t, n) not in stores]  # read from the graph's own columns
+        # those columns as plan_features may encode them (zero-copy, device cache): read again if they change
+        self._encoded_from = _Forked(graph, [(NODE, t, n) for t, n in own])
         out_device = torch.device(device) if device is not None else torch.device("cpu")
         self.features = plan_features(node_attrs, features=features, device_cache=device_cache, device=out_device,
                                       codec=codec, hotness=_type_hotness(graph, typed))
@@ -403,8 +412,10 @@ class CompressedDGLDataLoader(_DGLDataLoader, _common.Codecs):
             num_edges=max([graph.num_edges(t) for t in graph.canonical_etypes] or [0]), codec=codec,
             device=out_device)
         # its ring (pipeline.transport) is made here, before the workers start
-        self._compressing = _CompressingSampler(graph_sampler, self._codecs, _sources(graph, typed, node_attrs),
-                                                check_seeds=edge_wise if by_id and seeds is None else None)
+        sources = _sources(graph, typed, node_attrs)
+        self._compressing = _CompressingSampler(graph_sampler, self._codecs, sources,
+                                                check_seeds=edge_wise if by_id and seeds is None else None,
+                                                encoded=frozenset(k for k in sources if k not in stores))
         super().__init__(graph, indices, self._compressing,
                          device=device, use_ddp=use_ddp, ddp_seed=ddp_seed, batch_size=batch_size,
                          drop_last=drop_last, shuffle=shuffle, use_prefetch_thread=use_prefetch_thread,
@@ -430,7 +441,7 @@ class CompressedDGLDataLoader(_DGLDataLoader, _common.Codecs):
         batches = _common.name_worker_deaths(it, "CompressedDGLDataLoader", "sampling, fetching or encoding",
                                              lambda: _common.worker_processes(it))
         for decoded in self._stage(_with_graphs(batches)):
-            yield _fill(decoded, self.graph, self._forked, self._warned)
+            yield _fill(decoded, self.graph, self._forked, self._warned, self._encoded_from)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(sampler={type(self.graph_sampler).__name__}, batches={len(self)}, "
@@ -454,7 +465,12 @@ class _Forked:
     would reach the batches as it was: `changed` tells, so the batch reads it here instead. (Restarting
     persistent workers would restore compression but not DGL's batches: new workers draw new seeds.)"""
 
-    def __init__(self, graph):
+    def __init__(self, graph, only: Optional[Any] = None):
+        """`only`: the (NODE, node type, key) of the columns to record (None: every column)."""
+        if only is not None:
+            self.columns = {c: (weakref.ref(v), v._version)
+                            for c in only for v in [graph.nodes[c[1]].data[c[2]]]}
+            return
         self.columns = {(NODE, t, k): (weakref.ref(v), v._version)
                         for t in graph.ntypes for k, v in graph.nodes[t].data.items()}
         self.columns.update({(EDGE, et, k): (weakref.ref(v), v._version)
@@ -465,18 +481,24 @@ class _Forked:
         return ref() is not live or live._version != version
 
 
-def _fill(decoded: DecodedBatch, parent, forked: Optional[_Forked], warned: set) -> Any:
+def _fill(decoded: DecodedBatch, parent, forked: Optional[_Forked], warned: set,
+          encoded: Optional[_Forked] = None) -> Any:
     """DGL's batch (the sampler's result: (input_nodes, output_nodes, blocks), (input_nodes, pair_graph,
     [neg_pair_graph,] blocks), or one subgraph): the decoded features put where DGL's prefetcher puts them (in
     place of their placeholders, through DGL's views), the detached columns re-attached to `parent`'s
     storage (a column `parent` no longer has stays without, as DGL leaves it). A feature the workers read from
     a column of `parent` that changed since they started (`forked`) is read again from `parent` now, as
-    DGL's prefetcher reads it (uncompressed; warned once per column, recorded in `warned`)."""
+    DGL's prefetcher reads it (uncompressed; warned once per column, recorded in `warned`); so is a feature served
+    from a copy the loader encoded from `parent`'s column when it was built (`encoded`: the columns then), if that
+    column changed since."""
     meta: _Meta = decoded.meta
     graphs = [g for _, g in _graphs(meta.sampled)]
     for s in meta.slots:
         s.view(graphs[s.graph])[s.key] = decoded[s.name]
-    for f in meta.from_graph if forked is not None else ():
+    for f in meta.from_graph:
+        snapshot = encoded if f.encoded else forked
+        if snapshot is None:
+            continue
         s = f.slot
         frame = parent.nodes[s.type_].data if f.kind == NODE else parent.edges[s.type_].data
         where = f"graph.{'nodes' if f.kind == NODE else 'edges'}[{s.type_!r}].data[{f.key!r}]"
@@ -484,11 +506,17 @@ def _fill(decoded: DecodedBatch, parent, forked: Optional[_Forked], warned: set)
             raise KeyError(f"{where}, which the sampler prefetches, was removed from the graph after the "
                            "loader's workers started (DGL's loader reads it as each batch is taken)")
         live = frame[f.key]
-        if forked.changed(f.kind, s.type_, f.key, live):
+        if snapshot.changed(f.kind, s.type_, f.key, live):
             view = s.view(graphs[s.graph])
             ids = f.ids if f.ids is not None else view[dgl.NID if f.kind == NODE else dgl.EID]
             view[s.key] = live[ids.to(live.device)].to(view[s.key].device)
-            if where not in warned:
+            if f.encoded and where not in warned:
+                warned.add(where)
+                warnings.warn(f"{where} changed after the loader encoded it (features='zero_copy' or device_cache= "
+                              "serve a copy encoded when the loader was built); batches read its rows here, from the "
+                              "graph as it is now, as DGL's loader does (uncompressed). Build a new loader to serve "
+                              "the new values compressed", stacklevel=3)
+            elif where not in warned:
                 warned.add(where)
                 warnings.warn(f"{where} changed after the loader's workers started (replaced, or written in "
                               "place); they read the copy they started with, so batches read its rows here, from "
@@ -724,6 +752,8 @@ def _check_seeds(graph, indices, edge_wise: bool, argname: str = "indices", own:
     else:
         per_type = {types[0]: (argname, indices)}
     for t, (name, ids) in per_type.items():
+        if np.ndim(ids) == 1 and len(ids) == 0:  # no id to check: DGL takes an empty list (a float tensor) alike
+            continue
         ids = _id_tensor(ids, name, f"{what} ids")
         if ids.device.type != "cpu":  # DGL: "Expect graph and indices to be on the same device"
             raise ValueError(f"{name} is on {ids.device}; the loader samples on the CPU (use_uva is not supported): "

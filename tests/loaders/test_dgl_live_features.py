@@ -39,8 +39,8 @@ def _seen(batch) -> list:
     return [t.clone() for t in got + [b.edata["w"] for b in blocks] + [b.srcdata[dgl.NID] for b in blocks]]
 
 
-def _run(cls, g, change, epochs=2, **kw) -> tuple[list, list]:
-    """Every batch's `_seen`, `change(g, epoch, step, batch)` applied after each step; the warnings."""
+def _run(cls, g, change, epochs=2, match=CHANGED, **kw) -> tuple[list, list]:
+    """Every batch's `_seen`, `change(g, epoch, step, batch)` applied after each step; the warnings (`match`)."""
     seed_all(0)
     loader = cls(g, torch.arange(0, 600, 3), _sampler(), batch_size=40, **kw)
     seen = []
@@ -50,7 +50,7 @@ def _run(cls, g, change, epochs=2, **kw) -> tuple[list, list]:
             for step, batch in enumerate(loader):
                 seen.append(_seen(batch))
                 change(g, epoch, step, batch)
-    return seen, [str(w.message) for w in caught if CHANGED in str(w.message)]
+    return seen, [str(w.message) for w in caught if match in str(w.message)]
 
 
 def _write_back(g, epoch, step, batch):  # historical embeddings: this step's input nodes get new values
@@ -126,3 +126,22 @@ def test_a_column_removed_mid_epoch_is_left_out_as_dgl_leaves_it_and_a_prefetche
         with pytest.raises(KeyError, match=r"data\['feat'\], which the sampler prefetches, was removed"
                            if cls is CompressedDGLDataLoader else "feat"):
             _run(cls, fresh(), pop("feat"), epochs=1, num_workers=1)
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+@pytest.mark.parametrize("option", [dict(features="zero_copy"), dict(device_cache=1 << 14, num_workers=1)],
+                         ids=["zero_copy", "device_cache, workers"])
+def test_features_the_loader_encoded_once_from_the_graph_still_follow_its_changes(fresh, change, option):
+    """features="zero_copy" and device_cache= encode the graph's own column once, when the loader is built;
+    a column changed since (in place or replaced) is read again from the graph, as DGL's loader reads it, not
+    served stale from that copy (warned once)."""
+    from ibp_graph.loaders.dgl import CompressedDGLDataLoader
+
+    theirs, _ = _run(dgl.dataloading.DataLoader, fresh(), CHANGES[change], num_workers=option.get("num_workers", 0))
+    ours, warned = _run(CompressedDGLDataLoader, fresh(), CHANGES[change], match="changed after the loader encoded it",
+                        **option)
+    assert len(ours) == len(theirs) > 5
+    for i, (a, b) in enumerate(zip(ours, theirs)):
+        for j, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same_bits(x, y, f"batch {i}, field {j}")
+    assert sum("graph.nodes['_N'].data['feat']" in w for w in warned) == 1, warned

@@ -131,6 +131,9 @@ CASES = {
     "list indices": ("g", SEEDS.tolist(), _nodes([4, 3]), {}),
     "numpy indices": ("g", SEEDS.numpy(), _nodes([4, 3]), {}),
     "empty indices": ("g", SEEDS[:0], _nodes([4, 3]), {"num_workers": 2}),
+    # DGL makes float tensors of these (torch.tensor([])) and takes them: no batch
+    "empty list indices": ("g", [], _nodes([4, 3]), {}),
+    "empty numpy float indices": ("g", np.array([]), _nodes([4, 3]), {"num_workers": 2}),
     "dict indices, dict prefetch": ("g", {"_N": SEEDS}, _nodes(
         [4, 3], prefetch_node_feats={"_N": ["feat"]}, prefetch_edge_feats={"_E": ["w"]}), {}),
     "persistent workers": ("g", SEEDS, _nodes([4, 3]), {"num_workers": 1, "persistent_workers": True, "epochs": 2}),
@@ -142,6 +145,7 @@ CASES = {
     "hetero full": ("h", {**PAPERS, "author": torch.arange(0, 250, 5)},
                     lambda: dgl.dataloading.MultiLayerFullNeighborSampler(2, **HPF), {}),
     "hetero empty seed type": ("h", {**PAPERS, "author": torch.arange(0)}, _hnodes([3, 2]), {}),
+    "hetero empty list seed type": ("h", {**PAPERS, "author": []}, _hnodes([3, 2]), {}),
     "edge int32": ("g32", EDGES.int(), _edges(neg=("Uniform", 2), exclude="self"), {}),
     "edge PerSourceUniform": ("g", EDGES, _edges(neg=("PerSourceUniform", 2)), {}),
     "edge GlobalUniform": ("g", EDGES, _edges(neg=("GlobalUniform", 3)), {}),
@@ -157,6 +161,7 @@ CASES = {
     "edge shadow": ("g", EDGES, _edges(lambda: dgl.dataloading.ShaDowKHopSampler([3, 2], prefetch_node_feats=["feat"]),
                                        ("Uniform", 1), exclude="self"), {}),
     "edge empty": ("g", EDGES[:0], _edges(neg=("Uniform", 1)), {}),
+    "edge empty list": ("g", [], _edges(neg=("Uniform", 1), exclude="self"), {}),
     "hetero edge GlobalUniform": ("h", HEDGES, _hedges(("GlobalUniform", 2)), {"num_workers": 2}),
     "hetero edge exclude dict": ("h", {"cites": HEDGES["cites"]}, _hedges(exclude={
         ("paper", "cites", "paper"): torch.arange(500)}), {}),
