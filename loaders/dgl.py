@@ -43,7 +43,7 @@ from ibp_graph.pipeline.features import codec_tables, plan_features
 from ibp_graph.pipeline.grouping import GroupKey
 from ibp_graph.pipeline.producer import BatchPlan, produce
 from ibp_graph.pipeline.requests import check_batch_size
-from ibp_graph.pipeline.sources import FeatureSource, TensorSource, as_source
+from ibp_graph.pipeline.sources import FeatureSource, Origin, TensorSource, as_source
 from ibp_graph.pipeline.transport import OutputBuffers, SlotRing
 
 _INSTALL = ("pip install 'dgl==2.1.0' 'torch==2.2.1' 'numpy<2' 'torchdata==0.7.1' pandas pydantic "
@@ -118,15 +118,12 @@ class _Detached:
 class _FromGraph:
     """A fetched feature the worker read from the parent graph's own column `key` of `kind` (NODE, EDGE)
     and type `slot.type_` (not from a feature source), by the LazyFeature's `ids` (None: the sampled graph's
-    dgl.NID / dgl.EID): what the main process reads again when that column changed after the fork. `encoded`: the
-    rows came instead from a copy of that column the loader encoded when it was built (features="zero_copy",
-    device_cache=), so a change since then counts."""
+    dgl.NID / dgl.EID): what the main process reads again when that column changed after the fork."""
 
     slot: _Slot
     kind: str
     key: str
     ids: Optional[torch.Tensor] = None
-    encoded: bool = False
 
 
 @dataclass(frozen=True)
@@ -235,12 +232,11 @@ class _CompressingSampler(_DGLSampler):
     """
 
     def __init__(self, sampler, codecs: dict[GroupKey, Codec], sources: Mapping[tuple, tuple],
-                 check_seeds: Optional[bool] = None, encoded: frozenset = frozenset()):
+                 check_seeds: Optional[bool] = None):
         super().__init__()
         self.sampler = sampler
         self.codecs = codecs
         self.sources = dict(sources)
-        self.encoded = encoded  # the (node type, name) of `sources` encoded from the graph's own column
         self.ring = SlotRing()
         self.check_seeds = check_seeds  # edge_wise: each batch's seeds checked as ids (None: not checked)
 
@@ -287,8 +283,6 @@ class _CompressingSampler(_DGLSampler):
                 parent = g.nodes[where.type_].data if kind == NODE else g.edges[where.type_].data
                 source = parent[parent_key]
                 from_graph.append(_FromGraph(slot, kind, parent_key, column.id_))
-            elif (where.type_, parent_key) in self.encoded:
-                from_graph.append(_FromGraph(slot, kind, parent_key, column.id_, encoded=True))
             plan.gather(slot.name, source, ids, store=store)
             view[key] = torch.empty((int(ids.numel()), 0), dtype=torch.uint8)
             taken.append(slot)
@@ -399,12 +393,10 @@ class CompressedDGLDataLoader(_DGLDataLoader, _common.Codecs):
             _check_edge_sampler(graph, graph_sampler, seeds)
         stores = _node_stores(graph, node_stores)
         node_attrs, edge_attrs, typed = _features(graph, graph_sampler, stores)
-        own = [(t, n) for (t, n) in typed if (t, n) not in stores]  # read from the graph's own columns
-        # those columns as plan_features may encode them (zero-copy, device cache): read again if they change
-        self._encoded_from = _Forked(graph, [(NODE, t, n) for t, n in own])
         out_device = torch.device(device) if device is not None else torch.device("cpu")
         self.features = plan_features(node_attrs, features=features, device_cache=device_cache, device=out_device,
-                                      codec=codec, hotness=_type_hotness(graph, typed))
+                                      codec=codec, hotness=_type_hotness(graph, typed),
+                                      origin=functools.partial(_column_origin, graph, {q: k for k, q in typed.items()}))
         node_attrs = {**node_attrs, **self.features.node_attrs}
         self._codecs: dict[GroupKey, Codec] = _common.setup_codecs(
             codec_tables(node_attrs), edge_attrs,
@@ -412,10 +404,8 @@ class CompressedDGLDataLoader(_DGLDataLoader, _common.Codecs):
             num_edges=max([graph.num_edges(t) for t in graph.canonical_etypes] or [0]), codec=codec,
             device=out_device)
         # its ring (pipeline.transport) is made here, before the workers start
-        sources = _sources(graph, typed, node_attrs)
-        self._compressing = _CompressingSampler(graph_sampler, self._codecs, sources,
-                                                check_seeds=edge_wise if by_id and seeds is None else None,
-                                                encoded=frozenset(k for k in sources if k not in stores))
+        self._compressing = _CompressingSampler(graph_sampler, self._codecs, _sources(graph, typed, node_attrs),
+                                                check_seeds=edge_wise if by_id and seeds is None else None)
         super().__init__(graph, indices, self._compressing,
                          device=device, use_ddp=use_ddp, ddp_seed=ddp_seed, batch_size=batch_size,
                          drop_last=drop_last, shuffle=shuffle, use_prefetch_thread=use_prefetch_thread,
@@ -441,7 +431,7 @@ class CompressedDGLDataLoader(_DGLDataLoader, _common.Codecs):
         batches = _common.name_worker_deaths(it, "CompressedDGLDataLoader", "sampling, fetching or encoding",
                                              lambda: _common.worker_processes(it))
         for decoded in self._stage(_with_graphs(batches)):
-            yield _fill(decoded, self.graph, self._forked, self._warned, self._encoded_from)
+            yield _fill(decoded, self.graph, self._forked, self._warned)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(sampler={type(self.graph_sampler).__name__}, batches={len(self)}, "
@@ -465,12 +455,7 @@ class _Forked:
     would reach the batches as it was: `changed` tells, so the batch reads it here instead. (Restarting
     persistent workers would restore compression but not DGL's batches: new workers draw new seeds.)"""
 
-    def __init__(self, graph, only: Optional[Any] = None):
-        """`only`: the (NODE, node type, key) of the columns to record (None: every column)."""
-        if only is not None:
-            self.columns = {c: (weakref.ref(v), v._version)
-                            for c in only for v in [graph.nodes[c[1]].data[c[2]]]}
-            return
+    def __init__(self, graph):
         self.columns = {(NODE, t, k): (weakref.ref(v), v._version)
                         for t in graph.ntypes for k, v in graph.nodes[t].data.items()}
         self.columns.update({(EDGE, et, k): (weakref.ref(v), v._version)
@@ -481,24 +466,37 @@ class _Forked:
         return ref() is not live or live._version != version
 
 
-def _fill(decoded: DecodedBatch, parent, forked: Optional[_Forked], warned: set,
-          encoded: Optional[_Forked] = None) -> Any:
+def _column_origin(graph, typed: Mapping[str, tuple], name: str, tensor: torch.Tensor) -> Origin:
+    """plan_features' Origin of node table `name` (`typed`: its (node type, column)), encoded from the graph's
+    column `tensor`: batches follow that column as DGL's prefetcher reads it, written in place or replaced (a
+    tensor of node_stores' own, in a TensorSource, is followed as it is)."""
+    t, key = typed[name]
+    hint = "build a new loader to serve the new rows compressed"
+    if graph.nodes[t].data.get(key) is not tensor:
+        return Origin(tensor, f"node_stores' table for {t!r}/{key!r}", hint)
+    where = f"graph.nodes[{t!r}].data[{key!r}]"
+
+    def current() -> torch.Tensor:
+        data = graph.nodes[t].data
+        if key not in data:
+            raise KeyError(f"{where}, which the sampler prefetches, was removed from the graph after the loader "
+                           "was built (DGL's loader reads it as each batch is taken)")
+        return data[key]
+    return Origin(tensor, where, hint, current)
+
+
+def _fill(decoded: DecodedBatch, parent, forked: Optional[_Forked], warned: set) -> Any:
     """DGL's batch (the sampler's result: (input_nodes, output_nodes, blocks), (input_nodes, pair_graph,
     [neg_pair_graph,] blocks), or one subgraph): the decoded features put where DGL's prefetcher puts them (in
     place of their placeholders, through DGL's views), the detached columns re-attached to `parent`'s
     storage (a column `parent` no longer has stays without, as DGL leaves it). A feature the workers read from
     a column of `parent` that changed since they started (`forked`) is read again from `parent` now, as
-    DGL's prefetcher reads it (uncompressed; warned once per column, recorded in `warned`); so is a feature served
-    from a copy the loader encoded from `parent`'s column when it was built (`encoded`: the columns then), if that
-    column changed since."""
+    DGL's prefetcher reads it (uncompressed; warned once per column, recorded in `warned`)."""
     meta: _Meta = decoded.meta
     graphs = [g for _, g in _graphs(meta.sampled)]
     for s in meta.slots:
         s.view(graphs[s.graph])[s.key] = decoded[s.name]
-    for f in meta.from_graph:
-        snapshot = encoded if f.encoded else forked
-        if snapshot is None:
-            continue
+    for f in meta.from_graph if forked is not None else ():
         s = f.slot
         frame = parent.nodes[s.type_].data if f.kind == NODE else parent.edges[s.type_].data
         where = f"graph.{'nodes' if f.kind == NODE else 'edges'}[{s.type_!r}].data[{f.key!r}]"
@@ -506,17 +504,11 @@ def _fill(decoded: DecodedBatch, parent, forked: Optional[_Forked], warned: set,
             raise KeyError(f"{where}, which the sampler prefetches, was removed from the graph after the "
                            "loader's workers started (DGL's loader reads it as each batch is taken)")
         live = frame[f.key]
-        if snapshot.changed(f.kind, s.type_, f.key, live):
+        if forked.changed(f.kind, s.type_, f.key, live):
             view = s.view(graphs[s.graph])
             ids = f.ids if f.ids is not None else view[dgl.NID if f.kind == NODE else dgl.EID]
             view[s.key] = live[ids.to(live.device)].to(view[s.key].device)
-            if f.encoded and where not in warned:
-                warned.add(where)
-                warnings.warn(f"{where} changed after the loader encoded it (features='zero_copy' or device_cache= "
-                              "serve a copy encoded when the loader was built); batches read its rows here, from the "
-                              "graph as it is now, as DGL's loader does (uncompressed). Build a new loader to serve "
-                              "the new values compressed", stacklevel=3)
-            elif where not in warned:
+            if where not in warned:
                 warned.add(where)
                 warnings.warn(f"{where} changed after the loader's workers started (replaced, or written in "
                               "place); they read the copy they started with, so batches read its rows here, from "

@@ -26,7 +26,7 @@ from ibp_graph.pipeline.plans import (INPUT_ID, SEED_TIME, HeteroPlanner, Neighb
                                       one_type)
 from ibp_graph.pipeline.producer import BatchProducer
 from ibp_graph.pipeline.requests import BatchRequest, BatchRequests, DrawnRequests, check_batch_size
-from ibp_graph.pipeline.sources import FeatureSource
+from ibp_graph.pipeline.sources import FeatureSource, Origin
 from ibp_graph.sampling.graph import CSCGraph, index_dtype, sorted_by_time
 from ibp_graph.sampling.hetero import EdgeType, HeteroNeighborSampler, HeteroSamplerOutput, TypedCSC
 from ibp_graph.sampling.links import NegativeSampling as LinkNegatives
@@ -598,7 +598,8 @@ class _Homo(_Kind):
         self.feature_options = feature_options
         loader, graph = self.loader, self.graph
         loader.features = plan_features(self.node_attrs, device=loader.device, codec=loader._codec_spec,
-                                        hotness=neighbour_hotness(graph.indices, graph.num_nodes), **feature_options)
+                                        hotness=neighbour_hotness(graph.indices, graph.num_nodes),
+                                        origin=lambda name, t: Origin(t, f"data.{name}", _RE_ENCODE), **feature_options)
         return _common.setup_codecs(loader.features.codec_attrs, self.edge_attrs, num_nodes=graph.num_nodes,
                                     num_edges=graph.num_edges, codec=loader._codec_spec, device=loader.device)
 
@@ -728,7 +729,9 @@ class _Hetero(_Kind):
         self.feature_options = feature_options
         g, loader, codec = self.graph, self.loader, self.loader._codec_spec
         nodes, edges = g.flat_tables()
+        label = {node_name(t, a): f"data[{t!r}].{a}" for t, attrs in g.node_attrs.items() for a in attrs}
         loader.features = plan = plan_features(nodes, device=loader.device, hotness=self._hotness(), codec=codec,
+                                               origin=lambda name, t: Origin(t, label[name], _RE_ENCODE),
                                                **feature_options)
         self.node_attrs = {t: {a: plan.node_attrs[node_name(t, a)] for a in attrs} for t, attrs in g.node_attrs.items()}
         nodes = plan.codec_attrs
@@ -828,6 +831,11 @@ class _PostSample:
         if homogeneous:
             return one_type(pyg), pyg.metadata
         return HeteroSamplerOutput(**{k: getattr(pyg, k) for k in fields}), pyg.metadata
+
+
+#: how a PyG user gets a table the loader encoded served compressed again after changing it in place.
+_RE_ENCODE = ("to serve the new rows compressed, replace the attribute (the next epoch encodes it again: "
+              "data.x = data.x.clone()) or build a new loader")
 
 
 def _snapshot(data) -> Optional[tuple]:

@@ -19,7 +19,7 @@ import torch
 from ..data.store import EncodedTable
 from ..resources import available_memory as available_host_memory  # bytes of memory this process can use now
 from .cache import SLOT_BYTES, DeviceCache, cache_budget, degree_hotness
-from .sources import CachedSource, FeatureSource, Serving, StoreSource, ZeroCopySource, as_source
+from .sources import CachedSource, FeatureSource, Origin, Serving, StoreSource, TensorSource, ZeroCopySource, as_source
 
 #: what `features=` accepts.
 FEATURE_MODES = ("worker", "zero_copy", "auto")
@@ -102,11 +102,22 @@ class FeaturePlan:
 
 def plan_features(node_attrs: Mapping[str, Any], *, features: str, device_cache: Union[int, float],
                   device: torch.device, hotness: Callable[[str], np.ndarray], codec: Any = "auto",
-                  available: Optional[int] = None) -> FeaturePlan:
+                  available: Optional[int] = None,
+                  origin: Optional[Callable[[str, torch.Tensor], Origin]] = None) -> FeaturePlan:
     """The FeaturePlan of `node_attrs`. `hotness(name)`: how often each row of table `name` can be drawn (e.g.
     `neighbour_hotness`), asked only for a cache (the device cache's, or a sharded table's without a hotness of
-    its own). The device cache budget is shared equally by the tables it caches."""
+    its own). The device cache budget is shared equally by the tables it caches. A table encoded here from a
+    tensor is served from that tensor once it changes (sources.Origin): `origin(name, tensor)` says how the
+    front-end names and finds it (default: that tensor, by its name)."""
     check_features(features)
+    origins: dict[str, Origin] = {}
+
+    def encoded(n: str, s: FeatureSource) -> EncodedTable:
+        if isinstance(s, TensorSource):
+            origins[n] = origin(n, s.tensor) if origin is not None else \
+                Origin(s.tensor, repr(n), "build a new loader to serve the new rows compressed")
+        return as_store(s, codec)
+
     device = torch.device(device)
     budget = cache_budget(device_cache, device)
     tables = feature_tables(node_attrs)
@@ -122,16 +133,17 @@ def plan_features(node_attrs: Mapping[str, Any], *, features: str, device_cache:
         if s.cache_budget and s.hotness is None:  # hot remote rows ranked like the device cache's
             s.hotness = functools.partial(hotness, n)
     if mode == ZERO_COPY:
-        sources = {n: s if s.served else ZeroCopySource(as_store(s, codec)) for n, s in sources.items()}
+        sources = {n: s if s.served else ZeroCopySource(encoded(n, s)) for n, s in sources.items()}
     uncached = [n for n, s in sources.items() if not isinstance(s, CachedSource)]
     if budget and uncached:
         _check_shares(device_cache, budget, {n: sources[n].shape[0] for n in uncached})
         for n in uncached:
-            store = as_store(sources[n], codec)
+            store = encoded(n, sources[n])
             fallback = sources[n] if isinstance(sources[n], StoreSource) else StoreSource(store)
             sources[n] = CachedSource(fallback, DeviceCache(store, hotness(n), budget // len(uncached), device))
     served = {n: s for n, s in sources.items() if s.served}
-    return FeaturePlan(mode, {**node_attrs, **sources}, Serving(served, device) if served else None)
+    return FeaturePlan(mode, {**node_attrs, **sources},
+                       Serving(served, device, {n: o for n, o in origins.items() if n in served}) if served else None)
 
 
 def _check_shares(device_cache: Union[int, float], budget: int, rows: Mapping[str, int]) -> None:

@@ -20,6 +20,8 @@ pass a source object wherever a node table is accepted. A batch lists its served
 from __future__ import annotations
 
 import dataclasses
+import warnings
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Union
 
@@ -245,6 +247,36 @@ def assemble(n: int, hit_pos: torch.Tensor, hits: torch.Tensor, miss_pos: torch.
     return out
 
 
+class Origin:
+    """The tensor a served source's store was encoded from by the loader itself (features="zero_copy" or
+    device_cache= given a raw tensor): once the rows a batch should see differ from that encode, they are read
+    from the tensor, uncompressed, as the worker path reads them. `current()`: the tensor batches read now (the
+    front-end's own: PyG's table; DGL's graph column, which may have been replaced); `label`: its name for
+    the warning, given once; `hint`: how the user gets compressed rows again."""
+
+    def __init__(self, tensor: torch.Tensor, label: str, hint: str,
+                 current: Optional[Callable[[], torch.Tensor]] = None):
+        self.ref, self.version = weakref.ref(tensor), tensor._version
+        self.label, self.hint = label, hint
+        self.current = current if current is not None else self.ref
+        self.warned = False
+
+    def __getstate__(self) -> dict:  # a copy in another process (a spawned worker) serves nothing: follows nothing
+        return {**self.__dict__, "ref": None, "current": None}
+
+    def changed(self) -> Optional[torch.Tensor]:
+        """The tensor to read rows from when it is no longer the one encoded, as it was (None: the store is current)."""
+        live = None if self.current is None else self.current()
+        if live is None or live is self.ref() and live._version == self.version:
+            return None
+        if not self.warned:
+            self.warned = True
+            warnings.warn(f"{self.label} changed after the loader encoded it (features='zero_copy' and device_cache= "
+                          "serve a copy encoded when the loader was built): batches read its rows from the tensor as "
+                          f"it is now, uncompressed; {self.hint}", stacklevel=2)
+        return live
+
+
 @dataclass(frozen=True)
 class Served:
     """Rows of served source `source` in a batch: tensor `name` gets rows `ids` (the batch tensor of the
@@ -261,9 +293,11 @@ class Served:
 class Serving:
     """A loader's served sources (name -> source), read by its decode stage for each batch's Served rows."""
 
-    def __init__(self, sources: Mapping[str, FeatureSource], device: torch.device):
+    def __init__(self, sources: Mapping[str, FeatureSource], device: torch.device,
+                 origins: Optional[Mapping[str, Origin]] = None):
         self.sources = dict(sources)
         self.device = torch.device(device)
+        self.origins = dict(origins or {})  # the sources the loader encoded from a tensor: Origin
         self._ready = False
 
     @property
@@ -322,7 +356,11 @@ class Serving:
         exchanged = self.exchange(served, tensors) if exchanged is None else exchanged
         tally, out = Tally(), {}
         for s in served:
-            if s.source not in exchanged:
+            live = self.origins[s.source].changed() if s.source in self.origins else None
+            if live is not None:  # the tensor changed since its encode: its rows as they are now
+                ids = tensors[s.ids]
+                out[s.name] = gather_rows(live, ids.to(live.device)).to(self.device)
+            elif s.source not in exchanged:
                 out[s.name] = self.sources[s.source].fetch(tensors[s.ids], tensors.get(s.name) if s.sent else None,
                                                            tally, checks, s.name)
         for name, fetched in exchanged.items():
@@ -338,5 +376,5 @@ class Serving:
         return tally
 
 
-__all__ = ["FeatureSource", "TensorSource", "StoreSource", "ZeroCopySource", "CachedSource", "Served", "Serving",
+__all__ = ["FeatureSource", "TensorSource", "StoreSource", "ZeroCopySource", "CachedSource", "Origin", "Served", "Serving",
            "Tally", "as_source", "assemble", "RAW", "COMPRESSED"]

@@ -167,3 +167,54 @@ def test_tensor_names_carry_no_control_data(data, reference):
     same(reference, got)
     for b in got:
         assert torch.equal(b["y@ids:x"], data.y[b.n_id])
+
+
+def _written_back(data, features, device_cache, hetero=False, epochs=2, **extra):
+    """Every batch's feature rows over two epochs, the table written back in place after each batch (historical
+    embeddings: the batch's nodes get new values); the warnings about it."""
+    import warnings
+
+    data = data.clone()
+    table = data["paper"].x if hetero else data.x
+    kw = dict(input_nodes=("paper", None)) if hetero else dict(input_nodes=INPUT)
+    torch.manual_seed(0)
+    loader = CompressedNeighborLoader(data, [5, 3], batch_size=128, shuffle=True, features=features,
+                                      device_cache=device_cache, **kw, **extra)
+    seen = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(epochs):
+            for b in loader:
+                store = b["paper"] if hetero else b
+                seen.append(store.x.clone())
+                assert torch.equal(store.x, table[store.n_id])  # the rows as they are when the batch is taken
+                table[store.n_id[:store.batch_size]] += 1.0
+    return seen, [str(w.message) for w in caught if "changed after the loader encoded it" in str(w.message)]
+
+
+@pytest.mark.parametrize("hetero", [False, True], ids=["Data", "HeteroData"])
+@pytest.mark.parametrize("features,device_cache,workers", [("zero_copy", 0, {}), ("worker", BUDGET, {}),
+                                                           ("zero_copy", BUDGET, {}),
+                                                           ("zero_copy", BUDGET, dict(num_workers=1,
+                                                                                      multiprocessing_context="spawn",
+                                                                                      epochs=1))],
+                         ids=["zero_copy", "cache", "zero_copy+cache", "spawned worker"])
+def test_a_table_the_loader_encoded_follows_writes_in_place_as_the_worker_path(data, features, device_cache, workers,
+                                                                               hetero):
+    """features="zero_copy" and device_cache= encode a raw table once, when the loader is built; the table written
+    in place afterwards (historical embeddings written back after each step) reaches the batches as on the worker
+    path without workers (read from the table when the batch is taken), not served stale from that copy: warned
+    once, naming it. With (spawned) workers too: the main process serves the rows, a worker follows nothing."""
+    if hetero:
+        from torch_geometric.data import HeteroData
+
+        h = HeteroData()
+        h["paper"].x, h["paper", "cites", "paper"].edge_index = data.x, data.edge_index
+        data = h
+    ours, warned = _written_back(data, features, device_cache, hetero, **workers)
+    theirs, none = _written_back(data, "worker", 0, hetero, epochs=workers.get("epochs", 2))
+    assert len(ours) == len(theirs) >= 8 and not none
+    for i, (a, b) in enumerate(zip(ours, theirs)):
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), i
+    name = "data['paper'].x" if hetero else "data.x"
+    assert len(warned) == 1 and warned[0].startswith(f"{name} changed after the loader encoded it"), warned
