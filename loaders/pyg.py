@@ -400,7 +400,8 @@ class CompressedLinkNeighborLoader(_SampledLoader, LinkNeighborLoader):
 
     Arguments up to `directed` are LinkNeighborLoader's, in its order, with PyG's semantics: `edge_label_index`
     (a ``[2, E]`` tensor of (source, destination) ids, None: the graph's edges; heterogeneous: an edge type, or
-    ``(edge type, None | [2, E] tensor)``), `edge_label` (with binary negatives shifted by one when its least
+    ``(edge type, None | [2, E] tensor)``; with ids, as PyG, also an edge type the graph has no edges of, between
+    two of its node types), `edge_label` (with binary negatives shifted by one when its least
     label is 0: 0 is the negatives' label), `edge_label_time` (with `time_attr`, both or neither, as PyG:
     temporal sampling, disjoint), `neg_sampling` (None, "binary", "triplet", PyG's or our NegativeSampling
     with `amount` and per-endpoint weights) or `neg_sampling_ratio` (binary negatives), and the neighbour
@@ -510,15 +511,16 @@ class CompressedLinkNeighborLoader(_SampledLoader, LinkNeighborLoader):
         edge_type, triplet = self.input_type, self._neg is not None and self._neg.is_triplet
         store = data if edge_type is None else data[edge_type]
         del store.batch_size  # LinkLoader's batches have none
+        # every field as PyG assigns it from the metadata: one a transform_sampler_output set to None is absent
         if not triplet:
-            store.edge_label_index = link["edge_label_index"]
+            store.edge_label_index = link.get("edge_label_index")
             store.edge_label = link.get("edge_label")
             store.edge_label_time = link.get("edge_label_time")
             return data
         src, dst = (data, data) if edge_type is None else (data[edge_type[0]], data[edge_type[-1]])
-        src.src_index = link["src_index"]
-        dst.dst_pos_index = link["dst_pos_index"]
-        dst.dst_neg_index = link["dst_neg_index"]
+        src.src_index = link.get("src_index")
+        dst.dst_pos_index = link.get("dst_pos_index")
+        dst.dst_neg_index = link.get("dst_neg_index")
         src.seed_time = dst.seed_time = link.get("edge_label_time")
         for key in ("edge_label_index", "edge_label_time"):  # PyG's sanity removals
             if key in store:
@@ -696,18 +698,28 @@ class _Hetero(_Kind):
                 if isinstance(edge_label_index, (torch.Tensor, np.ndarray)) else repr(edge_label_index)
             raise ValueError(f"edge_label_index={given} is not accepted for a heterogeneous graph; use an edge type "
                              f"(one of {self.graph.edge_types}) or (edge type, None | [2, E] tensor)")
-        edge_type = self._edge_type(edge_type)
+        edge_type = self._edge_type(edge_type, ids_given=index is not None)
         src, _, dst = edge_type
-        return (edge_type,) + _edge_ids(index, self.graph.csc[edge_type], self.graph.num_nodes[src],
+        return (edge_type,) + _edge_ids(index, self.graph.csc.get(edge_type), self.graph.num_nodes[src],
                                         self.graph.num_nodes[dst], "edge_label_index[1]", f"edge type {edge_type!r}")
 
-    def _edge_type(self, edge_type) -> EdgeType:
+    def _edge_type(self, edge_type, ids_given: bool = False) -> EdgeType:
         """PyG's canonical edge type (HeteroData._to_canonical): (src, rel, dst) as given, (src, dst) or (rel,)
-        when one edge type matches them."""
+        when one edge type matches them. With the seed edges' ids given (`ids_given`), as PyG's
+        get_edge_label_index, an edge type the graph has no edges of is taken too (supervision edges that message
+        passing does not see): a triple as given, (src, dst) as (src, 'to', dst), its node types the graph's."""
         types = self.graph.edge_types
         edge_type = tuple(edge_type)
         found = [e for e in types if e == edge_type or len(edge_type) == 2 and (e[0], e[-1]) == edge_type
                  or len(edge_type) == 1 and e[1] == edge_type[0]]
+        if not found and ids_given and len(edge_type) in (2, 3):
+            canonical = edge_type if len(edge_type) == 3 else (edge_type[0], "to", edge_type[1])  # PyG's DEFAULT_REL
+            missing = [t for t in (canonical[0], canonical[-1]) if t not in self.graph.num_nodes]
+            if missing:
+                raise ValueError(f"edge_label_index names edge type {edge_type!r}, but the graph has no node type "
+                                 f"{missing[0]!r}; accepted: an edge type between its node types "
+                                 f"{list(self.graph.num_nodes)}")
+            return canonical
         if len(found) != 1:
             raise ValueError(f"edge_label_index names edge type {edge_type!r}, which "
                              + (f"matches several edge types ({found})" if found else "the graph does not have")

@@ -319,6 +319,45 @@ def test_an_edge_type_may_be_named_by_its_relation_alone_as_pyg():
     with pytest.raises(ValueError, match=r"edge type \('writes',\), which the graph does not have"):
         link_loader(data, edge_label_index=("writes",))
 
+@pytest.mark.parametrize("neg", [None, "binary", "triplet"])
+@pytest.mark.parametrize("form, want", [((("user", "item"), "ids"), ("user", "to", "item")),
+                                        ((("user", "likes", "item"), "ids"), ("user", "likes", "item")),
+                                        ((("item", "item"), "ids"), ("item", "to", "item"))])
+def test_supervision_edges_of_a_type_the_graph_lacks_are_seeds_as_pyg(form, want, neg):
+    """PyG's get_edge_label_index takes ``(edge type, ids)`` of an edge type the graph has no edges of (e.g. links
+    to predict that message passing does not see; PyG's test_hetero_link_neighbor_loader_no_edges): its
+    _to_canonical makes ``(src, dst)`` ``(src, 'to', dst)`` and keeps a triple; the batch's link fields sit on
+    that edge type's store, its endpoints' rows on their node types."""
+    data = make_hetero()
+    del data[BUYS], data["item", "rev_buys", "user"]  # users and items are linked by no edge of the graph
+    src_t, _, dst_t = want
+    g = torch.Generator().manual_seed(7)
+    ids = torch.stack([torch.randint(0, data[src_t].num_nodes, (50,), generator=g),
+                       torch.randint(0, data[dst_t].num_nodes, (50,), generator=g)])
+    loader = link_loader(data, edge_label_index=(form[0], ids), neg_sampling=neg)
+    assert loader.input_type == want
+    seen = []
+    for batch in loader:
+        store = batch[want]
+        pos = store.input_id.numel()
+        seen.append(store.input_id)
+        if neg == "triplet":
+            assert torch.equal(batch[src_t].n_id[batch[src_t].src_index], ids[0, store.input_id])
+            assert torch.equal(batch[dst_t].n_id[batch[dst_t].dst_pos_index], ids[1, store.input_id])
+        else:
+            got = torch.stack([batch[src_t].n_id[store.edge_label_index[0]],
+                               batch[dst_t].n_id[store.edge_label_index[1]]])
+            assert torch.equal(got[:, :pos], ids[:, store.input_id])
+        for t in (src_t, dst_t):
+            assert torch.equal(batch[t].x, data[t].x[batch[t].n_id])
+    assert torch.equal(torch.cat(seen).sort().values, torch.arange(50))
+    with pytest.raises(ValueError, match=r"edge type \('user', 'likes', 'item'\), which the graph does not have"):
+        link_loader(data, edge_label_index=(("user", "likes", "item"), None))  # no ids: PyG reads the type's edges
+    with pytest.raises(ValueError, match=r"edge type \('author', 'writes', 'paper'\), but the graph has no "
+                                         r"node type 'author'"):
+        link_loader(data, edge_label_index=(("author", "writes", "paper"), ids))
+
+
 
 def test_neg_sampling_may_be_pygs_mode_enum_as_pygs_cast_takes_it():
     from torch_geometric.sampler.base import NegativeSamplingMode
@@ -1002,3 +1041,29 @@ def test_link_metadata_a_transform_gives_other_dtypes_reaches_the_batch_in_them(
             assert (x is None) == (y is None)
             if y is not None:
                 assert x.dtype == other.get(y.dtype, y.dtype) and torch.equal(x, y.to(x.dtype))
+
+
+@pytest.mark.parametrize("hetero", [False, True])
+@pytest.mark.parametrize("neg", [None, "binary", "triplet"])
+def test_link_fields_a_transform_sets_to_none_are_left_out_as_pyg(neg, hetero):
+    """PyG's filter_fn assigns every link field from the metadata (``data.edge_label_index = out.metadata[1]``,
+    ``src_index`` ...): one a transform set to None is absent from the batch (PyG's storage drops a None), the others
+    are the batch's as without the transform."""
+    data, store, kw = _timed_link_case(neg, hetero)
+    names = ("src_index", "dst_pos_index", "dst_neg_index", "seed_time") if neg == "triplet" else \
+        ("edge_label_index", "edge_label", "edge_label_time")
+
+    def clear(out):  # every link field, input_id kept
+        out.metadata = (out.metadata[0],) + (None,) * (len(out.metadata) - 1)
+        return out
+
+    ref = seeded(link_loader(data, **kw))
+    got = seeded(link_loader(data, transform_sampler_output=clear, **kw))
+    assert len(got) == len(ref)
+    for a, b in zip(got, ref):
+        for s in a.stores:
+            assert not any(name in s for name in names), s._key
+        for key in ("input_id", "edge_index", "n_id"):
+            s_a, s_b = (a, b) if store is None else (a[store], b[store])
+            if key in s_b:
+                assert torch.equal(s_a[key], s_b[key]), key
