@@ -103,9 +103,10 @@ class HeteroSamplerOutput:
 
 
 def check_num_neighbors(num_neighbors: Sequence[int]) -> List[int]:
-    """One edge type's fan-outs (one int >= -1 per hop, -1: every in-edge), or a ValueError naming the bad hop."""
-    if not isinstance(num_neighbors, (list, tuple)) or len(num_neighbors) == 0:
-        raise ValueError(f"num_neighbors must be a non-empty list of ints >= -1 (one per hop), got {num_neighbors!r}")
+    """One edge type's fan-outs (one int >= -1 per hop, -1: every in-edge; none: no hop, the seeds alone, as in
+    PyG), or a ValueError naming the bad hop."""
+    if not isinstance(num_neighbors, (list, tuple)):
+        raise ValueError(f"num_neighbors must be a list of ints >= -1 (one per hop), got {num_neighbors!r}")
     for hop, k in enumerate(num_neighbors):
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not -1 <= k <= MAX_FANOUT:
             raise ValueError(f"num_neighbors[{hop}] must be an int >= -1 and <= {MAX_FANOUT} (2**63 - 1; "

@@ -571,6 +571,42 @@ def test_same_generator_same_batches_with_or_without_persistent_workers(hetero):
     assert epochs(num_workers=0) == persistent
 
 
+@pytest.mark.parametrize("empty", [[], ()], ids=["list", "NumNeighbors"])
+def test_no_hop_gives_batches_of_the_seeds_alone_as_pyg(empty):
+    """num_neighbors=[] (PyG: zero hops; relbench's loaders, PyG's *_link_neighbor_loader_no_edges tests): every
+    batch holds the seeds alone, their rows, no edge, one count of sampled nodes and none of edges; the link loader
+    the endpoints of its edges (it was refused: "a non-empty list")."""
+    from torch_geometric.sampler.base import NumNeighbors
+
+    from ibp_graph.loaders.pyg import CompressedLinkNeighborLoader
+
+    data = make_graph(num_nodes=300, num_edges=2000, dim=8)
+    fanouts = NumNeighbors([]) if isinstance(empty, tuple) else []
+    seen = torch.zeros(300, dtype=torch.bool)
+    for b in CompressedNeighborLoader(data, num_neighbors=fanouts, batch_size=64, shuffle=True):
+        assert torch.equal(b.n_id[:b.batch_size], b.n_id) and b.edge_index.shape == (2, 0) and b.e_id.numel() == 0
+        assert torch.equal(b.x, data.x[b.n_id]) and b.num_sampled_nodes == [b.batch_size] and b.num_sampled_edges == []
+        seen[b.n_id] = True
+    assert bool(seen.all())
+    label_index = torch.randint(0, 100, (2, 100), generator=torch.Generator().manual_seed(0))
+    for b in CompressedLinkNeighborLoader(Data(num_nodes=100), num_neighbors=fanouts, batch_size=20,
+                                          edge_label_index=label_index):  # PyG's test_homo_link_..._no_edges
+        assert b.input_id.numel() == 20 and b.edge_label_index.size(1) == 20 and b.edge_index.shape == (2, 0)
+        assert b.num_nodes == b.edge_label_index.unique().numel()
+        assert torch.equal(b.n_id[b.edge_label_index], label_index[:, b.input_id])
+    from torch_geometric.data import HeteroData
+
+    hetero = HeteroData()
+    hetero["paper"].num_nodes, hetero["author"].num_nodes = 100, 80
+    by_type = torch.stack([label_index[0], label_index[1] % 80])
+    for b in CompressedLinkNeighborLoader(hetero, num_neighbors=fanouts, batch_size=20,
+                                          edge_label_index=(("paper", "author"), by_type)):  # PyG's hetero one
+        store = b["paper", "to", "author"]
+        assert store.input_id.numel() == 20 and store.edge_label_index.size(1) == 20
+        assert b["paper"].num_nodes == store.edge_label_index[0].unique().numel()
+        assert b["author"].num_nodes == store.edge_label_index[1].unique().numel()
+
+
 def test_pygs_num_neighbors_object_samples_as_its_list():
     """PyG's loaders take num_neighbors as a list or as a NumNeighbors (its sampler wraps a list in one and
     reads get_values() for a Data); the node and link loaders give the same batches either way."""
@@ -590,8 +626,8 @@ def test_pygs_num_neighbors_object_samples_as_its_list():
             assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a.keys()
                                                 if isinstance(a[k], torch.Tensor)), cls.__name__
             assert a.num_sampled_nodes == b.num_sampled_nodes
-    with pytest.raises(ValueError, match="num_neighbors must be a non-empty list of ints >= -1"):
-        CompressedNeighborLoader(data, num_neighbors=NumNeighbors([]), batch_size=64)
+    with pytest.raises(ValueError, match="num_neighbors must be a list of ints >= -1"):
+        CompressedNeighborLoader(data, num_neighbors=5, batch_size=64)
     for per_type in ({("n", "to", "n"): [2]}, NumNeighbors({("n", "to", "n"): [2]})):  # a dict is for HeteroData
         with pytest.raises(ValueError, match=r"^num_neighbors=\{\('n', 'to', 'n'\): \[2\]\} is not accepted for a "
                                              r"homogeneous graph .*accepted: a list of ints >= -1, one per hop$"):
