@@ -144,7 +144,8 @@ class ModelConfig:
     hidden: int = _num(256, "hidden channels", 1, 1 << 16)
     dropout: float = _num(0.5, "dropout probability", 0.0, 1.0, max_open=True)
     heads: int = _num(4, "attention heads (gat; hidden must be a multiple)", 1, 1 << 10)
-    norm: Optional[str] = _choice(None, (None, "batch_norm", "layer_norm"), "normalisation after each layer")
+    norm: Optional[str] = _choice(None, (None, "batch_norm", "layer_norm"), "normalisation after each layer "
+                                 "(PyG, homogeneous data sets)")
 
 
 @dataclass
@@ -358,6 +359,9 @@ def check_config(cfg: Config) -> Config:
         if m.norm is not None:
             raise ConfigError(f"model.norm={m.norm!r} is not accepted with data.name={cfg.data.name!r} "
                               "(heterogeneous); expected null")
+    if lc.framework == "dgl" and m.norm is not None:  # BlockSAGE would train without it, silently
+        raise ConfigError(f"model.norm={m.norm!r} is not accepted with loader.framework='dgl' (DGL's GraphSAGE has "
+                          "no normalisation layers); expected null, or loader.framework=pyg")
     if m.arch == "gat" and m.hidden % m.heads:
         raise ConfigError(f"model.hidden={m.hidden} is not accepted with model.heads={m.heads} (arch gat); "
                           f"expected a multiple of model.heads, e.g. {m.hidden - m.hidden % m.heads or m.heads}")

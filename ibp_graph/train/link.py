@@ -74,6 +74,7 @@ def open_link_dataset(data, dist, *, progress: bool = True, features: bool = Tru
     process's place in the run (train/loop.py's Dist). ``features=False`` (`loader.features: sharded`): opened
     without x.npy, and ready without it and the store where the run's shards are there."""
     path = link_dataset_path(data)
+    startup.check_prepared_name(data, path)  # before anything is prepared into it
     ready = LinkPreparedDataset.is_complete(path) and (
         not data.store or (path / "store" / "x" / "meta.json").is_file()
         or (not features and sharding.has_shards(data, path, dist.world_size)))

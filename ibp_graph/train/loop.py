@@ -13,6 +13,7 @@ With ``loader.features: sharded`` each rank opens only its shard of every featur
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
@@ -143,6 +144,7 @@ def open_dataset(cfg, dist: Dist = Dist(), *, progress: bool = True, features: b
     where the run's shards are there (a host of a sharded run needs neither).
     """
     path = _prepared_path(cfg)
+    startup.check_prepared_name(cfg, path)  # before anything is prepared into it
     if dist.world_size > 1 and not _ready(cfg, path, features, dist.world_size):
         if not _makes_itself(cfg):
             shards = "" if features else f" --shards {dist.world_size}"
@@ -508,14 +510,22 @@ def _write(cfg: Config, codec: str, dist: Dist, result: dict) -> Path:
 
     d = Path(cfg.output.dir)
     stem = f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}-{codec}" + (f"-w{dist.world_size}" if dist.world_size > 1 else "")
+    text = json.dumps({"format": RUN_FORMAT, "version": 1, **result, "machine": machine()}, indent=2) + "\n"
+    claimed = None
     try:
         d.mkdir(parents=True, exist_ok=True)
-        path, k = d / f"{stem}.json", 1
-        while path.exists():
-            path, k = d / f"{stem}-{k}.json", k + 1
-        write_text(path, json.dumps({"format": RUN_FORMAT, "version": 1, **result, "machine": machine()},
-                                    indent=2) + "\n")
+        for k in itertools.count():
+            path = d / (f"{stem}.json" if k == 0 else f"{stem}-{k}.json")
+            try:  # the name is claimed (O_EXCL): a run writing the same name meanwhile takes the next one
+                open(path, "x").close()
+                claimed = path
+                break
+            except FileExistsError:
+                continue
+        write_text(path, text)  # atomically over the claimed (empty) file
     except OSError as e:  # filled up or made read-only during the run (check_config checked it before)
+        if claimed is not None:
+            claimed.unlink(missing_ok=True)  # our claim, never written
         raise ConfigError(f"output.dir={cfg.output.dir!r} is not accepted: the results of codec {codec} could "
                           f"not be written there ({e.strerror or e}); expected a writable folder with room for "
                           "them") from None

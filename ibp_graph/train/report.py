@@ -18,7 +18,7 @@ COLUMNS = [
     ("features", "features", "s"), ("arch", "model", "s"), ("world_size", "procs", "d"),
     ("device", "device", "s"), ("epochs", "epochs", "d"), ("epoch_s", "s/epoch", ".2f"),
     ("sent_mb", "MB moved/epoch", ".1f"), ("raw_mb", "MB raw/epoch", ".1f"), ("fraction", "fraction", ".3f"),
-    ("test_acc", "test acc", ".4f"), ("majority", "majority", ".4f"),
+    ("test_acc", "test acc/MRR", ".4f"), ("majority", "majority/random", ".4f"),
 ]
 COMPARE_COLUMNS = [
     ("name", "experiment", "s"), ("dataset", "data set", "s"), ("procs", "procs", "d"),
@@ -57,9 +57,17 @@ def load_runs(paths: Sequence[str]) -> list[dict]:
     return runs
 
 
-#: what the report reads from a run file: key -> accepted types (final's keys: numbers, test_acc may be null).
+#: what the report reads from a run file: key -> accepted types (final's keys: numbers, the test metric may be null).
 _RUN_KEYS = {"name": str, "dataset": str, "codec": str, "world_size": int, "epochs": list, "final": dict}
-_FINAL_KEYS = ("mean_epoch_seconds", "sent_bytes_per_epoch", "raw_bytes_per_epoch", "fraction", "majority_test_acc")
+_FINAL_KEYS = ("mean_epoch_seconds", "sent_bytes_per_epoch", "raw_bytes_per_epoch", "fraction")
+#: final's test metric and what chance scores, per task: node classification's accuracy against the majority
+#: class's, link prediction's (`task: link`, train/link.py) MRR against a random ranker's.
+_TASK_KEYS = {"node": ("test_acc", "majority_test_acc"), "link": ("test_mrr", "random_mrr")}
+
+
+def _task_keys(run: dict) -> tuple[str, str]:
+    task = run.get("task", "node")
+    return _TASK_KEYS.get(task, _TASK_KEYS["node"]) if isinstance(task, str) else _TASK_KEYS["node"]
 
 
 def _malformed(run: dict) -> str:
@@ -69,23 +77,25 @@ def _malformed(run: dict) -> str:
             return f"no {key!r}"
         if not isinstance(run[key], kind) or isinstance(run[key], bool):
             return f"{key}={run[key]!r} is not {kind.__name__}"
-    for key in _FINAL_KEYS + ("test_acc",):
+    test, chance = _task_keys(run)
+    for key in _FINAL_KEYS + (chance, test):
         value = run["final"].get(key, "missing")
         if value == "missing":
             return f"no final.{key}"
         if not (isinstance(value, (int, float)) and not isinstance(value, bool)) and not (
-                key == "test_acc" and value is None):
+                key == test and value is None):
             return f"final.{key}={value!r} is not a number"
     return ""
 
 
 def _row(run: dict) -> dict:
     f = run["final"]
+    test, chance = _task_keys(run)
     return {"name": run["name"], "dataset": run["dataset"], "codec": run["codec"],
             "features": run.get("features", "-"), "arch": run.get("arch", "-"), "world_size": run["world_size"],
             "device": run.get("device", "-"), "epochs": len(run["epochs"]), "epoch_s": f["mean_epoch_seconds"],
             "sent_mb": f["sent_bytes_per_epoch"] / 1e6, "raw_mb": f["raw_bytes_per_epoch"] / 1e6,
-            "fraction": f["fraction"], "test_acc": f["test_acc"], "majority": f["majority_test_acc"]}
+            "fraction": f["fraction"], "test_acc": f[test], "majority": f[chance]}
 
 
 def _pairs(runs: list[dict]) -> list[dict]:

@@ -7,16 +7,18 @@ The openers are handed in (train/loop.py's ``setup_distributed``, ``open_dataset
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
 
 from . import sharding
-from .config import Config
+from .config import Config, ConfigError
 from .frontends import NATIVE
 
-__all__ = ["Started", "start"]
+__all__ = ["Started", "start", "check_prepared_name"]
 
 
 @dataclass(frozen=True)
@@ -59,3 +61,18 @@ def start(cfg: Config, front, *, setup: Callable, open_data: Callable, open_shar
     if shards is not None:
         sharding.check_codecs(codecs, shards.tables)
     return Started(dist=dist, device=device, ds=ds, graph=graph, codecs=codecs, shards=shards)
+
+
+def check_prepared_name(cfg, path: Path) -> None:
+    """A ConfigError when the prepared folder `path` (data.prepared, or the data set's default folder) holds a
+    data set other than DataConfig `cfg`'s data.name: the run would train on it under the asked-for name."""
+    try:
+        meta = json.loads((Path(path) / "meta.json").read_text())
+    except (OSError, ValueError):
+        return  # no finished preparation there: it is prepared, or refused by load, naming what is wrong
+    found = meta.get("name") if isinstance(meta, dict) else None
+    if isinstance(found, str) and found != cfg.name:
+        key = f"data.prepared={str(cfg.prepared)!r}" if cfg.prepared else f"data.root={cfg.root!r}"
+        raise ConfigError(f"{key} is not accepted with data.name={cfg.name!r}: {path} holds data set {found!r}; "
+                          f"expected a folder prepared from {cfg.name} (`ibp-graph prepare --dataset {cfg.name}`), "
+                          f"or data.name={found!r}")

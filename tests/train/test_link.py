@@ -185,3 +185,30 @@ def test_train_dispatches_task_link(data_root, tmp_path, monkeypatch):
     monkeypatch.setattr(link, "run_link", lambda cfg, baseline, setup, write, shards:
                         seen.append((cfg.task, baseline, shards)) or [])
     assert loop.run(_cfg(data_root, tmp_path), baseline=True) == [] and seen == [("link", True, loop.open_shards)]
+
+
+def test_a_prepared_folder_of_another_data_set_is_refused_naming_both(data_root, tmp_path, capsys):
+    """data.prepared pointing at another data set's folder (the generated one, asked for as ogbl-citation2) trained
+    on it silently."""
+    d = citegen.cache_dir(_cfg(data_root, "unused").data.citation, data_root)
+    cfg = _cfg(data_root, tmp_path, "data.name=ogbl-citation2", f"data.prepared={d}", "train.epochs=1",
+               "train.max_batches=1")
+    assert loop.main_config(cfg) == 2
+    err = capsys.readouterr().err
+    assert f"data.prepared={str(d)!r}" in err and "'synthetic-citation'" in err and "data.name='ogbl-citation2'" in err
+    assert not list(tmp_path.glob("*.json"))
+
+
+def test_the_report_reads_link_runs_and_compares_their_codecs(data_root, tmp_path, capsys):
+    """`ibp-graph report runs/` called the run files of `task: link` malformed (no final.majority_test_acc) and
+    left them out."""
+    from ibp_graph.train.report import load_runs, table
+
+    _run(_cfg(data_root, tmp_path, "loader.codecs=[auto, identity]", "train.epochs=1", "train.max_batches=1",
+              "link.max_eval_edges=40", "name=tiny-link"))
+    capsys.readouterr()
+    runs = load_runs([str(tmp_path)])
+    assert "skipping" not in capsys.readouterr().err
+    assert sorted(r["codec"] for r in runs) == ["auto", "identity"]
+    text = table(runs)
+    assert "codecs vs identity" in text and f"{runs[0]['final']['test_mrr']:.4f}" in text

@@ -221,3 +221,57 @@ def test_the_dgl_epoch_hook_takes_a_ddp_loader_without_set_epoch():
     hook(Loader(), 3)
     hook(WithEpochs(), 4)
     assert calls == [4]
+
+
+def test_a_prepared_folder_of_another_data_set_is_refused_naming_both(data_root, tmp_path, capsys):
+    """data.prepared pointing at a folder prepared from another data set (here the generated one, asked for as
+    ogbn-arxiv) trained on it silently, its results labelled with the asked-for experiment."""
+    from ibp_graph.train.loop import main_config
+
+    d = graphgen.cache_dir(_cfg(data_root, "unused").data.synthetic, data_root)
+    cfg = _cfg(data_root, tmp_path, "data.name=ogbn-arxiv", f"data.prepared={d}", "train.epochs=1",
+               "train.max_batches=1")
+    assert main_config(cfg) == 2
+    err = capsys.readouterr().err
+    assert f"data.prepared={str(d)!r}" in err and "'synthetic'" in err and "data.name='ogbn-arxiv'" in err
+    assert not list(tmp_path.glob("*.json"))  # nothing trained, nothing written
+
+
+def test_dgl_refuses_a_normalisation_its_model_does_not_have(tmp_path):
+    """DGL's BlockSAGE has no normalisation layers: model.norm was silently ignored with loader.framework=dgl."""
+    from ibp_graph.train.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"model.norm='batch_norm' is not accepted with loader.framework='dgl'.*"
+                                          r"expected null"):
+        load_config(None, [f"data.root={tmp_path}", "loader.framework=dgl", "model.norm=batch_norm"])
+    with pytest.raises(ConfigError, match=r"model.norm='layer_norm' is not accepted with loader.framework='dgl'"):
+        load_config(None, [f"data.root={tmp_path}", "loader.framework=dgl", "model.norm=layer_norm", "task=link",
+                           "data.name=synthetic-citation"])
+    assert load_config(None, [f"data.root={tmp_path}", "loader.framework=dgl"]).model.norm is None
+
+
+def test_a_result_file_another_run_writes_meanwhile_is_kept(tmp_path, monkeypatch):
+    """Two runs of one name and codec finishing in the same second (a sweep into one output.dir): the name was
+    checked free, then written with a rename over whatever was there by then, losing the other run's results."""
+    from pathlib import Path
+
+    import ibp_graph.tables
+    from ibp_graph.train import loop
+
+    cfg = load_config(None, [f"output.dir={tmp_path}", "name=race"])
+    monkeypatch.setattr(loop.time, "strftime", lambda fmt, *a: "20260101-000000")
+    others = []
+
+    def another_run(path):  # another process writes its results under the name while this one writes
+        if not Path(path).exists():
+            Path(path).write_text(f'{{"other": {len(others)}}}\n')
+            others.append(Path(path))
+
+    real_machine, real_write = ibp_graph.tables.machine, loop.write_text
+    monkeypatch.setattr(ibp_graph.tables, "machine", lambda: another_run(tmp_path / "race-20260101-000000-ibp.json")
+                        or real_machine())
+    monkeypatch.setattr(loop, "write_text", lambda path, text: another_run(path) or real_write(path, text))
+    path = loop._write(cfg, "ibp", loop.Dist(), {"codec": "ibp"})
+    texts = {p.name: p.read_text() for p in tmp_path.glob("race-*.json")}
+    assert json.loads(path.read_text())["codec"] == "ibp"
+    assert others and all(f'"other": {i}' in texts.get(p.name, "") for i, p in enumerate(others)), texts
