@@ -213,6 +213,11 @@ def _type_name(tp) -> str:
             type(None): "null"}.get(tp, getattr(tp, "__name__", str(tp)))
 
 
+def _yaml_list(choices) -> str:
+    """Accepted values as a list, None written as YAML writes it (null)."""
+    return "[" + ", ".join("null" if c is None else repr(c) for c in choices) + "]"
+
+
 def _convert(value, tp, where: str, meta: dict):
     """`value` as type `tp` (nested dataclasses built from mappings), or a ConfigError."""
     origin = typing.get_origin(tp)
@@ -228,6 +233,8 @@ def _convert(value, tp, where: str, meta: dict):
                 return _convert(value, a, where, meta)
             except ConfigError as e:
                 errors.append(e)
+        if len(errors) == 1 and type(None) in args:  # an optional key: YAML's null is accepted too
+            raise ConfigError(f"{errors[0]} or null") from None
         raise errors[0] if len(errors) == 1 else ConfigError(
             f"{where}={value!r} is not accepted; expected {_type_name(tp)}")
     if origin is list:
@@ -238,7 +245,7 @@ def _convert(value, tp, where: str, meta: dict):
         choices = meta.get("choices")
         for i, v in enumerate(out):
             if choices is not None and v not in choices:
-                raise ConfigError(f"{where}[{i}]={v!r} is not accepted; choose from {list(choices)}")
+                raise ConfigError(f"{where}[{i}]={v!r} is not accepted; choose from {_yaml_list(choices)}")
         return out
     if dataclasses.is_dataclass(tp):
         return from_dict(tp, value, where)
@@ -297,7 +304,7 @@ def from_dict(cls, values: Any, where: str = ""):
         value = _convert(value, hints[name], path, dict(f.metadata))
         choices = f.metadata.get("choices")
         if choices is not None and not isinstance(value, list) and value not in choices:
-            raise ConfigError(f"{path}={value!r} is not accepted; choose from {list(choices)}")
+            raise ConfigError(f"{path}={value!r} is not accepted; choose from {_yaml_list(choices)}")
         kwargs[name] = value
     try:
         return cls(**kwargs)

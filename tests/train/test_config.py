@@ -62,6 +62,10 @@ def test_unknown_keys_are_refused_with_the_valid_ones(tmp_path):
     ("data.store=yes please", "expected true or false"),
     ("data.synthetic.homophily=2", "homophily=2.0 is not accepted"),
     ("loader=4", "loader must be a mapping"),
+    # optional keys: YAML's null named as YAML writes it (Python's None and a bare "expected an integer" before)
+    ("model.norm=none", "model.norm='none' is not accepted; choose from [null, 'batch_norm', 'layer_norm']"),
+    ("train.max_batches=none", "train.max_batches='none' is not accepted; expected an integer or null"),
+    ("train.max_batches=0", "train.max_batches=0 is not accepted; expected a value in [1, 2147483647] or null"),
 ])
 def test_mistyped_values_are_refused(override, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
