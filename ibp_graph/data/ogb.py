@@ -297,6 +297,15 @@ def _csv_chunks(path: Path, dtype, chunk_rows: int = CHUNK_ROWS) -> Iterator[np.
                 yield parsed.astype(dtype, copy=False)
 
 
+def _edge_columns(path: Path, chunk_rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(src, dst) chunks of a headerless "source,target" edge.csv.gz; a DamagedOGBFileError naming it when a
+    line holds another number of values."""
+    for c in _csv_chunks(path, np.int64, chunk_rows):
+        if c.ndim != 2 or c.shape[1] != 2:
+            raise DamagedOGBFileError(path, f"a line holds {c.shape[-1]} values; expected 'source,target'")
+        yield c[:, 0], c[:, 1]
+
+
 def _csv_scalar(path: Path) -> int:
     values = np.concatenate([c.reshape(-1) for c in _csv_chunks(path, np.int64)])
     if values.shape[0] != 1:
@@ -377,7 +386,15 @@ def prepare(name: str, root: PathLike, out: Optional[PathLike] = None, *, undire
                     raise ValueError(f"{npz} holds {num_nodes_list.shape[0]} graphs; node-property data sets have one")
                 num_nodes = int(num_nodes_list[0])
                 edges = _NpzArray(npz, "edge_index")
+                if len(edges.shape) != 2 or edges.shape[0] != 2:
+                    raise DamagedOGBFileError(npz, f"its edge_index has shape {edges.shape}; expected (2, num_edges)")
                 num_input_edges = edges.shape[1]
+                # OGB's reader takes the edges num_edges_list counts: an edge_index of another length is not this
+                # graph's (another release, or damaged)
+                counted = np.concatenate(list(_NpzArray(npz, "num_edges_list").rows()))
+                if counted.shape != (1,) or int(counted[0]) != num_input_edges:
+                    raise DamagedOGBFileError(npz, f"its num_edges_list is {counted.tolist()} and its edge_index "
+                                                   f"holds {num_input_edges} edges; expected one equal count")
                 chunks = lambda: edges.edge_pairs(chunk_rows)  # noqa: E731
                 feat = _NpzArray(npz, "node_feat")
                 feat_rows, feat_shape, feat_dtype = (lambda: feat.rows(chunk_rows)), feat.shape, np.dtype(np.float32)
@@ -385,8 +402,7 @@ def prepare(name: str, root: PathLike, out: Optional[PathLike] = None, *, undire
                 raw = src / "raw"
                 num_nodes = _csv_scalar(raw / "num-node-list.csv.gz")
                 num_input_edges = _csv_scalar(raw / "num-edge-list.csv.gz")
-                chunks = lambda: ((c[:, 0], c[:, 1])  # noqa: E731
-                                  for c in _csv_chunks(raw / "edge.csv.gz", np.int64, chunk_rows))
+                chunks = lambda: _edge_columns(raw / "edge.csv.gz", chunk_rows)  # noqa: E731
                 first = next(_csv_chunks(raw / "node-feat.csv.gz", np.float32, 1))
                 feat_shape, feat_dtype = (num_nodes, first.shape[1]), np.dtype(np.float32)
                 feat_rows = lambda: _csv_chunks(raw / "node-feat.csv.gz", np.float32, chunk_rows)  # noqa: E731
@@ -397,8 +413,11 @@ def prepare(name: str, root: PathLike, out: Optional[PathLike] = None, *, undire
             both = undirected or spec.add_inverse_edge
             graph = build_csc(chunks, num_nodes, tmp / "graph", undirected=both, dedup=undirected, progress=progress,
                               total_edges=num_input_edges)
-            num_edges = graph.num_edges
+            num_edges, read = graph.num_edges, graph.num_edge_ids // (2 if both else 1)
             del graph
+            if not spec.binary and read != num_input_edges:  # OGB's reader takes the edges num-edge-list counts
+                raise DamagedOGBFileError(src / "raw" / "edge.csv.gz", f"it lists {read} edges; "
+                                          f"num-edge-list.csv.gz counts {num_input_edges}")
 
             # ---- features
             if len(feat_shape) != 2 or feat_shape[0] != num_nodes:

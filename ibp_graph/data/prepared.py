@@ -399,7 +399,11 @@ def add_store(directory: PathLike, codec: CodecSpec = "auto", *, progress: bool 
         return _read_json(d / "meta.json")
     if not (kind or PreparedDataset).is_complete(d):
         raise FileNotFoundError(f"{d} is not a finished prepared data set (no valid meta.json): prepare it first")
-    store_dir.parent.mkdir(exist_ok=True)
+    if not store_dir.parent.exists():
+        store_dir.parent.mkdir()
+        # recorded while empty (nothing of the user's in it): an add_store cut short leaves it behind, and the
+        # folder must stay ibp-graph's own, replaceable by the next prepare
+        note_output_entry(d, "store")
     with work_dir(store_dir) as tmp:
         entries = encode_store(d, codec, progress=progress, out=tmp)
         if (store_dir / "meta.json").is_file():

@@ -49,3 +49,39 @@ def test_a_damaged_csv_gz_is_named_through_the_cli(tmp_path, capsys, damage):
     assert f"ibp-graph prepare: {path} is damaged: " in err
     assert f"a good copy is in {spec.url} as arxiv/raw/node-feat.csv.gz" in err
     assert "Traceback" not in err and _no_work_folders(tmp_path)
+
+
+@pytest.mark.parametrize("layout", ["csv", "binary"])
+def test_an_edge_file_with_another_edge_count_than_ogb_records_is_refused(tmp_path, layout):
+    # OGB's readers take the edges num-edge-list.csv.gz / data.npz's num_edges_list counts: an edge file that
+    # lists another number (cut at a line, or from another release) is not the graph those files describe
+    import numpy as np
+
+    if layout == "csv":
+        edge_index, *_ = write_csv(tmp_path)
+        path = tmp_path / OGB_DATASETS["ogbn-arxiv"].dir_name / "raw" / "edge.csv.gz"
+        np.savetxt(path, edge_index.T[:1000], fmt="%d", delimiter=",")
+        name, what = "ogbn-arxiv", "edge.csv.gz"
+    else:
+        write_binary(tmp_path)
+        path = tmp_path / OGB_DATASETS["ogbn-papers100M"].dir_name / "raw" / "data.npz"
+        with np.load(path) as z:
+            arrays = dict(z)
+        arrays["num_edges_list"] = arrays["num_edges_list"] + 7
+        np.savez_compressed(path, **arrays)
+        name, what = "ogbn-papers100M", "num_edges_list"
+    with pytest.raises(DamagedOGBFileError, match=rf"{path} is damaged: .*{what}"):
+        prepare(name, tmp_path, progress=False, store=False)
+    assert _no_work_folders(tmp_path) and not (path.parents[1] / "ibp_prepared").exists()
+
+
+def test_an_edge_csv_with_other_than_two_columns_is_refused(tmp_path):
+    import numpy as np
+
+    edge_index, *_ = write_csv(tmp_path)
+    path = tmp_path / OGB_DATASETS["ogbn-arxiv"].dir_name / "raw" / "edge.csv.gz"
+    three = np.concatenate([edge_index, edge_index[:1]]).T  # source,target,something: not OGB's edge list
+    np.savetxt(path, three, fmt="%d", delimiter=",")
+    with pytest.raises(DamagedOGBFileError, match=rf"{path} is damaged: .*3 values"):
+        prepare("ogbn-arxiv", tmp_path, progress=False, store=False)
+    assert _no_work_folders(tmp_path)

@@ -304,3 +304,20 @@ def test_a_save_that_fills_the_disk_names_the_file_and_bytes_and_leaves_no_tempo
     with pytest.raises(files.DiskFullError, match=rf"no space left for {tmp_path / 'a.npy'}: it needs 4,\d{{3}} bytes"):
         files.save_npy(tmp_path / "a.npy", np.zeros(100, np.int64))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_interrupted_add_store_leaves_a_folder_that_is_still_its_own(tmp_path, monkeypatch):
+    from ibp_graph.data import prepared
+
+    d = tmp_path / "ds"
+    assert cli(synthetic(d, 300, "--no-store")) == 0
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(prepared, "encode_store", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        add_store(d, progress=False)
+    monkeypatch.undo()
+    assert not (d / "store" / "x").exists() and files.is_own_output(d)
+    assert cli(synthetic(d, 400)) == 0 and PreparedDataset.load(d).num_nodes == 400
