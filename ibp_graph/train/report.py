@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -98,10 +99,23 @@ def _row(run: dict) -> dict:
             "fraction": f["fraction"], "test_acc": f[test], "majority": f[chance]}
 
 
+#: a result file's name (train/loop.py's _write): <name>-<YYYYmmdd-HHMMSS>-<codec>[-w<ranks>][-<k>].json
+_RESULT_NAME = re.compile(r".*-(\d{8}-\d{6})-[a-z]+(?:-w\d+)?(?:-(\d+))?\.json")
+
+
+def _oldest_first(runs: list[dict]) -> list[dict]:
+    """`runs` in the order they were written, by the time and number in their file names (then by path; a file
+    named otherwise first): the last of each experiment's codec is its latest, whatever folder it is in."""
+    def written(r: dict) -> tuple:
+        m = _RESULT_NAME.fullmatch(Path(r["path"]).name)
+        return (m.group(1), int(m.group(2) or 0), r["path"]) if m else ("", 0, r["path"])
+    return sorted(runs, key=written)
+
+
 def _pairs(runs: list[dict]) -> list[dict]:
     """Each compressing codec vs identity per (experiment, data set, processes), latest runs."""
     latest: dict = defaultdict(dict)
-    for r in sorted(runs, key=lambda r: r["path"]):
+    for r in _oldest_first(runs):
         latest[(r["name"], r["dataset"], r["world_size"])][r["codec"]] = r
     out = []
     for (name, dataset, procs), by in latest.items():
@@ -140,7 +154,7 @@ def plot(runs: list[dict], path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     latest: dict = defaultdict(dict)
-    for r in sorted(runs, key=lambda r: r["path"]):
+    for r in _oldest_first(runs):
         label = f"{r['name']}\n{r['dataset']}" + (f" x{r['world_size']}" if r["world_size"] > 1 else "")
         latest[label][r["codec"]] = r
     labels = list(latest)

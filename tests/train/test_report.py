@@ -47,6 +47,23 @@ def test_table_compares_each_codec_with_identity(runs_dir, capsys):
     assert "default" in text  # a run without a partner is listed, not compared
 
 
+def test_the_latest_run_of_each_codec_is_compared_whatever_its_folder_or_same_second_number(tmp_path, capsys):
+    """The comparison takes each codec's latest run by the time and number in its file name (train/loop.py's
+    names), not by path: a newer run in a folder sorting first, and X-...-ibp-1.json written after X-...-ibp.json
+    in the same second (it sorts before it by path), are the latest."""
+    new, old = tmp_path / "a-new", tmp_path / "b-old"
+    new.mkdir()
+    old.mkdir()
+    (old / "bench-20261201-120000-identity.json").write_text(json.dumps(_run("identity", 10.0, 1000e6)))
+    (old / "bench-20261201-120000-ibp.json").write_text(json.dumps(_run("ibp", 8.0, 600e6)))
+    (new / "bench-20261205-090000-identity.json").write_text(json.dumps(_run("identity", 20.0, 1000e6)))
+    (new / "bench-20261205-090000-ibp.json").write_text(json.dumps(_run("ibp", 40.0, 900e6)))
+    (new / "bench-20261205-090000-ibp-1.json").write_text(json.dumps(_run("ibp", 16.0, 700e6)))  # same second
+    compared = table(load_runs([str(tmp_path)])).split("codecs vs identity")[1].splitlines()
+    ibp = [line for line in compared if line.startswith("bench") and " ibp " in line]
+    assert len(ibp) == 1 and "1.250" in ibp[0] and "0.700" in ibp[0], ibp  # 20/16 and 700/1000
+
+
 def test_report_command_writes_a_png(runs_dir, tmp_path, capsys):
     png = tmp_path / "out" / "report.png"
     assert cli(["report", str(runs_dir / "bench" / "1-ibp.json"), str(runs_dir / "bench" / "2-identity.json"),
