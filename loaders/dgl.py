@@ -471,9 +471,8 @@ def _column_origin(graph, typed: Mapping[str, tuple], name: str, tensor: torch.T
     column `tensor`: batches follow that column as DGL's prefetcher reads it, written in place or replaced (a
     tensor of node_stores' own, in a TensorSource, is followed as it is)."""
     t, key = typed[name]
-    hint = "build a new loader to serve the new rows compressed"
     if graph.nodes[t].data.get(key) is not tensor:
-        return Origin(tensor, f"node_stores' table for {t!r}/{key!r}", hint)
+        return Origin(tensor, f"node_stores' table for {t!r}/{key!r}")
     where = f"graph.nodes[{t!r}].data[{key!r}]"
 
     def current() -> torch.Tensor:
@@ -482,7 +481,7 @@ def _column_origin(graph, typed: Mapping[str, tuple], name: str, tensor: torch.T
             raise KeyError(f"{where}, which the sampler prefetches, was removed from the graph after the loader "
                            "was built (DGL's loader reads it as each batch is taken)")
         return data[key]
-    return Origin(tensor, where, hint, current)
+    return Origin(tensor, where, current=current)
 
 
 def _fill(decoded: DecodedBatch, parent, forked: Optional[_Forked], warned: set) -> Any:

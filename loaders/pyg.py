@@ -928,7 +928,8 @@ def _edge_type_like(value) -> bool:
 def _edge_ids(edges, csc, num_src: int, num_dst: int, name: str, where: str) -> tuple[torch.Tensor, torch.Tensor]:
     """Seed edges `edges` ([2, E] source and destination ids below `num_src` / `num_dst`; None: every edge of
     `csc`, a CSCGraph or TypedCSC) as two int64 tensors; errors name the argument `name` and the graph as `where`."""
-    edges = edge_list(csc.indptr, csc.indices, None if csc.positional_ids else csc.checked_e_id()) if edges is None else edges
+    if edges is None:
+        edges = edge_list(csc.indptr, csc.indices, None if csc.positional_ids else csc.checked_e_id())
     t = edges if isinstance(edges, torch.Tensor) else torch.as_tensor(np.asarray(edges))
     if t.dtype == torch.bool or t.dtype.is_floating_point or t.dtype.is_complex:
         raise TypeError(f"{name} has dtype {t.dtype}; accepted: an integer [2, num_edges] tensor of (source, "

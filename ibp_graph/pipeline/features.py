@@ -114,8 +114,7 @@ def plan_features(node_attrs: Mapping[str, Any], *, features: str, device_cache:
 
     def encoded(n: str, s: FeatureSource) -> EncodedTable:
         if isinstance(s, TensorSource):
-            origins[n] = origin(n, s.tensor) if origin is not None else \
-                Origin(s.tensor, repr(n), "build a new loader to serve the new rows compressed")
+            origins[n] = origin(n, s.tensor) if origin is not None else Origin(s.tensor, repr(n))
         return as_store(s, codec)
 
     device = torch.device(device)

@@ -254,7 +254,8 @@ class Origin:
     front-end's own: PyG's table; DGL's graph column, which may have been replaced); `label`: its name for
     the warning, given once; `hint`: how the user gets compressed rows again."""
 
-    def __init__(self, tensor: torch.Tensor, label: str, hint: str,
+    def __init__(self, tensor: torch.Tensor, label: str,
+                 hint: str = "build a new loader to serve the new rows compressed",
                  current: Optional[Callable[[], torch.Tensor]] = None):
         self.ref, self.version = weakref.ref(tensor), tensor._version
         self.label, self.hint = label, hint
@@ -376,5 +377,5 @@ class Serving:
         return tally
 
 
-__all__ = ["FeatureSource", "TensorSource", "StoreSource", "ZeroCopySource", "CachedSource", "Origin", "Served", "Serving",
-           "Tally", "as_source", "assemble", "RAW", "COMPRESSED"]
+__all__ = ["FeatureSource", "TensorSource", "StoreSource", "ZeroCopySource", "CachedSource", "Origin", "Served",
+           "Serving", "Tally", "as_source", "assemble", "RAW", "COMPRESSED"]

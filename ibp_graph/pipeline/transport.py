@@ -47,31 +47,30 @@ CLAIMS, RELEASES, TICKET, PID = 0, 1, 2, 3
 CLAIM_WAIT_S = 1.0
 
 
-def _lock(spawnable: bool):
-    """A process-shared lock: an unnamed one (fork's: inherited by forked workers, and it starts no
-    resource-tracker process in the user's program), or a named one a spawned worker can open."""
-    fork = not spawnable and "fork" in multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("fork" if fork else "spawn").Lock()
-
-
 class _ClaimLock:
     """The lock that makes a claim (read the free slots, take one) one step for every process of a
     ring: two processes with one worker id (a second iterator's worker) must never take the same slot.
     Inherited by forked workers; handed to spawned ones (swapped for a named lock at the first spawn,
     which both sides then use); a copy pickled otherwise (its counters copied too) gets its own."""
 
-    def __init__(self):
-        self.lock = _lock(spawnable=False)
+    def __init__(self, spawnable: bool = False):
+        """`spawnable`: a named lock a spawned process can open; else fork's unnamed one where there is fork
+        (inherited by forked workers, and it starts no resource-tracker process in the user's program)."""
+        self.spawnable = spawnable or "fork" not in multiprocessing.get_all_start_methods()
+        self.lock = multiprocessing.get_context("spawn" if self.spawnable else "fork").Lock()
 
     def __getstate__(self) -> dict:
         if multiprocessing.context.get_spawning_popen() is None:
             return {"lock": None}
-        if getattr(self.lock, "_semlock", None) is not None and self.lock._semlock.name is None:
-            self.lock = _lock(spawnable=True)  # an unnamed lock cannot reach a spawned process
+        if not self.spawnable:  # an unnamed lock cannot reach a spawned process
+            self.__init__(spawnable=True)
         return {"lock": self.lock}
 
     def __setstate__(self, state: dict) -> None:
-        self.lock = state["lock"] if state["lock"] is not None else _lock(spawnable=False)
+        if state["lock"] is None:
+            self.__init__()
+        else:
+            self.lock, self.spawnable = state["lock"], True
 
 
 def _exited(pid: int) -> bool:

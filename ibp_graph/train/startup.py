@@ -7,13 +7,13 @@ The openers are handed in (train/loop.py's ``setup_distributed``, ``open_dataset
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
 
+from ..files import read_json
 from . import sharding
 from .config import Config, ConfigError
 from .frontends import NATIVE
@@ -67,10 +67,9 @@ def check_prepared_name(cfg, path: Path) -> None:
     """A ConfigError when the prepared folder `path` (data.prepared, or the data set's default folder) holds a
     data set other than DataConfig `cfg`'s data.name: the run would train on it under the asked-for name."""
     try:
-        meta = json.loads((Path(path) / "meta.json").read_text())
-    except (OSError, ValueError):
+        found = read_json(Path(path) / "meta.json").get("name")
+    except ValueError:
         return  # no finished preparation there: it is prepared, or refused by load, naming what is wrong
-    found = meta.get("name") if isinstance(meta, dict) else None
     if isinstance(found, str) and found != cfg.name:
         key = f"data.prepared={str(cfg.prepared)!r}" if cfg.prepared else f"data.root={cfg.root!r}"
         raise ConfigError(f"{key} is not accepted with data.name={cfg.name!r}: {path} holds data set {found!r}; "
