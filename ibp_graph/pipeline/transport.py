@@ -9,9 +9,8 @@ its host-to-device copy completed (the segment page-locked once, cudaHostRegiste
 tensor of the batch is alive and nobody holds its storage object (a batch the user holds is never
 overwritten). Workers let go of their segments at exit, so nothing stays in /dev/shm.
 
-A slot's state is four shared counters: claims, ticket and pid (written by the claiming worker, under
-one lock shared by the ring's processes, so two processes of one worker id never take the same slot),
-releases (the main process's); free when claims equal releases. Tickets number a worker's
+A slot's state is four shared counters with one writer each (no lock): claims, ticket and pid (the
+worker's), releases (the main process's); free when claims equal releases. Tickets number a worker's
 claims, whose batches arrive in that order: when ticket T arrives, a slot the same process claimed
 under a lower ticket and the keeper never saw, or one of an exited process, holds a batch that will
 never arrive (dropped by the DataLoader, or its worker raised); the keeper releases it (`reclaimed`).
@@ -20,8 +19,6 @@ A slot of another live process with the same worker id (a second iterator) is le
 from __future__ import annotations
 
 import math
-import multiprocessing
-import multiprocessing.context
 import multiprocessing.util
 import os
 import warnings
@@ -43,34 +40,6 @@ ALIGN = 64
 GROWTH = 1.25
 #: columns of a slot's shared counters.
 CLAIMS, RELEASES, TICKET, PID = 0, 1, 2, 3
-#: seconds a claim waits for another process's claim (a process killed while claiming: fresh segments).
-CLAIM_WAIT_S = 1.0
-
-
-class _ClaimLock:
-    """The lock that makes a claim (read the free slots, take one) one step for every process of a
-    ring: two processes with one worker id (a second iterator's worker) must never take the same slot.
-    Inherited by forked workers; handed to spawned ones (swapped for a named lock at the first spawn,
-    which both sides then use); a copy pickled otherwise (its counters copied too) gets its own."""
-
-    def __init__(self, spawnable: bool = False):
-        """`spawnable`: a named lock a spawned process can open; else fork's unnamed one where there is fork
-        (inherited by forked workers, and it starts no resource-tracker process in the user's program)."""
-        self.spawnable = spawnable or "fork" not in multiprocessing.get_all_start_methods()
-        self.lock = multiprocessing.get_context("spawn" if self.spawnable else "fork").Lock()
-
-    def __getstate__(self) -> dict:
-        if multiprocessing.context.get_spawning_popen() is None:
-            return {"lock": None}
-        if not self.spawnable:  # an unnamed lock cannot reach a spawned process
-            self.__init__(spawnable=True)
-        return {"lock": self.lock}
-
-    def __setstate__(self, state: dict) -> None:
-        if state["lock"] is None:
-            self.__init__()
-        else:
-            self.lock, self.spawnable = state["lock"], True
 
 
 def _exited(pid: int) -> bool:
@@ -149,7 +118,6 @@ class SlotRing:
         self.slots, self.max_workers = slots, max_workers
         #: [worker, slot, (claims, releases, ticket, pid)], in shared memory.
         self.counters = torch.zeros((max_workers, slots, 4), dtype=torch.int64).share_memory_()
-        self._claiming = _ClaimLock()
         self._segments: dict[int, torch.UntypedStorage] = {}  # this worker's slot segments
         self._largest = 0  # the largest batch this worker has written, in bytes
 
@@ -170,23 +138,19 @@ class SlotRing:
     def claim(self, worker: int, nbytes: int) -> Optional[tuple[Slot, torch.UntypedStorage]]:
         """A free slot of `worker` with room for `nbytes` (grown if needed), claimed for one batch;
         None when all are held or `worker` is beyond the ring."""
-        if not 0 <= worker < self.max_workers or not self._claiming.lock.acquire(timeout=CLAIM_WAIT_S):
+        free = self.free(worker) if 0 <= worker < self.max_workers else None
+        if not free:
             return None
-        try:  # read and claim at once: another process of this worker id may be claiming too
-            free = self.free(worker)
-            if not free:
-                return None
-            i, counters = free[0], self.counters[worker]
-            ticket, seq, pid = int(counters[:, TICKET].max()) + 1, int(counters[i, CLAIMS]) + 1, os.getpid()
-            counters[i, TICKET] = ticket  # before the claim: see Slot.dropped
-            counters[i, PID] = pid
-            counters[i, CLAIMS] = seq
-        finally:
-            self._claiming.lock.release()
+        i = free[0]
         segment, need = self._segments.get(i), max(nbytes, self._largest)
         if segment is None or segment.nbytes() < need:
             segment = self._segments[i] = torch.UntypedStorage._new_shared(_aligned(max(int(need * GROWTH), ALIGN)))
             self._drop_segments_at_exit()
+        counters = self.counters[worker]
+        ticket, seq, pid = int(counters[:, TICKET].max()) + 1, int(counters[i, CLAIMS]) + 1, os.getpid()
+        counters[i, TICKET] = ticket  # before the claim: see Slot.dropped
+        counters[i, PID] = pid
+        counters[i, CLAIMS] = seq
         return Slot(worker, i, seq, ticket, pid, counters, segment), segment
 
     def note(self, nbytes: int) -> None:

@@ -473,27 +473,3 @@ def test_abandoned_epochs_with_persistent_workers_still_give_intact_batches(keep
         gc.collect()
         stage.slots.collect()
         assert [producer.ring.free(w) for w in range(2)] == [list(range(producer.ring.slots))] * 2
-
-
-def test_two_processes_of_one_worker_id_claiming_at_once_get_different_slots(monkeypatch):
-    # a second iterator's worker has the first one's worker id: while one process makes a slot's
-    # segment (its first claim of it), the other claims too; each must get a slot of its own, or
-    # the keeper releases one batch's slot while the other's user still holds it
-    import copy
-
-    first = SlotRing(slots=3, max_workers=1)
-    second = copy.copy(first)  # as a second process holds the ring: the same counters, its own segments
-    assert second.counters.data_ptr() == first.counters.data_ptr() and second._segments == {}
-    new_shared = torch.UntypedStorage._new_shared
-    got = []
-
-    def meanwhile(nbytes, *args, **kwargs):  # the other process claims while this one makes its segment
-        monkeypatch.setattr(torch.UntypedStorage, "_new_shared", new_shared)
-        got.append(second.claim(0, 100)[0])
-        return new_shared(nbytes, *args, **kwargs)
-
-    monkeypatch.setattr(torch.UntypedStorage, "_new_shared", meanwhile)
-    mine = first.claim(0, 100)[0]
-    theirs = got[0]
-    assert mine.index != theirs.index
-    assert sorted(first.free(0)) == [i for i in range(3) if i not in (mine.index, theirs.index)]
