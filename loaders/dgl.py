@@ -422,7 +422,7 @@ class CompressedDGLDataLoader(_DGLDataLoader, _common.Codecs):
     def _get_iterator(self):
         # the graph's columns as the workers about to start will hold them (workers=0: read live, as DGL)
         self._forked = _Forked(self.graph) if self.num_workers > 0 else None
-        it = super()._get_iterator()  # torch's iterator, which DGL's wraps
+        it = self._compressing.ring.start(super()._get_iterator)  # torch's iterator, which DGL's wraps
         _common.shut_down_with(self, it)
         return it
 

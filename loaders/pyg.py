@@ -208,7 +208,7 @@ class _SampledLoader(_common.Codecs):
     def _get_iterator(self):
         # torch's iterator of encoded batches (decoding follows in __iter__); PyG's wrapper around
         # it when filter_per_worker is False, as NodeLoader (the batches are the same either way)
-        it = DataLoader._get_iterator(self)
+        it = self._producer.ring.start(lambda: DataLoader._get_iterator(self))
         _common.shut_down_with(self, it)
         return it if self.filter_per_worker else DataLoaderIterator(it, _identity)
 

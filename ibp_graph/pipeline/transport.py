@@ -10,11 +10,13 @@ tensor of the batch is alive and nobody holds its storage object (a batch the us
 overwritten). Workers let go of their segments at exit, so nothing stays in /dev/shm.
 
 A slot's state is four shared counters with one writer each (no lock): claims, ticket and pid (the
-worker's), releases (the main process's); free when claims equal releases. Tickets number a worker's
-claims, whose batches arrive in that order: when ticket T arrives, a slot the same process claimed
-under a lower ticket and the keeper never saw, or one of an exited process, holds a batch that will
-never arrive (dropped by the DataLoader, or its worker raised); the keeper releases it (`reclaimed`).
-A slot of another live process with the same worker id (a second iterator) is left alone.
+worker's), releases (the main process's); free when claims equal releases. One writer each holds
+because every iterator's workers get a lane of counters of their own (`SlotRing.start`): two live
+iterators of one loader have workers with the same ids, which would otherwise claim one slot at once.
+Tickets number a worker's claims, whose batches arrive in that order: when ticket T arrives, a slot
+the same process claimed under a lower ticket and the keeper never saw, or one of an exited process
+(an earlier iterator's, on a lane used again), holds a batch that will never arrive (dropped by the
+DataLoader, or its worker raised); the keeper releases it (`reclaimed`).
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ import os
 import warnings
 import weakref
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
@@ -34,6 +36,8 @@ from ..layout.buffers import python_refs, use_count
 SLOTS_PER_WORKER = 5
 #: worker ids a ring has slots for (a worker beyond it uses fresh segments).
 MAX_WORKERS = 128
+#: iterators of one loader whose workers have slots at once (the workers of more use fresh segments).
+LANES = 4
 #: byte alignment of every tensor carved from a slot.
 ALIGN = 64
 #: a slot is (re)allocated at this multiple of the largest batch its worker has written.
@@ -74,9 +78,10 @@ def is_shared(t: torch.Tensor) -> bool:
 
 @dataclass(eq=False)
 class Slot:
-    """A claimed ring slot, travelling with its batch: worker, slot `index`, the claim's seq, ticket
-    and pid, the worker's shared counters (a row per slot) and the slot's segment."""
+    """A claimed ring slot, travelling with its batch: the `lane` of its iterator, worker, slot `index`,
+    the claim's seq, ticket and pid, the worker's shared counters (a row per slot) and the slot's segment."""
 
+    lane: int
     worker: int
     index: int
     seq: int
@@ -108,21 +113,43 @@ class Slot:
 
 
 class SlotRing:
-    """`slots` reusable shared-memory slots per worker, made in the main process before the workers
-    start (they inherit it with the dataset)."""
+    """`slots` reusable shared-memory slots per worker and lane, made in the main process before the
+    workers start (they inherit it with the dataset). Workers claim on `lane`: the one `start` gave
+    their iterator (0 for workers started otherwise, e.g. by a DataLoader of the producer itself)."""
 
-    def __init__(self, slots: int = SLOTS_PER_WORKER, max_workers: int = MAX_WORKERS):
-        for name, value in (("slots", slots), ("max_workers", max_workers)):
+    def __init__(self, slots: int = SLOTS_PER_WORKER, max_workers: int = MAX_WORKERS, lanes: int = LANES):
+        for name, value in (("slots", slots), ("max_workers", max_workers), ("lanes", lanes)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}={value!r} is not accepted; use an int >= 1")
         self.slots, self.max_workers = slots, max_workers
-        #: [worker, slot, (claims, releases, ticket, pid)], in shared memory.
-        self.counters = torch.zeros((max_workers, slots, 4), dtype=torch.int64).share_memory_()
+        #: [lane, worker, slot, (claims, releases, ticket, pid)], in shared memory.
+        self.lanes = torch.zeros((lanes, max_workers, slots, 4), dtype=torch.int64).share_memory_()
+        self.lane: Optional[int] = 0  #: the lane of the workers started last (None: every lane was taken)
+        self._iterators: "weakref.WeakValueDictionary[int, object]" = weakref.WeakValueDictionary()
         self._segments: dict[int, torch.UntypedStorage] = {}  # this worker's slot segments
         self._largest = 0  # the largest batch this worker has written, in bytes
 
-    def __getstate__(self) -> dict:  # a spawned worker gets the counters; its segments are its own
-        return {**self.__dict__, "_segments": {}, "_largest": 0, "_exit_hook": None}
+    def __getstate__(self) -> dict:  # a spawned worker gets the counters and its lane; its segments are its own
+        return {**self.__dict__, "_iterators": None, "_segments": {}, "_largest": 0, "_exit_hook": None}
+
+    def __setstate__(self, state: dict) -> None:  # a copy's iterators are its own
+        self.__dict__.update(state, _iterators=weakref.WeakValueDictionary())
+
+    @property
+    def counters(self) -> torch.Tensor:
+        """[worker, slot, (claims, releases, ticket, pid)] of this process's lane (a view)."""
+        return self.lanes[0 if self.lane is None else self.lane]
+
+    def start(self, make_iterator: Callable[[], Any]) -> Any:
+        """`make_iterator()`, which starts a DataLoader iterator's workers, with the workers on a lane of
+        their own: the lowest one no live iterator made here holds (a lane is free again once its
+        iterator is freed); with every lane held, the new workers use fresh segments. Main process only."""
+        held = self._iterators
+        self.lane = next((k for k in range(self.lanes.shape[0]) if k not in held), None)
+        iterator = make_iterator()
+        if self.lane is not None:
+            held[self.lane] = iterator
+        return iterator
 
     def _drop_segments_at_exit(self) -> None:
         # a DataLoader worker ends without finalizers, and under the "file_system" strategy a segment's
@@ -136,9 +163,9 @@ class SlotRing:
         return [i for i in range(self.slots) if int(c[i, CLAIMS]) == int(c[i, RELEASES])]
 
     def claim(self, worker: int, nbytes: int) -> Optional[tuple[Slot, torch.UntypedStorage]]:
-        """A free slot of `worker` with room for `nbytes` (grown if needed), claimed for one batch;
-        None when all are held or `worker` is beyond the ring."""
-        free = self.free(worker) if 0 <= worker < self.max_workers else None
+        """A free slot of `worker` on this lane with room for `nbytes` (grown if needed), claimed for one
+        batch; None when all are held, `worker` is beyond the ring or the workers have no lane."""
+        free = self.free(worker) if 0 <= worker < self.max_workers and self.lane is not None else None
         if not free:
             return None
         i = free[0]
@@ -151,7 +178,7 @@ class SlotRing:
         counters[i, TICKET] = ticket  # before the claim: see Slot.dropped
         counters[i, PID] = pid
         counters[i, CLAIMS] = seq
-        return Slot(worker, i, seq, ticket, pid, counters, segment), segment
+        return Slot(self.lane, worker, i, seq, ticket, pid, counters, segment), segment
 
     def note(self, nbytes: int) -> None:
         """A batch of `nbytes` was written: slots grow to hold batches this large."""
@@ -233,17 +260,17 @@ class SlotKeeper:
     def __init__(self, *, register: Optional[Callable[[torch.UntypedStorage], Callable[[], None]]] = None,
                  release_on_copy: bool = False):
         self.register, self.release_on_copy = register, release_on_copy
-        self._mapped: dict[tuple[int, int], torch.UntypedStorage] = {}
+        self._mapped: dict[tuple[int, int, int], torch.UntypedStorage] = {}  # (lane, worker, slot)
         probe = {0: torch.UntypedStorage(1)}
         #: python_refs of a segment only `_mapped` holds (Python's count for an object one dict holds)
         self._sole_refs = python_refs(probe[0])
-        self._undo: dict[tuple[int, int], Callable[[], None]] = {}
+        self._undo: dict[tuple[int, int, int], Callable[[], None]] = {}
         self._held: list[Slot] = []
         self.reclaimed = 0  #: slots released because their batches never arrived
         # unregister page-locked segments when the keeper goes, before they are unmapped
         self._finalizer = weakref.finalize(self, _undo_all, self._undo)
 
-    def _unmap(self, key: tuple[int, int]) -> None:
+    def _unmap(self, key: tuple[int, int, int]) -> None:
         undo = self._undo.pop(key, None)
         if undo is not None:
             undo()
@@ -256,7 +283,7 @@ class SlotKeeper:
         slot = getattr(batch, "slot", None)
         if slot is None:
             return
-        key = (slot.worker, slot.index)
+        key = _key(slot)
         segment, slot.storage = slot.storage, None  # the keeper's reference is the only extra one
         old = self._mapped.get(key)
         if old is None or old.data_ptr() != segment.data_ptr():  # a new slot, or one its worker grew
@@ -270,7 +297,7 @@ class SlotKeeper:
                     warnings.warn(f"page-locking a {self._mapped[key].nbytes()}-byte batch slot failed ({e}); "
                                   "batches are copied into pinned memory instead (pin_memory)")
                     self.register = None
-        for j in slot.dropped({s.index for s in self._held if s.worker == slot.worker}):
+        for j in slot.dropped({s.index for s in self._held if _key(s)[:2] == key[:2]}):
             slot.release_dropped(j)
             self.reclaimed += 1
         self._held.append(slot)
@@ -286,7 +313,7 @@ class SlotKeeper:
         """Release the held slots no tensor (and no user holding the storage object) uses; how many."""
         keep = []
         for slot in self._held:
-            key = (slot.worker, slot.index)
+            key = _key(slot)
             if use_count(self._mapped[key]) <= 1 and python_refs(self._mapped[key]) <= self._sole_refs:
                 slot.release()
             else:
@@ -299,7 +326,7 @@ class SlotKeeper:
         slot used again is mapped (and page-locked) again when its next batch arrives."""
         if not self.release_on_copy:
             self.collect()
-        held = {(s.worker, s.index) for s in self._held}
+        held = {_key(s) for s in self._held}
         for key in [k for k in self._mapped if k not in held]:
             self._unmap(key)
 
@@ -313,6 +340,10 @@ class SlotKeeper:
     def held(self) -> int:
         """Slots held by batches now."""
         return len(self._held)
+
+
+def _key(slot: Slot) -> tuple[int, int, int]:
+    return slot.lane, slot.worker, slot.index
 
 
 def _undo_all(undo: dict) -> None:

@@ -476,6 +476,23 @@ def test_worker_batches_travel_in_reused_ring_slots_and_kept_batches_are_never_o
 
 
 @needs_dgl
+def test_two_live_iterators_keep_each_others_held_batches_intact(graph):
+    # each iterator's workers (ids 0 and 1 both times) claim slots on a lane of their own
+    from ibp_graph.loaders.dgl import CompressedDGLDataLoader
+
+    indices = torch.arange(0, 2000, 4)
+    loader = CompressedDGLDataLoader(graph, indices, sampler(), codec="ibp", batch_size=50, shuffle=True,
+                                     num_workers=2)
+    first, second = iter(loader), iter(loader)
+    held = [b for pair in zip(first, second) for b in pair]
+    assert len(held) == 2 * len(loader) == 20
+    for batch in held:
+        check_against_graph(batch, graph)
+    claims = loader._compressing.ring.lanes[:, :2, :, 0]  # [lane, worker, slot]
+    assert int(claims[0].sum()) > 0 and int(claims[1].sum()) > 0 and int(claims[2:].abs().sum()) == 0
+
+
+@needs_dgl
 @pytest.mark.parametrize("in_worker", [False, True])
 def test_features_of_a_dtype_no_codec_has_arrive_bit_for_bit(monkeypatch, in_worker):
     """complex64 rows and labels (outside layout.dtypes.SUPPORTED_DTYPES) are gathered in private

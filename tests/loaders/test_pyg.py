@@ -170,6 +170,25 @@ def test_persistent_workers_and_breaking_out_of_an_epoch():
     assert count == len(loader) == 30
 
 
+def test_two_live_iterators_claim_slots_of_their_own_and_every_held_batch_stays_intact():
+    # both iterators' workers have ids 0 and 1; interleaved and with every batch held, no batch of
+    # one is written over by the other's workers (each iterator's workers claim on a lane of their own)
+    data = make_graph()
+    loader = CompressedNeighborLoader(data, [3, 2], batch_size=100, shuffle=True, num_workers=2)
+    first, second = iter(loader), iter(loader)
+    held = [b for pair in zip(first, second) for b in pair]
+    assert len(held) == 2 * len(loader) == 60
+    for batch in held:
+        check_batch(batch, data, torch.arange(3000))
+    claims = loader._producer.ring.lanes[:, :2, :, 0]  # [lane, worker, slot]
+    assert int(claims[0].sum()) > 0 and int(claims[1].sum()) > 0 and int(claims[2:].abs().sum()) == 0
+    del first, second, held
+    gc.collect()
+    for batch in loader:  # the lanes are free again: a later epoch uses the first one
+        check_batch(batch, data, torch.arange(3000))
+    assert loader._producer.ring.lane == 0
+
+
 def test_unsupported_options_raise_naming_them():
     data = make_graph(num_nodes=100, num_edges=500)
     with pytest.raises(ValueError, match="time_attr='t' names neither a node-level"):

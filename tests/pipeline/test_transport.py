@@ -55,6 +55,8 @@ def test_ring_slots_are_claimed_released_and_reused():
     assert ring.claim(3, 10) is None  # a worker id beyond the ring
     with pytest.raises(ValueError, match="slots=0 is not accepted; use an int >= 1"):
         SlotRing(slots=0)
+    with pytest.raises(ValueError, match="lanes=0 is not accepted; use an int >= 1"):
+        SlotRing(lanes=0)
 
 
 def test_output_buffers_carve_a_slot_then_fall_back_and_count_copies():
@@ -435,18 +437,74 @@ def test_two_live_iterators_of_one_loader_never_overwrite_each_others_batches():
     requests = BatchRequests(300, 16, shuffle=True, drop_last=False, generator=torch.Generator().manual_seed(4))
     loader = DataLoader(producer, batch_size=None, sampler=requests, collate_fn=lambda b: b, num_workers=2)
     stage = DecodeStage(codecs, torch.device("cpu"))
-    first = stage(iter(loader))
+    first = stage(producer.ring.start(lambda: iter(loader)))
     n = 0
     for _ in range(3):
         batch = next(first)
         assert torch.equal(batch["x"], x[batch["n_id"]])
         n += 1
-    for batch in stage(iter(loader)):  # a whole epoch of a second iterator meanwhile
+    for batch in stage(producer.ring.start(lambda: iter(loader))):  # a whole epoch of a second iterator meanwhile
         assert torch.equal(batch["x"], x[batch["n_id"]])
+    assert producer.ring.lane == 1  # its workers claimed on counters of their own
     for batch in first:  # the first one's queued batches are intact
         assert torch.equal(batch["x"], x[batch["n_id"]])
         n += 1
     assert n == 19
+    claims = producer.ring.lanes[:2, :2, :, 0]
+    assert bool((claims.sum(dim=(1, 2)) > 0).all()) and int(producer.ring.lanes[2:].abs().sum()) == 0
+
+
+class _Iterator:  # stands for a DataLoader iterator (its workers inherit the ring)
+    pass
+
+
+def test_two_processes_of_one_worker_id_claiming_at_once_each_keep_their_slot(monkeypatch):
+    # two live iterators' workers have the same worker ids; on one row of counters both could read
+    # a slot free and claim it together, and releasing one batch's slot freed the other's while its
+    # user still held it. Each iterator's workers claim on a lane of their own.
+    import copy
+
+    ring = SlotRing(slots=3, max_workers=1)
+    a = ring.start(_Iterator)
+    first = copy.copy(ring)  # as the first iterator's worker holds the ring: its own segments
+    b = ring.start(_Iterator)
+    second = copy.copy(ring)
+    assert (first.lane, second.lane) == (0, 1) and first.lanes.data_ptr() == second.lanes.data_ptr()
+    new_shared = torch.UntypedStorage._new_shared
+    got = []
+
+    def meanwhile(nbytes, *args, **kwargs):  # the other process claims while this one makes its segment
+        monkeypatch.setattr(torch.UntypedStorage, "_new_shared", new_shared)
+        got.append(second.claim(0, 100)[0])
+        return new_shared(nbytes, *args, **kwargs)
+
+    monkeypatch.setattr(torch.UntypedStorage, "_new_shared", meanwhile)
+    mine = first.claim(0, 100)[0]
+    theirs = got[0]
+    assert (mine.lane, theirs.lane) == (0, 1) and mine.index == theirs.index == 0
+    keeper = SlotKeeper(release_on_copy=True)
+    held = [_handed_over(EncodedBatch({}, {}, slot=s)) for s in (mine, theirs)]
+    for batch in held:
+        keeper.adopt(batch)
+    keeper.release(held[1])  # the second batch is done: only its slot is free again
+    assert first.free(0) == [1, 2] and second.free(0) == [0, 1, 2] and keeper.held == 1
+    assert a is not None and b is not None
+
+
+def test_a_lane_is_free_again_once_its_iterator_is_gone_and_more_iterators_use_fresh_segments():
+    ring = SlotRing(slots=2, max_workers=1, lanes=2)
+    first, second = ring.start(_Iterator), ring.start(_Iterator)
+    assert ring.lane == 1
+    third = ring.start(_Iterator)  # every lane held: its workers claim nothing
+    assert ring.lane is None and ring.claim(0, 10) is None
+    buffers = OutputBuffers(ring, worker=0)
+    buffers.reserve(64)
+    assert buffers.slot is None and is_shared(buffers.empty((4,), torch.float32))  # a fresh segment
+    del first
+    gc.collect()
+    ring.start(_Iterator)
+    assert ring.lane == 0 and ring.claim(0, 10)[0].lane == 0
+    assert second is not None and third is not None
 
 
 @pytest.mark.parametrize("keep", [False, True])
