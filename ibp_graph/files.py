@@ -24,7 +24,9 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Optional, Union
@@ -367,6 +369,27 @@ def note_output_entry(directory: PathLike, name: str) -> None:
         write_text(path, json.dumps(dict(marker, entries=entries), indent=1) + "\n")
 
 
+def check_new_entry(directory: PathLike, name: str, what: str) -> None:
+    """OutputFolderError before `name` is added to `directory`'s output (`note_output_entry` then records every
+    path under it) when ``directory/name`` holds files ibp-graph did not write: recording them would claim them,
+    and the next `replace_dir` of `directory` would delete them. Absent, empty or holding only ibp-graph's own
+    files (or the temporaries of its work) is accepted."""
+    entry = Path(directory) / name
+    if not (entry.exists() or entry.is_symlink()):
+        return
+    if entry.is_symlink() or not entry.is_dir():
+        raise OutputFolderError(f"{entry} is a {'link' if entry.is_symlink() else 'file'}, not a folder ibp-graph "
+                                f"wrote; {what} would go there, so nothing was changed: move it away, then run again")
+    found = [rel for rel in _not_own(directory) if rel.startswith(name + "/")]
+    if found == [name + "/"]:  # not recorded as ibp-graph's: whatever it holds is the user's, temporaries aside
+        found = sorted(f"{name}/{p.name}" for p in entry.iterdir() if not _is_temp_name(p.name))
+    if found:
+        raise OutputFolderError(
+            f"{entry} holds files ibp-graph did not write ({listing(found)}); {what} would go there and claim them "
+            "as ibp-graph's (a later prepare into this folder would delete them), so nothing was changed: move "
+            "them away, then run again")
+
+
 def listing(items: Sequence[str], limit: int = 5) -> str:
     """The first `limit` of `items` for a message, and how many more there are."""
     return ", ".join(items[:limit]) + (f" and {len(items) - limit} more" if len(items) > limit else "")
@@ -423,6 +446,23 @@ def check_output(final: PathLike, inputs: Iterable[PathLike] = ()) -> Path:
     return final
 
 
+@contextlib.contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """Ctrl-C (SIGINT) during the block takes effect when it ends: the user's handler (KeyboardInterrupt by
+    default) runs then. Only the main thread, where Python runs signal handlers, needs this."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is None:
+        yield  # elsewhere no Python handler runs; None: a handler installed outside Python, not restorable
+        return
+    received: list = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if received and callable(previous):
+            previous(signal.SIGINT, received[0])
+
+
 def replace_dir(tmp: Path, final: Path, *, keep: Callable[[Path], bool] = lambda p: False) -> Path:
     """Move a finished work folder into place, replacing an empty folder or ibp-graph's own earlier output.
 
@@ -442,10 +482,11 @@ def replace_dir(tmp: Path, final: Path, *, keep: Callable[[Path], bool] = lambda
     write_text(tmp / MARKER, json.dumps({"written_by": "ibp-graph", "entries": entries, "files": _all_paths(tmp)},
                                         indent=1) + "\n")
     old = None
-    if final.exists() or final.is_symlink():
-        old = _temp_name(final.with_name(final.name + ".old"))
-        os.replace(final, old)
-    os.replace(tmp, final)
+    with _interrupts_held():  # a Ctrl-C between the renames would leave no folder at `final`
+        if final.exists() or final.is_symlink():
+            old = _temp_name(final.with_name(final.name + ".old"))
+            os.replace(final, old)
+        os.replace(tmp, final)
     if old is not None:
         if old.is_dir() and not old.is_symlink():
             shutil.rmtree(old, ignore_errors=True)

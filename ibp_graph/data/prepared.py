@@ -38,7 +38,8 @@ from ..codec.auto import CodecSpec
 from ..sampling.graph import CSCGraph, edge_id_dtype, index_dtype
 from . import checksums
 from .checksums import UnverifiedDataWarning, check_mode
-from ..files import disk_full_error, note_output_entry, open_npy, read_json, replace_dir, save_npy, work_dir, write_text
+from ..files import (check_new_entry, disk_full_error, note_output_entry, open_npy, read_json, replace_dir, save_npy,
+                     work_dir, write_text)
 from ..jit_cache import install as _install_kernel_cache
 
 _install_kernel_cache()  # numba caches this module's kernels per environment (ibp_graph.jit_cache)
@@ -399,6 +400,7 @@ def add_store(directory: PathLike, codec: CodecSpec = "auto", *, progress: bool 
         return _read_json(d / "meta.json")
     if not (kind or PreparedDataset).is_complete(d):
         raise FileNotFoundError(f"{d} is not a finished prepared data set (no valid meta.json): prepare it first")
+    check_new_entry(d, "store", "the feature store")
     if not store_dir.parent.exists():
         store_dir.parent.mkdir()
         # recorded while empty (nothing of the user's in it): an add_store cut short leaves it behind, and the

@@ -111,6 +111,34 @@ def test_replace_dir_never_removes_a_folder_that_is_not_ibp_graphs(tmp_path):
 
 
 
+def test_ctrl_c_between_replace_dirs_renames_takes_effect_once_the_new_folder_is_in_place(tmp_path, monkeypatch):
+    # the earlier output is renamed aside, then the new one moved in: a KeyboardInterrupt between the
+    # two left no folder at `final` (the process alive, nothing put it back); it is held until both are done
+    import os
+    import signal
+
+    final, tmp = tmp_path / "final", tmp_path / "work"
+    for folder, content in ((final, b"old"), (tmp, b"new")):
+        folder.mkdir()
+        (folder / "x.npy").write_bytes(content)
+    (final / files.MARKER).write_text(json.dumps({"written_by": "ibp-graph", "entries": ["x.npy"],
+                                                  "files": ["x.npy"]}))
+    renames = []
+    real_replace = os.replace
+
+    def replace(src, dst):
+        real_replace(src, dst)
+        if src == final or dst == final:
+            renames.append(dst)
+        if src == final:
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C right after the earlier output went aside
+
+    monkeypatch.setattr(files.os, "replace", replace)
+    with pytest.raises(KeyboardInterrupt):
+        files.replace_dir(tmp, final)
+    assert len(renames) == 2 and (final / "x.npy").read_bytes() == b"new"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is the user's again
+
 @pytest.mark.parametrize("marker", ["with its file list", "without one (an earlier ibp-graph)",
                                     "none (before markers)"])
 def test_a_users_file_in_a_subfolder_of_a_prepared_folder_is_refused_and_kept(tmp_path, capsys, marker):
@@ -321,3 +349,31 @@ def test_an_interrupted_add_store_leaves_a_folder_that_is_still_its_own(tmp_path
     monkeypatch.undo()
     assert not (d / "store" / "x").exists() and files.is_own_output(d)
     assert cli(synthetic(d, 400)) == 0 and PreparedDataset.load(d).num_nodes == 400
+
+
+def test_add_store_never_claims_files_the_user_keeps_in_store(tmp_path):
+    # add_store records store/ and every path under it as ibp-graph's: a user's file there would be
+    # deleted by the next prepare into the folder. It is refused before any work, and nothing changes.
+    d = tmp_path / "ds"
+    assert cli(synthetic(d, 300, "--no-store")) == 0
+    marker = (d / files.MARKER).read_text()
+    (d / "store").mkdir()
+    (d / "store" / "notes.txt").write_text("mine\n")
+    with pytest.raises(files.OutputFolderError, match=r"store holds files ibp-graph did not write "
+                                                      r"\(store/notes.txt\); the feature store would go there"):
+        add_store(d, progress=False)
+    assert sorted(p.name for p in (d / "store").iterdir()) == ["notes.txt"]
+    assert (d / files.MARKER).read_text() == marker
+    (d / "store" / "notes.txt").unlink()  # an empty store/ of the user's holds nothing to claim
+    add_store(d, progress=False)
+    assert PreparedDataset.load(d).num_nodes == 300 and files.is_own_output(d)
+    (d / "store" / "x" / "mine.txt").write_text("mine\n")  # recorded as ibp-graph's, but this file is not
+    shutil.rmtree(d / "store" / "x" / "chunks", ignore_errors=True)
+    (d / "store" / "x" / "meta.json").unlink()  # a store to add again
+    with pytest.raises(files.OutputFolderError, match=r"store/x/mine.txt"):
+        add_store(d, progress=False)
+    assert (d / "store" / "x" / "mine.txt").read_text() == "mine\n"
+    (d / "store").rename(tmp_path / "aside")
+    (d / "store").write_text("a file named store\n")
+    with pytest.raises(files.OutputFolderError, match=r"store is a file, not a folder ibp-graph wrote; the feature store"):
+        add_store(d, progress=False)
