@@ -188,7 +188,8 @@ def _generated(a):
     from .data import citegen, graphgen, maggen
     from .train.config import load_config
 
-    extra = ["task=link", "data.name=synthetic-citation"] if a.dataset == "synthetic-citation" else []
+    # named as the data set, so the config checks that this one (not data.synthetic) fits memory and disk
+    extra = [f"data.name={a.dataset}"] + (["task=link"] if a.dataset == "synthetic-citation" else [])
     data = load_config(a.config, a.set + extra).data
     spec, gen = {"synthetic": (data.synthetic, graphgen), "synthetic-mag": (data.mag, maggen),
                  "synthetic-citation": (data.citation, citegen)}[a.dataset]

@@ -74,3 +74,14 @@ def test_bench_bad_values_are_usage_errors_naming_the_option(capsys, argv, optio
 def test_report_plot_in_an_unwritable_place_is_a_usage_error(capsys, tmp_path):
     line = _usage_error(capsys, ["report", str(tmp_path), "--plot", "/etc/passwd/x.png"])
     assert "argument --plot: '/etc/passwd/x.png' is not accepted" in line
+
+
+def test_prepare_checks_that_the_generated_data_set_asked_for_fits(capsys, tmp_path):
+    # each generated data set is checked by its own sizes (synthetic-mag's once by data.synthetic's: it
+    # started generating 1.5 billion papers on a 24 GB machine)
+    out = tmp_path / "out"
+    assert main(["prepare", "--dataset", "synthetic-mag", "--out", str(out), "--set",
+                 "data.mag.num_papers=1500000000", "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert "data.mag (num_papers=1500000000" in err and "generating it needs at least" in err
+    assert "Traceback" not in err and not out.exists()

@@ -225,6 +225,11 @@ def _convert(value, tp, where: str, meta: dict):
         args = typing.get_args(tp)
         if value is None and type(None) in args:
             return None
+        if (set(args) == {str, type(None)} and "choices" not in meta and isinstance(value, str)
+                and value.strip().lower() in ("none", "null", "~", "")):
+            # Python's None, or a quoted null: a string in YAML, which would be taken as a folder name
+            raise ConfigError(f"{where}={value!r} is a string; for no value write null unquoted (or leave the key "
+                              "out)")
         errors = []
         for a in args:
             if a is type(None):

@@ -66,6 +66,9 @@ def test_unknown_keys_are_refused_with_the_valid_ones(tmp_path):
     ("model.norm=none", "model.norm='none' is not accepted; choose from [null, 'batch_norm', 'layer_norm']"),
     ("train.max_batches=none", "train.max_batches='none' is not accepted; expected an integer or null"),
     ("train.max_batches=0", "train.max_batches=0 is not accepted; expected a value in [1, 2147483647] or null"),
+    # an optional folder: Python's None (or a quoted null) is a string in YAML, once taken as a folder named so
+    ("data.prepared=None", "data.prepared='None' is a string; for no value write null unquoted"),
+    ("data.shards='null'", "data.shards='null' is a string; for no value write null unquoted"),
 ])
 def test_mistyped_values_are_refused(override, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
