@@ -14,7 +14,7 @@ from .identity import IdentityCodec
 def codec_from_state_dict(state: dict) -> Codec:
     """Rebuild whichever codec made `state` (by its "codec" entry)."""
     name = state.get("codec") if isinstance(state, dict) else None
-    if name not in CODEC_CLASSES:
+    if not isinstance(name, str) or name not in CODEC_CLASSES:
         raise CorruptPayloadError(f"state_dict names codec {name!r}; known codecs: {sorted(CODEC_CLASSES)}")
     return CODEC_CLASSES[name].from_state_dict(state)
 

@@ -43,7 +43,15 @@ class Candidate:
     codec: Codec                  # fitted on the fit half of the sample
 
 
+def check_sample_rows(sample_rows) -> None:
+    """Refuse a sample_rows that is not None or an int >= 1, naming it (as the codecs' own fits do)."""
+    if sample_rows is not None and (isinstance(sample_rows, bool) or not isinstance(sample_rows, int)
+                                    or sample_rows < 1):
+        raise ValueError(f"sample_rows={sample_rows!r} is not accepted; use None or an int >= 1")
+
+
 def _sample(tensor: torch.Tensor, sample_rows: Optional[int], seed: int) -> torch.Tensor:
+    check_sample_rows(sample_rows)
     per_row = max(1, math.prod(tensor.shape[1:]))
     limit = sample_rows if sample_rows is not None else \
         max(256, min(DEFAULT_SAMPLE_ROWS, DEFAULT_SAMPLE_ELEMENTS // per_row))
@@ -145,6 +153,7 @@ def fit_codec(tensor: torch.Tensor, kind: str = "auto", *,
         raise ValueError(f"min_decode_gbps={min_decode_gbps!r} is not accepted; use None or a "
                          "number > 0 (GB/s)")
     check_rows_tensor(tensor)
+    check_sample_rows(sample_rows)
     if kind != "auto":
         return CODEC_CLASSES[kind].fit(_sample(tensor, sample_rows, seed))
     raw = tensor.numel() * tensor.element_size()

@@ -52,9 +52,21 @@ def check_compressed(ct: CompressedTensor, *, codec: str, fingerprint: int,
         )
 
 
+def check_payload(ct: CompressedTensor, argname: str = "ct") -> None:
+    """Refuse a payload the kernels cannot address as it is: anything but a contiguous 1-d uint8 tensor
+    (they read it by address, so a strided view would be decoded from other bytes)."""
+    p = ct.payload
+    if not isinstance(p, torch.Tensor):
+        raise TypeError(f"{argname}.payload must be a torch.Tensor, got {type(p).__name__}")
+    if p.dtype != torch.uint8 or p.dim() != 1 or not p.is_contiguous():
+        raise ValueError(f"{argname}.payload has dtype={p.dtype} shape={tuple(p.shape)}, "
+                         f"contiguous={p.is_contiguous()}; accepted: a contiguous 1-d uint8 tensor")
+
+
 def check_row_compressed(codec: "Codec", ct: CompressedTensor, argname: str = "ct") -> None:
-    """The check of a row codec with offsets (IBP, EBP): same codec and state, rows, offset count."""
+    """The check of a row codec with offsets (IBP, EBP): same codec and state, rows, payload, offset count."""
     check_compressed(ct, codec=codec.name, fingerprint=codec.fingerprint, argname=argname)
+    check_payload(ct, argname)
     if ct.dtype != codec.dtype or ct.row_shape != codec.row_shape:
         raise CodecMismatchError(f"{argname} holds rows of {ct.dtype} {ct.row_shape}; this "
                                  f"codec decodes {codec.dtype} {codec.row_shape}")

@@ -9,9 +9,9 @@ import torch
 
 from ..layout.dtypes import as_row_bytes, check_rows_tensor, dtype_from_name, dtype_name, from_row_bytes, itemsize
 from ..layout.errors import CodecMismatchError, CorruptPayloadError
-from ..layout.format import FORMAT_VERSION, check_state_header
+from ..layout.format import FORMAT_VERSION, check_state_header, state_row_shape
 from ..layout.tensor import CompressedTensor, Device, check_decode_out
-from .base import check_compressed, check_cpu_device
+from .base import check_compressed, check_cpu_device, check_payload
 
 
 class IdentityCodec:
@@ -67,6 +67,7 @@ class IdentityCodec:
     def check(self, ct: CompressedTensor, argname: str = "ct") -> None:
         """Raise unless `ct` came from this codec (fixed-stride rows, no offsets, a whole payload)."""
         check_compressed(ct, codec=self.name, fingerprint=self.fingerprint, argname=argname)
+        check_payload(ct, argname)
         if ct.offsets is not None:
             raise CorruptPayloadError(f"{argname} has offsets; identity rows have a fixed stride "
                                       "(accepted: offsets=None)")
@@ -85,6 +86,8 @@ class IdentityCodec:
             raise ValueError(f"ct is on {ct.device}; a codec decodes on the CPU. Use "
                              "ibp_graph.gpu.decode(codec, ct), or pass device='cpu' to copy it back")
         payload = ct.payload[: ct.raw_nbytes].to("cpu")
+        if payload.data_ptr() % itemsize(self.dtype):  # bytes at an unaligned address: no dtype view of them
+            payload = payload.clone()
         result = from_row_bytes(payload, ct.shape, self.dtype)
         if out is None and out_rows is None:
             return result
@@ -103,4 +106,7 @@ class IdentityCodec:
     def from_state_dict(cls, state: dict) -> "IdentityCodec":
         """Rebuild from state_dict()."""
         check_state_header(state, cls.name)
-        return cls(dtype=dtype_from_name(state["dtype"]), row_shape=state["row_shape"])
+        try:
+            return cls(dtype=dtype_from_name(state["dtype"]), row_shape=state_row_shape(state))
+        except KeyError as e:
+            raise CorruptPayloadError(f"state_dict lacks the key {e.args[0]!r}") from None

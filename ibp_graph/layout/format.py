@@ -78,11 +78,21 @@ def check_state_header(state: dict, codec: str) -> None:
     if not isinstance(state, dict):
         raise TypeError(f"state must be a dict made by state_dict(), got {type(state).__name__}")
     version = state.get("format_version")
-    if version != FORMAT_VERSION:
+    if isinstance(version, bool) or not isinstance(version, (int, np.integer)) or version != FORMAT_VERSION:
         raise CorruptPayloadError(f"state_dict has format_version={version!r}; this ibp-graph "
                                   f"reads {FORMAT_VERSION}")
     if state.get("codec") != codec:
         raise CorruptPayloadError(f"state_dict is for codec {state.get('codec')!r}, not {codec!r}")
+
+
+def state_row_shape(state: dict) -> tuple[int, ...]:
+    """state["row_shape"] as a tuple, or CorruptPayloadError naming it unless it is a list of integers >= 0
+    (KeyError when it is missing: the caller names the key)."""
+    row_shape = state["row_shape"]
+    if not isinstance(row_shape, (list, tuple)) or any(
+            isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 0 for s in row_shape):
+        raise CorruptPayloadError(f"state_dict has row_shape={row_shape!r}; accepted: a list of integers >= 0")
+    return tuple(int(s) for s in row_shape)
 
 
 def state_to_bytes(state: dict) -> bytes:

@@ -296,9 +296,9 @@ def gather_condensed_rows(payload: np.ndarray, offsets: np.ndarray, idx: np.ndar
     gives the output payload (a 1-d uint8 array of that size; e.g. a view of a shared-memory
     slot), else it is a new array (buffers.empty_bytes).
     """
-    if payload.dtype != np.uint8 or payload.ndim != 1:
-        raise CorruptPayloadError(f"payload must be a 1-d uint8 array, got dtype={payload.dtype} "
-                                  f"shape={payload.shape}")
+    if payload.dtype != np.uint8 or payload.ndim != 1 or not payload.flags.c_contiguous:
+        raise CorruptPayloadError(f"payload must be a contiguous 1-d uint8 array, got dtype={payload.dtype} "
+                                  f"shape={payload.shape} strides={payload.strides} (the gather reads it by address)")
     idx = np.ascontiguousarray(idx, dtype=np.int64)
     starts, lengths = condensed_row_bounds(payload, offsets, idx)
     new_offsets, padded = offsets_from_lengths(lengths)

@@ -18,7 +18,7 @@ import torch
 
 from ...layout.dtypes import dtype_from_name, dtype_name, itemsize
 from ...layout.errors import CorruptPayloadError
-from ...layout.format import FORMAT_VERSION, check_state_header
+from ...layout.format import FORMAT_VERSION, check_state_header, state_row_shape
 from ..rows import RowCodec
 from .decode import decode_rows
 from .encode import encode_rows
@@ -149,7 +149,7 @@ class EBPCodec(RowCodec):
                 v = state[k]
                 return v.numpy() if isinstance(v, torch.Tensor) else np.asarray(v)
 
-            return cls(dtype=dtype_from_name(state["dtype"]), row_shape=state["row_shape"],
+            return cls(dtype=dtype_from_name(state["dtype"]), row_shape=state_row_shape(state),
                        sparse=bool(state["sparse"]), sparse_low_bits=int(state["sparse_low_bits"]),
                        col_tid=arr("col_tid"), col_tids=arr("col_tids"),
                        col_default=arr("col_default").view(np.uint64), t_hw=arr("t_hw"),
@@ -158,7 +158,7 @@ class EBPCodec(RowCodec):
                        t_len=arr("t_len").reshape(-1, 256))
         except KeyError as e:
             raise CorruptPayloadError(f"state_dict lacks the key {e.args[0]!r}") from None
-        except (TypeError, ValueError) as e:
+        except (TypeError, ValueError, OverflowError) as e:
             if isinstance(e, CorruptPayloadError):
                 raise
             raise CorruptPayloadError(f"EBP state_dict is malformed: {e}") from None

@@ -11,7 +11,7 @@ import torch
 
 from ...layout.dtypes import dtype_from_name, dtype_name, itemsize
 from ...layout.errors import CorruptPayloadError
-from ...layout.format import FORMAT_VERSION, check_state_header
+from ...layout.format import FORMAT_VERSION, check_state_header, state_row_shape
 from ..rows import RowCodec
 from .decode import decode_rows
 from .encode import encode_rows
@@ -34,8 +34,9 @@ class IBPCodec(RowCodec):
         self.row_nbytes = math.prod(self.row_shape) * itemsize(dtype)
         self.word_bits = int(word_bits)
         n_words = -(-self.row_nbytes // (word_bits // 8))
-        mask = np.asarray(mask, dtype=np.uint64).reshape(-1)
-        bitval = np.asarray(bitval, dtype=np.uint64).reshape(-1)
+        # copies: the tables must not change when the caller's arrays (a state_dict's tensors) do
+        mask = np.array(mask, dtype=np.uint64).reshape(-1)
+        bitval = np.array(bitval, dtype=np.uint64).reshape(-1)
         if mask.shape != (n_words,) or bitval.shape != (n_words,):
             raise ValueError(f"mask and bitval need {n_words} entries for rows of {self.row_nbytes} "
                              f"bytes in {word_bits}-bit words; got {mask.shape[0]} and {bitval.shape[0]}")
@@ -143,11 +144,26 @@ class IBPCodec(RowCodec):
     def from_state_dict(cls, state: dict) -> "IBPCodec":
         """Rebuild a codec from state_dict(); refuse other codecs and format versions."""
         check_state_header(state, cls.name)
+
+        def words(key: str) -> np.ndarray:
+            v = state[key]
+            a = v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v)
+            if a.dtype not in (np.dtype(np.int64), np.dtype(np.uint64)):
+                raise CorruptPayloadError(f"state_dict has {key} of dtype {a.dtype} shape {a.shape}; accepted: "
+                                          "an int64 tensor (one 64-bit word per column)")
+            return a.view(np.uint64)
+
         try:
-            return cls(dtype=dtype_from_name(state["dtype"]), row_shape=state["row_shape"],
-                       word_bits=int(state["word_bits"]),
-                       mask=np.asarray(state["mask"]).view(np.uint64),
-                       bitval=np.asarray(state["bitval"]).view(np.uint64),
+            word_bits = state["word_bits"]
+            if isinstance(word_bits, bool) or not isinstance(word_bits, (int, np.integer)) \
+                    or word_bits not in WORD_BITS:
+                raise CorruptPayloadError(f"state_dict has word_bits={word_bits!r}; accepted: one of {WORD_BITS}")
+            return cls(dtype=dtype_from_name(state["dtype"]), row_shape=state_row_shape(state),
+                       word_bits=int(word_bits), mask=words("mask"), bitval=words("bitval"),
                        threshold=state.get("threshold"))
         except KeyError as e:
             raise CorruptPayloadError(f"state_dict lacks the key {e.args[0]!r}") from None
+        except ValueError as e:  # the tables' own checks (entries per column, bits outside the mask)
+            if isinstance(e, CorruptPayloadError):
+                raise
+            raise CorruptPayloadError(f"IBP state_dict is malformed (mask, bitval): {e}") from None
