@@ -113,13 +113,13 @@ def _edge_index_csc(edge_index: ArrayLike, num_src: int, num_dst: int, homogeneo
     ei = as_numpy("edge_index", edge_index, integer=True)
     if ei.ndim != 2 or ei.shape[0] != 2:
         raise ValueError(f"edge_index must have shape (2, num_edges), got {tuple(ei.shape)}")
-    src = np.ascontiguousarray(ei[0], dtype=np.int64)
-    dst = np.ascontiguousarray(ei[1], dtype=np.int64)
-    for row, ids, n, what in ((0, src, num_src, "source"), (1, dst, num_dst, "destination")):
+    for row, ids, n, what in ((0, ei[0], num_src, "source"), (1, ei[1], num_dst, "destination")):  # before the cast
         lo, hi = (int(ids.min()), int(ids.max())) if ids.size else (0, -1)
         if lo < 0 or hi >= n:
             raise ValueError(f"edge_index[{row}] contains {what} node id {lo if lo < 0 else hi}, outside the valid "
                              f"range [0, {n}) " + (f"for num_nodes={n}" if homogeneous else "of its node type"))
+    src = np.ascontiguousarray(ei[0], dtype=np.int64)  # (uint64 ids above 2**63 - 1 would wrap in it)
+    dst = np.ascontiguousarray(ei[1], dtype=np.int64)
     indices = np.empty(src.shape[0], dtype=index_dtype(num_src))
     e_id = np.empty(src.shape[0], dtype=edge_id_dtype(src.shape[0]))
     return _counting_sort_by_dst(src, dst, num_dst, indices, e_id), indices, e_id
@@ -200,6 +200,9 @@ class _CSC:
             if not isinstance(arr, np.ndarray) or arr.dtype.name not in accepted or arr.ndim != 1:
                 raise TypeError(f"{name} must be a 1-d numpy array of {' or '.join(accepted)}, got "
                                 f"{type(arr).__name__} {getattr(arr, 'dtype', '')} {getattr(arr, 'shape', '')}")
+            if not arr.dtype.isnative:  # numba reads no other byte order
+                raise TypeError(f"{name} must be a 1-d numpy array of {' or '.join(accepted)} in native byte "
+                                f"order, got dtype {arr.dtype.str!r}; accepted: {name}.astype({arr.dtype.name!r})")
         if bound is not None:
             check_int(bound_name, bound, minimum=0)
         if indptr.shape[0] < 1:
@@ -380,6 +383,10 @@ Graph = TypeVar("Graph", CSCGraph, TypedCSC)
 def sorted_by_time(graph: Graph, key: np.ndarray) -> Graph:
     """`graph` with each destination's in-edges ordered by `key` (one value per CSC position: the edge's
     time, or its source node's), ties in CSC order: the order temporal sampling needs (as PyG's)."""
+    key = np.asarray(key)
+    if key.shape != (graph.num_edges,):
+        raise ValueError(f"key has shape {tuple(key.shape)}; accepted: one value per CSC position, shape "
+                         f"({graph.num_edges},)")
     dst = np.repeat(np.arange(graph.indptr.shape[0] - 1, dtype=np.int64), np.diff(graph.indptr))
     order = np.lexsort((key, dst))  # stable: ties keep CSC order
     e_id = order.astype(graph.e_id_dtype) if graph.positional_ids else graph.checked_e_id()[order]

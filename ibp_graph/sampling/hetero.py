@@ -117,7 +117,11 @@ def check_num_neighbors(num_neighbors: Sequence[int]) -> List[int]:
 def _real_values(name: str, value, count: Optional[int], per: str = "") -> np.ndarray:
     """`value` (a tensor or array-like) as a numpy array of `count` integer or float values (None: any number,
     1-d), or an error."""
-    a = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+    if isinstance(value, torch.Tensor):  # bfloat16 has no numpy dtype: its float32 values, exactly
+        value = value.detach().cpu()
+        a = (value.float() if value.dtype == torch.bfloat16 else value).numpy()
+    else:
+        a = np.asarray(value)
     if a.dtype == np.bool_ or not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
         raise TypeError(f"{name} has dtype {a.dtype}; accepted: a real (float or integer) dtype")
     accepted = "1-d" if count is None else f"shape ({count},)"
@@ -131,6 +135,8 @@ def check_time(name: str, value, count: int) -> Optional[np.ndarray]:
     if value is None:
         return None
     t = _real_values(name, value, count)
+    if t.dtype.kind == "u" and t.size and int(t.max()) > np.iinfo(np.int64).max:  # would wrap in the cast
+        raise ValueError(f"{name} holds {int(t.max())}; accepted: integer times below 2**63")
     t = t.astype(np.int64 if np.issubdtype(t.dtype, np.integer) else np.float64)
     if t.dtype == np.float64 and np.isnan(t).any():
         raise ValueError(f"{name} holds NaN; accepted: comparable times")
@@ -156,12 +162,15 @@ def _typed_times(kind: str, given: Optional[Mapping], counts: Mapping, types: st
         name = f"{kind}_time[{key!r}]"
         if key not in counts:
             raise ValueError(f"{name}: no such {kind} type in the graph; {types}")
+        if isinstance(value, torch.Tensor) and value.dtype == torch.bfloat16:
+            value = value.float()  # numpy has no bfloat16: its float32 values, exactly
         arr = as_numpy(name, value)
         if arr.shape != (counts[key],) or not (np.issubdtype(arr.dtype, np.integer)
                                                or np.issubdtype(arr.dtype, np.floating)):
             raise ValueError(f"{name} has dtype {arr.dtype} and shape {tuple(arr.shape)}; accepted: one integer "
                              f"or float time per {kind} ({counts[key]},)")
-        out[key] = np.ascontiguousarray(arr)
+        # int64 or float64 (float16, which numba lacks, included), NaN refused: as NeighborSampler's times
+        out[key] = check_time(name, arr, counts[key])
     return out
 
 
@@ -171,8 +180,8 @@ def check_seeds(seeds: Union[torch.Tensor, np.ndarray], num_nodes: int, node_typ
     arr = as_numpy("seeds", seeds, integer=True)
     if arr.ndim != 1:
         raise ValueError(f"seeds must be 1-d, got shape {tuple(arr.shape)}")
+    lo, hi = (int(arr.min()), int(arr.max())) if arr.size else (0, -1)  # before the cast: uint64 would wrap
     arr = np.ascontiguousarray(arr, dtype=np.int64)
-    lo, hi = (int(arr.min()), int(arr.max())) if arr.size else (0, -1)
     if lo < 0 or hi >= num_nodes:
         what = f"{node_type!r} node" if node_type else "node"
         raise ValueError(f"seeds contains {what} id {lo if lo < 0 else hi}, outside the valid range [0, {num_nodes})")
@@ -383,6 +392,8 @@ class HeteroNeighborSampler:
         type's first seed follows the first type's last), as pyg-lib does.
         """
         seed = check_int("seed", seed, minimum=None)
+        if seed_time is not None and not self.temporal:
+            raise ValueError("seed_time is given but the sampler has no node_time or edge_time; accepted: None")
         given = self._typed_seeds(input_type, seeds, seed_time)
         times = np.concatenate([self._seed_times(t, s, st) for t, (s, st) in given.items()]) \
             if self.temporal else None
