@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from ibp_graph.benchmarks.args import out_file, positive_int
-from ibp_graph.benchmarks.report import format_table, machine
+from ibp_graph.tables import format_table, machine
 from ibp_graph.data.graphgen import embedding_rows
 from ibp_graph.data.store import EncodedTable
 from ibp_graph.data.synthetic import PAPERS100M_NUM_NODES
