@@ -27,7 +27,7 @@ from ..data.citegen import CitationSpec
 from ..data.graphgen import GraphSpec, finite
 from ..data.maggen import MagSpec
 from ..pipeline.sharded import DEFAULT_TIMEOUT, MAX_TIMEOUT
-from .models import DECODERS
+from .models import DECODERS, FRAMEWORK_ARCHS
 
 __all__ = ["Config", "DataConfig", "LoaderConfig", "ModelConfig", "TrainConfig", "OutputConfig", "LinkConfig",
            "ConfigError", "load_config", "check_config", "from_dict", "apply_overrides", "to_dict", "DATASETS",
@@ -371,6 +371,9 @@ def check_config(cfg: Config) -> Config:
         if m.norm is not None:
             raise ConfigError(f"model.norm={m.norm!r} is not accepted with data.name={cfg.data.name!r} "
                               "(heterogeneous); expected null")
+    if m.arch not in FRAMEWORK_ARCHS[lc.framework]:  # checked here too, so with the file's name and exit status 2
+        raise ConfigError(f"model.arch={m.arch!r} is not accepted with loader.framework={lc.framework!r}; "
+                          f"expected one of {list(FRAMEWORK_ARCHS[lc.framework])}")
     if lc.framework == "dgl" and m.norm is not None:  # BlockSAGE would train without it, silently
         raise ConfigError(f"model.norm={m.norm!r} is not accepted with loader.framework='dgl' (DGL's GraphSAGE has "
                           "no normalisation layers); expected null, or loader.framework=pyg")

@@ -7,6 +7,7 @@ import sys
 import pytest
 import torch
 
+from ibp_graph.cli import main as cli
 from ibp_graph.data import graphgen
 from ibp_graph.data.prepared import PreparedDataset
 from ibp_graph.train.config import load_config
@@ -248,6 +249,16 @@ def test_dgl_refuses_a_normalisation_its_model_does_not_have(tmp_path):
         load_config(None, [f"data.root={tmp_path}", "loader.framework=dgl", "model.norm=layer_norm", "task=link",
                            "data.name=synthetic-citation"])
     assert load_config(None, [f"data.root={tmp_path}", "loader.framework=dgl"]).model.norm is None
+
+
+def test_a_model_the_framework_does_not_build_is_a_config_error_naming_the_file(tmp_path, capsys):
+    """model.arch=gat with DGL was refused by the DGL front-end: exit 1, without the config file's name."""
+    config = tmp_path / "c.yaml"
+    config.write_text(f"data:\n  root: {tmp_path}\nloader:\n  framework: dgl\nmodel:\n  arch: gat\n")
+    assert cli(["train", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert f"{config}: model.arch='gat' is not accepted with loader.framework='dgl'; expected one of ['sage']" in err
+    assert not (tmp_path / "synthetic").exists() and not list(tmp_path.glob("*.json"))
 
 
 def test_a_result_file_another_run_writes_meanwhile_is_kept(tmp_path, monkeypatch):
