@@ -90,7 +90,7 @@ def _prepare(argv: Sequence[str]) -> int:
     p.add_argument("--dgl-mapping", metavar="FILE",
                    help="--partition dgl: the orig_nids partition_graph returned with return_mapping=True, saved "
                         "with numpy.save (.npy) or torch.save (.pt); omit it if the prepared ids are DGL's own")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--quiet", action="store_true", help="print nothing but errors (no progress bars, no closing line)")
     a = p.parse_args(argv)
     if a.partition != "ranges" and a.shards is None:
         p.error(f"--partition {a.partition} without --shards is not accepted: it says how the shards split the rows")

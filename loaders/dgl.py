@@ -393,7 +393,7 @@ class CompressedDGLDataLoader(_DGLDataLoader, _common.Codecs):
             _check_edge_sampler(graph, graph_sampler, seeds)
         stores = _node_stores(graph, node_stores)
         node_attrs, edge_attrs, typed = _features(graph, graph_sampler, stores)
-        out_device = torch.device(device) if device is not None else torch.device("cpu")
+        out_device = _common.loader_device(device) if device is not None else torch.device("cpu")  # DGL's default
         self.features = plan_features(node_attrs, features=features, device_cache=device_cache, device=out_device,
                                       codec=codec, hotness=_type_hotness(graph, typed),
                                       origin=functools.partial(_column_origin, graph, {q: k for k, q in typed.items()}))

@@ -47,7 +47,8 @@ step_timeout() {
 if [ "$DRY_RUN" = 1 ]; then
     echo "== dry run: no GPU steps; the CPU-side steps on tiny sizes"
     BENCH_ARGS="--dry-run --families embedding_f32 --table-rows 4096 --base-rows 2048 ${BENCH_ARGS:-}"
-    FEATURES_ARGS="--device cpu --num-nodes 8192 --base-rows 2048 --epoch-seeds 256 --batch-size 64 \
+    FEATURES_DEVICE=cpu  # (argparse checks every --device given: "cuda" then "cpu" is refused here)
+    FEATURES_ARGS="--num-nodes 8192 --base-rows 2048 --epoch-seeds 256 --batch-size 64 \
         --num-neighbors 4 2 --num-workers 0 --device-cache 100000 ${FEATURES_ARGS:-}"
 fi
 
@@ -116,7 +117,7 @@ check_rc "decode benchmark" "$rc"
 
 t=$(step_timeout "$FEATURES_TIMEOUT" 10)
 echo "== loader epoch per feature mode (timeout ${t}s, at ${SECONDS}s)"
-timeout "$t" "$PY" scripts/bench_features.py --device cuda --num-nodes "$FEATURES_NODES" \
+timeout "$t" "$PY" scripts/bench_features.py --device "${FEATURES_DEVICE:-cuda}" --num-nodes "$FEATURES_NODES" \
     --num-workers "$FEATURES_WORKERS" --batch-size 1024 --num-neighbors 15 10 5 --epoch-seeds 65536 \
     --device-cache 1000000000 ${FEATURES_ARGS:-} --out "$OUT_DIR/features_gpu.json" \
     2>&1 | tee "$OUT_DIR/features_gpu.txt"

@@ -71,6 +71,21 @@ def test_bench_bad_values_are_usage_errors_naming_the_option(capsys, argv, optio
     assert f"argument {option}: {argv[-1]!r} is not accepted; expected" in line
 
 
+@pytest.mark.parametrize("bench", ["loader", "features"])
+def test_bench_on_cuda_without_a_cuda_device_is_a_usage_error(capsys, monkeypatch, bench):
+    # once torch's "Torch not compiled with CUDA enabled" traceback, after the graph was built
+    import torch
+
+    from ibp_graph.benchmarks import features
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "loader", "--device", "cuda"]) if bench == "loader" else features.main(["--device", "cuda"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "Traceback" not in err
+    assert "argument --device: 'cuda': torch sees no CUDA device here; accepted: cpu" in err.splitlines()[-1]
+
+
 def test_report_plot_in_an_unwritable_place_is_a_usage_error(capsys, tmp_path):
     line = _usage_error(capsys, ["report", str(tmp_path), "--plot", "/etc/passwd/x.png"])
     assert "argument --plot: '/etc/passwd/x.png' is not accepted" in line

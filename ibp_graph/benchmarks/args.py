@@ -61,6 +61,11 @@ def device(text: str) -> str:
 
     if text == "auto" or not valid_device(text):
         raise _refuse(text, f"cpu, cuda or cuda:N (N in [0, {MAX_DEVICE_INDEX}])")
+    if text.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():  # before any data is built, not a traceback after it
+            raise argparse.ArgumentTypeError(f"{text!r}: torch sees no CUDA device here; accepted: cpu")
     return text
 
 

@@ -172,7 +172,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                    help="cache budget of the +cache variant: bytes (int) or a fraction of device memory")
     p.add_argument("--variants", nargs="+", default=None)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=out_file, default="bench_out/features.json")
+    p.add_argument("--out", type=out_file, default="bench_out/features.json", help="JSON output path")
     a = p.parse_args(argv)
     report = run(num_nodes=a.num_nodes, avg_degree=a.avg_degree, family=a.family, base_rows=a.base_rows,
                  epoch_seeds=a.epoch_seeds, batch_size=a.batch_size, num_neighbors=a.num_neighbors,

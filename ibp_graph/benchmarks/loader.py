@@ -456,7 +456,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--num-workers", type=nonnegative_int, nargs="+", default=[1],
                    help="worker counts (--dgl: each in the same run; otherwise the first)")
     p.add_argument("--device", type=device, default="cpu", help="cpu or cuda")
-    p.add_argument("--out", type=out_file, default="bench_out/loader.json")
+    p.add_argument("--out", type=out_file, default="bench_out/loader.json",
+                   help="JSON output path (--verify-cost and --first-batch write beside it: NAME_verify_cost.json, "
+                        "NAME_first_batch.json)")
     p.add_argument("--rounds", type=positive_int, default=1,
                    help="with --dgl: timing rounds, every loader in turn each round (median and best)")
     p.add_argument("--dgl", action="store_true",

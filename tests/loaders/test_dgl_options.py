@@ -412,3 +412,14 @@ def test_use_ddp_edge_wise_and_hetero_ranks_get_dgls_batches(tmp_path):
                 assert not seen[0] & seen[1], (key, t)
             else:
                 assert seen[0] | seen[1] == total, (key, t)
+
+
+@pytest.mark.dgl
+def test_a_cuda_device_without_cuda_is_refused_by_name(monkeypatch):
+    # DGL's own DataLoader (and ours, before) raised torch's "Found no NVIDIA driver", naming no argument
+    from ibp_graph.loaders.dgl import CompressedDGLDataLoader
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    g = make_graph(num_nodes=100, num_edges=400)
+    with pytest.raises(ValueError, match=r"device='cuda' but torch sees no CUDA device; use device='cpu'"):
+        CompressedDGLDataLoader(g, torch.arange(10), dgl.dataloading.NeighborSampler([2]), device="cuda")
