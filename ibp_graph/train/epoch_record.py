@@ -3,11 +3,23 @@ and link prediction (train/link.py): each loop adds its task's loss and metrics.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 from . import sharding
 
-__all__ = ["transfer", "describe"]
+__all__ = ["transfer", "describe", "fraction", "moved"]
+
+
+def fraction(sent: float, raw: float) -> Optional[float]:
+    """`sent` / `raw`, or None when no raw bytes were counted (a framework's own loader, the `--baseline` run,
+    counts none: 1.0 would claim it was measured)."""
+    return sent / raw if raw else None
+
+
+def moved(final: dict) -> str:
+    """A run's closing words on bytes: the fraction of the raw bytes it moved, or that none were counted."""
+    f = final["fraction"]
+    return "bytes moved not counted" if f is None else f"moved {f:.3f} of the raw bytes"
 
 
 def transfer(dist, stats: Sequence, train_stats, *, train_s: float, eval_s: float, sharded: bool) -> dict:
@@ -19,7 +31,7 @@ def transfer(dist, stats: Sequence, train_stats, *, train_s: float, eval_s: floa
                                                  sum(s.total_raw_bytes for s in stats),
                                                  train_stats.total_sent_bytes, train_stats.total_raw_bytes])
     rec = {"seconds": train_s + eval_s, "train_seconds": train_s, "eval_seconds": eval_s, "sent_bytes": int(sent),
-           "raw_bytes": int(raw), "fraction": sent / raw if raw else 1.0, "train_sent_bytes": int(train_sent),
+           "raw_bytes": int(raw), "fraction": fraction(sent, raw), "train_sent_bytes": int(train_sent),
            "train_raw_bytes": int(train_raw), "train_batches": int(train_stats.batches),
            "stage_seconds": dict(train_stats.seconds)}
     if sharded:  # rows of the sharded tables: this rank's own, fetched, cache hits; bytes received
@@ -29,6 +41,7 @@ def transfer(dist, stats: Sequence, train_stats, *, train_s: float, eval_s: floa
 
 def describe(rec: dict) -> str:
     """The epoch line's part about a `transfer` record: time (train, eval), MB moved of MB raw, the shards'."""
+    bytes_ = "bytes moved not counted" if rec["fraction"] is None else \
+        f"moved {rec['sent_bytes'] / 1e6:,.1f} MB of {rec['raw_bytes'] / 1e6:,.1f} MB raw ({rec['fraction']:.3f})"
     return (f"time {rec['seconds']:.1f} s (train {rec['train_seconds']:.1f}, eval {rec['eval_seconds']:.1f})  "
-            f"moved {rec['sent_bytes'] / 1e6:,.1f} MB of {rec['raw_bytes'] / 1e6:,.1f} MB raw ({rec['fraction']:.3f})"
-            + (sharding.describe_counts(rec["shard"]) if "shard" in rec else ""))
+            + bytes_ + (sharding.describe_counts(rec["shard"]) if "shard" in rec else ""))

@@ -201,13 +201,14 @@ def _run_one(cfg: Config, codec: str, ds: LinkPreparedDataset, dist, device: tor
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
     feature_src = "shards" if shards is not None else "store" if front.from_store(ds, codec, cfg.data.store) else "table"
     group_codecs = {k: c.name for k, c in sorted(train_loader.codecs.items())}
+    chosen = ", ".join(f"{k}: {v}" for k, v in group_codecs.items())  # none for the framework's own loader
     sizes = {p: ds.split[p]["source_node"].numel() for p in ("train", "valid", "test")}
     chance = random_mrr(ds.num_negatives)
     say(f"[{cfg.name}] {ds.name}: {ds.num_nodes:,} nodes, {ds.num_edges:,} graph edges; train/valid/test "
         f"{sizes['train']:,}/{sizes['valid']:,}/{sizes['test']:,} edges, {ds.num_negatives} negatives each; "
         f"sage x{len(lc.num_neighbors)} + {lk.decoder} ({front.name}), fan-out {list(lc.num_neighbors)}, batch "
-        f"{lc.batch_size} edges, codec {codec} ({', '.join(f'{k}: {v}' for k, v in group_codecs.items())}; "
-        f"features from the {feature_src}), device {device}, {dist.world_size} process(es)", flush=True)
+        f"{lc.batch_size} edges, codec {codec} ({chosen + '; ' if chosen else ''}features from the {feature_src}), "
+        f"device {device}, {dist.world_size} process(es)", flush=True)
     metrics = ["mrr"] + [f"hits@{k}" for k in lk.hits_k]
     epochs = []
     for epoch in range(1, cfg.train.epochs + 1):
@@ -255,7 +256,7 @@ def _run_one(cfg: Config, codec: str, ds: LinkPreparedDataset, dist, device: tor
         result["path"] = str(write(cfg, codec, dist, result))
     mrr = "n/a" if final["test_mrr"] is None else f"{final['test_mrr']:.4f}"
     say(f"[{cfg.name}] codec {codec}: test MRR {mrr} (random ranker {chance:.4f}); "
-        f"{final['mean_epoch_seconds']:.1f} s per epoch; moved {final['fraction']:.3f} of the raw bytes; "
+        f"{final['mean_epoch_seconds']:.1f} s per epoch; {epoch_record.moved(final)}; "
         f"wrote {result.get('path')}", flush=True)
     del train_loader, node_loader  # their persistent workers exit with them; then run_one closes the sharded sources
     return result
@@ -273,5 +274,5 @@ def _summary(epochs: list[dict], metrics: list[str], chance: float) -> dict:
                   "sent_bytes_per_epoch": sum(e["sent_bytes"] for e in epochs) / n,
                   "raw_bytes_per_epoch": sum(e["raw_bytes"] for e in epochs) / n})
     raw = final["raw_bytes_per_epoch"]
-    final["fraction"] = final["sent_bytes_per_epoch"] / raw if raw else 1.0
+    final["fraction"] = epoch_record.fraction(final["sent_bytes_per_epoch"], raw)
     return final

@@ -443,7 +443,8 @@ def _run_one(cfg: Config, codec: str, ds: PreparedDataset, dist: Dist, device: t
     say(f"[{cfg.name}] {ds.name}: {ds.num_nodes:,} nodes, {ds.num_edges:,} edges, {ds.num_classes} classes; "
         f"train/valid/test {splits['train'].numel():,}/{splits['valid'].numel():,}/{splits['test'].numel():,}; "
         f"{cfg.model.arch} x{num_layers} ({front.name}), fan-out {list(lc.num_neighbors)}, batch {lc.batch_size}, codec {codec} "
-        f"({chosen}; features from the {feature_src}), device {device}, {dist.world_size} process(es)", flush=True)
+        f"({chosen + '; ' if chosen else ''}features from the {feature_src}), device {device}, "
+        f"{dist.world_size} process(es)", flush=True)
 
     epochs = []
     for epoch in range(1, cfg.train.epochs + 1):
@@ -479,7 +480,7 @@ def _run_one(cfg: Config, codec: str, ds: PreparedDataset, dist: Dist, device: t
               "epochs": epochs, "final": final, "wall_seconds": dist.max(time.perf_counter() - t_start)}
     test_acc = "n/a" if final["test_acc"] is None else f"{final['test_acc']:.4f}"
     say(f"[{cfg.name}] codec {codec}: test accuracy {test_acc} (majority class {majority:.4f}); "
-        f"{final['mean_epoch_seconds']:.1f} s per epoch; moved {final['fraction']:.3f} of the raw bytes", flush=True)
+        f"{final['mean_epoch_seconds']:.1f} s per epoch; {epoch_record.moved(final)}", flush=True)
     if dist.main:
         result["path"] = str(_write(cfg, codec, dist, result))
         say(f"wrote {result['path']}", flush=True)
@@ -500,7 +501,7 @@ def _summary(epochs: list[dict], majority: float) -> dict:
              "sent_bytes_per_epoch": sum(e["sent_bytes"] for e in epochs) / n,
              "raw_bytes_per_epoch": sum(e["raw_bytes"] for e in epochs) / n}
     raw = final["raw_bytes_per_epoch"]
-    final["fraction"] = final["sent_bytes_per_epoch"] / raw if raw else 1.0
+    final["fraction"] = epoch_record.fraction(final["sent_bytes_per_epoch"], raw)
     return final
 
 

@@ -84,7 +84,7 @@ def _malformed(run: dict) -> str:
         if value == "missing":
             return f"no final.{key}"
         if not (isinstance(value, (int, float)) and not isinstance(value, bool)) and not (
-                key == test and value is None):
+                key in (test, "fraction") and value is None):  # fraction: no bytes counted (codec native)
             return f"final.{key}={value!r} is not a number"
     return ""
 
@@ -129,7 +129,7 @@ def _pairs(runs: list[dict]) -> list[dict]:
                         "speedup": b["mean_epoch_seconds"] / a["mean_epoch_seconds"] if a["mean_epoch_seconds"] else None,
                         "codec_mb": a["sent_bytes_per_epoch"] / 1e6, "identity_mb": b["sent_bytes_per_epoch"] / 1e6,
                         "bytes_ratio": a["sent_bytes_per_epoch"] / b["sent_bytes_per_epoch"]
-                        if b["sent_bytes_per_epoch"] else None})
+                        if b["sent_bytes_per_epoch"] and a["fraction"] is not None else None})
     return out
 
 
@@ -160,7 +160,10 @@ def plot(runs: list[dict], path: Path) -> Path:
     labels = list(latest)
     codecs = [c for c in ("identity", "ibp") if any(c in v for v in latest.values())] + sorted(
         {c for v in latest.values() for c in v} - {"identity", "ibp"})
-    colors = {"identity": "#9e9e9e", "ibp": "#1f77b4"}
+    # a colour per codec (auto drew in matplotlib's first colour, ibp's blue); others take the rest in turn
+    colors = {"identity": "#9e9e9e", "ibp": "#1f77b4", "auto": "#2ca02c", "ebp": "#ff7f0e", "native": "#8c564b"}
+    spare = iter(["#9467bd", "#e377c2", "#bcbd22", "#17becf", "#d62728"] * (1 + len(codecs) // 5))
+    colors.update({c: next(spare) for c in codecs if c not in colors})
     fig, axes = plt.subplots(1, 2, figsize=(max(8, 2.2 * len(labels) + 4), 4.2))
     width = 0.8 / max(len(codecs), 1)
     metrics = [("mean_epoch_seconds", 1.0, "seconds per epoch"), ("sent_bytes_per_epoch", 1e-6, "MB moved per epoch")]
@@ -170,7 +173,8 @@ def plot(runs: list[dict], path: Path) -> Path:
             ys = [latest[l][codec]["final"][key] * scale if codec in latest[l] else 0.0 for l in labels]
             bars = ax.bar(xs, ys, width, label=codec, color=colors.get(codec))
             for b, lbl in zip(bars, labels):
-                if codec in latest[lbl] and key == "sent_bytes_per_epoch":
+                if codec in latest[lbl] and key == "sent_bytes_per_epoch" \
+                        and latest[lbl][codec]["final"]["fraction"] is not None:
                     ax.annotate(f"{latest[lbl][codec]['final']['fraction']:.2f}", (b.get_x() + b.get_width() / 2,
                                 b.get_height()), ha="center", va="bottom", fontsize=8)
         ax.set_xticks(range(len(labels)))

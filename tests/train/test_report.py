@@ -79,3 +79,43 @@ def test_report_command_errors(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert cli(["report", str(tmp_path / "empty"), "--no-plot"]) == 1
     assert "no training runs" in capsys.readouterr().err
+
+
+def _native(run: dict) -> dict:
+    """`run` as the `--baseline` run (the framework's own loader) writes it: no bytes counted, no fraction."""
+    for rec in run["epochs"] + [run["final"]]:
+        rec["fraction"] = None
+    run["epochs"] = [dict(e, sent_bytes=0, raw_bytes=0) for e in run["epochs"]]
+    run["final"].update(sent_bytes_per_epoch=0.0, raw_bytes_per_epoch=0.0)
+    return run
+
+
+def test_a_run_that_counted_no_bytes_is_reported_without_a_fraction(tmp_path, capsys):
+    # the --baseline run (DGL's own loader) once claimed "1.000 of the raw bytes" and a bytes ratio of 0
+    (tmp_path / "bench-20261201-120000-identity.json").write_text(json.dumps(_run("identity", 10.0, 1000e6)))
+    (tmp_path / "bench-20261201-120000-native.json").write_text(json.dumps(_native(_run("native", 9.0, 0.0))))
+    runs = load_runs([str(tmp_path)])
+    assert [r["codec"] for r in runs] == ["identity", "native"] and "malformed" not in capsys.readouterr().err
+    compared = table(runs).split("codecs vs identity")[1]
+    (native,) = [l for l in compared.splitlines() if " native " in l]
+    assert "1.111" in native and native.split()[-1] == "-"  # speedup 10/9; bytes ratio: none
+    listed = [l for l in table(runs).split("codecs vs identity")[0].splitlines() if " native " in l]
+    assert listed and " 1.000 " not in listed[0]
+
+
+def test_the_plot_gives_each_codec_its_own_colour(tmp_path, monkeypatch):
+    # auto was drawn in matplotlib's first colour, the blue of ibp's bars
+    import matplotlib.axes
+
+    from ibp_graph.train.report import plot
+
+    drawn = {}
+    bar = matplotlib.axes.Axes.bar
+    monkeypatch.setattr(matplotlib.axes.Axes, "bar", lambda self, *a, label=None, color=None, **k: (
+        drawn.__setitem__(label, color), bar(self, *a, label=label, color=color, **k))[1])
+    runs = [dict(_run(c, 5.0, 500e6), path=str(tmp_path / f"{c}.json")) for c in ("identity", "ibp", "auto", "ebp",
+                                                                                   "zstd")]
+    runs.append(dict(_native(_run("native", 5.0, 0.0)), path=str(tmp_path / "native.json")))
+    assert plot(runs, tmp_path / "r.png").is_file()
+    assert set(drawn) == {"identity", "ibp", "auto", "ebp", "zstd", "native"}
+    assert None not in drawn.values() and len(set(drawn.values())) == len(drawn)
