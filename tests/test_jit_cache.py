@@ -4,7 +4,7 @@ import subprocess
 import sys
 import textwrap
 
-from ibp_graph.jit_cache import STAMP_NAME, cache_dir, refresh, sources_stamp
+from ibp_graph.jit_cache import STAMP_NAME, cache_dir, cold, refresh, sources_stamp
 
 
 def _package(tmp_path, value: int):
@@ -56,6 +56,15 @@ def test_refresh_clears_only_when_the_sources_changed(tmp_path):
     (pkg / "consts.py").write_text("VALUE = 22\n")
     assert refresh(pkg) == [folder] and not list(folder.glob("*.nbi"))
 
+
+
+def test_cold_says_whether_the_kernels_will_be_compiled(tmp_path):
+    pkg = _package(tmp_path, 1)
+    assert cold(pkg)  # nothing cached
+    assert _run(tmp_path, refresh_first=True) == 1
+    assert not cold(pkg)  # compiled once: loaded from now on
+    (pkg / "consts.py").write_text("VALUE = 3\n")
+    assert cold(pkg)  # the sources changed: the stale kernels are cleared and compile again
 
 # One process per "environment": numba's version as argv[1] (a fake one stands for the other
 # environment's numba), then whether the package's kernel came from the cache.

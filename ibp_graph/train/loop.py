@@ -25,6 +25,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from .. import jit_cache
 from ..files import DiskFullError, write_text
 from ..threads import CollectiveTensors
 from ..data.prepared import PreparedDataset, add_store
@@ -381,6 +382,9 @@ def run(cfg: Config, *, baseline: bool = False) -> list[dict]:
     """Run the experiment once per codec in `cfg.loader.codecs` (and, with `baseline`, once with the
     framework's own uncompressed loader: codec "native"); return the results (rank 0 writes JSON)."""
     check_config(cfg)  # the whole config, before any data is generated or loaded
+    if cfg.output.progress and os.environ.get("RANK", "0") == "0" and jit_cache.cold():
+        print("compiling ibp-graph's kernels (numba): once per environment and after an update, about a minute "
+              "on 2 cores; later runs load them from the cache", flush=True)
     if cfg.task == "link":
         from .link import run_link
 

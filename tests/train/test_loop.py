@@ -286,3 +286,25 @@ def test_a_result_file_another_run_writes_meanwhile_is_kept(tmp_path, monkeypatc
     texts = {p.name: p.read_text() for p in tmp_path.glob("race-*.json")}
     assert json.loads(path.read_text())["codec"] == "ibp"
     assert others and all(f'"other": {i}' in texts.get(p.name, "") for i, p in enumerate(others)), texts
+
+
+@pytest.mark.parametrize("cold", [True, False])
+def test_a_run_says_first_when_it_will_compile_the_kernels(tmp_path, capsys, monkeypatch, cold):
+    """The first run in an environment compiles for about a minute before its first line: it says so."""
+    from ibp_graph.train import loop
+
+    class Started(Exception):
+        pass
+
+    def start(*a, **k):
+        raise Started
+
+    monkeypatch.setattr(loop.jit_cache, "cold", lambda: cold)
+    monkeypatch.setattr(loop.startup, "start", start)
+    with pytest.raises(Started):
+        run(load_config(None, [f"data.root={tmp_path}"]))
+    out = capsys.readouterr().out
+    assert ("compiling ibp-graph's kernels (numba): once per environment" in out) == cold
+    with pytest.raises(Started):  # progress off: nothing printed
+        run(load_config(None, [f"data.root={tmp_path}", "output.progress=false"]))
+    assert capsys.readouterr().out == ""
