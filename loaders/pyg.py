@@ -451,8 +451,11 @@ class CompressedLinkNeighborLoader(_SampledLoader, LinkNeighborLoader):
     ):
         self._refuse_neighbor_sampler(neighbor_sampler)
         if (edge_label_time is not None) != (time_attr is not None):
-            raise ValueError(f"edge_label_time is {'set' if edge_label_time is not None else 'None'} but time_attr "
-                             f"is {time_attr!r} (as in PyG); accepted: both (temporal sampling) or neither")
+            # PyG's words (code matching its message still matches), then what is accepted
+            raise ValueError(f"Received conflicting 'edge_label_time' and 'time_attr' arguments: 'edge_label_time' is "
+                             f"{'set' if edge_label_time is not None else 'not set'} while 'time_attr' is "
+                             f"{'set' if time_attr is not None else 'not set'} (time_attr={time_attr!r}); accepted: "
+                             "both (temporal sampling) or neither")
         if neg_sampling_ratio is not None and neg_sampling_ratio != 0.0:  # PyG's deprecated form of binary
             try:
                 neg_sampling = LinkNegatives("binary", neg_sampling_ratio)

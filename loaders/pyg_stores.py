@@ -98,10 +98,10 @@ def read_stores(data: tuple) -> StoreGraph:
             pairs = ((e[0], attr.size[0]), (e[2], attr.size[1])) if hetero else ((None, max(attr.size)),)
             for t, n in pairs:
                 out.num_nodes.setdefault(t, int(n))
-    for t, n in sizes.items():
-        if out.num_nodes.setdefault(t, n) != n:
+    for t, n in sizes.items():  # more rows than nodes: the graph store's count holds, as in PyG (rows unread)
+        if n < out.num_nodes.setdefault(t, n):
             raise ValueError(f"feature_store group {t!r} has {n} rows but the graph store's size gives "
-                             f"{out.num_nodes[t]} nodes; accepted: one row per node")
+                             f"{out.num_nodes[t]} nodes; accepted: a row for every node")
     order = list(out.features) + [t for e in by_type for t in ((e[0], e[2]) if hetero else (None,))]
     for t in order:
         if t not in out.num_nodes:

@@ -94,6 +94,26 @@ def test_homogeneous_stores_with_workers_and_auto_codec_are_lossless():
         assert torch.equal(b.x, data.x[b.n_id])
 
 
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_feature_store_with_more_rows_than_the_graph_has_nodes_is_read_as_pyg_reads_it(num_workers):
+    # PyG takes the node count from the graph store's size and reads the rows of sampled ids only (its own
+    # test_custom_neighbor_loader stores 200 rows for a 100-node graph); ours refused any other row count
+    data = make_graph(num_nodes=200, num_edges=600)
+    fs = MyFeatureStore()
+    fs.put_tensor(data.x, group_name=None, attr_name="x", index=None)  # 200 rows
+    fs.put_tensor(data.y, group_name=None, attr_name="y", index=None)
+    keep = (data.edge_index < 100).all(0)
+    gs = graph_store({None: data.edge_index[:, keep]}, "coo", {None: (100, 100)})  # 100 nodes
+    loader = CompressedNeighborLoader((fs, gs), [-1], input_nodes=torch.arange(100), batch_size=20,
+                                      num_workers=num_workers, device="cpu")
+    seen = 0
+    for batch in loader:
+        assert int(batch.n_id.max()) < 100
+        assert torch.equal(batch.x, data.x[batch.n_id]) and torch.equal(batch.y, data.y[batch.n_id])
+        seen += batch.batch_size
+    assert seen == 100
+
+
 def test_store_errors_name_what_is_wrong():
     data = make_graph(num_nodes=100, num_edges=300)
     fs = MyFeatureStore()

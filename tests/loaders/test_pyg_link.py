@@ -499,8 +499,10 @@ def test_special_float_features_arrive_bit_exact():
     (dict(neg_sampling=NegativeSampling("triplet", 1), edge_label=torch.ones(1500)), ValueError,
      "edge_label is given with 'triplet'"),
     (dict(edge_label=torch.ones(7)), ValueError, r"edge_label has shape \(7,\)"),
-    (dict(edge_label_time=torch.zeros(1500)), ValueError, "edge_label_time is set but time_attr is None"),
-    (dict(time_attr="time"), ValueError, "edge_label_time is None but time_attr is 'time'"),
+    # PyG's own words (its tests match them), then ours
+    (dict(edge_label_time=torch.zeros(1500)), ValueError,
+     "'edge_label_time' is set while 'time_attr' is not set \\(time_attr=None\\); accepted: both"),
+    (dict(time_attr="time"), ValueError, "'edge_label_time' is not set while 'time_attr' is set \\(time_attr='time'\\)"),
     (dict(edge_label_time=torch.zeros(3), time_attr="time"), ValueError, r"edge_label_time has shape \(3,\)"),
     (dict(neighbor_sampler=object()), NotImplementedError, "CompressedLinkNeighborLoader does not support"),
     (dict(edge_label_index=CITES), ValueError, r"edge_label_index=\('paper', 'cites', 'paper'\) is an edge type, "
