@@ -51,7 +51,6 @@ def check_sample_rows(sample_rows) -> None:
 
 
 def _sample(tensor: torch.Tensor, sample_rows: Optional[int], seed: int) -> torch.Tensor:
-    check_sample_rows(sample_rows)
     per_row = max(1, math.prod(tensor.shape[1:]))
     limit = sample_rows if sample_rows is not None else \
         max(256, min(DEFAULT_SAMPLE_ROWS, DEFAULT_SAMPLE_ELEMENTS // per_row))
@@ -102,6 +101,7 @@ def rank_codecs(tensor: torch.Tensor, *, candidates: tuple[str, ...] = CANDIDATE
     understates its speed.
     """
     check_rows_tensor(tensor)
+    check_sample_rows(sample_rows)
     if tensor.device.type != "cpu":
         raise ValueError(f"tensor is on {tensor.device}; fitting runs on CPU tensors")
     unknown = [c for c in candidates if c not in CODEC_CLASSES]

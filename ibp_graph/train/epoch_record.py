@@ -7,7 +7,7 @@ from typing import Optional, Sequence
 
 from . import sharding
 
-__all__ = ["transfer", "describe", "fraction", "moved"]
+__all__ = ["transfer", "describe", "fraction", "moved", "NOT_COUNTED"]
 
 
 def fraction(sent: float, raw: float) -> Optional[float]:
@@ -16,10 +16,14 @@ def fraction(sent: float, raw: float) -> Optional[float]:
     return sent / raw if raw else None
 
 
+#: what a run or epoch line says where no bytes were counted (`fraction` None).
+NOT_COUNTED = "bytes moved not counted"
+
+
 def moved(final: dict) -> str:
     """A run's closing words on bytes: the fraction of the raw bytes it moved, or that none were counted."""
     f = final["fraction"]
-    return "bytes moved not counted" if f is None else f"moved {f:.3f} of the raw bytes"
+    return NOT_COUNTED if f is None else f"moved {f:.3f} of the raw bytes"
 
 
 def transfer(dist, stats: Sequence, train_stats, *, train_s: float, eval_s: float, sharded: bool) -> dict:
@@ -41,7 +45,7 @@ def transfer(dist, stats: Sequence, train_stats, *, train_s: float, eval_s: floa
 
 def describe(rec: dict) -> str:
     """The epoch line's part about a `transfer` record: time (train, eval), MB moved of MB raw, the shards'."""
-    bytes_ = "bytes moved not counted" if rec["fraction"] is None else \
+    bytes_ = NOT_COUNTED if rec["fraction"] is None else \
         f"moved {rec['sent_bytes'] / 1e6:,.1f} MB of {rec['raw_bytes'] / 1e6:,.1f} MB raw ({rec['fraction']:.3f})"
     return (f"time {rec['seconds']:.1f} s (train {rec['train_seconds']:.1f}, eval {rec['eval_seconds']:.1f})  "
             + bytes_ + (sharding.describe_counts(rec["shard"]) if "shard" in rec else ""))

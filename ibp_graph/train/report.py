@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import re
 import sys
@@ -162,7 +163,7 @@ def plot(runs: list[dict], path: Path) -> Path:
         {c for v in latest.values() for c in v} - {"identity", "ibp"})
     # a colour per codec (auto drew in matplotlib's first colour, ibp's blue); others take the rest in turn
     colors = {"identity": "#9e9e9e", "ibp": "#1f77b4", "auto": "#2ca02c", "ebp": "#ff7f0e", "native": "#8c564b"}
-    spare = iter(["#9467bd", "#e377c2", "#bcbd22", "#17becf", "#d62728"] * (1 + len(codecs) // 5))
+    spare = itertools.cycle(["#9467bd", "#e377c2", "#bcbd22", "#17becf", "#d62728"])
     colors.update({c: next(spare) for c in codecs if c not in colors})
     fig, axes = plt.subplots(1, 2, figsize=(max(8, 2.2 * len(labels) + 4), 4.2))
     width = 0.8 / max(len(codecs), 1)
