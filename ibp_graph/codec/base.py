@@ -7,6 +7,7 @@ import numpy as np
 import torch
 
 from ..layout.errors import CodecMismatchError, CorruptPayloadError
+from ..layout.format import state_from_bytes, state_to_bytes
 from ..layout.tensor import CompressedTensor, Device
 
 #: rows a codec's fit reads at most when sample_rows is not given (a random sample).
@@ -75,6 +76,25 @@ def check_row_compressed(codec: "Codec", ct: CompressedTensor, argname: str = "c
                                   f"entries, has {None if ct.offsets is None else ct.offsets.numel()}")
 
 
+class StateBlob:
+    """What every codec builds on its state_dict / from_state_dict: a checksummed blob and reloading in place."""
+
+    def load_state_dict(self, state: dict) -> None:
+        """Replace this codec's state with `state` (as made by state_dict())."""
+        other = type(self).from_state_dict(state)
+        self.__dict__.clear()
+        self.__dict__.update(other.__dict__)
+
+    def to_bytes(self) -> bytes:
+        """The state as a checksummed, versioned blob."""
+        return state_to_bytes(self.state_dict())
+
+    @classmethod
+    def from_bytes(cls, blob: bytes):
+        """Rebuild a codec from to_bytes(); CorruptPayloadError naming what is wrong for a damaged blob."""
+        return cls.from_state_dict(state_from_bytes(blob))
+
+
 @runtime_checkable
 class Codec(Protocol):
     """A row codec: fitted state that encodes row tensors to CompressedTensors and back on the CPU.
@@ -100,6 +120,10 @@ class Codec(Protocol):
 
     def state_dict(self) -> dict:
         """Everything needed to rebuild the codec, with a format version."""
+        ...
+
+    def to_bytes(self) -> bytes:
+        """state_dict() as a checksummed blob; the codec's class rebuilds it with from_bytes."""
         ...
 
     @property

@@ -11,10 +11,10 @@ from ..layout.dtypes import as_row_bytes, check_rows_tensor, dtype_from_name, dt
 from ..layout.errors import CodecMismatchError, CorruptPayloadError
 from ..layout.format import FORMAT_VERSION, check_state_header, state_row_shape
 from ..layout.tensor import CompressedTensor, Device, check_decode_out
-from .base import check_compressed, check_cpu_device, check_payload
+from .base import StateBlob, check_compressed, check_cpu_device, check_payload
 
 
-class IdentityCodec:
+class IdentityCodec(StateBlob):
     """Rows sent as they are (fixed stride, no offsets): the baseline every codec is measured against."""
 
     name = "identity"

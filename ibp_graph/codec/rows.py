@@ -14,13 +14,12 @@ import torch
 
 from ..layout.dtypes import as_row_bytes, check_rows_tensor
 from ..layout.errors import CorruptPayloadError
-from ..layout.format import state_from_bytes, state_to_bytes
 from ..layout.rows import empty_rows
 from ..layout.tensor import CompressedTensor, Device, check_decode_out, check_offsets
-from .base import check_cpu_device, check_row_compressed
+from .base import StateBlob, check_cpu_device, check_row_compressed
 
 
-class RowCodec:
+class RowCodec(StateBlob):
     """Base of the codecs whose rows are stored condensed, with per-row offsets."""
 
     name: str
@@ -103,18 +102,3 @@ class RowCodec:
     @classmethod
     def from_state_dict(cls, state: dict) -> "RowCodec":
         raise NotImplementedError
-
-    def load_state_dict(self, state: dict) -> None:
-        """Replace this codec's state with `state` (as made by state_dict())."""
-        other = type(self).from_state_dict(state)
-        self.__dict__.clear()
-        self.__dict__.update(other.__dict__)
-
-    def to_bytes(self) -> bytes:
-        """The state as a checksummed, versioned blob."""
-        return state_to_bytes(self.state_dict())
-
-    @classmethod
-    def from_bytes(cls, blob: bytes) -> "RowCodec":
-        """Rebuild a codec from to_bytes()."""
-        return cls.from_state_dict(state_from_bytes(blob))

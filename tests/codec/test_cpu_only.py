@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from ibp_graph.codec import EBPCodec, IBPCodec, IdentityCodec
+from ibp_graph.codec import CorruptPayloadError, EBPCodec, IBPCodec, IdentityCodec
 
 CODECS = [IBPCodec, EBPCodec, IdentityCodec]
 
@@ -65,6 +65,25 @@ def test_codecs_expose_what_a_gpu_decoder_reads(kind):
     assert codec.word_bits in (16, 32, 64)
     assert (codec.tables is None) == (kind is IdentityCodec)
     assert not hasattr(codec, "fetch")
+
+
+@pytest.mark.parametrize("kind", CODECS)
+def test_every_codec_saves_and_reloads_its_state_as_a_checked_blob(kind):
+    x = torch.randn(60, 5, dtype=torch.float64)
+    codec = kind.fit(x)
+    ct = codec.encode(x)
+    again = kind.from_bytes(codec.to_bytes())
+    assert type(again) is kind and again.fingerprint == codec.fingerprint
+    assert torch.equal(again.decode(ct), x)
+    other = kind.fit(torch.randn(60, 2, dtype=torch.float16))
+    other.load_state_dict(codec.state_dict())
+    assert other.fingerprint == codec.fingerprint and torch.equal(other.decode(ct), x)
+    blob = bytearray(codec.to_bytes())
+    blob[-1] ^= 0xFF  # a damaged blob is named, not decoded
+    with pytest.raises(CorruptPayloadError):
+        kind.from_bytes(bytes(blob))
+    with pytest.raises(CorruptPayloadError):
+        kind.from_bytes(codec.to_bytes()[:-3])
 
 
 def test_speed_target_on_a_gpu_needs_a_decoder():
