@@ -109,14 +109,16 @@ class BatchPlan:
             self._made.setdefault(id(parts[0]), name)
 
     def nbytes(self) -> int:
-        """Bytes the gathered batch takes (stored rows at their widest, allocations aligned), for a ring
-        slot; encoded output beyond it goes to fresh segments once, then the slots grow to hold it."""
+        """Bytes the gathered batch takes (stored rows at their widest with their offsets, allocations
+        aligned), for a ring slot; encoded output beyond it goes to fresh segments once, then the slots
+        grow to hold it."""
         total = 0
         for key, items in self.groups.items():
             n = sum(it.numel for it in items)
             total += (n + SCALAR_BLOCK) * key.torch_dtype.itemsize + ALIGN * (1 + len(items))
-        for items in self.stored.values():
-            total += sum(int(it.ids.numel()) * it.table.max_row_nbytes for it in items) + 4 * ALIGN
+        for items in self.stored.values():  # rows at their widest, and their offsets (at most int64)
+            rows = sum(int(it.ids.numel()) for it in items)
+            total += rows * items[0].table.max_row_nbytes + (rows + 1) * 8 + 4 * ALIGN
         return total
 
 

@@ -329,6 +329,30 @@ def test_stored_rows_are_gathered_straight_into_the_slot(codec):
     assert torch.equal(ct.payload, batch.groups[key].payload)
 
 
+@pytest.mark.parametrize("codec", ["ibp", "ebp", "identity"])
+@pytest.mark.parametrize("num_seeds", [1, 10, 200])
+def test_the_first_slot_holds_the_whole_batch_of_stored_rows(codec, num_seeds):
+    """BatchPlan.nbytes counts a store's gathered offsets too: the first batch a worker writes fits its slot
+    (before: the offsets went to a fresh segment, and the slot grew only for the next batch)."""
+    from ibp_graph.data.store import EncodedTable
+
+    n = 300
+    g = torch.Generator().manual_seed(1)
+    sampler = NeighborSampler(CSCGraph.from_edge_index(torch.randint(0, n, (2, 3000), generator=g), n), [5, 3])
+    x = torch.randn(n, 7, generator=g)  # random bits: rows at their widest
+    store = EncodedTable.encode(x, codec, progress=False)
+    codecs = build_codecs({"x": store}, {}, num_nodes=n, num_edges=3000, codec="identity")
+    producer = BatchProducer(NeighborPlanner(sampler, torch.arange(n), {"x": store}, {}), codecs)
+    buffers = OutputBuffers(SlotRing(slots=1, max_workers=1), worker=0)
+    req = BatchRequest(index=torch.arange(num_seeds), seed=3)
+    plan, meta = producer.planner.plan(req, producer.planner.sample(req))
+    batch = produce(plan, producer.codecs, buffers, meta=meta)
+    slot = buffers.slot.storage
+    inside = [t for ct in batch.groups.values() for t in (ct.payload, ct.offsets) if t is not None]
+    assert inside and all(t.untyped_storage().data_ptr() == slot.data_ptr() for t in inside)
+    assert buffers._wanted <= plan.nbytes()  # what the slot was claimed for
+
+
 @pytest.mark.gpu
 def test_cuda_slots_are_page_locked_so_pinning_copies_nothing():
     ring = SlotRing(slots=1, max_workers=1)
