@@ -32,7 +32,13 @@
 //      starts with is reported in the error slot (smallest table row wins).
 // Every read of a row is clamped to the row's 32-bit words plus two (the payload keeps 16
 // bytes of tail padding, which ibp_row_range checks, the scratch slots 16 bytes of slack), so
-// a corrupt stream reads garbage, never another allocation.
+// a corrupt stream reads garbage, never another allocation. A row's header is read with
+// 64-bit bit positions, and the streams it places must start inside the row: a damaged
+// header's counts can place them past 2**32 bits, which 32-bit arithmetic wrapped back into
+// the row, where the length check of 3 could then pass. Every later position is below
+// 16 * row_nbytes + 128 (the header's starts, plus at most 8 bits per code or W bits per
+// element), so 32 bits hold them for the rows the host accepts
+// (ibp_graph.gpu.abi.EBP_MAX_ROW_NBYTES): wider positions cost registers in the hot loops.
 //
 // Speed budget (H200, not measured here): phase 1 is ~25 instructions per element per lane
 // with a dependent load chain (stream word, decode table); a warp walks 32 rows at once,
@@ -51,11 +57,16 @@
 __shared__ u8 ebp_sym[EBP_MAX_WARPS][32][EBP_CHUNK + 4];  // +4: lanes hit distinct banks
 
 // Bit fields are read with ibp_extract64 (ibp_decode.cuh), its word index clamped to qmax,
-// the row's last word, so the three words read stay inside the row plus 8 bytes.
+// the row's last word, so the three words read stay inside the row plus 8 bytes; the header
+// with ebp_bits, the same at a 64-bit bit position.
+__device__ __forceinline__ u64 ebp_bits(const u32* w, u64 p, u32 n, u32 qmax) {
+  const u64 q = p >> 5;
+  return ibp_extract64(w + (q < qmax ? q : (u64)qmax), (u32)p & 31u, n, 0u);
+}
 
 // Elias-gamma code at bit *p (docs/format.md); 0 for an invalid code (more than 31 zeros).
-__device__ __forceinline__ u32 ebp_gamma(const u32* w, u32 qmax, u32* p) {
-  const u64 v = ibp_extract64(w, *p, 64, qmax);
+__device__ __forceinline__ u32 ebp_gamma(const u32* w, u32 qmax, u64* p) {
+  const u64 v = ebp_bits(w, *p, 64, qmax);
   if (v == 0ull) return 0u;
   const u32 z = (u32)(__ffsll((long long)v) - 1);
   if (z > 31u) return 0u;
@@ -83,6 +94,51 @@ struct alignas(16) EbpColumn {
   u32 sparse_tid;
   u32 low_bits;
 };
+
+// A compressed row's header (phase 0): its element and escape counts, and where its streams
+// start (64-bit bit positions into the row's words).
+struct EbpRowHeader {
+  u32 mode, count, ne;
+  u64 low_start, esc_start, pos_start, pc;  // pc: the code stream
+};
+
+// Parse the header of a compressed row of L bytes starting at bit sh of the words w (last word
+// qmax). False for a corrupt header: a bad gamma code, more elements than d or escapes than
+// elements, or a code stream that would start past the row's last byte (the row could not
+// end there).
+__device__ __forceinline__ bool ebp_row_header(const u32* w, u32 qmax, u32 sh, u32 L, int sparse,
+                                               u32 d, u32 HE, u32 LS, u32 IB, u32 HS,
+                                               u32 low_total, EbpRowHeader* h) {
+  u64 p = sh;
+  bool ok = true;
+  h->mode = 0u;
+  h->count = d;
+  h->pos_start = 0;
+  if (sparse) {
+    h->mode = (u32)ebp_bits(w, p, 1, qmax);
+    p += 1u;
+  }
+  if (h->mode == 0u) {
+    h->low_start = p;
+    p += low_total;
+    const u32 v = ebp_gamma(w, qmax, &p);
+    h->ne = v - 1u;
+    if (v == 0u || h->ne > d) ok = false;
+    h->esc_start = p;
+    h->pc = p + (u64)h->ne * HE;
+  } else {
+    const u32 v = ebp_gamma(w, qmax, &p);
+    h->count = v - 1u;
+    const u32 v2 = ebp_gamma(w, qmax, &p);
+    h->ne = v2 - 1u;
+    if (v == 0u || v2 == 0u || h->count > d || h->ne > h->count) ok = false;
+    h->pos_start = p;
+    h->low_start = p + (u64)h->count * IB;
+    h->esc_start = h->low_start + (u64)h->count * LS;
+    h->pc = h->esc_start + (u64)h->ne * HS;
+  }
+  return ok && h->pc <= (u64)sh + 8ull * L;
+}
 
 template <int W>
 __device__ __forceinline__ void ebp_decode_impl(
@@ -139,30 +195,15 @@ __device__ __forceinline__ void ebp_decode_impl(
         raw = (L == row_nbytes);
         count = d;
         if (!raw) {
-          u32 p = sh;
-          if (sparse) {
-            mode = (u32)ibp_extract64(w, p, 1, qmax);
-            p += 1u;
-          }
-          if (mode == 0u) {
-            low_start = p;
-            p += low_total;
-            const u32 v = ebp_gamma(w, qmax, &p);
-            ne = v - 1u;
-            if (v == 0u || ne > d) ok = false;
-            esc_start = p;
-            pc = p + ne * HE;
-          } else {
-            const u32 v = ebp_gamma(w, qmax, &p);
-            count = v - 1u;
-            const u32 v2 = ebp_gamma(w, qmax, &p);
-            ne = v2 - 1u;
-            if (v == 0u || v2 == 0u || count > d || ne > count) ok = false;
-            pos_start = p;
-            low_start = p + count * IB;
-            esc_start = low_start + count * LS;
-            pc = esc_start + ne * HS;
-          }
+          EbpRowHeader h;
+          ok = ebp_row_header(w, qmax, sh, L, sparse, d, HE, LS, IB, HS, low_total, &h);
+          mode = h.mode;
+          count = h.count;
+          ne = h.ne;
+          low_start = (u32)h.low_start;
+          esc_start = (u32)h.esc_start;
+          pos_start = (u32)h.pos_start;
+          pc = (u32)h.pc;
           if (!ok) atomicMin(err + IBP_ERR_CORRUPT, (u64)r);
         }
       }

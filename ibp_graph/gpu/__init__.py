@@ -10,7 +10,7 @@ Public API (what the pipeline and users call):
 * :func:`pin_table` - a compressed table made page-locked for zero-copy reads (registered in
   place, else copied pinned; :class:`PinError` when neither works);
 * :func:`is_available`, and the errors :class:`CudaUnavailableError`,
-  :class:`KernelCompileError`.
+  :class:`KernelCompileError`, :class:`KernelLaunchError`.
 
 Modules: ``dispatch`` (decode/fetch: checks, then the codec's kind), ``ibp`` / ``ebp`` /
 ``raw`` (tables and launches per kind), ``tables`` (the device-table cache), ``pinned``
@@ -25,6 +25,7 @@ from __future__ import annotations
 _LAZY = {
     "decode": "dispatch", "fetch": "dispatch", "gather_raw_rows": "raw",
     "PendingChecks": "checks", "CudaUnavailableError": "checks", "KernelCompileError": "checks",
+    "KernelLaunchError": "checks",
     "pin_table": "pinned", "PinError": "pinned",
 }
 
@@ -54,4 +55,5 @@ def __getattr__(name: str):
 
 
 __all__ = ["decode", "fetch", "gather_raw_rows", "PendingChecks", "is_available",
-           "CudaUnavailableError", "KernelCompileError", "pin_table", "PinError"]
+           "CudaUnavailableError", "KernelCompileError", "KernelLaunchError", "pin_table",
+           "PinError"]

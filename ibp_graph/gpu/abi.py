@@ -25,6 +25,9 @@ GATHER_WIDTHS: tuple[int, ...] = (1, 2, 4, 8, 16)
 EBP_WIDTHS: tuple[int, ...] = (8, 16, 32, 64)
 #: threads per block every entry point is compiled for (its __launch_bounds__).
 MAX_THREADS = 256
+#: widest row (bytes) the EBP decoder takes: its bit positions past the row's header are 32-bit
+#: and stay below 16 * row_nbytes + 128 (kernels/ebp_decode.cu), so 2**31 + 128 at most.
+EBP_MAX_ROW_NBYTES = 2**27
 
 #: error slot written by the kernels (atomicMin): the smallest output position whose index
 #: is out of range (IBP_ERR_INDEX in kernels/ibp_decode.cuh).
@@ -38,6 +41,9 @@ N_ERR_SLOTS = 2
 # ctypes of the scalar C types the kernels take (typedefs of kernels/ibp_decode.cuh).
 _SCALARS = {"int": ctypes.c_int32, "u32": ctypes.c_uint32, "i64": ctypes.c_int64,
             "u64": ctypes.c_uint64}
+# the values each of those ctypes holds (pointers travel as c_uint64), lowest and highest.
+_RANGES = {ctypes.c_int32: (-2**31, 2**31 - 1), ctypes.c_uint32: (0, 2**32 - 1),
+           ctypes.c_int64: (-2**63, 2**63 - 1), ctypes.c_uint64: (0, 2**64 - 1)}
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,16 @@ class Param:
         if self.is_pointer:
             return ctypes.c_uint64
         return _SCALARS[self.ctype]
+
+    def value(self, v):
+        """`v` as this parameter's ctypes value; ValueError naming the parameter if `v` is out
+        of its C type's range (ctypes would wrap it silently)."""
+        v = int(v)
+        lo, hi = _RANGES[self.ctypes_type]
+        if not lo <= v <= hi:
+            raise ValueError(f"kernel parameter {self.name!r} ({self.ctype}) = {v} is out of "
+                             f"range; accepted: {lo} <= {self.name} <= {hi}")
+        return self.ctypes_type(v)
 
 
 class ParamBlock:
@@ -82,14 +98,15 @@ class ParamBlock:
         """(values, params): ctypes values of `args` in parameter order, and the void*[]
         cuLaunchKernel reads them from. Keep `values` alive until the launch returns.
 
-        Raises TypeError naming the parameters that are missing or not the kernel's.
+        Raises TypeError naming the parameters that are missing or not the kernel's, and
+        ValueError naming a parameter whose value its C type cannot hold.
         """
         missing = [n for n in self.names if n not in args]
         extra = sorted(set(args) - set(self.names))
         if missing or extra:
             raise TypeError(f"kernel arguments do not match its parameters: missing {missing}, "
                             f"not parameters {extra}; accepted: exactly {list(self.names)}")
-        values = [p.ctypes_type(int(args[p.name])) for p in self.params]
+        values = [p.value(args[p.name]) for p in self.params]
         params = (ctypes.c_void_p * max(1, len(values)))(
             *[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values])
         return values, params

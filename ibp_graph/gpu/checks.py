@@ -22,9 +22,24 @@ class CudaUnavailableError(RuntimeError):
     """CuPy, NVRTC/nvcc or a CUDA device needed for a GPU operation is missing."""
 
 
+class KernelLaunchError(RuntimeError):
+    """The driver refused a kernel launch; the message names the kernel, its launch shape
+    and the driver's error."""
+
+
 def error_slots(device: torch.device) -> torch.Tensor:
     """Fresh error slots for one launch on `device` (every slot -1: nothing reported)."""
     return torch.full((N_ERR_SLOTS,), -1, dtype=torch.int64, device=device)
+
+
+def index_slots(index: torch.Tensor, n_rows: int) -> torch.Tensor:
+    """Error slots of a gather that launches nothing (rows of zero bytes): ERR_INDEX holds the
+    first position of `index` (not empty) out of range for `n_rows` rows, as a kernel would
+    report it; computed on index's device, without waiting for it."""
+    err = error_slots(index.device)
+    bad = (index < 0) | (index >= n_rows)
+    err[ERR_INDEX] = torch.where(bad.any(), torch.argmax(bad.to(torch.uint8)), -1)
+    return err
 
 
 def raise_errors(err: torch.Tensor, index: Optional[torch.Tensor], n_rows: int,

@@ -15,7 +15,7 @@ import torch
 from ..layout.errors import CodecMismatchError, CorruptPayloadError
 from ..layout.tensor import CompressedTensor
 from . import ebp, ibp
-from .checks import PendingChecks, check_checks, error_slots, report
+from .checks import PendingChecks, check_checks, error_slots, index_slots, report
 from .operands import (RowSource, bytes_view, check_index, cuda_device, describe, gather_device,
                        index_on, need_tensor, operand_pointer, out_buffer, rows_view)
 from .raw import gather_raw_rows
@@ -154,9 +154,10 @@ def fetch(codec, table: CompressedTensor, index: torch.Tensor, *,
     index = index_on(index, device)
     n_out = index.shape[0]
     out = out_buffer(out, shape, codec.dtype, device)
-    if n_out == 0 or codec.row_nbytes == 0:
-        if n_out and table.n_rows == 0:
-            raise IndexError(f"index[0] = {int(index[0])} is out of range for table with 0 rows")
+    if n_out == 0:
+        return out
+    if codec.row_nbytes == 0:  # nothing to decode, but the index is checked all the same
+        report(checks, index_slots(index, table.n_rows), index, table.n_rows, None, "table")
         return out
     row_kind = ROW_KINDS[kind]
     tabs = device_tables(codec, device, row_kind.host_tables)

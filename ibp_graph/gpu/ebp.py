@@ -48,6 +48,10 @@ def host_tables(codec) -> EBPGpuTables:
     W, d = int(codec.word_bits), int(t.d)
     if W not in abi.EBP_WIDTHS:
         raise ValueError(f"codec.word_bits={W!r}; the GPU decoder takes {abi.EBP_WIDTHS}")
+    if int(codec.row_nbytes) > abi.EBP_MAX_ROW_NBYTES:
+        raise ValueError(f"rows of {int(codec.row_nbytes)} bytes are too wide for the GPU decoder "
+                         f"(its bit positions are 32-bit); accepted: rows up to "
+                         f"{abi.EBP_MAX_ROW_NBYTES} bytes (split wider rows into several tensors)")
     if t.low_total >= 2**32 or t.n_tables >= 2**32:
         raise ValueError(f"rows of {d} elements are too wide for the GPU decoder (low stream "
                          f"of {t.low_total} bits); accepted: low streams below 2**32 bits")

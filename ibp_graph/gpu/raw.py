@@ -9,7 +9,7 @@ import torch
 
 from . import abi
 from . import runtime as rt
-from .checks import PendingChecks, check_checks, error_slots, report
+from .checks import PendingChecks, check_checks, error_slots, index_slots, report
 from .ibp import group_size
 from .operands import (check_index, describe, gather_device, index_on, need_tensor,
                        operand_pointer, out_buffer)
@@ -38,7 +38,10 @@ def gather_raw_rows(table: torch.Tensor, index: torch.Tensor, *,
     out = out_buffer(out, (n_out,) + row_shape, table.dtype, device)
     row_nbytes = math.prod(row_shape) * table.element_size()
     n_rows = table.shape[0]
-    if n_out == 0 or row_nbytes == 0:
+    if n_out == 0:
+        return out
+    if row_nbytes == 0:  # nothing to copy, but the index is checked all the same
+        report(checks, index_slots(index, n_rows), index, n_rows, None, "table")
         return out
     vw = next(v for v in sorted(abi.GATHER_WIDTHS, reverse=True)
               if row_nbytes % v == 0 and table_ptr % v == 0 and out.data_ptr() % v == 0)

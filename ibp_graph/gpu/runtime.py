@@ -13,7 +13,7 @@ from collections import OrderedDict
 from typing import Mapping, Optional
 
 from .abi import KERNELS, ParamBlock
-from .checks import CudaUnavailableError
+from .checks import CudaUnavailableError, KernelLaunchError
 from .compiler import compile_cubin
 
 #: dynamic shared memory a block may use without opting in.
@@ -122,8 +122,13 @@ def ensure_shared(kernel: Kernel, nbytes: int) -> None:
     from cupy_backends.cuda.api import driver
 
     with cupy.cuda.Device(kernel.device):
-        driver.funcSetAttribute(kernel.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                int(nbytes))
+        try:
+            driver.funcSetAttribute(kernel.ptr,
+                                    driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                    int(nbytes))
+        except Exception as e:  # the driver's CUDADriverError
+            raise KernelLaunchError(f"{kernel.name} on device {kernel.device} cannot be given "
+                                    f"{nbytes} bytes of dynamic shared memory: {e}") from e
     kernel._smem_optin = int(nbytes)
 
 
@@ -149,12 +154,19 @@ def launch(kernel: Kernel, grid: int, block: int, args: Mapping[str, int], *,
 
     `args` maps each of the kernel's declared parameters (``kernel.params``) by name to an
     int: an address (``tensor.data_ptr()``) for a pointer, a number otherwise. A missing or
-    unknown name raises TypeError before the launch; a launch the driver refuses raises
-    here; faults surface at the next synchronisation (the error checks read the slots).
+    unknown name raises TypeError, a value out of its parameter's range or a bad shape
+    ValueError, before the launch; a launch the driver refuses raises KernelLaunchError here;
+    each names the kernel and its launch shape. Faults surface at the next synchronisation
+    (the error checks read the slots).
     """
-    values, params = kernel.params.pack(args)  # `values` must live until the launch returns
-    if grid < 1 or block < 1:
-        raise ValueError(f"launch of {kernel.name} with grid={grid}, block={block}: both must be >= 1")
+    what = (f"launch of {kernel.name} on device {kernel.device} (grid={grid}, block={block}, "
+            f"shared_mem={shared_mem})")
+    try:
+        values, params = kernel.params.pack(args)  # `values` must live until the launch returns
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"{what}: {e}") from None
+    if grid < 1 or block < 1 or shared_mem < 0:
+        raise ValueError(f"{what}: accepted: grid >= 1, block >= 1, shared_mem >= 0")
     import torch
 
     cupy = _cupy()
@@ -164,8 +176,11 @@ def launch(kernel: Kernel, grid: int, block: int, args: Mapping[str, int], *,
         stream = torch.cuda.current_stream(kernel.device).cuda_stream
     with cupy.cuda.Device(kernel.device):
         _bind_context()
-        driver.launchKernel(kernel.ptr, int(grid), 1, 1, int(block), 1, 1, int(shared_mem),
-                            int(stream), ctypes.addressof(params), 0)
+        try:
+            driver.launchKernel(kernel.ptr, int(grid), 1, 1, int(block), 1, 1, int(shared_mem),
+                                int(stream), ctypes.addressof(params), 0)
+        except Exception as e:  # the driver's CUDADriverError
+            raise KernelLaunchError(f"{what} failed: {e}") from e
 
 
 def _bind_context() -> None:

@@ -1,8 +1,10 @@
 """EBP CUDA kernels without a GPU: they compile for sm_80 and sm_90 through the run-time path,
 the host passes exactly the kernels' parameters, and the kernel source decodes bit for bit
 when compiled as host C++ under the warp emulation of tests/gpu/emulation.py (threads as
-lanes, barriers for the warp intrinsics, AddressSanitizer and UBSan on every access). The host
-checks that need no GPU are tests/gpu/test_ibp_compile.py's, for both codecs.
+lanes, barriers for the warp intrinsics, AddressSanitizer and UBSan on every access); a row's
+header alone (ebp_row_header) is checked at bit positions past 2**32, which no emulated row
+could reach. The host checks that need no GPU are tests/gpu/test_ibp_compile.py's, for both
+codecs.
 
 What the emulation cannot check: speed, the memory model, that the GPU's intrinsics behave
 like the emulated ones, and zero-copy reads of pinned memory (the gather kernel runs here on
@@ -11,6 +13,7 @@ ordinary host memory). tests/gpu/test_ibp_gpu.py-style GPU tests must do that on
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -59,6 +62,21 @@ def test_decode_tables_layout():
     assert (tabs.dict == t.t_dict).all() and (tabs.defaults == t.col_default).all()
     assert (tabs.d, tabs.HE, tabs.LS, tabs.IB, tabs.low_total) == (t.d, t.HE, t.LS, t.IB, t.low_total)
     assert E.scratch_stride(512) % 16 == 0 and E.scratch_stride(512) >= 512 + 15 + 12
+
+
+def test_rows_past_the_decoders_32_bit_positions_are_refused():
+    """The decoder's bit positions past a row's header are 32-bit: rows wider than
+    abi.EBP_MAX_ROW_NBYTES are refused when the tables are built, before any launch."""
+    codec = EBPCodec.fit(torch.randn(50, 8))
+
+    def as_wide(row_nbytes):  # the codec's tables, rows said to be row_nbytes wide
+        return SimpleNamespace(word_bits=codec.word_bits, tables=codec.tables, row_nbytes=row_nbytes)
+
+    assert E.host_tables(as_wide(abi.EBP_MAX_ROW_NBYTES)).d == 8
+    with pytest.raises(ValueError, match=rf"rows of {abi.EBP_MAX_ROW_NBYTES + 4} bytes are too wide "
+                                         rf"for the GPU decoder .*accepted: rows up to "
+                                         rf"{abi.EBP_MAX_ROW_NBYTES} bytes"):
+        E.host_tables(as_wide(abi.EBP_MAX_ROW_NBYTES + 4))
 
 
 # --------------------------------------------------------------------------- warp emulation
@@ -239,3 +257,90 @@ def test_emulated_decode_flags_corrupt_rows(emulator, tmp_path):
         k = int(rng.integers(0, int(ct.offsets[-1])))
         payload[k] ^= 1 << int(rng.integers(0, 8))
         emulator.run(tmp_path, codec, dataclasses.replace(ct, payload=payload))
+
+
+# --------------------------------------------------------------------------- row headers
+HEADER_HARNESS = r"""
+#include "shim.h"
+#include "ebp_decode.cu"
+#include "harness.h"
+// One row header parsed by ebp_row_header (one lane, no warp): out.bin gets ok, mode, count,
+// ne, low_start, esc_start, pos_start and pc as u64s.
+static int run_case(const std::string& dir) {
+  std::ifstream pf(dir + "/params.txt");
+  long sh, L, sparse, d, HE, LS, IB, HS, low_total;
+  pf >> sh >> L >> sparse >> d >> HE >> LS >> IB >> HS >> low_total;
+  const u32* w = exact<u32>(slurp(dir + "/words.bin"));
+  const u32 qmax = (u32)((sh / 8 + L - 1) >> 2);  // as ebp_decode_impl: (a3 + L - 1) >> 2
+  EbpRowHeader h;
+  const bool ok = ebp_row_header(w, qmax, (u32)sh, (u32)L, (int)sparse, (u32)d, (u32)HE, (u32)LS,
+                                 (u32)IB, (u32)HS, (u32)low_total, &h);
+  const u64 got[8] = {ok, h.mode, h.count, h.ne, h.low_start, h.esc_start, h.pos_start, h.pc};
+  std::ofstream(dir + "/out.bin", std::ios::binary).write((const char*)got, sizeof got);
+  const u64 err[2] = {~0ull, ~0ull};
+  std::ofstream(dir + "/err.bin", std::ios::binary).write((const char*)err, sizeof err);
+  return 0;
+}
+"""
+
+header_emulator = emulator_fixture(Emulator, "ebp_header_emu", HEADER_HARNESS, ("ebp_decode.cu",))
+
+
+def _gamma(n: int) -> list[tuple[int, int]]:
+    """The Elias-gamma code of n >= 1 as (value, bits) fields of the LSB-first stream."""
+    z = n.bit_length() - 1
+    return [(1 << z, z + 1), (n & ((1 << z) - 1), z)]
+
+
+def _header(header_emulator, tmp_path, fields, *, sh, L, sparse, d, HE=0, LS=0, IB=0, HS=0,
+            low_total=0, ones=()):
+    """ebp_row_header on a row of L bytes starting at bit sh whose stream holds `fields` (then
+    zeros; stream bits `ones` set): {ok, mode, count, ne, low_start, esc_start, pos_start, pc}."""
+    stream, at = 0, sh
+    for value, bits in fields:
+        stream |= value << at
+        at += bits
+    for bit in ones:
+        stream |= 1 << bit
+    n_words = (sh // 8 + L - 1) // 4 + 3  # the row's words, then the two the decoder reads past them
+    words = np.frombuffer(stream.to_bytes(4 * n_words, "little"), dtype=np.uint32)
+    out, _ = header_emulator.launch(tmp_path, [sh, L, int(sparse), d, HE, LS, IB, HS, low_total],
+                                    {"words": words})
+    names = ("ok", "mode", "count", "ne", "low_start", "esc_start", "pos_start", "pc")
+    return dict(zip(names, (int(v) for v in out.view(np.uint64))))
+
+
+def test_row_header_positions_are_64_bit_and_start_inside_the_row(header_emulator, tmp_path):
+    """A damaged sparse header (a row of an 8-bit codec with d = 2**27 columns) whose counts put
+    its code stream 2**32 + 139 bits in: exact 64-bit positions, and refused since the stream
+    would start past the row's end. 32-bit positions wrapped it to bit 139, inside the row."""
+    sh, L, d, IB, LS, HS = 8, 64, 2**27, 27, 4, 4
+    count = ne = 122_713_352  # count * (IB + LS + HS) = 2**32 + 24
+    got = _header(header_emulator, tmp_path, [(1, 1)] + _gamma(count + 1) + _gamma(ne + 1), sh=sh,
+                  L=L, sparse=True, d=d, IB=IB, LS=LS, HS=HS)
+    pos = sh + 1 + 2 * 53
+    want = dict(ok=0, mode=1, count=count, ne=ne, pos_start=pos, low_start=pos + count * IB,
+                esc_start=pos + count * (IB + LS), pc=pos + count * (IB + LS + HS))
+    assert got == want and want["pc"] == 2**32 + 139
+    assert want["pc"] % 2**32 <= sh + 8 * L  # what 32-bit positions made of it: inside the row
+
+    # a sound sparse header: 5 listed columns, 2 escapes
+    got = _header(header_emulator, tmp_path, [(1, 1)] + _gamma(6) + _gamma(3), sh=sh, L=L,
+                  sparse=True, d=d, IB=IB, LS=LS, HS=HS)
+    pos = sh + 1 + 5 + 3
+    assert got == dict(ok=1, mode=1, count=5, ne=2, pos_start=pos, low_start=pos + 5 * IB,
+                       esc_start=pos + 5 * (IB + LS), pc=pos + 5 * (IB + LS) + 2 * HS)
+
+
+def test_row_header_code_stream_must_start_by_the_rows_last_bit(header_emulator, tmp_path):
+    """Dense rows (d = 1000, W = 8): a code stream starting exactly at the row's end is taken
+    (a row of no codes past it), one bit later refused; as are escapes that run past the row."""
+    sh, L = 16, 64
+    end = sh + 8 * L
+    for low_total, ok in [(end - sh - 1, 1), (end - sh, 0)]:  # gamma(1) = one bit, then pc
+        got = _header(header_emulator, tmp_path, [], sh=sh, L=L, sparse=False, d=1000, HE=8,
+                      low_total=low_total, ones=(end - 1, end))
+        assert got == dict(ok=ok, mode=0, count=1000, ne=0, pos_start=0, low_start=sh,
+                           esc_start=sh + low_total + 1, pc=sh + low_total + 1)
+    got = _header(header_emulator, tmp_path, _gamma(1000), sh=sh, L=L, sparse=False, d=1000, HE=8)
+    assert got["ok"] == 0 and got["ne"] == 999 and got["pc"] == sh + 19 + 999 * 8

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -130,6 +131,76 @@ def test_a_launch_with_a_missing_or_unknown_argument_raises_before_the_driver():
         rt.launch(kernel, 1, 32, dict(args, n_cols=3))
     with pytest.raises(ValueError, match="grid=0"):
         rt.launch(kernel, 0, 32, args)
+
+
+def test_a_value_its_parameter_cannot_hold_is_refused_not_wrapped():
+    """ctypes wraps silently (2**31 in an int is -2**31): pack refuses instead, naming the
+    parameter, the value and the range, and a launch says which kernel, before the driver."""
+    block = abi.ParamBlock(("n", "u32"), ("k", "int"), ("m", "i64"), ("p", "const u8*"))
+    ok = dict(n=2**32 - 1, k=-2**31, m=-2**63, p=2**64 - 1)
+    assert [v.value for v in block.pack(ok)[0]] == list(ok.values())  # the limits themselves pass
+    for name, bad, accepted in [
+            ("n", -1, "0 <= n <= 4294967295"), ("n", 2**32, "0 <= n <= 4294967295"),
+            ("k", 2**31, "-2147483648 <= k <= 2147483647"),
+            ("m", 2**63, "-9223372036854775808 <= m <= 9223372036854775807"),
+            ("p", -1, "0 <= p <= 18446744073709551615")]:
+        ctype = {p.name: p.ctype for p in block.params}[name]
+        with pytest.raises(ValueError, match=re.escape(f"kernel parameter {name!r} ({ctype}) = {bad} "
+                                                       f"is out of range; accepted: {accepted}")):
+            block.pack(dict(ok, **{name: bad}))
+    kernel = rt.Kernel("ebp_decode_w8", 0, None, 0)  # never loaded: nothing may reach the driver
+    args = {p.name: 0 for p in abi.EBP_DECODE.params}
+    with pytest.raises(ValueError, match=r"launch of ebp_decode_w8 on device 0 \(grid=4, block=256, "
+                                         r"shared_mem=0\): kernel parameter 'row_nbytes' \(int\) = "
+                                         r"2147483648 is out of range"):
+        rt.launch(kernel, 4, 256, dict(args, row_nbytes=2**31))  # an EBP row of 2 GiB
+
+
+class _Refused(RuntimeError):
+    """What cupy's driver bindings raise for a refused call (CUDADriverError needs libcuda)."""
+
+
+@pytest.fixture
+def refusing_driver(monkeypatch):
+    """The CUDA driver replaced by one that refuses every launch and attribute change."""
+    from cupy_backends.cuda.api import driver
+
+    class _Device:  # cupy.cuda.Device as a context that does nothing
+        def __init__(self, device):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    def refuse(*args):
+        raise _Refused("CUDA_ERROR_INVALID_VALUE: invalid argument")
+
+    monkeypatch.setattr(rt, "_cupy", lambda: SimpleNamespace(cuda=SimpleNamespace(Device=_Device)))
+    monkeypatch.setattr(rt, "_bind_context", lambda: None)
+    monkeypatch.setattr(driver, "launchKernel", refuse)
+    monkeypatch.setattr(driver, "funcSetAttribute", refuse)
+
+
+def test_launch_failures_name_the_kernel_and_its_shape(refusing_driver):
+    kernel = rt.Kernel("ibp_decode_w32_g4", 1, None, 0x1000)
+    args = {p.name: 0 for p in abi.IBP_DECODE.params}
+    shape = r"launch of ibp_decode_w32_g4 on device 1 \(grid=3, block=512, shared_mem=70000\)"
+    with pytest.raises(RuntimeError, match=shape + r" failed: CUDA_ERROR_INVALID_VALUE") as got:
+        rt.launch(kernel, 3, 512, args, shared_mem=70000, stream=0)
+    assert isinstance(got.value, gpu.KernelLaunchError) and isinstance(got.value.__cause__, _Refused)
+    with pytest.raises(TypeError, match=shape + r": kernel arguments do not match .*missing \['err'\]"):
+        rt.launch(kernel, 3, 512, {k: v for k, v in args.items() if k != "err"}, shared_mem=70000)
+    with pytest.raises(ValueError, match=r"launch of ibp_decode_w32_g4 on device 1 \(grid=3, block=0, "
+                                         r"shared_mem=0\): accepted: grid >= 1, block >= 1"):
+        rt.launch(kernel, 3, 0, args)
+    with pytest.raises(gpu.KernelLaunchError, match=r"ibp_decode_w32_g4 on device 1 cannot be given "
+                                                    r"70000 bytes of dynamic shared memory: "
+                                                    r"CUDA_ERROR_INVALID_VALUE"):
+        rt.ensure_shared(kernel, 70000)
+    assert kernel._smem_optin == rt.DEFAULT_SHARED  # not recorded as granted
 
 
 @pytest.mark.parametrize("struct", sorted(abi.RECORDS))
@@ -334,6 +405,28 @@ def test_empty_inputs_never_launch(fake):
         if codec.name != "identity":
             assert gpu.decode(codec, codec.encode(x[:0])).shape == (0, 8)
     assert gpu.gather_raw_rows(x, torch.zeros(0, dtype=torch.int64)).shape == (0, 8)
+    assert fake.launches == []
+
+
+@pytest.mark.parametrize("kind", [IBPCodec, EBPCodec, IdentityCodec], ids=lambda c: c.__name__)
+def test_zero_width_rows_still_check_the_index(fake, kind):
+    """Rows of zero bytes launch nothing, but an id out of range is refused as for any row:
+    at once, or at the PendingChecks' raise_first()."""
+    x = torch.zeros(10, 0)
+    codec = kind.fit(x)
+    ct = codec.encode(x)
+    assert gpu.fetch(codec, ct, torch.tensor([9, 0, 3])).shape == (3, 0)
+    with pytest.raises(IndexError, match=r"index\[1\] = 10 is out of range for table with 10 rows; "
+                                         r"accepted: 0 <= index < 10"):
+        gpu.fetch(codec, ct, torch.tensor([9, 10, -1]))
+    checks = gpu.PendingChecks()
+    assert gpu.fetch(codec, ct, torch.tensor([0, -1]), checks=checks).shape == (2, 0)
+    with pytest.raises(IndexError, match=r"index\[1\] = -1 is out of range"):
+        checks.raise_first()
+    with pytest.raises(IndexError, match=r"index\[0\] = 0 is out of range for table with 0 rows"):
+        gpu.fetch(codec, codec.encode(x[:0]), torch.tensor([0]))
+    with pytest.raises(IndexError, match=r"index\[2\] = 11 is out of range for table with 10 rows"):
+        gpu.gather_raw_rows(x, torch.tensor([1, 2, 11]))
     assert fake.launches == []
 
 
