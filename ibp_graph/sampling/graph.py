@@ -18,8 +18,8 @@ from ..jit_cache import install as _install_kernel_cache
 
 _install_kernel_cache()  # numba caches this module's kernels per environment (ibp_graph.jit_cache)
 
-__all__ = ["CSCGraph", "TypedCSC", "as_numpy", "check_edge_ids", "check_int", "edge_id_dtype", "index_dtype",
-           "sorted_by_time", "time_sorted_check"]
+__all__ = ["CSCGraph", "TypedCSC", "as_numpy", "check_edge_ids", "check_int", "check_time", "edge_id_dtype",
+           "index_dtype", "real_values", "sorted_by_time", "time_order", "time_sorted_check"]
 
 ArrayLike = Union[torch.Tensor, np.ndarray]
 
@@ -86,6 +86,35 @@ def check_int(name: str, value: object, *, minimum: Optional[int]) -> int:
     if minimum is not None and value < minimum:
         raise ValueError(f"{name} must be an int >= {minimum}, got {value}")
     return int(value)
+
+
+def real_values(name: str, value, count: Optional[int], per: str = "") -> np.ndarray:
+    """`value` (a tensor or array-like) as a numpy array of `count` integer or float values (None: any number,
+    1-d), or an error."""
+    if isinstance(value, torch.Tensor):  # bfloat16 has no numpy dtype: its float32 values, exactly
+        value = value.detach().cpu()
+        a = (value.float() if value.dtype == torch.bfloat16 else value).numpy()
+    else:
+        a = np.asarray(value)
+    if a.dtype == np.bool_ or not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
+        raise TypeError(f"{name} has dtype {a.dtype}; accepted: a real (float or integer) dtype")
+    accepted = "1-d" if count is None else f"shape ({count},)"
+    if a.ndim != 1 or (count is not None and a.shape[0] != count):
+        raise ValueError(f"{name} has shape {tuple(a.shape)}; accepted: {per}{accepted}")
+    return a
+
+
+def check_time(name: str, value, count: int, per: str = "") -> Optional[np.ndarray]:
+    """Times as a 1-d int64 or float64 array of `count` entries (or None); `per` says what each times, in errors."""
+    if value is None:
+        return None
+    t = real_values(name, value, count, per)
+    if t.dtype.kind == "u" and t.size and int(t.max()) > np.iinfo(np.int64).max:  # would wrap in the cast
+        raise ValueError(f"{name} holds {int(t.max())}; accepted: integer times below 2**63")
+    t = t.astype(np.int64 if np.issubdtype(t.dtype, np.integer) else np.float64)
+    if t.dtype == np.float64 and np.isnan(t).any():
+        raise ValueError(f"{name} holds NaN; accepted: comparable times")
+    return np.ascontiguousarray(t)
 
 
 def check_edge_ids(e_id: np.ndarray, num_edge_ids: Optional[int]) -> None:
@@ -354,10 +383,11 @@ class TypedCSC(_CSC):
 
     @classmethod
     def from_edge_index(cls, edge_index: ArrayLike, num_src: int, num_dst: int,
-                        time: Optional[np.ndarray] = None) -> "TypedCSC":
+                        time: Optional[ArrayLike] = None) -> "TypedCSC":
         """Build from PyG's ``2 x E`` ``edge_index`` of one edge type (row 0: source ids, row 1: destination ids).
 
-        With `time` (one value per edge: the edge's time, or its source node's), each
+        With `time` (one integer or float value per edge, in edge order: the edge's time, or its
+        source node's; checked as the samplers check times, :func:`check_time`), each
         destination's in-edges are ordered by it (ties in edge order), as PyG orders them
         for temporal sampling; otherwise in edge order.
         """
@@ -367,10 +397,7 @@ class TypedCSC(_CSC):
         graph = cls(indptr, indices, e_id, num_src, indices.shape[0])
         if time is None:
             return graph
-        time = np.asarray(time)
-        if time.shape != indices.shape:
-            raise ValueError(f"time must have one value per edge ({indices.shape[0]}), got shape "
-                             f"{tuple(time.shape)}")
+        time = check_time("time", time, indices.shape[0], "one value per edge, ")
         return sorted_by_time(graph, time[e_id])
 
     def __repr__(self) -> str:
@@ -380,16 +407,26 @@ class TypedCSC(_CSC):
 Graph = TypeVar("Graph", CSCGraph, TypedCSC)
 
 
-def sorted_by_time(graph: Graph, key: np.ndarray) -> Graph:
-    """`graph` with each destination's in-edges ordered by `key` (one value per CSC position: the edge's
-    time, or its source node's), ties in CSC order: the order temporal sampling needs (as PyG's)."""
+def time_order(graph: Union[CSCGraph, TypedCSC], key: np.ndarray) -> np.ndarray:
+    """The CSC positions of `graph` with each destination's in-edges ordered by `key` (one value per CSC
+    position: the edge's time, or its source node's), ties in CSC order (int64): position ``p`` of
+    :func:`sorted_by_time`'s graph holds the edge at position ``order[p]`` of `graph`."""
     key = np.asarray(key)
     if key.shape != (graph.num_edges,):
         raise ValueError(f"key has shape {tuple(key.shape)}; accepted: one value per CSC position, shape "
                          f"({graph.num_edges},)")
     dst = np.repeat(np.arange(graph.indptr.shape[0] - 1, dtype=np.int64), np.diff(graph.indptr))
-    order = np.lexsort((key, dst))  # stable: ties keep CSC order
-    e_id = order.astype(graph.e_id_dtype) if graph.positional_ids else graph.checked_e_id()[order]
+    return np.lexsort((key, dst))  # stable: ties keep CSC order
+
+
+def sorted_by_time(graph: Graph, key: np.ndarray) -> Graph:
+    """`graph` with each destination's in-edges ordered by `key` (one value per CSC position: the edge's
+    time, or its source node's), ties in CSC order: the order temporal sampling needs (as PyG's). Its
+    ``e_id`` keeps each edge's id (positional ids: the edge's position in `graph`); a sampler that reports
+    no edge ids can do without it (``NeighborSampler(edge_ids=False)`` sorts by :func:`time_order`)."""
+    order = time_order(graph, key)
+    # positional ids: the order itself (no copy when e_id's dtype is int64, as order's)
+    e_id = order.astype(graph.e_id_dtype, copy=False) if graph.positional_ids else graph.checked_e_id()[order]
     return dataclasses.replace(graph, indices=np.ascontiguousarray(graph.indices[order]),
                                e_id=np.ascontiguousarray(e_id), defer_e_id_check=False)
 

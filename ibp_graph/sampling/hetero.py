@@ -52,6 +52,10 @@ one :class:`HeteroSamplerOutput` is that of pyg-lib's ``hetero_neighbor_sample``
   cumulative weights). Zero-weight edges are never drawn; a node with fewer positive-weight
   in-edges than the fan-out keeps those only; a fan-out of ``-1``, or one at least the
   in-degree without replacement, takes every in-edge. Edge types without weights stay uniform.
+  Weights are float64 (any real dtype is converted), finite and >= 0; with replacement the
+  weights of each node's in-edges must also sum to a finite float64, which the sampler checks
+  when it is built. Draws follow the weights' ratios over float64's whole range (subnormal
+  weights included).
 
 Randomness is the counter-based hash of ``sampling.kernels`` keyed by (seed, hop, edge
 type's position, frontier position) (``homogeneous=True``: by (seed, hop, frontier position)):
@@ -66,8 +70,9 @@ import numpy as np
 import torch
 
 from ..threads import use_parallel
-from .graph import CSCGraph, TypedCSC, as_numpy, check_int, time_sorted_check
-from .kernels import MAX_FANOUT, induced_edges, readonly, sample_hop, table_insert, table_put_seeds, valid_counts
+from .graph import CSCGraph, TypedCSC, as_numpy, check_int, check_time, real_values, time_sorted_check
+from .kernels import (MAX_FANOUT, first_infinite_sum, induced_edges, readonly, sample_hop, table_insert,
+                      table_put_seeds, valid_counts)
 
 __all__ = ["EdgeType", "HeteroNeighborSampler", "HeteroSamplerOutput", "TEMPORAL_STRATEGIES", "TypedCSC",
            "check_num_neighbors", "check_seeds", "check_time", "check_weights", "resolve_num_neighbors"]
@@ -114,39 +119,10 @@ def check_num_neighbors(num_neighbors: Sequence[int]) -> List[int]:
     return [int(k) for k in num_neighbors]
 
 
-def _real_values(name: str, value, count: Optional[int], per: str = "") -> np.ndarray:
-    """`value` (a tensor or array-like) as a numpy array of `count` integer or float values (None: any number,
-    1-d), or an error."""
-    if isinstance(value, torch.Tensor):  # bfloat16 has no numpy dtype: its float32 values, exactly
-        value = value.detach().cpu()
-        a = (value.float() if value.dtype == torch.bfloat16 else value).numpy()
-    else:
-        a = np.asarray(value)
-    if a.dtype == np.bool_ or not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
-        raise TypeError(f"{name} has dtype {a.dtype}; accepted: a real (float or integer) dtype")
-    accepted = "1-d" if count is None else f"shape ({count},)"
-    if a.ndim != 1 or (count is not None and a.shape[0] != count):
-        raise ValueError(f"{name} has shape {tuple(a.shape)}; accepted: {per}{accepted}")
-    return a
-
-
-def check_time(name: str, value, count: int) -> Optional[np.ndarray]:
-    """Times as a 1-d int64 or float64 array of `count` entries (or None)."""
-    if value is None:
-        return None
-    t = _real_values(name, value, count)
-    if t.dtype.kind == "u" and t.size and int(t.max()) > np.iinfo(np.int64).max:  # would wrap in the cast
-        raise ValueError(f"{name} holds {int(t.max())}; accepted: integer times below 2**63")
-    t = t.astype(np.int64 if np.issubdtype(t.dtype, np.integer) else np.float64)
-    if t.dtype == np.float64 and np.isnan(t).any():
-        raise ValueError(f"{name} holds NaN; accepted: comparable times")
-    return np.ascontiguousarray(t)
-
-
 def check_weights(name: str, value, count: Optional[int], per: str) -> np.ndarray:
     """Weights (`count` of them, None: any number; `per` says what each weighs, in errors) as contiguous
     float64, finite and >= 0: the edge weights of weighted sampling, the node weights of negative sampling."""
-    w = np.ascontiguousarray(_real_values(name, value, count, per), dtype=np.float64)
+    w = np.ascontiguousarray(real_values(name, value, count, per), dtype=np.float64)
     bad = np.flatnonzero(~np.isfinite(w) | (w < 0))
     if bad.size:
         raise ValueError(f"{name}[{int(bad[0])}]={float(w[bad[0]])!r}; accepted: finite weights >= 0")
@@ -338,9 +314,25 @@ class HeteroNeighborSampler:
             name = "weight" if homogeneous else f"weight[{e!r}]: weight"
             w = check_weights(name, w, self.graphs[e].edge_value_count, "one weight per edge, ")
             w = self.graphs[e].in_csc_order(w)  # edge_index order -> CSC order
-            csum = np.concatenate([[0], np.cumsum(w > 0)])
             indptr = self.graphs[e].indptr
+            if replace and any(k > 0 for k in self.num_neighbors[e]):  # draws by the weights' running sum
+                self._check_weight_sums(e, indptr, w)
+            csum = np.concatenate([[0], np.cumsum(w > 0)])
             self._weight[e] = (readonly(w), csum[indptr[1:]] - csum[indptr[:-1]])
+
+    def _check_weight_sums(self, e: EdgeType, indptr: np.ndarray, w: np.ndarray) -> None:
+        """Refuse weights (CSC order) of edge type `e` whose float64 sum over a destination's in-edges is inf:
+        with replacement, a draw is a point in [0, sum), and an infinite sum would draw one edge every time."""
+        v = int(first_infinite_sum(readonly(indptr), readonly(w)))
+        if v < 0:
+            return
+        name, node = ("weight", "node") if self.homogeneous else (f"weight[{e!r}]", f"{e[2]!r} node")
+        part = w[indptr[v]:indptr[v + 1]]
+        raise ValueError(f"{name}: the {part.shape[0]} in-edges of {node} {v} have weights summing to inf in float64 "
+                         f"(the largest: {float(part.max())!r}), which replace=True cannot draw from; accepted "
+                         f"with replace=True: weights whose sum over each node's in-edges is finite in float64 "
+                         f"(at most {float(np.finfo(np.float64).max)!r}), e.g. all of them divided by the same "
+                         "factor (draws follow their ratios only)")
 
     @property
     def temporal(self) -> bool:

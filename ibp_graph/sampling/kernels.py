@@ -15,8 +15,8 @@ from ..jit_cache import install as _install_kernel_cache
 
 _install_kernel_cache()  # numba caches this module's kernels per environment (ibp_graph.jit_cache)
 
-__all__ = ["MAX_FANOUT", "available_memory", "hop_key", "induced_edges", "readonly", "sample_hop", "table_insert",
-           "table_put_seeds", "valid_counts"]
+__all__ = ["MAX_FANOUT", "available_memory", "first_infinite_sum", "hop_key", "induced_edges", "readonly",
+           "sample_hop", "table_insert", "table_put_seeds", "valid_counts"]
 
 _MASK64 = (1 << 64) - 1
 _GOLDEN_INT = 0x9E3779B97F4A7C15
@@ -29,6 +29,12 @@ _S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
 _CHUNK = 64
 # The weight argument of kernels that sample uniformly.
 _NO_WEIGHT = np.zeros(0, dtype=np.float64)
+# Weighted draws (_draw_weighted): a neighbourhood's cumulative weights summing below _TINY_SUM are scaled
+# by _TINY_SCALE (u >= 2**-54, so u * sum >= 2**-1022, the smallest normal float, from 2**-968 up; times
+# 2**1000 the sum stays below 2**32); a key log(u) / w must lie in (-inf, -_MIN_NORMAL).
+_TINY_SUM = 2.0 ** -968
+_TINY_SCALE = 2.0 ** 1000
+_MIN_NORMAL = 2.0 ** -1022
 # Up to this many draws, Floyd's algorithm checks repeats by a linear scan;
 # above it, by a per-task open-addressing hash set.
 _SCAN_MAX_K = 32
@@ -219,17 +225,61 @@ def valid_counts(indptr, key, frontier, times):
     return out
 
 
+@numba.njit(cache=True, nogil=True)
+def first_infinite_sum(indptr, weight):
+    """The first destination whose in-edges' weights (float64, CSC order) sum to inf when added as
+    :func:`_draw_weighted` adds them with replacement (in order, from 0.0); -1 when every sum is finite."""
+    for v in range(indptr.shape[0] - 1):
+        acc = 0.0
+        for p in range(indptr[v], indptr[v + 1]):
+            acc += weight[p]
+        if acc == np.inf:
+            return v
+    return -1
+
+
+@numba.njit(cache=True, inline="always")
+def _weighted_keys(state, weight, start, deg, keys, pos, log_space):
+    """Efraimidis-Spirakis keys of the positive weights of weight[start:start + deg] into keys[:m] (their
+    relative positions into pos[:m]), one u drawn per edge: log(u) / w, or with `log_space` the same order
+    as log(w) - log(-log(u)); (m, whether every key lies in (-inf, -_MIN_NORMAL))."""
+    normal = True
+    m = 0
+    for j in range(deg):
+        state, u = _draw_unit(state)
+        w = weight[start + j]
+        if w > 0.0:
+            key = np.log(w) - np.log(-np.log(u)) if log_space else np.log(u) / w
+            normal = normal and -np.inf < key < -_MIN_NORMAL
+            keys[m] = key
+            pos[m] = j
+            m += 1
+    return m, normal
+
+
 @numba.njit(cache=True, inline="always")
 def _draw_weighted(state, weight, start, deg, cnt, replace, src_out, o):
-    """cnt relative positions in [0, deg) drawn proportionally to weight[start:start + deg] into
-    src_out[o:o + cnt]: with replacement by inverse transform on the cumulative weights, without
-    by Efraimidis-Spirakis keys log(u) / w (the cnt largest; zero weights never drawn)."""
+    """cnt relative positions in [0, deg) drawn proportionally to weight[start:start + deg] (float64) into
+    src_out[o:o + cnt]: with replacement by inverse transform on the cumulative weights (their sum must be
+    finite: the sampler refuses weights whose sum is not, :func:`first_infinite_sum`), without by
+    Efraimidis-Spirakis keys log(u) / w (the cnt largest; zero weights never drawn).
+
+    The arithmetic changes only where float64 would draw wrongly, at the ends of its range (the draws of
+    every other neighbourhood are unchanged): cumulative weights summing below _TINY_SUM are scaled by
+    _TINY_SCALE (a power of two: exact), so that u * sum is a normal float, not a subnormal one rounded
+    to a few values; and a neighbourhood with a key log(u) / w outside the normal floats (-inf for weights
+    below ~2e-307, 0 or subnormal for weights near 1.8e308: ties and lost digits) is keyed again, from the
+    same u, by log(w) - log(-log(u)), which orders the edges as log(u) / w does and is always finite."""
     if replace:
         cum = np.empty(deg, dtype=np.float64)
         acc = 0.0
         for j in range(deg):
             acc += weight[start + j]
             cum[j] = acc
+        if acc < _TINY_SUM:
+            acc *= _TINY_SCALE
+            for j in range(deg):
+                cum[j] *= _TINY_SCALE
         for j in range(cnt):
             state, u = _draw_unit(state)
             t = u * acc
@@ -246,14 +296,9 @@ def _draw_weighted(state, weight, start, deg, cnt, replace, src_out, o):
     else:
         keys = np.empty(deg, dtype=np.float64)
         pos = np.empty(deg, dtype=np.int64)
-        m = 0
-        for j in range(deg):
-            state, u = _draw_unit(state)
-            w = weight[start + j]
-            if w > 0.0:
-                keys[m] = np.log(u) / w
-                pos[m] = j
-                m += 1
+        m, normal = _weighted_keys(state, weight, start, deg, keys, pos, False)
+        if not normal:  # the same u again, keyed in log space
+            m, normal = _weighted_keys(state, weight, start, deg, keys, pos, True)
         order = np.argsort(-keys[:m])
         for j in range(cnt):
             src_out[o + j] = pos[order[j]]

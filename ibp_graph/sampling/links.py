@@ -119,7 +119,14 @@ class NegativeSampling:
             w = _check_weight(f"NegativeSampling {name}", getattr(self, name))
             object.__setattr__(self, name, w)
             if w is not None:
-                self._cumulative[endpoint] = readonly(np.cumsum(w))
+                with np.errstate(over="ignore"):  # in order: its last entry is the total the draws scale by
+                    cumulative = np.cumsum(w)
+                if cumulative.size and cumulative[-1] == np.inf:  # u * inf: every draw would take one node
+                    raise ValueError(f"NegativeSampling {name} sums to inf in float64 (the largest weight: "
+                                     f"{float(w.max())!r}); accepted: weights whose sum is finite in float64 (at "
+                                     f"most {float(np.finfo(np.float64).max)!r}), e.g. all of them divided by the "
+                                     "same factor (draws follow their ratios only)")
+                self._cumulative[endpoint] = readonly(cumulative)
 
     @classmethod
     def cast(cls, value: Any) -> Optional["NegativeSampling"]:

@@ -28,7 +28,7 @@ from typing import List, Mapping, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from .graph import CSCGraph, sorted_by_time
+from .graph import CSCGraph, sorted_by_time, time_order
 from .hetero import HeteroNeighborSampler, check_time
 
 __all__ = ["NeighborSampler", "SamplerOutput", "SUBGRAPH_TYPES"]
@@ -103,7 +103,12 @@ class NeighborSampler:
         edge_time = check_time("edge_time", edge_time, graph.edge_value_count)
         if temporal:  # built once in time order: each node's in-edges by time, ties in CSC order
             key = self.node_time[graph.indices] if edge_time is None else graph.in_csc_order(edge_time)
-            graph = sorted_by_time(graph, key)
+            if edge_ids:
+                graph = sorted_by_time(graph, key)
+            else:  # no edge id is read or reported: the sorted graph numbers its edges by their new CSC positions
+                order = time_order(graph, key)  # (it holds no e_id), and edge times come in that order
+                graph = CSCGraph(graph.indptr, np.ascontiguousarray(graph.indices[order]), None)
+                edge_time = None if edge_time is None else key[order]
         self._typed = HeteroNeighborSampler(
             {_NODE: graph.num_nodes}, {_EDGE: graph}, num_neighbors, replace=replace, parallel=parallel,
             induced=subgraph_type == "induced", disjoint=disjoint,

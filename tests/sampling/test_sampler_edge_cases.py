@@ -150,3 +150,66 @@ def test_uint64_times_beyond_int64_are_refused_not_wrapped():
     out = NeighborSampler(graph, [-1], node_time=np.array([0, 1, 2], dtype=np.uint64)).sample(
         torch.tensor([0]), seed=0, seed_time=torch.tensor([1]))
     assert out.node.tolist() == [0, 1]
+
+
+def test_from_edge_index_checks_time_where_it_is_given():
+    """TypedCSC.from_edge_index sorted by any array numpy could sort (booleans, strings, NaN, uint64 beyond
+    int64); the sampler refused such times only later, far from this call, or never. They are checked here,
+    as the samplers check times, naming the argument."""
+    ei = torch.tensor([[0, 1, 2, 0], [0, 0, 1, 1]])
+    with pytest.raises(TypeError, match=r"^time has dtype bool; accepted: a real \(float or integer\) dtype"):
+        TypedCSC.from_edge_index(ei, 3, 2, time=np.array([True, False, True, False]))
+    with pytest.raises(TypeError, match=r"^time has dtype <U1; accepted: a real"):
+        TypedCSC.from_edge_index(ei, 3, 2, time=np.array(list("dcba")))
+    with pytest.raises(ValueError, match=r"^time holds NaN; accepted: comparable times"):
+        TypedCSC.from_edge_index(ei, 3, 2, time=np.array([1.0, np.nan, 0.0, 2.0]))
+    big = 2 ** 63 + 5
+    with pytest.raises(ValueError, match=rf"^time holds {big}; accepted: integer times below 2\*\*63"):
+        TypedCSC.from_edge_index(ei, 3, 2, time=np.array([0, big, 1, 2], dtype=np.uint64))
+    with pytest.raises(ValueError, match=r"^time has shape \(3,\); accepted: one value per edge, shape \(4,\)"):
+        TypedCSC.from_edge_index(ei, 3, 2, time=np.arange(3))
+    # integer and float times of any width, arrays or tensors, order the edges as their float64 values do
+    want = TypedCSC.from_edge_index(ei, 3, 2, time=np.array([5.0, 1.0, 3.0, 2.0]))
+    assert want.indices.tolist() == [1, 0, 0, 2] and want.e_id.tolist() == [1, 0, 3, 2]
+    for time in (np.array([5, 1, 3, 2], dtype=np.uint8), np.array([5, 1, 3, 2], dtype=np.float16),
+                 torch.tensor([5, 1, 3, 2], dtype=torch.int32), torch.tensor([5.0, 1.0, 3.0, 2.0]).bfloat16()):
+        got = TypedCSC.from_edge_index(ei, 3, 2, time=time)
+        assert got.indices.tolist() == want.indices.tolist() and got.e_id.tolist() == want.e_id.tolist(), time
+
+
+def _held_bytes(make) -> tuple[int, object]:
+    """Bytes numpy (and Python) still hold once `make()` returned, and what it returned."""
+    import gc
+    import tracemalloc
+
+    gc.collect()
+    tracemalloc.start()
+    try:
+        made = make()
+        gc.collect()
+        return tracemalloc.get_traced_memory()[0], made
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("ids", ["held", "positional"])
+@pytest.mark.parametrize("level", ["node", "edge"])
+def test_a_temporal_sampler_without_edge_ids_holds_no_edge_id_per_edge(ids, level):
+    """NeighborSampler sorts the graph by time when it is built; with edge_ids=False it kept the sorted graph's
+    e_id (one id per edge: sorted_by_time gathers it, or makes it for positional ids) though nothing reads it.
+    It now holds no array of edge ids, and samples as with them."""
+    rng = np.random.default_rng(4)
+    n, m = 1000, 200_000
+    g = CSCGraph.from_edge_index(torch.from_numpy(np.stack([rng.integers(0, n, m), rng.integers(0, n, m)])), n)
+    if ids == "positional":  # edge ids are CSC positions (PyG's adj_t): held nowhere
+        g = CSCGraph(g.indptr, g.indices, None)
+    times = {f"{level}_time": rng.integers(0, 100, n if level == "node" else m)}
+    NeighborSampler(g, [3], edge_ids=False, **times)  # kernels compiled or loaded outside the count
+    with_ids, a = _held_bytes(lambda: NeighborSampler(g, [3, 2], **times))
+    without, b = _held_bytes(lambda: NeighborSampler(g, [3, 2], edge_ids=False, **times))
+    assert with_ids - without >= 0.9 * m * np.dtype(g.e_id_dtype).itemsize, (with_ids, without)
+    seeds, seed_time = torch.arange(0, n, 9), dict(seed_time=torch.full((len(range(0, n, 9)),), 60))
+    x, y = a.sample(seeds, seed=2, **seed_time), b.sample(seeds, seed=2, **seed_time)
+    assert x.edge.numel() > 0 and y.edge is None
+    assert torch.equal(x.node, y.node) and torch.equal(x.row, y.row) and torch.equal(x.col, y.col)
+    assert torch.equal(x.batch, y.batch) and x.num_sampled_edges == y.num_sampled_edges
