@@ -27,7 +27,7 @@ import time
 import warnings
 import weakref
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterator, Mapping, Optional, Union
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -131,7 +131,8 @@ class _Meta:
     """The front-end's pass-through in an EncodedBatch: the slots, the detached columns and the slots read
     from the graph's own columns (from the worker) and, once in the main process, the sampler's result that
     DGL moved to `device` ((input_nodes, output_nodes, blocks), an edge-wise sampler's (input_nodes,
-    pair_graph, [neg_pair_graph,] blocks), or a subgraph sampler's one graph)."""
+    pair_graph, [neg_pair_graph,] blocks), a subgraph sampler's one graph, or what a custom sampler returns:
+    _graphs)."""
 
     slots: tuple[_Slot, ...]
     detached: tuple[_Detached, ...] = ()
@@ -140,7 +141,7 @@ class _Meta:
 
 
 class _Encoded:
-    """One batch's compressed features inside DGL's pipeline (the 4th item of the sampler's tuple).
+    """One batch's compressed features inside DGL's pipeline (the second item of (sampler's result, _Encoded)).
 
     DGL moves every leaf of a batch with ``.to(device, non_blocking=True)`` and torch's
     pin-memory thread calls ``.pin_memory()``; the compressed groups stay on the host
@@ -162,30 +163,43 @@ class _Encoded:
 
 
 def _graphs(out: Any) -> list[tuple[str, Any]]:
-    """(place, graph) of the sampled graphs of a sampler's result, in DGL's order: a node-wise sampler's
-    (input_nodes, output_nodes, blocks-or-graph), an edge-wise one's (input_nodes, pair_graph,
-    [neg_pair_graph,] blocks), as dgl.dataloading.EdgePredictionSampler returns them, or one subgraph
-    (ClusterGCNSampler, SAINTSampler)."""
+    """(place, graph) of every DGLGraph in a sampler's result, in one order for the worker and the main
+    process: a node-wise sampler's (input_nodes, output_nodes, blocks) as ``blocks[i]``, an edge-wise one's
+    (input_nodes, pair_graph, [neg_pair_graph,] blocks), as dgl.dataloading.EdgePredictionSampler returns
+    them, as ``pair_graph``, ``neg_pair_graph``, ``blocks[i]``, one subgraph (ClusterGCNSampler,
+    SAINTSampler) as ``subgraph``; any other result a custom sampler returns (tuples, lists, dicts, nested,
+    which DGL's loader takes as they are) by its path, e.g. ``out[3]['g']``."""
     if isinstance(out, dgl.DGLGraph):
         return [("subgraph", out)]
+    named = _dgls_forms(out)
+    if named is not None:
+        return named
+    found: list = []
+
+    def walk(x, path: str) -> None:  # in the order of DGL's recursive_apply, which moves the batch
+        if isinstance(x, dgl.DGLGraph):
+            found.append((path, x))
+        elif isinstance(x, Mapping):
+            for k, v in x.items():
+                walk(v, f"{path}[{k!r}]")
+        elif isinstance(x, Sequence) and not isinstance(x, (str, bytes)):
+            for i, v in enumerate(x):
+                walk(v, f"{path}[{i}]")
+    walk(out, "out")
+    return found
+
+
+def _dgls_forms(out: Any) -> Optional[list[tuple[str, Any]]]:
+    """The graphs of DGL's samplers' results, named as DGL's documentation names them; None for any other."""
     if not (isinstance(out, tuple) and len(out) in (3, 4)):
-        raise TypeError(f"graph_sampler.sample returned {type(out).__name__}"
-                        f"{f' of {len(out)}' if isinstance(out, tuple) else ''}; CompressedDGLDataLoader "
-                        "handles node-wise samplers returning (input_nodes, output_nodes, blocks), edge-wise "
-                        "ones returning (input_nodes, pair_graph, [neg_pair_graph,] blocks) and subgraph "
-                        "samplers returning one DGLGraph")
+        return None
+    many = isinstance(out[-1], (list, tuple))
+    blocks = list(out[-1]) if many else [out[-1]]
     pairs = [("pair_graph", out[1])] + ([("neg_pair_graph", out[2])] if len(out) == 4 else [])
     if len(out) == 3 and not isinstance(out[1], dgl.DGLGraph):  # node-wise: out[1] is output_nodes
         pairs = []
-    last = out[-1] if isinstance(out[-1], (list, tuple)) else [out[-1]]
-    named = pairs + [(f"blocks[{i}]" if isinstance(out[-1], (list, tuple)) else "blocks", g)
-                     for i, g in enumerate(last)]
-    bad = [f"{where}: {type(g).__name__}" for where, g in named if not isinstance(g, dgl.DGLGraph)]
-    if bad:
-        raise TypeError(f"graph_sampler.sample returned graphs that are not DGLGraphs ({', '.join(bad)}); "
-                        "accepted: (input_nodes, output_nodes, blocks) with blocks a DGLGraph or a list of "
-                        "them, or (input_nodes, pair_graph, [neg_pair_graph,] blocks)")
-    return named
+    named = pairs + [(f"blocks[{i}]" if many else "blocks", g) for i, g in enumerate(blocks)]
+    return named if all(isinstance(g, dgl.DGLGraph) for _, g in named) else None
 
 
 def _sides(g) -> list[tuple[str, str, Any]]:
@@ -259,7 +273,7 @@ class _CompressingSampler(_DGLSampler):
                                     for key in _detach(_columns(sub, side, type_), parent))
         batch = produce(plan, self.codecs, OutputBuffers.for_this_process(self.ring),
                         meta=_Meta(tuple(slots), tuple(detached), tuple(from_graph)), seconds={"sample": t1 - t0})
-        return (*out, _Encoded(batch)) if isinstance(out, tuple) else (out, _Encoded(batch))
+        return out, _Encoded(batch)  # the result as it is: DGL's loader moves it, then _with_graphs takes it
 
     def _take(self, g, sub, where: _Slot, kind: str, plan: BatchPlan, from_graph: list) -> list[_Slot]:
         """Plan the rows of the LazyFeature columns of one of `sub`'s frames; their slots, in frame order
@@ -315,7 +329,9 @@ class CompressedDGLDataLoader(_DGLDataLoader, _common.Codecs):
     without a ``negative_sampler``, any ``exclude``), DGL's (input_nodes, pair_graph, neg_pair_graph,
     blocks), or (input_nodes, pair_graph, blocks) without negatives; a subgraph sampler's one graph
     (``ClusterGCNSampler``, ``SAINTSampler``: their indices are partition ids or batch numbers, as DGL reads
-    them). `indices` DGL cannot make a tensor of is iterated as DGL iterates it (a dataset whose items are
+    them); a custom sampler's own structure (tuples, lists, dicts: its graphs' LazyFeature columns compressed,
+    a LazyFeature outside a graph fetched by DGL's prefetcher from ``attach_data``'s data, uncompressed).
+    `indices` DGL cannot make a tensor of is iterated as DGL iterates it (a dataset whose items are
     the batches), each batch's ids checked as it comes. The features loaded are the ones the
     sampler names, as for DGL (``NeighborSampler(fanouts, prefetch_node_feats=[...], prefetch_labels=[...])``,
     per type on a heterogeneous graph: ``{"paper": ["feat"]}``; an edge-wise sampler's node-wise one's, and
@@ -440,9 +456,8 @@ class CompressedDGLDataLoader(_DGLDataLoader, _common.Codecs):
 
 
 def _with_graphs(batches: Iterator[tuple]) -> Iterator[EncodedBatch]:
-    """DGL's (*sampled, _Encoded) -> the EncodedBatch, the sampler's result riding in its meta."""
-    for *sampled, enc in batches:  # a subgraph sampler's one graph stays one graph
-        sampled = sampled[0] if len(sampled) == 1 else tuple(sampled)
+    """DGL's (sampled, _Encoded) -> the EncodedBatch, the sampler's result riding in its meta."""
+    for sampled, enc in batches:
         yield replace(enc.batch, meta=replace(enc.batch.meta, sampled=sampled))
 
 
@@ -485,7 +500,7 @@ def _column_origin(graph, typed: Mapping[str, tuple], name: str, tensor: torch.T
 
 
 def _fill(decoded: DecodedBatch, parent, forked: Optional[_Forked], warned: set) -> Any:
-    """DGL's batch (the sampler's result: (input_nodes, output_nodes, blocks), (input_nodes, pair_graph,
+    """DGL's batch (the sampler's result, _graphs: (input_nodes, output_nodes, blocks), (input_nodes, pair_graph,
     [neg_pair_graph,] blocks), or one subgraph): the decoded features put where DGL's prefetcher puts them (in
     place of their placeholders, through DGL's views), the detached columns re-attached to `parent`'s
     storage (a column `parent` no longer has stays without, as DGL leaves it). A feature the workers read from

@@ -396,7 +396,7 @@ def test_workers_send_parent_columns_as_row_indices_and_no_raw_prefetched_rows(g
 
     s = sampler(prefetch_node_feats=["feat"], prefetch_labels=["label"], prefetch_edge_feats=["w"])
     loader = CompressedDGLDataLoader(graph, torch.arange(64), s, batch_size=64)
-    input_nodes, output_nodes, blocks, encoded = loader.collate_fn(torch.arange(64))  # a worker's result
+    (input_nodes, output_nodes, blocks), encoded = loader.collate_fn(torch.arange(64))  # a worker's result
     prefetched = {(0, 0, "feat"), (1, 1, "label"), (0, 2, "w"), (1, 2, "w")}  # (block, frame, key)
     detached = 0
     for i, block in enumerate(blocks):

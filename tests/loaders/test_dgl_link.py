@@ -166,7 +166,7 @@ def test_workers_hand_over_no_raw_prefetched_rows_and_no_parent_storage(graph):
     from ibp_graph.loaders.dgl import CompressedDGLDataLoader
 
     loader = CompressedDGLDataLoader(graph, torch.arange(64), edge_sampler(2), batch_size=64)
-    input_nodes, pair, neg, blocks, encoded = loader.collate_fn(torch.arange(64))
+    (input_nodes, pair, neg, blocks), encoded = loader.collate_fn(torch.arange(64))
     for frame in pair._node_frames + pair._edge_frames:
         for key, column in frame._columns.items():
             assert not isinstance(column, LazyFeature), key

@@ -336,3 +336,42 @@ def test_seeds_of_another_dtype_that_dgl_takes_give_its_batches(graphs):
     ours = assert_dgls_batches(g, torch.arange(0, N_NODES, 3).int(),
                                lambda: CastingSampler([3, 2], prefetch_node_feats=["feat"]), batch_size=40)
     assert len(ours) == 5 and ours[0][1].dtype == torch.int64  # cast by the sampler
+
+
+class AnyStructure(dgl.dataloading.Sampler if dgl is not None else object):
+    """A custom sampler returning a structure of its own, which DGL's loader takes as it is: a dict holding the
+    blocks, a nested list with a second graph (a node subgraph, its features lazily sliced and one marked
+    LazyFeature) and a LazyFeature of data attached to the loader (``attach_data``), fetched by DGL's prefetcher."""
+
+    def __init__(self, fanouts):
+        super().__init__()
+        self.inner = dgl.dataloading.NeighborSampler(fanouts, prefetch_node_feats=["feat"], prefetch_labels=["label"])
+
+    def sample(self, g, seed_nodes):
+        input_nodes, output_nodes, blocks = self.inner.sample(g, seed_nodes)
+        sub = dgl.node_subgraph(g, output_nodes)
+        sub.ndata["x"] = dgl.LazyFeature("feat")
+        return {"blocks": blocks, "more": [input_nodes, (sub, output_nodes)], "extra": dgl.LazyFeature("extra", output_nodes)}
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_custom_samplers_own_structure_and_attached_data_are_dgls(graphs, num_workers):
+    from ibp_graph.loaders.dgl import CompressedDGLDataLoader
+
+    g = graphs["g"]
+    extra = torch.randn(N_NODES, 3, generator=torch.Generator().manual_seed(5))
+    out = []
+    for cls in (dgl.dataloading.DataLoader, CompressedDGLDataLoader):
+        seed_all(0)
+        loader = cls(g, torch.arange(0, N_NODES, 3), AnyStructure([3, 2]), batch_size=20, shuffle=True,
+                     num_workers=num_workers)
+        loader.attach_data("extra", extra)
+        out.append(list(loader))
+    theirs, ours = out
+    assert len(ours) == len(theirs) > 2
+    for i, (a, b) in enumerate(zip(ours, theirs)):
+        assert_same_structure(a, b, f"batch {i}")
+        sub, seeds = a["more"][1]
+        assert_same_bits(sub.ndata["x"], g.ndata["feat"][sub.ndata[dgl.NID]], "x")
+        assert_same_bits(a["extra"], extra[seeds], "extra")
+        assert_same_bits(a["blocks"][0].srcdata["feat"], g.ndata["feat"][a["more"][0]], "feat")
