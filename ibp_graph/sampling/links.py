@@ -47,7 +47,7 @@ import torch
 from ..jit_cache import install as _install_kernel_cache
 from .graph import check_int
 from .hetero import EdgeType, check_seeds, check_time, check_weights
-from .kernels import _GOLDEN, _draw, _draw_unit, _mix64, hop_key, readonly
+from .kernels import _GOLDEN, _TINY_SCALE, _TINY_SUM, _draw, _draw_unit, _mix64, hop_key, readonly
 
 _install_kernel_cache()  # numba caches this module's kernels per environment (ibp_graph.jit_cache)
 
@@ -126,6 +126,8 @@ class NegativeSampling:
                                      f"{float(w.max())!r}); accepted: weights whose sum is finite in float64 (at "
                                      f"most {float(np.finfo(np.float64).max)!r}), e.g. all of them divided by the "
                                      "same factor (draws follow their ratios only)")
+                if cumulative.size and cumulative[-1] < _TINY_SUM:  # u * total would be a subnormal rounded to
+                    cumulative = cumulative * _TINY_SCALE  # a few values; a power of two keeps the ratios exactly
                 self._cumulative[endpoint] = readonly(cumulative)
 
     @classmethod

@@ -116,3 +116,17 @@ def test_negative_sampling_weights_whose_sum_overflows_float64_are_refused_by_na
                                          r"1e\+308\); accepted: weights whose sum is finite in float64"):
         NegativeSampling("binary", 1, None, np.array([1.0, 1e308, 1e308]))
     NegativeSampling("binary", 1, None, np.array([1.0, 8e307, 8e307]))  # 1.6e308: finite
+
+
+def test_negative_sampling_subnormal_weights_are_drawn_by_their_ratios():
+    """u * 1.04e-322 is a subnormal rounded to a multiple of 5e-324: node 0 was drawn with probability 1/42, not 1/21
+    (and with weights scaled by a power of two, exactly as before)."""
+    from ibp_graph.sampling.links import sample_negatives
+
+    def counts(weights):
+        neg = NegativeSampling("binary", 1, None, np.array(weights))
+        return np.bincount(sample_negatives(neg, "dst", COPIES, 2, seed=3), minlength=2)
+
+    tiny = counts([5e-324, 1e-322])
+    assert stats.binomtest(int(tiny[0]), COPIES, 1 / 21).pvalue > 1e-4
+    assert np.array_equal(counts([2.0 ** -1074 * 2 ** 60, 2.0 ** -1074 * 2 ** 60 * 20]), counts([1.0, 20.0]))
