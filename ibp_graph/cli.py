@@ -131,6 +131,11 @@ def _prepare(argv: Sequence[str]) -> int:
     except (FileNotFoundError, ValueError, ImportError) as e:  # an output folder refused: OutputFolderError
         print(f"ibp-graph prepare: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback; the work folder is gone already
+        print("ibp-graph prepare: interrupted; the output folder holds what it held before (or the new preparation, "
+              "where it was already moved into place), never part of one: run the command again to prepare it",
+              file=sys.stderr)
+        return 130
     return 0
 
 
@@ -196,17 +201,15 @@ def _generated(a):
     return spec, gen, data.root
 
 
-GENERATED = ("synthetic", "synthetic-mag", "synthetic-citation")
-
-
 def _prepared_already(a):
     """The folder `prepare` would write (--out, or the data set's default), when it holds a finished preparation
     of what the arguments ask for (`_differs`) with its feature store(s); else None."""
     from .data import ogb, ogb_link, ogb_mag
     from .data.shards import prepared_kind
+    from .train.config import GENERATED_DATASETS
 
     spec = gen = None
-    if a.dataset in GENERATED:
+    if a.dataset in GENERATED_DATASETS:
         spec, gen, root = _generated(a)
     elif a.config or a.set or (a.directed and a.dataset in ("ogbn-mag", "mag240m")):
         return None  # refused by _prepare_dataset, saying why
@@ -281,9 +284,11 @@ def _differs(meta: dict, a, spec, gen) -> str:
 
 def _prepare_dataset(a, p):
     """Prepare (or generate) the data set the arguments name; return its folder."""
+    from .train.config import GENERATED_DATASETS
+
     store, progress = not a.no_store, not a.quiet
     a = argparse.Namespace(**dict(vars(a), codec=a.codec or "auto"))  # --codec's default
-    if a.dataset in GENERATED:
+    if a.dataset in GENERATED_DATASETS:
         spec, gen, root = _generated(a)
         return gen.generate(spec, a.out or gen.cache_dir(spec, a.root or root), store=store, codec=a.codec,
                             progress=progress)

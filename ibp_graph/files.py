@@ -481,15 +481,20 @@ def replace_dir(tmp: Path, final: Path, *, keep: Callable[[Path], bool] = lambda
     entries = sorted(p.name for p in tmp.iterdir() if p.name != MARKER)
     write_text(tmp / MARKER, json.dumps({"written_by": "ibp-graph", "entries": entries, "files": _all_paths(tmp)},
                                         indent=1) + "\n")
-    old = None
-    with _interrupts_held():  # a Ctrl-C between the renames would leave no folder at `final`
-        if final.exists() or final.is_symlink():
-            old = _temp_name(final.with_name(final.name + ".old"))
-            os.replace(final, old)
-        os.replace(tmp, final)
-    if old is not None:
-        if old.is_dir() and not old.is_symlink():
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            old.unlink(missing_ok=True)
+    old, moved = None, False
+    try:
+        with _interrupts_held():  # a Ctrl-C between the renames would leave no folder at `final`
+            if final.exists() or final.is_symlink():
+                old = _temp_name(final.with_name(final.name + ".old"))
+                os.replace(final, old)
+            os.replace(tmp, final)
+            moved = True
+    finally:  # the earlier output goes once the new one is in place, also when a Ctrl-C held above now raises;
+        # a Ctrl-C during the removal waits for it too, so that no part of the earlier output is left beside
+        if moved and old is not None:
+            with _interrupts_held():
+                if old.is_dir() and not old.is_symlink():
+                    shutil.rmtree(old, ignore_errors=True)
+                else:
+                    old.unlink(missing_ok=True)
     return final

@@ -40,7 +40,8 @@ CONFIG = Path(__file__).resolve().parent.parent / "configs" / "papers100m.yaml"
 def parse(argv=None) -> list[str]:
     """Command-line flags -> config overrides."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--root", help="the folder holding OGB's ogbn_papers100M folder")
+    p.add_argument("--root", help="the folder holding OGB's ogbn_papers100M folder (with --synthetic: the folder the "
+                                  "generated data set is written to, default data_cache)")
     p.add_argument("--prepared", help="the prepared folder (default ROOT/ogbn_papers100M/ibp_prepared)")
     p.add_argument("--dataset", default=None, help="another OGB data set with the same recipe "
                    "(ogbn-products, ogbn-arxiv)")
@@ -61,6 +62,10 @@ def parse(argv=None) -> list[str]:
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any other config key")
     a = p.parse_args(argv)
+    for flag, value in (("--dataset", a.dataset), ("--prepared", a.prepared)):
+        if a.synthetic is not None and value is not None:  # either would be ignored: the generated set wins
+            p.error(f"{flag} {value} is not accepted with --synthetic {a.synthetic}: --synthetic trains on the "
+                    f"generated data set (written under --root, default data_cache); pass one or the other")
     sets = []
     if a.synthetic is not None:
         spec = {"num_nodes": a.synthetic, "avg_citations": 14.5, "labeled_fraction": 0.0136}

@@ -100,3 +100,17 @@ def test_prepare_checks_that_the_generated_data_set_asked_for_fits(capsys, tmp_p
     err = capsys.readouterr().err
     assert "data.mag (num_papers=1500000000" in err and "generating it needs at least" in err
     assert "Traceback" not in err and not out.exists()
+
+
+def test_ctrl_c_during_prepare_is_one_line_and_exit_130(capsys, tmp_path, monkeypatch):
+    """Ctrl-C in a long prepare: a line saying what the output folder holds, exit status 130, no traceback."""
+    from ibp_graph.data import ogb
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ogb, "prepare", interrupted)
+    assert main(["prepare", "--dataset", "ogbn-papers100M", "--root", str(tmp_path), "--quiet"]) == 130
+    err = capsys.readouterr().err
+    assert err.startswith("ibp-graph prepare: interrupted; the output folder holds what it held before")
+    assert err.count("\n") == 1

@@ -285,7 +285,13 @@ def _csv_chunks(path: Path, dtype, chunk_rows: int = CHUNK_ROWS) -> Iterator[np.
         if pd is not None:
             with pd.read_csv(path, compression="gzip", header=None, chunksize=chunk_rows) as reader:
                 for df in reader:
-                    yield df.to_numpy().astype(dtype, copy=False)
+                    block = df.to_numpy()
+                    if np.dtype(dtype).kind in "iu" and block.dtype.kind == "f":  # astype would truncate 1.5 to 1
+                        bad = ~(np.isfinite(block) & (block == np.round(block)))
+                        if bad.any():
+                            raise DamagedOGBFileError(path, f"it holds {block[bad][0].item()!r} where an integer is "
+                                                            "expected")
+                    yield block.astype(dtype, copy=False)
             return
         with gzip.open(path, "rt") as f:
             while True:
@@ -306,11 +312,32 @@ def _edge_columns(path: Path, chunk_rows: int) -> Iterator[tuple[np.ndarray, np.
         yield c[:, 0], c[:, 1]
 
 
+def _checked_pairs(path: Path, pairs: Iterator[tuple[np.ndarray, np.ndarray]],
+                   num_nodes: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The (src, dst) chunks of the edge file `path`; a DamagedOGBFileError naming it when an id is outside
+    [0, num_nodes)."""
+    for src, dst in pairs:
+        for ids, what in ((src, "source"), (dst, "destination")):
+            if ids.size:
+                lo, hi = int(ids.min()), int(ids.max())
+                if lo < 0 or hi >= num_nodes:
+                    raise DamagedOGBFileError(path, f"an edge names {what} node {lo if lo < 0 else hi}, outside "
+                                                    f"[0, {num_nodes}) (the graph's node count)")
+        yield src, dst
+
+
 def _csv_scalar(path: Path) -> int:
     values = np.concatenate([c.reshape(-1) for c in _csv_chunks(path, np.int64)])
     if values.shape[0] != 1:
         raise ValueError(f"{path} lists {values.shape[0]} graphs; node-property data sets have one")
     return int(values[0])
+
+
+def _one_column(path: Path, block: np.ndarray) -> np.ndarray:
+    """The node ids of a split file's block; a DamagedOGBFileError naming `path` when a line holds several."""
+    if block.ndim == 2 and block.shape[1] != 1:
+        raise DamagedOGBFileError(path, f"a line holds {block.shape[1]} values; expected one node id per line")
+    return block.reshape(-1)
 
 
 def _labels_to_int(block: np.ndarray, num_classes: int, where: str) -> np.ndarray:
@@ -395,14 +422,15 @@ def prepare(name: str, root: PathLike, out: Optional[PathLike] = None, *, undire
                 if counted.shape != (1,) or int(counted[0]) != num_input_edges:
                     raise DamagedOGBFileError(npz, f"its num_edges_list is {counted.tolist()} and its edge_index "
                                                    f"holds {num_input_edges} edges; expected one equal count")
-                chunks = lambda: edges.edge_pairs(chunk_rows)  # noqa: E731
+                chunks = lambda: _checked_pairs(npz, edges.edge_pairs(chunk_rows), num_nodes)  # noqa: E731
                 feat = _NpzArray(npz, "node_feat")
                 feat_rows, feat_shape, feat_dtype = (lambda: feat.rows(chunk_rows)), feat.shape, np.dtype(np.float32)
             else:
                 raw = src / "raw"
                 num_nodes = _csv_scalar(raw / "num-node-list.csv.gz")
                 num_input_edges = _csv_scalar(raw / "num-edge-list.csv.gz")
-                chunks = lambda: _edge_columns(raw / "edge.csv.gz", chunk_rows)  # noqa: E731
+                edge_csv = raw / "edge.csv.gz"
+                chunks = lambda: _checked_pairs(edge_csv, _edge_columns(edge_csv, chunk_rows), num_nodes)  # noqa: E731
                 first = next(_csv_chunks(raw / "node-feat.csv.gz", np.float32, 1))
                 feat_shape, feat_dtype = (num_nodes, first.shape[1]), np.dtype(np.float32)
                 feat_rows = lambda: _csv_chunks(raw / "node-feat.csv.gz", np.float32, chunk_rows)  # noqa: E731
@@ -446,7 +474,8 @@ def prepare(name: str, root: PathLike, out: Optional[PathLike] = None, *, undire
             sizes, dropped = {}, {}
             for part in SPLITS:
                 path = src / "split" / spec.split / f"{part}.csv.gz"
-                idx = np.concatenate([c.reshape(-1) for c in _csv_chunks(path, np.int64)] or [np.zeros(0, np.int64)])
+                idx = np.concatenate([_one_column(path, c) for c in _csv_chunks(path, np.int64)]
+                                     or [np.zeros(0, np.int64)])
                 if idx.size and (idx.min() < 0 or idx.max() >= num_nodes):
                     bad = idx.min() if idx.min() < 0 else idx.max()
                     raise ValueError(f"{path} names node {bad}, outside [0, {num_nodes})")

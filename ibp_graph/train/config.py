@@ -44,6 +44,9 @@ DATASETS = ("synthetic", "ogbn-papers100M", "ogbn-products", "ogbn-arxiv", "synt
 HETERO_DATASETS = ("synthetic-mag", "ogbn-mag", "mag240m")
 #: the link-prediction ones (directed citations, ogbl-citation2's split): `task: link`.
 LINK_DATASETS = ("synthetic-citation", "ogbl-citation2")
+#: the data sets ibp-graph generates (into data.root; a run makes them and their shards itself) rather than reads
+#: from downloaded files (synthetic-citation by train/link.py's open_link_dataset).
+GENERATED_DATASETS = ("synthetic", "synthetic-mag", "synthetic-citation")
 #: what `task` accepts: node classification or link prediction.
 TASKS = ("node", "link")
 
@@ -381,6 +384,10 @@ def check_config(cfg: Config) -> Config:
         raise ConfigError(f"model.hidden={m.hidden} is not accepted with model.heads={m.heads} (arch gat); "
                           f"expected a multiple of model.heads, e.g. {m.hidden - m.hidden % m.heads or m.heads}")
     _check_sharded(cfg)
+    if cfg.data.prepared is not None and cfg.data.name in GENERATED_DATASETS:  # it would be ignored, silently
+        raise ConfigError(f"data.prepared={cfg.data.prepared!r} is not accepted with data.name={cfg.data.name!r}: a "
+                          "generated data set lives in data.root (<root>/<name>-<nodes>-<hash>); expected null, "
+                          "and data.root for where it goes")
     check_folder("data.root", cfg.data.root)
     if cfg.data.name == "synthetic" and cfg.data.synthetic.labeled_fraction == 0:
         raise ConfigError("data.synthetic.labeled_fraction=0.0 is not accepted: no node would carry a label, so the "

@@ -30,7 +30,7 @@ from ..files import DiskFullError, write_text
 from ..threads import CollectiveTensors
 from ..data.prepared import PreparedDataset, add_store
 from . import epoch_record, frontends, sharding, startup
-from .config import HETERO_DATASETS, Config, ConfigError, LoaderConfig, check_config, to_dict
+from .config import GENERATED_DATASETS, HETERO_DATASETS, Config, ConfigError, LoaderConfig, check_config, to_dict
 
 __all__ = ["Dist", "setup_distributed", "resolve_device", "open_dataset", "open_shards", "make_loader", "train_epoch",
            "evaluate", "run", "run_one", "main", "main_config", "RUN_FORMAT"]
@@ -128,9 +128,6 @@ def _import_before_init() -> None:
 
 #: largest generated data set a distributed run makes itself (bigger ones: `ibp-graph prepare` first).
 DDP_GENERATE_MAX_NODES = 5_000_000
-#: the generated data sets: a run makes them (and their shards) itself (the others are prepared from downloaded
-#: files; synthetic-citation by train/link.py's open_link_dataset).
-GENERATED = ("synthetic", "synthetic-mag", "synthetic-citation")
 
 
 def open_dataset(cfg, dist: Dist = Dist(), *, progress: bool = True, features: bool = True):
@@ -165,12 +162,12 @@ def open_dataset(cfg, dist: Dist = Dist(), *, progress: bool = True, features: b
 
 def _makes_itself(cfg) -> bool:
     """Whether a distributed run prepares the data set (and its shards) itself: small generated ones only."""
-    return cfg.name in GENERATED and _generated_nodes(cfg) <= DDP_GENERATE_MAX_NODES
+    return cfg.name in GENERATED_DATASETS and _generated_nodes(cfg) <= DDP_GENERATE_MAX_NODES
 
 
 def _prepare_command(cfg, path: Path, extra: str = "") -> str:
     """The `ibp-graph prepare` command that makes the prepared folder `path` of DataConfig `cfg` (+ `extra`)."""
-    if cfg.name not in GENERATED:
+    if cfg.name not in GENERATED_DATASETS:
         return f"ibp-graph prepare --dataset {cfg.name} --root {cfg.root}" + (f" --out {path}" if cfg.prepared else "") \
             + extra
     if cfg.name == "synthetic":

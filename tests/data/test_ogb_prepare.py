@@ -229,3 +229,45 @@ def test_a_graph_built_with_uint32_edge_ids_equals_the_int32_one(tmp_path, monke
     assert wide.num_edge_ids == narrow.num_edge_ids == 4000 * (2 if undirected else 1)
     for name in ("indptr", "indices", "e_id"):
         np.testing.assert_array_equal(getattr(wide, name), getattr(narrow, name))
+
+
+@pytest.mark.parametrize("layout", ["binary", "csv"])
+def test_an_edge_outside_the_node_count_names_the_edge_file(tmp_path, capsys, layout):
+    """An edge id outside [0, num_nodes) is damage of the edge file, named with where a good copy is; nothing is
+    written."""
+    if layout == "binary":
+        write_binary(tmp_path)
+        npz = tmp_path / "ogbn_papers100M" / "raw" / "data.npz"
+        arrays = dict(np.load(npz))
+        arrays["edge_index"][1, 7] = 10 ** 9
+        np.savez_compressed(npz, **arrays)
+        name, path, zip_name = "ogbn-papers100M", npz, "papers100M-bin/raw/data.npz"
+    else:
+        edge_index, *_ = write_csv(tmp_path)
+        path = tmp_path / "ogbn_arxiv" / "raw" / "edge.csv.gz"
+        edge_index[0, 3] = -2
+        np.savetxt(path, edge_index.T, fmt="%d", delimiter=",")
+        name, zip_name = "ogbn-arxiv", "arxiv/raw/edge.csv.gz"
+    assert cli(["prepare", "--dataset", name, "--root", str(tmp_path), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    bad = "destination node 1000000000" if layout == "binary" else "source node -2"
+    assert f"{path} is damaged: an edge names {bad}, outside [0, 400)" in err and zip_name in err
+    d = path.parent.parent
+    assert sorted(p.name for p in d.iterdir() if not p.name.startswith("RELEASE")) == ["raw", "split"]
+
+
+@pytest.mark.parametrize("content", [b"3\n1.5\n7\n", b"3,4\n5,6\n"])
+def test_a_split_file_of_other_than_one_integer_node_id_per_line_is_refused(tmp_path, capsys, content):
+    """A split file holding 1.5 (which int64 would truncate to node 1) or two ids a line is damaged, named; nothing
+    is written."""
+    import gzip
+
+    write_binary(tmp_path)
+    path = tmp_path / "ogbn_papers100M" / "split" / "time" / "valid.csv.gz"
+    path.write_bytes(gzip.compress(content))
+    assert cli(["prepare", "--dataset", "ogbn-papers100M", "--root", str(tmp_path), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    what = "it holds 1.5 where an integer is expected" if b"." in content else \
+        "a line holds 2 values; expected one node id per line"
+    assert f"{path} is damaged: {what}" in err and "papers100M-bin/split/time/valid.csv.gz" in err
+    assert not (tmp_path / "ogbn_papers100M" / "ibp_prepared").exists()

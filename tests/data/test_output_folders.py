@@ -2,6 +2,7 @@
 import os
 import re
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -54,3 +55,42 @@ def test_only_names_of_the_temporaries_form_count_as_another_hosts(tmp_path):
         with pytest.raises(OutputFolderError, match=rf"holds files ibp-graph did not write \({re.escape(name)}\)"):
             graphgen.generate(spec, d, progress=False)
         (d / name).unlink()
+
+
+@pytest.mark.parametrize("when", ["between the renames", "while the earlier output is removed"])
+def test_ctrl_c_during_replace_dir_still_removes_the_earlier_output(tmp_path, monkeypatch, when):
+    """A Ctrl-C that comes while replace_dir moves the new folder into place, or removes the earlier output it
+    renamed aside, takes effect once both are done: no copy or part of the whole earlier prepared folder (133 GB
+    for papers100M) is left beside it until some later prepare cleans it up."""
+    import json
+    import signal
+
+    from ibp_graph import files
+
+    final, tmp = tmp_path / "final", tmp_path / "work"
+    for folder, content in ((final, b"old"), (tmp, b"new")):
+        folder.mkdir()
+        (folder / "x.npy").write_bytes(content)
+    (final / files.MARKER).write_text(json.dumps({"written_by": "ibp-graph", "entries": ["x.npy"],
+                                                  "files": ["x.npy"]}))
+    real_replace = os.replace
+
+    real_rmtree = files.shutil.rmtree
+
+    def replace(src, dst):
+        real_replace(src, dst)
+        if src == final and when == "between the renames":
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C right after the earlier output went aside
+
+    def rmtree(path, *args, **kwargs):
+        if when != "between the renames" and ".old" in Path(path).name:
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C as the removal starts
+        return real_rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(files.os, "replace", replace)
+    monkeypatch.setattr(files.shutil, "rmtree", rmtree)
+    with pytest.raises(KeyboardInterrupt):
+        files.replace_dir(tmp, final)
+    assert (final / "x.npy").read_bytes() == b"new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["final"]  # neither the old copy nor the work folder
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is the user's again

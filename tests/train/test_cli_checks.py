@@ -126,3 +126,30 @@ def test_keys_lists_ranges_and_help_of_the_generated_data_sets(capsys):
                 "data.synthetic.avg_citations"):
         (line,) = [x for x in lines if x.startswith(key + " ")]
         assert (" in [" in line or ") >= " in line) and ": " in line.split(")", 1)[1]
+
+
+@pytest.mark.parametrize("name", ["synthetic", "synthetic-mag", "synthetic-citation"])
+def test_data_prepared_with_a_generated_data_set_is_refused_not_ignored(capsys, tmp_path, name):
+    """A generated data set lives in data.root: data.prepared was ignored, and the run trained on (and wrote) a
+    folder the user did not name."""
+    task = ["task=link"] if name == "synthetic-citation" else []
+    status, err = _train(capsys, tmp_path, f"data.name={name}", f"data.prepared={tmp_path / 'mine'}", *task)
+    assert status == 2 and f"data.prepared={str(tmp_path / 'mine')!r} is not accepted with data.name={name!r}" in err
+    assert not (tmp_path / "data").exists() and not (tmp_path / "mine").exists()
+
+
+@pytest.mark.parametrize("flag", ["--dataset", "--prepared"])
+def test_the_papers100m_script_refuses_a_flag_synthetic_would_ignore(capsys, tmp_path, flag):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "train_papers100m_pyg.py"
+    spec = importlib.util.spec_from_file_location("train_papers100m_pyg", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    value = "ogbn-arxiv" if flag == "--dataset" else str(tmp_path / "mine")
+    with pytest.raises(SystemExit) as e:
+        script.main(["--synthetic", "3000", flag, value, "--root", str(tmp_path / "data"), "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and f"{flag} {value} is not accepted with --synthetic 3000" in err
+    assert not (tmp_path / "data").exists()
