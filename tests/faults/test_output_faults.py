@@ -111,9 +111,12 @@ def test_replace_dir_never_removes_a_folder_that_is_not_ibp_graphs(tmp_path):
 
 
 
-def test_ctrl_c_between_replace_dirs_renames_takes_effect_once_the_new_folder_is_in_place(tmp_path, monkeypatch):
-    # the earlier output is renamed aside, then the new one moved in: a KeyboardInterrupt between the
-    # two left no folder at `final` (the process alive, nothing put it back); it is held until both are done
+@pytest.mark.parametrize("when", ["between the renames", "while the earlier output is removed"])
+def test_ctrl_c_during_replace_dir_takes_effect_once_the_new_folder_is_in_place_and_the_old_gone(tmp_path, monkeypatch,
+                                                                                              when):
+    # the earlier output is renamed aside, then the new one moved in: a KeyboardInterrupt between the two left no
+    # folder at `final` (the process alive, nothing put it back); one between them or during the removal of the
+    # earlier output left a copy of it (133 GB for papers100M) beside the new one. It is held until both are done.
     import os
     import signal
 
@@ -124,20 +127,28 @@ def test_ctrl_c_between_replace_dirs_renames_takes_effect_once_the_new_folder_is
     (final / files.MARKER).write_text(json.dumps({"written_by": "ibp-graph", "entries": ["x.npy"],
                                                   "files": ["x.npy"]}))
     renames = []
-    real_replace = os.replace
+    real_replace, real_rmtree = os.replace, files.shutil.rmtree
 
     def replace(src, dst):
         real_replace(src, dst)
         if src == final or dst == final:
             renames.append(dst)
-        if src == final:
+        if src == final and when == "between the renames":
             os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C right after the earlier output went aside
 
+    def rmtree(path, *args, **kwargs):
+        if when != "between the renames" and ".old" in Path(path).name:
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C as the removal starts
+        return real_rmtree(path, *args, **kwargs)
+
     monkeypatch.setattr(files.os, "replace", replace)
+    monkeypatch.setattr(files.shutil, "rmtree", rmtree)
     with pytest.raises(KeyboardInterrupt):
         files.replace_dir(tmp, final)
     assert len(renames) == 2 and (final / "x.npy").read_bytes() == b"new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["final"]  # neither the old copy nor the work folder
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is the user's again
+
 
 @pytest.mark.parametrize("marker", ["with its file list", "without one (an earlier ibp-graph)",
                                     "none (before markers)"])
