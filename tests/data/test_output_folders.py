@@ -2,7 +2,6 @@
 import os
 import re
 import socket
-from pathlib import Path
 
 import pytest
 
