@@ -30,6 +30,8 @@ import numba
 
 #: held while a parallel kernel of this package runs (see the module docstring).
 _PARALLEL = threading.Lock()
+#: `as_worker` sets `serial` on it: this thread's kernels run as a DataLoader worker's.
+_THREAD = threading.local()
 
 
 def use_forksafe_layer() -> bool:
@@ -53,6 +55,21 @@ def in_worker() -> bool:
 
 
 @contextlib.contextmanager
+def as_worker() -> Iterator[None]:
+    """This thread's kernels run as a DataLoader worker runs them (serially) until the block ends: a loader
+    produces one batch so before its workers start, so that they inherit every kernel compiled (a worker that
+    compiles one, or loads it from numba's cache, runs LLVM, which registers the code's unwind tables under a
+    libgcc lock; a worker forked while another thread of its parent held that lock, e.g. a thread exiting,
+    waits for it forever)."""
+    before = getattr(_THREAD, "serial", False)
+    _THREAD.serial = True
+    try:
+        yield
+    finally:
+        _THREAD.serial = before
+
+
+@contextlib.contextmanager
 def parallel_slot(wanted: bool = True) -> Iterator[bool]:
     """True, held until the block ends, when this thread `wanted` to and may launch a parallel kernel now;
     False while another thread of the process runs one (run the serial build then), or when not `wanted`."""
@@ -65,13 +82,14 @@ def parallel_slot(wanted: bool = True) -> Iterator[bool]:
 
 
 def use_parallel(n_items: int, min_items: int) -> bool:
-    """Parallel kernels pay off: enough work, more than one numba thread, not in a worker.
+    """Parallel kernels pay off: enough work, more than one numba thread, not in a worker (nor `as_worker`).
 
     numba's threading layer is made fork-safe first (use_forksafe_layer): asking numba for
     its thread count already starts its threads, and fixes the layer.
     """
     use_forksafe_layer()
-    return n_items >= min_items and numba.get_num_threads() > 1 and not in_worker()
+    return (n_items >= min_items and numba.get_num_threads() > 1 and not in_worker()
+            and not getattr(_THREAD, "serial", False))
 
 
 #: collectives whose tensors a CollectiveTensors holds (gloo runs two worker threads per process group:

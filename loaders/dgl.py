@@ -41,7 +41,7 @@ from ibp_graph.pipeline.cache import degree_hotness
 from ibp_graph.pipeline.codec_setup import CodecSpec
 from ibp_graph.pipeline.features import codec_tables, plan_features
 from ibp_graph.pipeline.grouping import GroupKey
-from ibp_graph.pipeline.producer import BatchPlan, produce
+from ibp_graph.pipeline.producer import BatchPlan, produce, warm_gathers
 from ibp_graph.pipeline.requests import check_batch_size
 from ibp_graph.pipeline.sources import FeatureSource, Origin, TensorSource, as_source
 from ibp_graph.pipeline.transport import OutputBuffers, SlotRing
@@ -350,7 +350,9 @@ class CompressedDGLDataLoader(_DGLDataLoader, _common.Codecs):
     node feature tables, a table of node type t holding t's nodes most often drawn as in-neighbours).
 
     Starting a loader makes numba's threading layer fork-safe unless the user chose one (ibp_graph.threads)
-    and compiles each codec's kernels once here (a warm-up encode), so that forked workers inherit them.
+    and compiles each codec's kernels once here (a warm-up encode, and with workers a row of each prefetched
+    table gathered and encoded with their kernels: pipeline.producer.warm_gathers), so that forked workers
+    inherit them and compile nothing.
     """
 
     def __init__(
@@ -428,6 +430,8 @@ class CompressedDGLDataLoader(_DGLDataLoader, _common.Codecs):
                          use_alternate_streams=use_alternate_streams, pin_prefetcher=pin_prefetcher,
                          use_uva=False, gpu_cache=None, **kwargs)
         self.graph_sampler = graph_sampler  # the user's; the wrapper lives in collate_fn
+        if self.num_workers > 0:  # every gather and encode kernel they run, compiled here (workers inherit them)
+            warm_gathers({**node_attrs, **edge_attrs}, self._codecs, graph.idtype)
         self._forked: Optional[_Forked] = None
         self._warned: set = set()  # the columns a batch read again here (warned once each)
         self._stage, self.stats = _common.decode_stage(self._codecs, self.device, prefetch, self.features)

@@ -68,7 +68,7 @@ class _SampledLoader(_common.Codecs):
     kind, its sampler, codecs, producer, requests and decode stage, built from the arguments both take;
     iteration, collate_fn/filter_fn, reading `self.data` again each epoch, pickling. A loader differs in its
     inputs: its `_planner()` (the batch plans of its seeds), `_finish_kind(batch)` (the kind's batch plus
-    its own fields) and `_warm(num_workers)` (one small draw of its batches' kernels)."""
+    its own fields)."""
 
     def _refuse_neighbor_sampler(self, neighbor_sampler) -> None:
         _common.start()
@@ -140,20 +140,13 @@ class _SampledLoader(_common.Codecs):
         DataLoader.__init__(self, producer, batch_size=None, sampler=self.requests,
                             collate_fn=_common.WeakLoaderMethod(self.collate_fn), **kwargs)
 
-    def _warm_with(self, sample: Callable[[], Any], num_workers: int) -> None:
-        """Compile (or load from numba's cache) the sampling kernels the batches will run, here, so that forked
-        workers inherit them: run `sample` (one small draw of the loader's sampler, a fixed seed, no random
-        generator touched) with the serial kernels when DataLoader workers sample (they run serially), else
-        with the main process's."""
-        sampler = self._sampler
-        if num_workers > 0 and sampler.parallel is None:
-            sampler.parallel = False
-            try:
-                sample()
-            finally:
-                sampler.parallel = None
-        else:
-            sample()
+    def _warm(self, num_workers: int) -> None:
+        """Compile (or load from numba's cache) the kernels the batches will run, here, from a batch of two inputs
+        (BatchProducer.warm): with DataLoader workers every kernel they run (they inherit them), else the
+        sampler's."""
+        n = len(self._producer)
+        if n:
+            self._producer.warm(BatchRequest(index=torch.arange(min(2, n)), seed=0), workers=num_workers > 0)
 
     def _own_tables(self) -> dict:
         """1-d samples of the tensors the loader's batches carry besides the graph's (their groups need codecs):
@@ -235,6 +228,7 @@ class _SampledLoader(_common.Codecs):
         self._producer.planner = self._planner()
         self._stage, self.stats = _common.decode_stage(self._codecs, self.device, self._prefetch, self.features,
                                                        stats=self.stats)
+        self._warm(self.num_workers)  # the new tables' gathers
         self._seen = seen
 
     def _finish(self, batch: DecodedBatch) -> Union[Data, HeteroData]:
@@ -318,8 +312,9 @@ class CompressedNeighborLoader(_SampledLoader, NeighborLoader):
     `collate_fn` are dropped, as PyG's NodeLoader does.
 
     Starting a loader makes numba's threading layer fork-safe unless the user chose one
-    (ibp_graph.threads), and compiles the kernels once in this process (a warm-up encode per codec and
-    one sampled batch), so that forked workers inherit them.
+    (ibp_graph.threads), and compiles the kernels once in this process (a warm-up encode per codec, and
+    with workers one small batch produced with their kernels: BatchProducer.warm), so that forked workers
+    inherit them and compile nothing.
     """
 
     def __init__(
@@ -375,14 +370,6 @@ class CompressedNeighborLoader(_SampledLoader, NeighborLoader):
             raise ValueError(f"time_attr={kind.time_attr!r} gives {t!r} nodes no time; accepted: input_time with "
                              "the seeds' times")
         return kind.planner(self.input_data.node, self.input_data.input_id, self.input_time, t)
-
-    def _warm(self, num_workers: int) -> None:
-        """Two seeds sampled (with their times for a temporal sampler, their node type for a heterogeneous one)."""
-        seeds, times = self.input_data.node[:2], self.input_time
-        args = (seeds,) if self.input_type is None else (self.input_type, seeds)
-        if seeds.numel():
-            self._warm_with(lambda: self._sampler.sample(*args, seed=0, seed_time=None if times is None else times[:2]),
-                            num_workers)
 
     def _finish_kind(self, batch: DecodedBatch) -> Union[Data, HeteroData]:
         return self._kind.to_batch(batch)
@@ -500,12 +487,6 @@ class CompressedLinkNeighborLoader(_SampledLoader, LinkNeighborLoader):
             label = torch.cat([label.reshape(-1), label.new_zeros(1)])
         own = {**super()._own_tables(), **({} if label is None else {link_name("edge_label"): label.reshape(-1)})}
         return own if time is None else {**own, link_name("edge_label_time"): time.reshape(-1)}
-
-    def _warm(self, num_workers: int) -> None:
-        n, planner = int(self.input_data.row.numel()), self._producer.planner
-        if n:
-            # draw, not sample: transform_sampler_output runs on the batches only (as PyG)
-            self._warm_with(lambda: planner.draw(BatchRequest(index=torch.arange(min(2, n)), seed=0)), num_workers)
 
     def _finish_kind(self, batch: DecodedBatch) -> Union[Data, HeteroData]:
         """The kind's batch of the sampled subgraph, with LinkLoader's fields (its filter_fn)."""

@@ -79,18 +79,19 @@ class LinkPlanner:
                           disjoint=bool(self.sampler.disjoint), edge_type=self.edge_type,
                           src_node_time=self.node_time[0], dst_node_time=self.node_time[1])
 
-    def draw(self, req: BatchRequest) -> tuple[LinkSeeds, Any]:
-        """`req`'s link seeds and the sampler's output (PyG's edge_sample), before `post_sample`."""
+    def draw(self, req: BatchRequest) -> tuple[LinkSeeds, Any, None]:
+        """`req`'s link seeds and the sampler's output (PyG's edge_sample), before `post_sample`, as `plan`
+        takes them (the inner planner's input_id)."""
         link = self.seeds(req)
         times = {} if link.seed_time is None else {"seed_time": link.seed_time}
         out = self.sampler.sample(None, link.seeds, seed=req.seed, **times)  # typed: the seeds of one or two types
         if out.batch is not None:  # PyG: out.batch % num_pos, the example a subgraph belongs to
             out.batch = {t: b % link.num_pos for t, b in out.batch.items()}
-        return link, out
+        return link, out, None
 
     def sample(self, req: BatchRequest) -> tuple[LinkSeeds, Any, Optional[torch.Tensor]]:
         """`req`'s link seeds, sampler output and input_id after `post_sample` (None: the inner planner's)."""
-        link, out = self.draw(req)
+        link, out, _ = self.draw(req)
         if self.post_sample is None:
             return link, out, None
         fields = METADATA_FIELDS[bool(self.neg_sampling is not None and self.neg_sampling.is_triplet)]

@@ -69,12 +69,18 @@ class HeteroPlanner:
     def __len__(self) -> int:
         return int(self.input_nodes.numel())
 
+    def draw(self, req: BatchRequest) -> tuple[HeteroSamplerOutput, None]:
+        """`req`'s sampled subgraph before `post_sample`, as `plan` takes it (the seeds' own metadata)."""
+        out = self.sampler.sample(self.input_type, self.input_nodes[req.index], seed=req.seed,
+                                  seed_time=self.seed_time(req))
+        return out, None
+
     def sample(self, req: BatchRequest) -> tuple[HeteroSamplerOutput, Optional[tuple]]:
         """`req`'s sampled subgraph and its metadata after `post_sample` (None without one: `plan` takes the
         seeds' own)."""
-        seed_time = self.seed_time(req)
-        out = self.sampler.sample(self.input_type, self.input_nodes[req.index], seed=req.seed, seed_time=seed_time)
-        return (out, None) if self.post_sample is None else self.post_sample(out, (self.input_id(req), seed_time))
+        out, _ = self.draw(req)
+        return (out, None) if self.post_sample is None else self.post_sample(out, (self.input_id(req),
+                                                                                   self.seed_time(req)))
 
     def input_id(self, req: BatchRequest) -> torch.Tensor:
         """The ``input_id`` of `req`'s seeds: `input_ids` at its positions, else the positions."""

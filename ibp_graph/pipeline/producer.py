@@ -21,6 +21,7 @@ import torch
 
 from ..codec.base import Codec
 from ..layout import CompressedTensor
+from ..threads import as_worker
 from .batch import EncodedBatch
 from .codec_setup import codec_for
 from .grouping import (SCALAR_BLOCK, SCALARS, GroupKey, GroupLayout, Member, group_dtype_name, group_key,
@@ -220,6 +221,17 @@ def produce(plan: BatchPlan, codecs: Mapping[GroupKey, Codec], buffers: Optional
                         slot=buffers.done(), served=tuple(plan.served))
 
 
+def warm_gathers(tables: Mapping[str, Any], codecs: Mapping[GroupKey, Codec], ids_dtype: torch.dtype) -> None:
+    """Row 0 of each of `tables` (a table without rows: none) gathered by ids of `ids_dtype` and encoded here as
+    a worker does (threads.as_worker): BatchProducer.warm for a front-end whose batches this process cannot
+    draw itself (DGL's samplers draw from its random generator)."""
+    plan = BatchPlan()
+    for name, table in tables.items():
+        plan.gather(name, table, torch.zeros(min(1, int(table.shape[0])), dtype=ids_dtype), store=name)
+    with as_worker():
+        produce(plan, codecs)
+
+
 def encode_tensors(tensors: Mapping[str, torch.Tensor], codecs: Mapping[GroupKey, Codec]) -> EncodedBatch:
     """Named tensors made already, grouped (grouping.group_key) and encoded as a worker would: the batch."""
     plan = BatchPlan()
@@ -229,10 +241,12 @@ def encode_tensors(tensors: Mapping[str, torch.Tensor], codecs: Mapping[GroupKey
 
 
 class Planner(Protocol):
-    """A front-end's half of a batch: its sampling, and the plan of the batch from the sampled output."""
+    """A front-end's half of a batch: its sampling (`draw`: without the user's own post-sampling step, for a
+    warm-up), and the plan of the batch from the sampled output."""
 
     def __len__(self) -> int: ...
     def sample(self, req: Any) -> Any: ...
+    def draw(self, req: Any) -> Any: ...
     def plan(self, req: Any, sampled: Any) -> tuple[BatchPlan, Any]: ...
 
 
@@ -246,6 +260,19 @@ class BatchProducer(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.planner)
 
+    def warm(self, req, *, workers: bool) -> None:
+        """Compile here, once, the kernels the batches run (touching no random generator, running none of the
+        user's post-sampling step): with `workers`, produce `req`'s batch (into private memory, its rows read
+        from the sources) with the kernels the workers run (serial: threads.as_worker), so that the forked
+        workers inherit every one (threads.as_worker says why a worker must not compile); without, sample it
+        (the first batch then finds the sampler compiled)."""
+        if not workers:
+            self.planner.draw(req)
+            return
+        with as_worker():
+            plan, meta = self.planner.plan(req, self.planner.draw(req))
+            produce(plan, self.codecs, meta=meta)
+
     def __getitem__(self, req) -> EncodedBatch:
         t0 = time.perf_counter()
         out = self.planner.sample(req)
@@ -255,4 +282,5 @@ class BatchProducer(torch.utils.data.Dataset):
                        seconds={"sample": sample_seconds})
 
 
-__all__ = ["BatchPlan", "Planned", "Planner", "produce", "encode_group", "encode_tensors", "place", "BatchProducer"]
+__all__ = ["BatchPlan", "Planned", "Planner", "produce", "encode_group", "encode_tensors", "place", "BatchProducer",
+           "warm_gathers"]

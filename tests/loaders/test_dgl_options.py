@@ -423,3 +423,47 @@ def test_a_cuda_device_without_cuda_is_refused_by_name(monkeypatch):
     g = make_graph(num_nodes=100, num_edges=400)
     with pytest.raises(ValueError, match=r"device='cuda' but torch sees no CUDA device; use device='cpu'"):
         CompressedDGLDataLoader(g, torch.arange(10), dgl.dataloading.NeighborSampler([2]), device="cuda")
+
+
+#: run in a fresh interpreter (tests/loaders/test_worker_kernels.py says why): builds CompressedDGLDataLoader
+#: (num_workers=1) on `GRAPH`, then samples, gathers and encodes batches as its worker does, printing the
+#: kernels numba compiled or loaded meanwhile (none expected).
+_WORKER_SCRIPT = """
+import torch
+import dgl
+from ibp_graph.data.store import EncodedTable
+from ibp_graph.loaders.dgl import CompressedDGLDataLoader
+from tests.loaders.test_dgl import make_graph
+from tests.loaders.worker_kernels import compiled_as_a_worker
+
+g = make_graph(num_nodes=600, num_edges=5000)
+g.edata["w"] = torch.randn(5000, 2).half()
+g = {GRAPH}
+stores = {STORES}
+sampler = dgl.dataloading.NeighborSampler([4, 2], prefetch_node_feats=["feat"], prefetch_labels=["label"],
+                                          prefetch_edge_feats=["w"])
+loader = CompressedDGLDataLoader(g, torch.arange(600).to(g.idtype), sampler, batch_size=64, num_workers=1,
+                                 node_stores=stores)
+
+
+def batches():
+    for size in (1, 9, 64):
+        loader._compressing.sample(g, torch.arange(size).to(g.idtype))
+
+
+print("compiled in the worker:", compiled_as_a_worker(batches))
+"""
+
+
+@pytest.mark.parametrize("graph,stores", [("g", "None"), ("g.int()", "{'feat': EncodedTable.encode(g.ndata['feat'], "
+                                                                      "'ebp', progress=False)}")],
+                         ids=["graph columns", "int32 graph, a pre-encoded store"])
+def test_sampling_batches_as_a_worker_compiles_nothing_the_loader_did_not(graph, stores):
+    import subprocess
+    import sys
+
+    script = _WORKER_SCRIPT.replace("{GRAPH}", graph).replace("{STORES}", stores)
+    got = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "DGLBACKEND": "pytorch"})
+    assert got.returncode == 0, got.stderr[-3000:]
+    assert got.stdout.strip().splitlines()[-1] == "compiled in the worker: []", got.stdout[-2000:]

@@ -390,7 +390,7 @@ class _SameSample:
         from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
 
         planner = self.ours._producer.planner
-        link, out = planner.draw(self.req)
+        link, out, _ = planner.draw(self.req)
 
         def sample_fn(seed, seed_time):
             if not isinstance(seed, dict):
