@@ -652,7 +652,10 @@ def load_config(path: Union[str, os.PathLike, None], overrides: Sequence[str] = 
     try:
         return check_config(from_dict(Config, values))
     except ConfigError as e:
-        raise ConfigError(f"{path}: {e}" if path is not None else str(e)) from None
+        # the value refused came from an override (a --set, or a script's flag) rather than the file: say so
+        given = [o for o in overrides if o.split("=", 1)[0].strip() and f"{o.split('=', 1)[0].strip()}" in str(e)]
+        where = f"the override {given[0]!r}" + ("" if path is None else f" (over {path})") if given else path
+        raise ConfigError(f"{where}: {e}" if where is not None else str(e)) from None
 
 
 def describe(cls=Config, prefix: str = "") -> list[str]:

@@ -107,6 +107,21 @@ def test_every_number_in_the_schema_has_a_range():
     assert ours and all(re.search(r"\) in [\[(]", ln) for ln in ours), ours
 
 
+def test_a_value_refused_names_where_it_came_from(tmp_path):
+    """A refused value given by an override (--set, or a script's flag) is named as the override, not blamed on
+    the config file the override goes over; one the file holds names the file."""
+    path = tmp_path / "exp.yaml"
+    path.write_text("train:\n  epochs: 0\n")
+    with pytest.raises(ConfigError, match=re.escape(f"{path}: train.epochs=0 is not accepted")):
+        load_config(path)
+    path.write_text("train:\n  epochs: 3\n")
+    with pytest.raises(ConfigError, match=re.escape(f"the override 'train.epochs=0' (over {path}): train.epochs=0 "
+                                                    "is not accepted")):
+        load_config(path, ["loader.batch_size=64", "train.epochs=0"])
+    with pytest.raises(ConfigError, match=r"^the override 'train.lr=-1': train.lr=-1.0 is not accepted"):
+        load_config(None, ["train.lr=-1"])
+
+
 def test_overrides_reach_any_key(tmp_path):
     cfg = load_config(None, ["loader.batch_size=2048", "loader.num_neighbors=[15,10,5]", "train.lr=1e-3",
                              "model.norm=null", "data.synthetic.num_nodes=1234", "train.max_batches=3"])
