@@ -69,6 +69,8 @@ class LoaderStats:
     #: and what it says about its batches as a whole (e.g. that nothing is compressed).
     cache: dict = field(default_factory=dict)
     note: str = ""
+    #: False for a loader of another library that counts nothing (a training run's --baseline: DGL's own).
+    counted: bool = True
     #: rows and bytes of sharded tables (SHARD_COUNTS), summed over batches.
     shard: dict = field(default_factory=lambda: dict.fromkeys(SHARD_COUNTS, 0))
 
@@ -149,7 +151,7 @@ class LoaderStats:
 
     def reset(self) -> None:
         """Forget everything counted so far."""
-        keep = {"codecs": self.codecs, "cache": self.cache, "note": self.note}
+        keep = {"codecs": self.codecs, "cache": self.cache, "note": self.note, "counted": self.counted}
         self.__init__(**keep)
 
     @property

@@ -29,14 +29,15 @@ def moved(final: dict) -> str:
 def transfer(dist, stats: Sequence, train_stats, *, train_s: float, eval_s: float, sharded: bool) -> dict:
     """An epoch's seconds (`train_s` + `eval_s`, each already the maximum over ranks), the bytes the loaders
     sent and their raw size (all loaders' `stats`; the training loader's `train_stats`), summed over ranks
-    (`dist`: train/loop.py's Dist), the training loader's batches and stage seconds, and, when `sharded`, the
-    sharded tables' counts (``shard``: sharding.epoch_counts)."""
+    (`dist`: train/loop.py's Dist), the training loader's batches (None where its loader counts none) and stage
+    seconds, and, when `sharded`, the sharded tables' counts (``shard``: sharding.epoch_counts)."""
     sent, raw, train_sent, train_raw = dist.sum([sum(s.total_sent_bytes for s in stats),
                                                  sum(s.total_raw_bytes for s in stats),
                                                  train_stats.total_sent_bytes, train_stats.total_raw_bytes])
     rec = {"seconds": train_s + eval_s, "train_seconds": train_s, "eval_seconds": eval_s, "sent_bytes": int(sent),
            "raw_bytes": int(raw), "fraction": fraction(sent, raw), "train_sent_bytes": int(train_sent),
-           "train_raw_bytes": int(train_raw), "train_batches": int(train_stats.batches),
+           "train_raw_bytes": int(train_raw),
+           "train_batches": int(train_stats.batches) if train_stats.counted else None,  # None: not counted
            "stage_seconds": dict(train_stats.seconds)}
     if sharded:  # rows of the sharded tables: this rank's own, fetched, cache hits; bytes received
         rec["shard"] = sharding.epoch_counts(dist, stats)

@@ -259,7 +259,7 @@ class DGL:
             from ..pipeline.stats import LoaderStats
 
             loader = self.dgl.dataloading.DataLoader(graph, seeds, sampler, **kw)
-            loader.stats, loader.codecs = LoaderStats(), {}  # nothing compressed, nothing counted
+            loader.stats, loader.codecs = LoaderStats(counted=False), {}  # nothing compressed, nothing counted
             return loader
         from ..loaders.dgl import CompressedDGLDataLoader
 

@@ -66,6 +66,8 @@ def test_dgl_link_training_equals_dgls_own_loader_for_auto_and_identity(tmp_path
     assert [e["test_mrr"] for e in runs["auto"]["epochs"]] == [e["test_mrr"] for e in runs["native"]["epochs"]]
     native = runs["native"]  # DGL's own loader counts no bytes: said so, not a fraction of 1.000
     assert native["final"]["fraction"] is None and all(e["fraction"] is None for e in native["epochs"])
+    assert all(e["train_batches"] is None for e in native["epochs"])  # not counted, not 0
+    assert all(e["train_batches"] > 0 for e in runs["identity"]["epochs"])
     assert "bytes moved not counted" in r.stdout and "(;" not in r.stdout and "moved 0.0 MB" not in r.stdout
     auto = runs["auto"]
     assert auto["task"] == "link" and auto["framework"] == "dgl"
