@@ -652,10 +652,12 @@ def load_config(path: Union[str, os.PathLike, None], overrides: Sequence[str] = 
     try:
         return check_config(from_dict(Config, values))
     except ConfigError as e:
-        # the value refused came from an override (a --set, or a script's flag) rather than the file: say so
-        given = [o for o in overrides if o.split("=", 1)[0].strip() and f"{o.split('=', 1)[0].strip()}" in str(e)]
-        where = f"the override {given[0]!r}" + ("" if path is None else f" (over {path})") if given else path
-        raise ConfigError(f"{where}: {e}" if where is not None else str(e)) from None
+        if path is None:
+            raise
+        # a value refused from an override (a --set, or a script's flag) is not the file's: say so
+        given = [o for o in overrides if o.split("=", 1)[0].strip() and o.split("=", 1)[0].strip() in str(e)]
+        where = f"the override {given[0]!r} (over {path})" if given else path
+        raise ConfigError(f"{where}: {e}") from None
 
 
 def describe(cls=Config, prefix: str = "") -> list[str]:
