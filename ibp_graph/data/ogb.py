@@ -27,7 +27,7 @@ import numpy as np
 
 from ..codec.auto import CodecSpec, check_kind
 from ..files import check_free, check_output, open_npy, replace_dir, save_npy, work_dir
-from .prepared import (PreparedDataset, SPLITS, build_csc, encode_store, progress_bar,
+from .prepared import (PreparedDataset, SPLITS, EdgeIdError, build_csc, encode_store, progress_bar,
                        write_prepared_meta)
 
 __all__ = ["OGBSpec", "OGBFiles", "OGB_DATASETS", "MissingOGBFilesError", "DamagedOGBFileError", "prepare", "check_files",
@@ -312,20 +312,6 @@ def _edge_columns(path: Path, chunk_rows: int) -> Iterator[tuple[np.ndarray, np.
         yield c[:, 0], c[:, 1]
 
 
-def _checked_pairs(path: Path, pairs: Iterator[tuple[np.ndarray, np.ndarray]],
-                   num_nodes: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """The (src, dst) chunks of the edge file `path`; a DamagedOGBFileError naming it when an id is outside
-    [0, num_nodes)."""
-    for src, dst in pairs:
-        for ids, what in ((src, "source"), (dst, "destination")):
-            if ids.size:
-                lo, hi = int(ids.min()), int(ids.max())
-                if lo < 0 or hi >= num_nodes:
-                    raise DamagedOGBFileError(path, f"an edge names {what} node {lo if lo < 0 else hi}, outside "
-                                                    f"[0, {num_nodes}) (the graph's node count)")
-        yield src, dst
-
-
 def _csv_scalar(path: Path) -> int:
     values = np.concatenate([c.reshape(-1) for c in _csv_chunks(path, np.int64)])
     if values.shape[0] != 1:
@@ -422,15 +408,15 @@ def prepare(name: str, root: PathLike, out: Optional[PathLike] = None, *, undire
                 if counted.shape != (1,) or int(counted[0]) != num_input_edges:
                     raise DamagedOGBFileError(npz, f"its num_edges_list is {counted.tolist()} and its edge_index "
                                                    f"holds {num_input_edges} edges; expected one equal count")
-                chunks = lambda: _checked_pairs(npz, edges.edge_pairs(chunk_rows), num_nodes)  # noqa: E731
+                edge_file, chunks = npz, lambda: edges.edge_pairs(chunk_rows)  # noqa: E731
                 feat = _NpzArray(npz, "node_feat")
                 feat_rows, feat_shape, feat_dtype = (lambda: feat.rows(chunk_rows)), feat.shape, np.dtype(np.float32)
             else:
                 raw = src / "raw"
                 num_nodes = _csv_scalar(raw / "num-node-list.csv.gz")
                 num_input_edges = _csv_scalar(raw / "num-edge-list.csv.gz")
-                edge_csv = raw / "edge.csv.gz"
-                chunks = lambda: _checked_pairs(edge_csv, _edge_columns(edge_csv, chunk_rows), num_nodes)  # noqa: E731
+                edge_file = raw / "edge.csv.gz"
+                chunks = lambda: _edge_columns(edge_file, chunk_rows)  # noqa: E731
                 first = next(_csv_chunks(raw / "node-feat.csv.gz", np.float32, 1))
                 feat_shape, feat_dtype = (num_nodes, first.shape[1]), np.dtype(np.float32)
                 feat_rows = lambda: _csv_chunks(raw / "node-feat.csv.gz", np.float32, chunk_rows)  # noqa: E731
@@ -439,8 +425,11 @@ def prepare(name: str, root: PathLike, out: Optional[PathLike] = None, *, undire
                        f"{name}'s features, labels and indptr")  # before the long graph build
             # OGB's add_inverse_edge duplicates each raw edge reversed: the same graph as undirected=True
             both = undirected or spec.add_inverse_edge
-            graph = build_csc(chunks, num_nodes, tmp / "graph", undirected=both, dedup=undirected, progress=progress,
-                              total_edges=num_input_edges)
+            try:
+                graph = build_csc(chunks, num_nodes, tmp / "graph", undirected=both, dedup=undirected,
+                                  progress=progress, total_edges=num_input_edges)
+            except EdgeIdError as e:  # checked as the edges are counted, before the graph is written
+                raise DamagedOGBFileError(edge_file, f"{e} (the graph's node count)") from None
             num_edges, read = graph.num_edges, graph.num_edge_ids // (2 if both else 1)
             del graph
             if not spec.binary and read != num_input_edges:  # OGB's reader takes the edges num-edge-list counts

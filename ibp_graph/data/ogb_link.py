@@ -37,7 +37,7 @@ from ..codec.auto import CodecSpec, check_kind
 from ..files import check_free, check_output, replace_dir, save_npy, work_dir
 from .link import LinkPreparedDataset, check_part, check_split, holdout_mask, write_link_meta, write_split
 from .ogb import CHUNK_ROWS, DamagedOGBFileError, OGBFiles, _csv_chunks, _csv_scalar, write_rows
-from .prepared import SPLITS, build_csc, encode_store
+from .prepared import SPLITS, EdgeIdError, build_csc, encode_store
 
 __all__ = ["NAME", "DIR_NAME", "DOWNLOAD_NAME", "URL", "OGB_FILES", "required_files", "dataset_dir",
            "default_prepared_dir", "check_files", "read_split", "prepare"]
@@ -143,7 +143,7 @@ def prepare(root: PathLike, out: Optional[PathLike] = None, *, undirected: bool 
             try:
                 graph = build_csc(chunks, num_nodes, tmp / "graph", undirected=undirected, dedup=undirected,
                                   progress=progress, total_edges=num_input_edges)
-            except ValueError as e:  # a node id outside [0, num_nodes)
+            except EdgeIdError as e:  # a node id outside [0, num_nodes)
                 raise DamagedOGBFileError(raw / "edge.csv.gz", str(e)) from None
             num_edges, kept = graph.num_edges, graph.num_edge_ids // (2 if undirected else 1)
             del graph

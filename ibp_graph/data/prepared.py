@@ -45,7 +45,7 @@ from ..jit_cache import install as _install_kernel_cache
 _install_kernel_cache()  # numba caches this module's kernels per environment (ibp_graph.jit_cache)
 
 __all__ = ["PreparedDataset", "PreparedFolder", "HomogeneousFolder", "LabeledDataset", "SPLITS", "build_csc", "build_relation_arrays", "write_prepared_meta",
-           "encode_store", "add_store", "as_tensor", "progress_bar", "FORMAT", "FORMAT_VERSION"]
+           "EdgeIdError", "encode_store", "add_store", "as_tensor", "progress_bar", "FORMAT", "FORMAT_VERSION"]
 
 PathLike = Union[str, os.PathLike]
 FORMAT = "ibp_graph.prepared"
@@ -596,6 +596,10 @@ def _int64(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.int64)
 
 
+class EdgeIdError(ValueError):
+    """An edge chunk names a node outside the graph (a reader turns it into an error naming its file)."""
+
+
 def _check_ids(src: np.ndarray, dst: np.ndarray, num_src: int, num_dst: int) -> None:
     if src.shape != dst.shape or src.ndim != 1:
         raise ValueError(f"an edge chunk has src shape {src.shape} and dst shape {dst.shape}; "
@@ -604,4 +608,4 @@ def _check_ids(src: np.ndarray, dst: np.ndarray, num_src: int, num_dst: int) -> 
         if ids.size:
             lo, hi = int(ids.min()), int(ids.max())
             if lo < 0 or hi >= n:
-                raise ValueError(f"an edge names {what} node {lo if lo < 0 else hi}, outside [0, {n})")
+                raise EdgeIdError(f"an edge names {what} node {lo if lo < 0 else hi}, outside [0, {n})")
