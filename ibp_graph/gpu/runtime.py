@@ -159,14 +159,16 @@ def launch(kernel: Kernel, grid: int, block: int, args: Mapping[str, int], *,
     each names the kernel and its launch shape. Faults surface at the next synchronisation
     (the error checks read the slots).
     """
-    what = (f"launch of {kernel.name} on device {kernel.device} (grid={grid}, block={block}, "
-            f"shared_mem={shared_mem})")
+    def what() -> str:  # for errors only: nothing formatted per launch
+        return (f"launch of {kernel.name} on device {kernel.device} (grid={grid}, block={block}, "
+                f"shared_mem={shared_mem})")
+
     try:
         values, params = kernel.params.pack(args)  # `values` must live until the launch returns
     except (TypeError, ValueError) as e:
-        raise type(e)(f"{what}: {e}") from None
+        raise type(e)(f"{what()}: {e}") from None
     if grid < 1 or block < 1 or shared_mem < 0:
-        raise ValueError(f"{what}: accepted: grid >= 1, block >= 1, shared_mem >= 0")
+        raise ValueError(f"{what()}: accepted: grid >= 1, block >= 1, shared_mem >= 0")
     import torch
 
     cupy = _cupy()
@@ -180,7 +182,7 @@ def launch(kernel: Kernel, grid: int, block: int, args: Mapping[str, int], *,
             driver.launchKernel(kernel.ptr, int(grid), 1, 1, int(block), 1, 1, int(shared_mem),
                                 int(stream), ctypes.addressof(params), 0)
         except Exception as e:  # the driver's CUDADriverError
-            raise KernelLaunchError(f"{what} failed: {e}") from e
+            raise KernelLaunchError(f"{what()} failed: {e}") from e
 
 
 def _bind_context() -> None:

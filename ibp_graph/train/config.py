@@ -655,7 +655,7 @@ def load_config(path: Union[str, os.PathLike, None], overrides: Sequence[str] = 
         if path is None:
             raise
         # a value refused from an override (a --set, or a script's flag) is not the file's: say so
-        given = [o for o in overrides if o.split("=", 1)[0].strip() and o.split("=", 1)[0].strip() in str(e)]
+        given = [o for o in overrides if (key := o.split("=", 1)[0].strip()) and key in str(e)]
         where = f"the override {given[0]!r} (over {path})" if given else path
         raise ConfigError(f"{where}: {e}") from None
 
